@@ -1,0 +1,230 @@
+// Command dispatcher sends queued requests to raven, each client's in order, never two
+// attempts of one client closer than DISPATCH_INTERVAL, removing a request only once raven
+// accepted it or it was dead-lettered.
+//
+// With -standalone it runs the whole service in one process: an embedded JetStream server
+// storing under DATA_DIR, the ingest API on INGEST_ADDR and the dispatcher, plus a demo
+// raven that logs each arrival when RAVEN_URL is not set.
+//
+// Every setting is a flag and an environment variable; run with -h for the list.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
+
+	"github.com/penguinhq/dispatcher/cmd/internal/cli"
+	"github.com/penguinhq/dispatcher/pkg/dispatch"
+	"github.com/penguinhq/dispatcher/pkg/ingest"
+	"github.com/penguinhq/dispatcher/pkg/ledger"
+	"github.com/penguinhq/dispatcher/pkg/queue"
+	"github.com/penguinhq/dispatcher/pkg/raven"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr); err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(os.Stderr, "dispatcher:", err)
+		}
+		os.Exit(2)
+	}
+}
+
+type settings struct {
+	standalone bool
+	dataDir    string
+	natsListen string
+	natsSync   string
+	demoAddr   string
+	logs       *cli.Log
+	nats       *cli.NATS
+	queue      *queue.Config
+	ingest     *cli.Ingest
+	dispatch   *cli.Dispatch
+}
+
+func parse(args []string, getenv func(string) string, stderr io.Writer) (*settings, error) {
+	s := cli.NewSettings("dispatcher", getenv, stderr)
+	c := &settings{}
+	s.Bool(&c.standalone, "STANDALONE", "run everything in one process on an embedded JetStream server")
+	s.String(&c.dataDir, "DATA_DIR", "./data", "standalone: where the embedded JetStream server keeps its files")
+	s.String(&c.natsListen, "NATS_LISTEN", "", "standalone: host:port where the embedded NATS also takes outside clients; empty for in-process only")
+	s.OneOf(&c.natsSync, "NATS_SYNC", "always", "standalone: fsync every write before acknowledging (always), or every 2 minutes (interval)", "always", "interval")
+	s.String(&c.demoAddr, "DEMO_RAVEN_ADDR", "127.0.0.1:8081", "standalone without RAVEN_URL: where the demo raven listens")
+	c.logs = cli.LogSettings(s)
+	c.nats = cli.NATSSettings(s)
+	c.queue = cli.QueueSettings(s)
+	c.ingest = cli.IngestSettings(s)
+	c.dispatch = cli.DispatchSettings(s)
+	if err := s.Parse(args); err != nil {
+		return nil, err
+	}
+	if !c.standalone && c.dispatch.Raven.URL == "" {
+		return nil, errors.New("RAVEN_URL is required (or run with -standalone for a demo raven)")
+	}
+	return c, nil
+}
+
+func run(ctx context.Context, args []string, getenv func(string) string, _ io.Writer, stderr io.Writer) error {
+	c, err := parse(args, getenv, stderr)
+	if err != nil {
+		return err
+	}
+	log := c.logs.Logger(stderr, "dispatcher")
+	if c.standalone {
+		return runStandalone(ctx, c, log)
+	}
+	nc, err := queue.Connect(c.nats.URL, "dispatcher", log)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	q, err := cli.OpenQueue(ctx, nc, *c.queue, queue.CreateOrUpdate, log)
+	if err != nil {
+		return err
+	}
+	return runDispatcher(ctx, c, q, log)
+}
+
+func runDispatcher(ctx context.Context, c *settings, q *queue.Queue, log zerolog.Logger) error {
+	rc, err := raven.New(c.dispatch.Raven)
+	if err != nil {
+		return fmt.Errorf("RAVEN_URL / RAVEN_TIMEOUT: %w", err)
+	}
+	d, err := dispatch.New(c.dispatch.Config, q, rc, log)
+	if err != nil {
+		return err
+	}
+	log.Info().Str("raven", c.dispatch.Raven.URL).Stringer("interval", c.dispatch.Interval).Msg("dispatching")
+	return d.Run(ctx)
+}
+
+// runStandalone runs the embedded server, ingest, the dispatcher and, without RAVEN_URL, a
+// demo raven, and stops them in that order's reverse: ingest first (no new requests), then
+// the dispatcher (drains attempts in flight), then NATS.
+func runStandalone(ctx context.Context, c *settings, log zerolog.Logger) error {
+	storeDir := filepath.Join(c.dataDir, "jetstream")
+	if err := os.MkdirAll(storeDir, 0o750); err != nil {
+		return fmt.Errorf("DATA_DIR=%q: %w", c.dataDir, err)
+	}
+	ns, err := queue.StartEmbedded(queue.EmbeddedConfig{StoreDir: storeDir, Listen: c.natsListen, SyncAlways: c.natsSync == "always"})
+	if err != nil {
+		return err
+	}
+	defer func() { ns.Shutdown(); ns.WaitForShutdown() }()
+	ev := log.Info().Str("data_dir", c.dataDir).Str("sync", c.natsSync)
+	if c.natsListen != "" {
+		ev = ev.Str("nats_url", ns.ClientURL())
+	}
+	ev.Msg("embedded JetStream started")
+
+	nc, err := queue.ConnectInProcess(ns, "dispatcher-standalone", log)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	q, err := cli.OpenQueue(ctx, nc, *c.queue, queue.CreateOrUpdate, log)
+	if err != nil {
+		return err
+	}
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errc := make(chan error, 3)
+	running := 0
+	start := func(f func() error) {
+		running++
+		go func() {
+			err := f()
+			cancel() // one part stopping stops the rest
+			errc <- err
+		}()
+	}
+
+	if c.dispatch.Raven.URL == "" {
+		demo, err := startDemoRaven(ctx, c, log, start)
+		if err != nil {
+			return err
+		}
+		c.dispatch.Raven.URL = demo
+	}
+
+	c.ingest.MaxBodyBytes = cli.FitBody(c.ingest.MaxBodyBytes, nc, log)
+	c.ingest.BacklogRetryAfter = c.dispatch.Interval
+	api, err := ingest.New(c.ingest.Config, q, q, log)
+	if err != nil {
+		return err
+	}
+	ln, err := cli.Listen(c.ingest.Addr, "INGEST_ADDR")
+	if err != nil {
+		return err
+	}
+	ingestURL := cli.URLFor(ln, "/v1/requests")
+	start(func() error { return cli.Serve(ctx, cli.Server(api.Handler()), ln, 10*time.Second) })
+
+	dispatchDone := make(chan struct{})
+	start(func() error { defer close(dispatchDone); return runDispatcher(ctx, c, q, log) })
+
+	log.Info().Str("ingest", ingestURL).Str("raven", c.dispatch.Raven.URL).
+		Msgf("standalone ready: try  curl -i -H 'Content-Type: application/json' -d '{\"clientId\":\"alice\",\"n\":1}' %s", ingestURL)
+
+	var errs []error
+	for range running {
+		if err := <-errc; err != nil && !errors.Is(err, context.Canceled) {
+			errs = append(errs, err)
+		}
+	}
+	<-dispatchDone
+	drainNATS(nc)
+	log.Info().Msg("standalone stopped")
+	return errors.Join(errs...)
+}
+
+func startDemoRaven(ctx context.Context, c *settings, log zerolog.Logger, start func(func() error)) (string, error) {
+	dlog := log.With().Str("component", "demo-raven").Logger()
+	rec := ledger.New(ledger.Options{Forget: true, OnArrival: func(a ledger.Arrival, gap time.Duration) {
+		ev := dlog.Info().Str("client_id", a.ClientID).Str("request_id", a.ID).Int("attempt", a.Attempt)
+		if gap > 0 {
+			ev = ev.Int64("gap_ms", gap.Milliseconds())
+		} else {
+			ev = ev.Str("gap_ms", "first")
+		}
+		ev.Msg("raven received")
+	}})
+	ln, err := cli.Listen(c.demoAddr, "DEMO_RAVEN_ADDR")
+	if err != nil {
+		return "", err
+	}
+	mux := http.NewServeMux()
+	mux.Handle("POST /", rec)
+	url := cli.URLFor(ln, "/")
+	dlog.Info().Str("url", url).Msg("demo raven listening; set RAVEN_URL to send to a real one")
+	start(func() error { return cli.Serve(ctx, cli.Server(mux), ln, 5*time.Second) })
+	return url, nil
+}
+
+func drainNATS(nc *nats.Conn) {
+	done := make(chan struct{})
+	nc.SetClosedHandler(func(*nats.Conn) { close(done) })
+	if err := nc.Drain(); err != nil {
+		return
+	}
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+	}
+}

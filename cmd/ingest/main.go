@@ -1,0 +1,71 @@
+// Command ingest is the HTTP API penguin posts requests to. It stores each accepted
+// request durably in JetStream, on its client's own subject, and answers 202 only once
+// JetStream acknowledged it. It keeps no state of its own; run as many as you like.
+//
+// Every setting is a flag and an environment variable; run with -h for the list.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/penguinhq/dispatcher/cmd/internal/cli"
+	"github.com/penguinhq/dispatcher/pkg/ingest"
+	"github.com/penguinhq/dispatcher/pkg/queue"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr); err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(os.Stderr, "ingest:", err)
+		}
+		os.Exit(2)
+	}
+}
+
+func run(ctx context.Context, args []string, getenv func(string) string, _ io.Writer, stderr io.Writer) error {
+	s := cli.NewSettings("ingest", getenv, stderr)
+	logs := cli.LogSettings(s)
+	natsCfg := cli.NATSSettings(s)
+	queueCfg := cli.QueueSettings(s)
+	ingestCfg := cli.IngestSettings(s)
+	var interval time.Duration
+	s.Duration(&interval, "DISPATCH_INTERVAL", 5*time.Second, time.Millisecond, "the dispatch interval; sent as Retry-After when a client's backlog is full")
+	if err := s.Parse(args); err != nil {
+		return err
+	}
+	log := logs.Logger(stderr, "ingest")
+
+	nc, err := queue.Connect(natsCfg.URL, "ingest", log)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	q, err := cli.OpenQueue(ctx, nc, *queueCfg, queue.CreateMissing, log)
+	if err != nil {
+		return err
+	}
+	ingestCfg.MaxBodyBytes = cli.FitBody(ingestCfg.MaxBodyBytes, nc, log)
+	ingestCfg.BacklogRetryAfter = interval
+	api, err := ingest.New(ingestCfg.Config, q, q, log)
+	if err != nil {
+		return err
+	}
+	ln, err := cli.Listen(ingestCfg.Addr, "INGEST_ADDR")
+	if err != nil {
+		return err
+	}
+	log.Info().Str("url", cli.URLFor(ln, "/v1/requests")).Msg("ingest listening")
+	err = cli.Serve(ctx, cli.Server(api.Handler()), ln, 10*time.Second)
+	log.Info().Msg("ingest stopped")
+	return err
+}

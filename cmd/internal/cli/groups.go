@@ -1,0 +1,111 @@
+package cli
+
+import (
+	"io"
+	"os"
+	"time"
+
+	"github.com/mattn/go-isatty"
+	"github.com/rs/zerolog"
+
+	"github.com/penguinhq/dispatcher/pkg/dispatch"
+	"github.com/penguinhq/dispatcher/pkg/ingest"
+	"github.com/penguinhq/dispatcher/pkg/queue"
+	"github.com/penguinhq/dispatcher/pkg/raven"
+)
+
+// Log is the logging settings.
+type Log struct {
+	Level, Format string
+}
+
+// LogSettings registers LOG_LEVEL and LOG_FORMAT.
+func LogSettings(s *Settings) *Log {
+	l := &Log{}
+	s.OneOf(&l.Level, "LOG_LEVEL", "info", "least severe level logged", "debug", "info", "warn", "error")
+	s.OneOf(&l.Format, "LOG_FORMAT", "auto", "log format: json, console, or auto (console on a terminal, else json)", "json", "console", "auto")
+	return l
+}
+
+// Logger builds the logger the settings ask for, writing to w.
+func (l *Log) Logger(w io.Writer, service string) zerolog.Logger {
+	format := l.Format
+	if format == "auto" {
+		format = "json"
+		if f, ok := w.(*os.File); ok && isatty.IsTerminal(f.Fd()) {
+			format = "console"
+		}
+	}
+	if format == "console" {
+		w = zerolog.ConsoleWriter{Out: w, TimeFormat: "15:04:05.000"}
+	}
+	zerolog.TimeFieldFormat = "2006-01-02T15:04:05.000Z07:00"
+	zerolog.DurationFieldUnit = time.Millisecond
+	level, _ := zerolog.ParseLevel(l.Level)
+	return zerolog.New(w).Level(level).With().Timestamp().Str("service", service).Logger()
+}
+
+// NATS is where to find NATS.
+type NATS struct {
+	URL string
+}
+
+// NATSSettings registers NATS_URL.
+func NATSSettings(s *Settings) *NATS {
+	n := &NATS{}
+	s.URLs(&n.URL, "NATS_URL", "nats://127.0.0.1:4222", "NATS server URL, or a comma-separated list of a cluster's servers", "nats", "tls")
+	return n
+}
+
+// QueueSettings registers the stream settings.
+func QueueSettings(s *Settings) *queue.Config {
+	c := &queue.Config{}
+	var partitions, replicas int64
+	s.Int(&partitions, "PARTITIONS", queue.DefaultPartitions, 1, 1024, "partitions client subjects are spread over; fixed when the stream is created")
+	s.Int(&replicas, "STREAM_REPLICAS", queue.DefaultReplicas, 1, 5, "stream replicas: 1 on a single node, 3 on a cluster")
+	s.Int(&c.BacklogCap, "BACKLOG_CAP", queue.DefaultBacklogCap, 1, 1<<40, "most requests one client may have queued; past it ingest answers 429")
+	s.Int(&c.MaxBytes, "QUEUE_MAX_BYTES", 0, 0, 1<<50, "cap on the request stream's size in bytes, 0 for none; past it ingest answers 503")
+	s.Duration(&c.DuplicateWindow, "DUPLICATE_WINDOW", queue.DefaultDuplicateWindow, time.Second, "how long an Idempotency-Key is remembered")
+	s.Duration(&c.DeadLetterMaxAge, "DEADLETTER_MAX_AGE", 0, 0, "how long dead letters are kept, 0 for until removed")
+	s.afterParse(func() { c.Partitions, c.Replicas = int(partitions), int(replicas) })
+	return c
+}
+
+// Ingest is the ingest API settings.
+type Ingest struct {
+	Addr string
+	ingest.Config
+}
+
+// IngestSettings registers the ingest API settings.
+func IngestSettings(s *Settings) *Ingest {
+	c := &Ingest{}
+	s.String(&c.Addr, "INGEST_ADDR", ":8080", "address the ingest API listens on")
+	s.Int(&c.MaxBodyBytes, "MAX_BODY_BYTES", ingest.DefaultMaxBodyBytes, 1, 64<<20, "largest request body accepted, in bytes")
+	s.Duration(&c.PublishTimeout, "PUBLISH_TIMEOUT", ingest.DefaultPublishTimeout, time.Millisecond, "how long ingest waits for JetStream to acknowledge a request")
+	return c
+}
+
+// Dispatch is the dispatcher and raven client settings.
+type Dispatch struct {
+	dispatch.Config
+	Raven raven.Config
+}
+
+// DispatchSettings registers the dispatcher's settings. DISPATCH_INTERVAL is also read
+// by ingest, as the Retry-After of a 429.
+func DispatchSettings(s *Settings) *Dispatch {
+	c := &Dispatch{}
+	var attempts, inFlight int64
+	s.URLs(&c.Raven.URL, "RAVEN_URL", "", "where requests are sent (POST)", "http", "https")
+	s.Duration(&c.Raven.Timeout, "RAVEN_TIMEOUT", raven.DefaultTimeout, time.Millisecond, "bound on one attempt to raven")
+	s.Duration(&c.Interval, "DISPATCH_INTERVAL", dispatch.DefaultInterval, time.Millisecond, "least time between the end of one attempt for a client and the start of the next")
+	s.Duration(&c.BackoffBase, "RETRY_BACKOFF_BASE", dispatch.DefaultBackoffBase, time.Millisecond, "backoff after a request's first transient failure; doubles after each")
+	s.Duration(&c.BackoffMax, "RETRY_BACKOFF_MAX", dispatch.DefaultBackoffMax, time.Millisecond, "cap on the retry backoff")
+	s.Int(&attempts, "MAX_ATTEMPTS", dispatch.DefaultMaxAttempts, 1, 1_000_000, "attempts before a request is dead-lettered")
+	s.Duration(&c.MaxAge, "MAX_AGE", dispatch.DefaultMaxAge, time.Second, "a request older than this that fails transiently is dead-lettered")
+	s.Int(&inFlight, "MAX_IN_FLIGHT", dispatch.DefaultMaxInFlight, 1, 1_000_000, "most attempts in flight at once, across clients")
+	s.Duration(&c.ShutdownGrace, "SHUTDOWN_GRACE", dispatch.DefaultShutdownGrace, 0, "how long a stopping dispatcher waits for attempts in flight")
+	s.afterParse(func() { c.MaxAttempts, c.MaxInFlight = int(attempts), int(inFlight) })
+	return c
+}

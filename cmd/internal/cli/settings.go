@@ -1,0 +1,204 @@
+// Package cli holds what the binaries share: settings read from flags and environment
+// variables, logging, and the wiring of the service's packages. It is the only code
+// besides main that reads configuration.
+package cli
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Settings is a set of settings, each a flag and an environment variable of the same
+// name (NATS_URL is -nats-url). A flag given on the command line wins over the variable.
+type Settings struct {
+	fs     *flag.FlagSet
+	getenv func(string) string
+	specs  []*spec
+	after  []func()
+}
+
+type spec struct {
+	env, flag, accepts string
+	check              func(string) error
+}
+
+// NewSettings returns an empty set for the program name, reading variables with getenv.
+func NewSettings(name string, getenv func(string) string, usageOut io.Writer) *Settings {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(usageOut)
+	s := &Settings{fs: fs, getenv: getenv}
+	fs.Usage = func() {
+		fmt.Fprintf(usageOut, "Usage of %s (every flag can also be set by the environment variable shown):\n", name)
+		fs.PrintDefaults()
+	}
+	return s
+}
+
+func flagName(env string) string { return strings.ToLower(strings.ReplaceAll(env, "_", "-")) }
+
+func (s *Settings) add(env, usage, accepts string, v flag.Value, check func(string) error) {
+	sp := &spec{env: env, flag: flagName(env), accepts: accepts, check: check}
+	s.specs = append(s.specs, sp)
+	s.fs.Var(v, sp.flag, fmt.Sprintf("%s [%s]", usage, env))
+}
+
+// Parse reads args, then the environment for every setting the args did not give, and
+// checks each value. An error names the setting and says what it accepts.
+func (s *Settings) Parse(args []string) error {
+	if err := s.fs.Parse(args); err != nil {
+		return err
+	}
+	if s.fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q; every setting is a -flag or an environment variable", s.fs.Args())
+	}
+	given := map[string]bool{}
+	s.fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	var errs []error
+	for _, sp := range s.specs {
+		source := "-" + sp.flag
+		if !given[sp.flag] {
+			v, ok := lookup(s.getenv, sp.env)
+			if !ok {
+				continue
+			}
+			source = sp.env
+			if err := s.fs.Set(sp.flag, v); err != nil {
+				errs = append(errs, fmt.Errorf("%s=%q is not valid: it accepts %s", source, v, sp.accepts))
+				continue
+			}
+		}
+		if sp.check != nil {
+			val := s.fs.Lookup(sp.flag).Value.String()
+			if err := sp.check(val); err != nil {
+				errs = append(errs, fmt.Errorf("%s=%q is not valid (%v): it accepts %s", source, val, err, sp.accepts))
+			}
+		}
+	}
+	if len(errs) > 0 {
+		return errors.Join(errs...)
+	}
+	for _, f := range s.after {
+		f()
+	}
+	return nil
+}
+
+// afterParse runs f once every value is read, to copy values into their final types.
+func (s *Settings) afterParse(f func()) { s.after = append(s.after, f) }
+
+func lookup(getenv func(string) string, env string) (string, bool) {
+	v := getenv(env)
+	return v, v != ""
+}
+
+// String registers a string setting.
+func (s *Settings) String(p *string, env, def, usage string) {
+	*p = def
+	s.add(env, usage, "any text", (*stringValue)(p), nil)
+}
+
+// URLs registers a setting that holds one URL or a comma-separated list of them.
+func (s *Settings) URLs(p *string, env, def, usage string, schemes ...string) {
+	*p = def
+	accepts := fmt.Sprintf("a comma-separated list of %s URLs", strings.Join(schemes, "/"))
+	s.add(env, usage, accepts, (*stringValue)(p), func(v string) error {
+		if v == "" {
+			return nil
+		}
+		for _, one := range strings.Split(v, ",") {
+			u, err := url.Parse(strings.TrimSpace(one))
+			if err != nil || u.Host == "" || !contains(schemes, u.Scheme) {
+				return fmt.Errorf("%q is not a %s URL", one, strings.Join(schemes, "/"))
+			}
+		}
+		return nil
+	})
+}
+
+// OneOf registers a setting that takes one of a few words.
+func (s *Settings) OneOf(p *string, env, def, usage string, words ...string) {
+	*p = def
+	s.add(env, usage, "one of "+strings.Join(words, ", "), (*stringValue)(p), func(v string) error {
+		if !contains(words, v) {
+			return errors.New("unknown value")
+		}
+		return nil
+	})
+}
+
+// Duration registers a duration setting of at least min.
+func (s *Settings) Duration(p *time.Duration, env string, def, min time.Duration, usage string) {
+	*p = def
+	accepts := fmt.Sprintf("a duration of at least %s, such as %s", min, def)
+	s.add(env, usage, accepts, (*durationValue)(p), func(string) error {
+		if *p < min {
+			return errors.New("too short")
+		}
+		return nil
+	})
+}
+
+// Int registers an integer setting between min and max.
+func (s *Settings) Int(p *int64, env string, def, min, max int64, usage string) {
+	*p = def
+	accepts := fmt.Sprintf("a whole number from %d to %d", min, max)
+	s.add(env, usage, accepts, (*intValue)(p), func(string) error {
+		if *p < min || *p > max {
+			return errors.New("out of range")
+		}
+		return nil
+	})
+}
+
+// Bool registers an on/off setting.
+func (s *Settings) Bool(p *bool, env string, usage string) {
+	s.add(env, usage, "true or false", (*boolValue)(p), nil)
+}
+
+func contains(list []string, v string) bool {
+	for _, w := range list {
+		if w == v {
+			return true
+		}
+	}
+	return false
+}
+
+type stringValue string
+
+func (v *stringValue) Set(s string) error { *v = stringValue(s); return nil }
+func (v *stringValue) String() string     { return string(*v) }
+
+type durationValue time.Duration
+
+func (v *durationValue) Set(s string) error {
+	d, err := time.ParseDuration(s)
+	*v = durationValue(d)
+	return err
+}
+func (v *durationValue) String() string { return time.Duration(*v).String() }
+
+type intValue int64
+
+func (v *intValue) Set(s string) error {
+	n, err := strconv.ParseInt(s, 10, 64)
+	*v = intValue(n)
+	return err
+}
+func (v *intValue) String() string { return strconv.FormatInt(int64(*v), 10) }
+
+type boolValue bool
+
+func (v *boolValue) Set(s string) error {
+	b, err := strconv.ParseBool(s)
+	*v = boolValue(b)
+	return err
+}
+func (v *boolValue) String() string   { return strconv.FormatBool(bool(*v)) }
+func (v *boolValue) IsBoolFlag() bool { return true }

@@ -1,0 +1,112 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
+
+	"github.com/penguinhq/dispatcher/pkg/queue"
+)
+
+// OpenQueue opens the queue, trying again every second while NATS is not there yet, until
+// ctx ends.
+func OpenQueue(ctx context.Context, nc *nats.Conn, cfg queue.Config, ensure queue.Ensure, log zerolog.Logger) (*queue.Queue, error) {
+	for {
+		octx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		q, err := queue.Open(octx, nc, cfg, ensure)
+		cancel()
+		if err == nil {
+			return q, nil
+		}
+		if errors.Is(err, context.Canceled) || ctx.Err() != nil {
+			return nil, fmt.Errorf("opening queue: %w", err)
+		}
+		var cfgErr interface{ Unwrap() []error }
+		if errors.As(err, &cfgErr) || !isTransient(err) {
+			return nil, fmt.Errorf("opening queue: %w", err)
+		}
+		log.Warn().Err(err).Msg("queue not reachable yet; retrying")
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+func isTransient(err error) bool {
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrNoResponders) ||
+		errors.Is(err, nats.ErrTimeout) || errors.Is(err, nats.ErrConnectionClosed) ||
+		errors.Is(err, nats.ErrConnectionReconnecting) || errors.Is(err, nats.ErrNoServers) ||
+		errors.Is(err, nats.ErrDisconnected)
+}
+
+// FitBody lowers limit to what one NATS message can carry beside a request's headers, and
+// says so in the log when it had to.
+func FitBody(limit int64, nc *nats.Conn, log zerolog.Logger) int64 {
+	const headroom = 4 << 10
+	if max := nc.MaxPayload() - headroom; max > 0 && limit > max {
+		log.Warn().Int64("max_body_bytes", limit).Int64("nats_max_payload", nc.MaxPayload()).Int64("using", max).
+			Msg("MAX_BODY_BYTES does not fit the NATS server's max_payload; lowering it")
+		return max
+	}
+	return limit
+}
+
+// Server is an HTTP server with the timeouts a public endpoint needs.
+func Server(h http.Handler) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    64 << 10,
+	}
+}
+
+// Listen opens addr, naming the setting in the error.
+func Listen(addr, setting string) (net.Listener, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("%s=%q: cannot listen: %w", setting, addr, err)
+	}
+	return ln, nil
+}
+
+// Serve serves srv on ln until ctx ends, then shuts it down, giving requests in progress
+// up to grace to finish.
+func Serve(ctx context.Context, srv *http.Server, ln net.Listener, grace time.Duration) error {
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), grace)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		return err
+	}
+	if err := <-errc; !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+// URLFor turns a listener's address into a URL a local client can use.
+func URLFor(ln net.Listener, path string) string {
+	addr := ln.Addr().(*net.TCPAddr)
+	host := addr.IP.String()
+	if addr.IP.IsUnspecified() {
+		host = "127.0.0.1"
+	}
+	return "http://" + net.JoinHostPort(host, fmt.Sprint(addr.Port)) + path
+}

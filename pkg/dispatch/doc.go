@@ -1,0 +1,16 @@
+// Package dispatch reads each client's queued requests in order and sends them to raven,
+// never two attempts of one client closer than the interval, at most one in flight per
+// client, and removes a request only after raven accepted it or it was dead-lettered.
+//
+// The pieces:
+//
+//   - Policy: interval, retry backoff with jitter, and when to give up.
+//   - Scheduler: the lanes (one per client with a backlog) and a timer heap of when each
+//     may next start an attempt. It is pure state with the time passed in, so its rules are
+//     tested exactly with a fake clock.
+//   - Dispatcher: runs a Scheduler against a Source (the queue) and a Sender (raven),
+//     starting a worker for each lane that falls due.
+//
+// Each package this one talks to is seen through a small interface declared here; cmd/
+// wires the real queue and raven client in.
+package dispatch

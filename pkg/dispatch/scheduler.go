@@ -1,0 +1,199 @@
+package dispatch
+
+import (
+	"container/heap"
+	"time"
+)
+
+// Job is one lane handed to a worker: look at the client's head request and, if there is
+// one, make one attempt.
+type Job struct {
+	Subject string
+	// HeadSeq, Attempts and FirstAttempt describe earlier failed attempts of the request
+	// that was at the head last time; Attempts is 0 when there were none.
+	HeadSeq      uint64
+	Attempts     int
+	FirstAttempt time.Time
+	// PrevEnd is when the client's previous attempt ended; zero if none is remembered.
+	PrevEnd time.Time
+}
+
+// Kind says how a Job ended.
+type Kind int
+
+// The ways a Job ends.
+const (
+	// Empty: the client has nothing queued.
+	Empty Kind = iota
+	// Delivered: raven accepted the head request and it was removed.
+	Delivered
+	// Retry: the attempt failed transiently; the request stays at the head.
+	Retry
+	// DeadLettered: the request was moved to the dead-letter stream and removed.
+	DeadLettered
+	// Failed: the queue could not be read; nothing was sent.
+	Failed
+)
+
+// Result is what a worker reports back for a Job.
+type Result struct {
+	Subject string
+	Kind    Kind
+	// For Retry: the request's sequence, the attempt number just made and when the first
+	// attempt started.
+	Seq          uint64
+	Attempts     int
+	FirstAttempt time.Time
+	// AttemptEnd is when the HTTP attempt ended; zero when no attempt was made.
+	AttemptEnd time.Time
+	// RetryAfter is raven's Retry-After for a Retry, zero when it gave none.
+	RetryAfter time.Duration
+}
+
+// failedRetry is how soon a lane whose queue read failed is looked at again.
+const failedRetry = time.Second
+
+type lane struct {
+	subject      string
+	due          time.Time
+	index        int // position in the heap; -1 when not waiting
+	inFlight     bool
+	notified     bool // a request arrived while in flight
+	lastEnd      time.Time
+	headSeq      uint64
+	attempts     int
+	firstAttempt time.Time
+}
+
+// Scheduler holds one lane per client with a backlog and says which may start an attempt
+// when. It is not safe for concurrent use: one goroutine owns it, and passes the time in.
+//
+// Its one rule for spacing: a lane is never due sooner than Interval after its last
+// attempt ended, whatever else (retry backoff, Retry-After, a fence) pushes it later.
+type Scheduler struct {
+	policy   Policy
+	rand     func() float64
+	lanes    map[string]*lane
+	waiting  laneHeap
+	inFlight int
+}
+
+// NewScheduler returns an empty Scheduler. rand returns numbers in [0, 1) for jitter.
+func NewScheduler(p Policy, rand func() float64) *Scheduler {
+	return &Scheduler{policy: p, rand: rand, lanes: make(map[string]*lane)}
+}
+
+// Lanes is how many clients the scheduler holds in memory.
+func (s *Scheduler) Lanes() int { return len(s.lanes) }
+
+// InFlight is how many lanes are with a worker.
+func (s *Scheduler) InFlight() int { return s.inFlight }
+
+// SetInterval changes the interval for every attempt scheduled from now on.
+func (s *Scheduler) SetInterval(d time.Duration) { s.policy.Interval = d }
+
+// Notify says subject has (or may have) requests queued. A new lane is due at now, or at
+// notBefore if that is later; a lane already waiting or in flight is left as it is.
+func (s *Scheduler) Notify(subject string, now, notBefore time.Time) {
+	l := s.lanes[subject]
+	switch {
+	case l == nil:
+		l = &lane{subject: subject, index: -1}
+		s.lanes[subject] = l
+		s.schedule(l, later(now, notBefore))
+	case l.inFlight:
+		l.notified = true
+	}
+}
+
+// Next returns the earliest time a lane is due, and false when none waits.
+func (s *Scheduler) Next() (time.Time, bool) {
+	if len(s.waiting) == 0 {
+		return time.Time{}, false
+	}
+	return s.waiting[0].due, true
+}
+
+// Due hands out the next lane due at now, marking it in flight. It returns false when no
+// lane is due.
+func (s *Scheduler) Due(now time.Time) (Job, bool) {
+	if len(s.waiting) == 0 || s.waiting[0].due.After(now) {
+		return Job{}, false
+	}
+	l := heap.Pop(&s.waiting).(*lane)
+	l.inFlight, l.notified = true, false
+	s.inFlight++
+	return Job{Subject: l.subject, HeadSeq: l.headSeq, Attempts: l.attempts, FirstAttempt: l.firstAttempt, PrevEnd: l.lastEnd}, true
+}
+
+// Done takes a worker's Result back at now and decides when the lane is next due, or
+// drops the lane when its client has nothing left.
+func (s *Scheduler) Done(r Result, now time.Time) {
+	l := s.lanes[r.Subject]
+	if l == nil || !l.inFlight {
+		return
+	}
+	l.inFlight = false
+	s.inFlight--
+	if !r.AttemptEnd.IsZero() {
+		l.lastEnd = r.AttemptEnd
+	}
+	switch r.Kind {
+	case Empty:
+		if !l.notified {
+			// Nothing queued, and the last attempt is at least an interval old (the
+			// lane was due), so forgetting the lane cannot break spacing.
+			delete(s.lanes, r.Subject)
+			return
+		}
+		s.schedule(l, now)
+	case Delivered, DeadLettered:
+		l.headSeq, l.attempts, l.firstAttempt = 0, 0, time.Time{}
+		s.schedule(l, now)
+	case Retry:
+		l.headSeq, l.attempts, l.firstAttempt = r.Seq, r.Attempts, r.FirstAttempt
+		s.schedule(l, l.lastEnd.Add(s.policy.RetryDelay(r.Attempts, r.RetryAfter, s.rand())))
+	case Failed:
+		s.schedule(l, now.Add(failedRetry))
+	}
+}
+
+// schedule puts l in the heap at due, but never sooner than an interval after its last
+// attempt ended.
+func (s *Scheduler) schedule(l *lane, due time.Time) {
+	if !l.lastEnd.IsZero() {
+		due = later(due, l.lastEnd.Add(s.policy.Interval))
+	}
+	l.due = due
+	heap.Push(&s.waiting, l)
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+// laneHeap orders waiting lanes by due time.
+type laneHeap []*lane
+
+func (h laneHeap) Len() int           { return len(h) }
+func (h laneHeap) Less(i, j int) bool { return h[i].due.Before(h[j].due) }
+func (h laneHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].index, h[j].index = i, j
+}
+func (h *laneHeap) Push(x any) {
+	l := x.(*lane)
+	l.index = len(*h)
+	*h = append(*h, l)
+}
+func (h *laneHeap) Pop() any {
+	old := *h
+	l := old[len(old)-1]
+	old[len(old)-1] = nil
+	l.index = -1
+	*h = old[:len(old)-1]
+	return l
+}

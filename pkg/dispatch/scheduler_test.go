@@ -1,0 +1,247 @@
+package dispatch_test
+
+import (
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/penguinhq/dispatcher/pkg/dispatch"
+)
+
+var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+const interval = 5 * time.Second
+
+func policy() dispatch.Policy {
+	return dispatch.Policy{Interval: interval, BackoffBase: time.Second, BackoffMax: time.Minute, Jitter: 0.2, MaxAttempts: 5, MaxAge: time.Hour}.WithDefaults()
+}
+
+func zero() float64 { return 0 }
+
+// mustDue takes the one job due at now and fails if there is none or another.
+func mustDue(t *testing.T, s *dispatch.Scheduler, now time.Time, subject string) dispatch.Job {
+	t.Helper()
+	job, ok := s.Due(now)
+	if !ok {
+		next, _ := s.Next()
+		t.Fatalf("nothing due at %s (next at %s)", now.Sub(t0), next.Sub(t0))
+	}
+	if job.Subject != subject {
+		t.Fatalf("due at %s: %s, want %s", now.Sub(t0), job.Subject, subject)
+	}
+	return job
+}
+
+func mustNotDue(t *testing.T, s *dispatch.Scheduler, now time.Time) {
+	t.Helper()
+	if job, ok := s.Due(now); ok {
+		t.Fatalf("%s due at %s, want nothing", job.Subject, now.Sub(t0))
+	}
+}
+
+func TestIdleClientGoesAtOnce(t *testing.T) {
+	t.Parallel()
+	s := dispatch.NewScheduler(policy(), zero)
+	s.Notify("a", t0, time.Time{})
+	mustDue(t, s, t0, "a")
+}
+
+func TestSpacingIsMeasuredFromAttemptEnd(t *testing.T) {
+	t.Parallel()
+	s := dispatch.NewScheduler(policy(), zero)
+	s.Notify("a", t0, time.Time{})
+	mustDue(t, s, t0, "a")
+	end := t0.Add(700 * time.Millisecond) // raven took 700ms
+	s.Done(dispatch.Result{Subject: "a", Kind: dispatch.Delivered, AttemptEnd: end}, end.Add(time.Millisecond))
+	next, _ := s.Next()
+	if want := end.Add(interval); !next.Equal(want) {
+		t.Fatalf("next due %s after t0, want exactly %s", next.Sub(t0), want.Sub(t0))
+	}
+	mustNotDue(t, s, end.Add(interval-time.Nanosecond))
+	job := mustDue(t, s, end.Add(interval), "a")
+	if !job.PrevEnd.Equal(end) {
+		t.Fatalf("job.PrevEnd = %s, want %s", job.PrevEnd, end)
+	}
+}
+
+func TestAtMostOneInFlightPerClient(t *testing.T) {
+	t.Parallel()
+	s := dispatch.NewScheduler(policy(), zero)
+	s.Notify("a", t0, time.Time{})
+	mustDue(t, s, t0, "a")
+	for range 3 {
+		s.Notify("a", t0, time.Time{}) // more requests arrive while one is in flight
+	}
+	mustNotDue(t, s, t0.Add(time.Hour))
+	if s.InFlight() != 1 || s.Lanes() != 1 {
+		t.Fatalf("in flight %d, lanes %d; want 1 and 1", s.InFlight(), s.Lanes())
+	}
+	// The request that arrived in flight is looked at after the interval even if the
+	// worker found the head empty at the time it looked.
+	s.Done(dispatch.Result{Subject: "a", Kind: dispatch.Empty}, t0.Add(time.Millisecond))
+	mustDue(t, s, t0.Add(time.Millisecond), "a")
+}
+
+func TestManyClientsAreIndependent(t *testing.T) {
+	t.Parallel()
+	s := dispatch.NewScheduler(policy(), zero)
+	s.Notify("busy", t0, time.Time{})
+	mustDue(t, s, t0, "busy")
+	s.Done(dispatch.Result{Subject: "busy", Kind: dispatch.Delivered, AttemptEnd: t0}, t0)
+	s.Notify("idle", t0.Add(time.Second), time.Time{})
+	mustDue(t, s, t0.Add(time.Second), "idle")
+	mustNotDue(t, s, t0.Add(time.Second))
+	mustDue(t, s, t0.Add(interval), "busy")
+}
+
+func TestEmptyLaneIsDropped(t *testing.T) {
+	t.Parallel()
+	s := dispatch.NewScheduler(policy(), zero)
+	s.Notify("a", t0, time.Time{})
+	mustDue(t, s, t0, "a")
+	s.Done(dispatch.Result{Subject: "a", Kind: dispatch.Delivered, AttemptEnd: t0}, t0)
+	mustDue(t, s, t0.Add(interval), "a")
+	s.Done(dispatch.Result{Subject: "a", Kind: dispatch.Empty}, t0.Add(interval))
+	if s.Lanes() != 0 {
+		t.Fatalf("lanes = %d after the client drained, want 0", s.Lanes())
+	}
+	if _, ok := s.Next(); ok {
+		t.Fatal("a dropped lane is still scheduled")
+	}
+}
+
+func TestFenceHoldsNewLanes(t *testing.T) {
+	t.Parallel()
+	s := dispatch.NewScheduler(policy(), zero)
+	fence := t0.Add(interval)
+	s.Notify("a", t0, fence)
+	mustNotDue(t, s, fence.Add(-time.Nanosecond))
+	mustDue(t, s, fence, "a")
+}
+
+func TestBackoffDoublesToCapAndNeverUndercutsInterval(t *testing.T) {
+	t.Parallel()
+	p := policy() // base 1s, max 1m, interval 5s
+	s := dispatch.NewScheduler(p, zero)
+	s.Notify("a", t0, time.Time{})
+	now := t0
+	want := []time.Duration{5 * time.Second, 5 * time.Second, 5 * time.Second, 8 * time.Second, 16 * time.Second, 32 * time.Second, time.Minute, time.Minute}
+	for i, w := range want {
+		job := mustDue(t, s, now, "a")
+		attempt := job.Attempts + 1
+		if attempt != i+1 {
+			t.Fatalf("attempt %d, want %d", attempt, i+1)
+		}
+		end := now.Add(100 * time.Millisecond)
+		s.Done(dispatch.Result{Subject: "a", Kind: dispatch.Retry, Seq: 7, Attempts: attempt, AttemptEnd: end}, end)
+		next, _ := s.Next()
+		if got := next.Sub(end); got != w {
+			t.Fatalf("after failure %d: next attempt %s after the end, want %s", attempt, got, w)
+		}
+		now = next
+	}
+}
+
+func TestRetryAfterIsHonoured(t *testing.T) {
+	t.Parallel()
+	s := dispatch.NewScheduler(policy(), zero)
+	s.Notify("a", t0, time.Time{})
+	mustDue(t, s, t0, "a")
+	s.Done(dispatch.Result{Subject: "a", Kind: dispatch.Retry, Seq: 1, Attempts: 1, AttemptEnd: t0, RetryAfter: 42 * time.Second}, t0)
+	mustNotDue(t, s, t0.Add(42*time.Second-time.Nanosecond))
+	mustDue(t, s, t0.Add(42*time.Second), "a")
+
+	// A Retry-After shorter than the interval does not shorten it.
+	s.Done(dispatch.Result{Subject: "a", Kind: dispatch.Retry, Seq: 1, Attempts: 2, AttemptEnd: t0.Add(42 * time.Second), RetryAfter: time.Second}, t0.Add(42*time.Second))
+	mustNotDue(t, s, t0.Add(42*time.Second+interval-time.Nanosecond))
+}
+
+func TestJitterBounds(t *testing.T) {
+	t.Parallel()
+	p := policy()
+	r := rand.New(rand.NewPCG(1, 2))
+	for attempt := 1; attempt <= 10; attempt++ {
+		full := p.Backoff(attempt, 0)
+		lo := time.Duration(float64(full) * (1 - p.Jitter))
+		seenLow, seenHigh := false, false
+		for range 1000 {
+			x := r.Float64()
+			b := p.Backoff(attempt, x)
+			if b < lo || b > full {
+				t.Fatalf("attempt %d: backoff %s outside [%s, %s] for rnd %v", attempt, b, lo, full, x)
+			}
+			seenLow = seenLow || b < lo+(full-lo)/4
+			seenHigh = seenHigh || b > full-(full-lo)/4
+			if d := p.RetryDelay(attempt, 0, x); d < p.Interval {
+				t.Fatalf("retry delay %s below the interval", d)
+			}
+		}
+		if !seenLow || !seenHigh {
+			t.Fatalf("attempt %d: jitter does not spread over its range", attempt)
+		}
+	}
+}
+
+func TestRetryStateFollowsTheHead(t *testing.T) {
+	t.Parallel()
+	s := dispatch.NewScheduler(policy(), zero)
+	s.Notify("a", t0, time.Time{})
+	mustDue(t, s, t0, "a")
+	s.Done(dispatch.Result{Subject: "a", Kind: dispatch.Retry, Seq: 9, Attempts: 1, FirstAttempt: t0, AttemptEnd: t0}, t0)
+	job := mustDue(t, s, t0.Add(interval), "a")
+	if job.HeadSeq != 9 || job.Attempts != 1 || !job.FirstAttempt.Equal(t0) {
+		t.Fatalf("job after a retry = %+v, want head 9 with 1 attempt", job)
+	}
+	s.Done(dispatch.Result{Subject: "a", Kind: dispatch.DeadLettered, AttemptEnd: t0.Add(interval)}, t0.Add(interval))
+	job = mustDue(t, s, t0.Add(2*interval), "a")
+	if job.Attempts != 0 || job.HeadSeq != 0 {
+		t.Fatalf("job after a dead letter = %+v, want a fresh head", job)
+	}
+}
+
+func TestFailedReadIsRetriedButKeepsSpacing(t *testing.T) {
+	t.Parallel()
+	s := dispatch.NewScheduler(policy(), zero)
+	s.Notify("a", t0, time.Time{})
+	mustDue(t, s, t0, "a")
+	s.Done(dispatch.Result{Subject: "a", Kind: dispatch.Delivered, AttemptEnd: t0}, t0)
+	mustDue(t, s, t0.Add(interval), "a")
+	s.Done(dispatch.Result{Subject: "a", Kind: dispatch.Failed}, t0.Add(interval))
+	mustNotDue(t, s, t0.Add(interval+time.Second-time.Nanosecond))
+	mustDue(t, s, t0.Add(interval+time.Second), "a")
+}
+
+func TestGiveUp(t *testing.T) {
+	t.Parallel()
+	p := policy() // 5 attempts, 1h
+	cases := []struct {
+		name    string
+		attempt int
+		age     time.Duration
+		wantWhy string
+	}{
+		{"Retry", 1, time.Minute, ""},
+		{"AttemptsExhausted", 5, time.Minute, "attempts-exhausted"},
+		{"AgeExhausted", 2, time.Hour, "age-exhausted"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if got := p.GiveUp(c.attempt, t0, t0.Add(c.age)); got != c.wantWhy {
+				t.Fatalf("GiveUp = %q, want %q", got, c.wantWhy)
+			}
+		})
+	}
+}
+
+func TestPolicyValidate(t *testing.T) {
+	t.Parallel()
+	if err := policy().Validate(); err != nil {
+		t.Fatal(err)
+	}
+	bad := policy()
+	bad.Interval = -time.Second
+	bad.Jitter = 1
+	if err := bad.Validate(); err == nil {
+		t.Fatal("a negative interval and jitter 1 validate")
+	}
+}

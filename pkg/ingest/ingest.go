@@ -1,0 +1,169 @@
+// Package ingest is the HTTP API penguin posts requests to. It validates a request,
+// finds its clientId, hands it to the queue and answers 202 only once the queue has
+// acknowledged it durably. Every refusal is application/problem+json with a detail a
+// caller can act on; a refused request is never published.
+package ingest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/rs/zerolog"
+
+	"github.com/penguinhq/dispatcher/pkg/request"
+)
+
+// Publisher stores an accepted request durably. Its errors are request.ErrBacklogFull,
+// request.ErrQueueFull or request.ErrUnavailable, possibly wrapped.
+type Publisher interface {
+	Publish(ctx context.Context, r request.Request) (request.Receipt, error)
+}
+
+// Readiness reports whether the queue can take requests now.
+type Readiness interface {
+	Ready(ctx context.Context) error
+}
+
+// Defaults for Config.
+const (
+	DefaultMaxBodyBytes   = 1 << 20
+	DefaultPublishTimeout = 5 * time.Second
+	DefaultBacklogRetry   = 5 * time.Second
+)
+
+// Config configures the API.
+type Config struct {
+	// MaxBodyBytes caps a request body; a larger one gets 413. Defaults to 1 MiB.
+	MaxBodyBytes int64
+	// PublishTimeout bounds the wait for the queue's acknowledgement; past it the caller
+	// gets 503. Defaults to 5s.
+	PublishTimeout time.Duration
+	// BacklogRetryAfter is the Retry-After sent with 429 when a client's backlog is full:
+	// a slot frees once per dispatch interval. Defaults to 5s.
+	BacklogRetryAfter time.Duration
+}
+
+// WithDefaults returns c with zero fields set to their defaults.
+func (c Config) WithDefaults() Config {
+	if c.MaxBodyBytes == 0 {
+		c.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if c.PublishTimeout == 0 {
+		c.PublishTimeout = DefaultPublishTimeout
+	}
+	if c.BacklogRetryAfter == 0 {
+		c.BacklogRetryAfter = DefaultBacklogRetry
+	}
+	return c
+}
+
+// Validate reports every field that cannot work.
+func (c Config) Validate() error {
+	var errs []error
+	if c.MaxBodyBytes < 1 {
+		errs = append(errs, fmt.Errorf("max body bytes %d: must be at least 1", c.MaxBodyBytes))
+	}
+	if c.PublishTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("publish timeout %s: must be positive", c.PublishTimeout))
+	}
+	if c.BacklogRetryAfter <= 0 {
+		errs = append(errs, fmt.Errorf("backlog retry-after %s: must be positive", c.BacklogRetryAfter))
+	}
+	return errors.Join(errs...)
+}
+
+// API serves the ingest endpoints.
+type API struct {
+	cfg   Config
+	pub   Publisher
+	ready Readiness
+	log   zerolog.Logger
+}
+
+// New returns the API.
+func New(cfg Config, pub Publisher, ready Readiness, log zerolog.Logger) (*API, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &API{cfg: cfg, pub: pub, ready: ready, log: log.With().Str("component", "ingest").Logger()}, nil
+}
+
+// Handler returns the routes:
+//
+//	POST /v1/requests  accept a request for dispatch
+//	GET  /healthz      the process is alive
+//	GET  /readyz       the queue is reachable and its streams are in place
+func (a *API) Handler() http.Handler {
+	r := chi.NewRouter()
+	r.Post("/v1/requests", a.accept)
+	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, http.StatusOK, map[string]string{"status": "ok"}) })
+	r.Get("/readyz", a.readyz)
+	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
+		writeProblem(w, problem{Status: http.StatusNotFound, Code: "not_found", Detail: fmt.Sprintf("no route %s %s; requests go to POST /v1/requests", r.Method, r.URL.Path)})
+	})
+	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
+		writeProblem(w, problem{Status: http.StatusMethodNotAllowed, Code: "method_not_allowed", Detail: fmt.Sprintf("%s is not allowed on %s", r.Method, r.URL.Path)})
+	})
+	return r
+}
+
+func (a *API) readyz(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+	defer cancel()
+	if err := a.ready.Ready(ctx); err != nil {
+		a.log.Warn().Err(err).Msg("not ready")
+		writeProblem(w, problem{Status: http.StatusServiceUnavailable, Code: "not_ready", Detail: "the queue is not reachable or its streams are not in place", RetryAfter: time.Second})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+}
+
+type accepted struct {
+	ID        string `json:"id"`
+	ClientID  string `json:"clientId"`
+	Status    string `json:"status"`
+	Duplicate bool   `json:"duplicate,omitempty"`
+}
+
+func (a *API) accept(w http.ResponseWriter, r *http.Request) {
+	req, p := a.parse(w, r)
+	if p != nil {
+		writeProblem(w, *p)
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), a.cfg.PublishTimeout)
+	defer cancel()
+	receipt, err := a.pub.Publish(ctx, req)
+	if err != nil {
+		p := publishProblem(err, a.cfg.BacklogRetryAfter)
+		ev := a.log.Debug()
+		if p.Status == http.StatusServiceUnavailable {
+			ev = a.log.Warn()
+		}
+		ev.Err(err).Str("client_id", req.ClientID).Str("request_id", req.ID).Int("status", p.Status).Msg("request refused")
+		writeProblem(w, p)
+		return
+	}
+	a.log.Debug().Str("client_id", req.ClientID).Str("request_id", req.ID).Uint64("seq", receipt.Seq).Bool("duplicate", receipt.Duplicate).Msg("request accepted")
+	writeJSON(w, http.StatusAccepted, accepted{ID: req.ID, ClientID: req.ClientID, Status: "queued", Duplicate: receipt.Duplicate})
+}
+
+// publishProblem is the one map from queue errors to HTTP answers.
+func publishProblem(err error, backlogRetry time.Duration) problem {
+	switch {
+	case errors.Is(err, request.ErrBacklogFull):
+		return problem{Status: http.StatusTooManyRequests, Code: "backlog_full", RetryAfter: backlogRetry,
+			Detail: "this client's backlog is at its cap; nothing queued was dropped; retry after the Retry-After delay"}
+	case errors.Is(err, request.ErrQueueFull):
+		return problem{Status: http.StatusServiceUnavailable, Code: "queue_full", RetryAfter: 30 * time.Second,
+			Detail: "the queue is at its size limit; nothing queued was dropped; retry after the Retry-After delay"}
+	default:
+		return problem{Status: http.StatusServiceUnavailable, Code: "queue_unavailable", RetryAfter: time.Second,
+			Detail: "the request could not be stored durably just now and was not accepted; retry after the Retry-After delay"}
+	}
+}

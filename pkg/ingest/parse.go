@@ -1,0 +1,152 @@
+package ingest
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/penguinhq/dispatcher/pkg/request"
+)
+
+// parse reads and checks one POST /v1/requests. It returns the request to publish, or
+// the problem to answer with.
+func (a *API) parse(w http.ResponseWriter, r *http.Request) (request.Request, *problem) {
+	ct := r.Header.Get("Content-Type")
+	if !isJSON(ct) {
+		return request.Request{}, &problem{Status: http.StatusUnsupportedMediaType, Code: "unsupported_media_type",
+			Detail: fmt.Sprintf("Content-Type %q is not JSON; send Content-Type: application/json", ct)}
+	}
+	if r.ContentLength > a.cfg.MaxBodyBytes {
+		return request.Request{}, tooLarge(a.cfg.MaxBodyBytes)
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, a.cfg.MaxBodyBytes))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return request.Request{}, tooLarge(a.cfg.MaxBodyBytes)
+		}
+		return request.Request{}, &problem{Status: http.StatusBadRequest, Code: "body_unreadable", Detail: "the request body could not be read completely"}
+	}
+	if !json.Valid(body) {
+		return request.Request{}, badRequest("malformed_json", "the body is not valid JSON")
+	}
+
+	clientID, p := clientIDOf(r.Header, body)
+	if p != nil {
+		return request.Request{}, p
+	}
+	if err := request.ValidateClientID(clientID); err != nil {
+		return request.Request{}, badRequest("client_id_invalid", err.Error()+"; a clientId is 1 to 128 bytes of UTF-8 text without control characters")
+	}
+
+	id := request.NewID(time.Now())
+	switch keys := r.Header.Values(request.HeaderIdempotencyKey); len(keys) {
+	case 0:
+	case 1:
+		if err := request.ValidateIdempotencyKey(keys[0]); err != nil {
+			return request.Request{}, badRequest("idempotency_key_invalid", err.Error())
+		}
+		id = request.IDFromKey(clientID, keys[0])
+	default:
+		return request.Request{}, badRequest("idempotency_key_invalid", "send one Idempotency-Key header, not several")
+	}
+	return request.Request{ID: id, ClientID: clientID, ContentType: ct, Body: body}, nil
+}
+
+func tooLarge(limit int64) *problem {
+	return &problem{Status: http.StatusRequestEntityTooLarge, Code: "body_too_large",
+		Detail: fmt.Sprintf("the body is larger than the limit of %d bytes", limit)}
+}
+
+func badRequest(code, detail string) *problem {
+	return &problem{Status: http.StatusBadRequest, Code: code, Detail: detail}
+}
+
+func isJSON(ct string) bool {
+	mt, _, err := mime.ParseMediaType(ct)
+	return err == nil && (mt == "application/json" || (strings.HasPrefix(mt, "application/") && strings.HasSuffix(mt, "+json")))
+}
+
+// clientIDOf takes the clientId from the X-Client-Id header when there is one, else from
+// the body's top-level string field "clientId". It does not validate the id itself.
+func clientIDOf(h http.Header, body []byte) (string, *problem) {
+	switch vs := h.Values(request.HeaderClientID); len(vs) {
+	case 0:
+	case 1:
+		return vs[0], nil
+	default:
+		return "", badRequest("client_id_invalid", "send one X-Client-Id header, not several")
+	}
+	id, err := clientIDFromBody(body)
+	if err != nil {
+		return "", badRequest("client_id_missing", err.Error())
+	}
+	return id, nil
+}
+
+var errNoClientID = errors.New(`no clientId: send an X-Client-Id header, or a JSON object body with a top-level string field "clientId"`)
+
+// clientIDFromBody finds the top-level "clientId" of a JSON object that is already known
+// to be valid JSON. A second "clientId" key is refused rather than guessed at.
+func clientIDFromBody(body []byte) (string, error) {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return "", errNoClientID
+	}
+	var id string
+	found := false
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return "", errNoClientID
+		}
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); err != nil {
+			return "", errNoClientID
+		}
+		if tok != "clientId" {
+			continue
+		}
+		if found {
+			return "", errors.New(`the body has "clientId" more than once; send it once`)
+		}
+		found = true
+		if len(raw) == 0 || raw[0] != '"' {
+			return "", fmt.Errorf(`"clientId" must be a JSON string, not %s`, kindOf(raw))
+		}
+		if !utf8.Valid(raw) {
+			return "", request.ErrClientIDInvalidUTF8
+		}
+		if err := json.Unmarshal(raw, &id); err != nil {
+			return "", errNoClientID
+		}
+	}
+	if !found {
+		return "", errNoClientID
+	}
+	return id, nil
+}
+
+func kindOf(raw json.RawMessage) string {
+	switch {
+	case len(raw) == 0:
+		return "empty"
+	case raw[0] == '{':
+		return "an object"
+	case raw[0] == '[':
+		return "an array"
+	case bytes.Equal(raw, []byte("null")):
+		return "null"
+	case bytes.Equal(raw, []byte("true")), bytes.Equal(raw, []byte("false")):
+		return "a boolean"
+	default:
+		return "a number"
+	}
+}

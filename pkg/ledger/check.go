@@ -1,0 +1,135 @@
+package ledger
+
+import (
+	"fmt"
+	"sort"
+	"time"
+)
+
+// Accepted is a request ingest answered 202 for.
+type Accepted struct {
+	ClientID string
+	ID       string
+}
+
+// Expect is what the record is checked against.
+type Expect struct {
+	// Interval is the least gap allowed between two attempts of one client.
+	Interval time.Duration
+	// Accepted lists the accepted requests; for each client, in the order ingest accepted
+	// them.
+	Accepted []Accepted
+	// Dead holds the ids found in the dead-letter stream.
+	Dead map[string]bool
+}
+
+// Report is the outcome of a Check.
+type Report struct {
+	Arrivals   int
+	Delivered  int           // distinct ids answered 2xx
+	Dead       int           // accepted ids found dead-lettered
+	Duplicates int           // 2xx answers for an id beyond its first
+	MinGap     time.Duration // least start-to-start gap between two attempts of one client; -1 if none
+	Violations []string      // each broken guarantee, in words
+}
+
+// String is a one-line summary.
+func (r Report) String() string {
+	return fmt.Sprintf("arrivals=%d delivered=%d dead=%d duplicates=%d min_gap=%s violations=%d",
+		r.Arrivals, r.Delivered, r.Dead, r.Duplicates, r.MinGap, len(r.Violations))
+}
+
+// Check compares the record with e: loss (G4), order (G3), spacing (G2), and counts
+// duplicates (G5).
+func (l *Ledger) Check(e Expect) Report {
+	arrivals := l.Arrivals()
+	sort.SliceStable(arrivals, func(i, j int) bool { return arrivals[i].Start.Before(arrivals[j].Start) })
+	rep := Report{Arrivals: len(arrivals), MinGap: -1}
+	violate := func(format string, args ...any) {
+		if len(rep.Violations) < 50 {
+			rep.Violations = append(rep.Violations, fmt.Sprintf(format, args...))
+		}
+	}
+
+	order := map[string][]string{} // client -> ids in acceptance order
+	index := map[string]int{}       // id -> position in its client's order
+	for _, a := range e.Accepted {
+		if _, dup := index[a.ID]; dup {
+			continue // the same Idempotency-Key accepted twice is one request
+		}
+		index[a.ID] = len(order[a.ClientID])
+		order[a.ClientID] = append(order[a.ClientID], a.ID)
+	}
+
+	delivered := map[string]int{}
+	byClient := map[string][]Arrival{}
+	for _, a := range arrivals {
+		byClient[a.ClientID] = append(byClient[a.ClientID], a)
+		if _, known := index[a.ID]; !known {
+			violate("arrival of id %s (client %q) that was never accepted", a.ID, a.ClientID)
+		}
+	}
+
+	for client, as := range byClient {
+		done := map[string]bool{}
+		pos := 0
+		for i, a := range as {
+			if i > 0 {
+				prev := as[i-1]
+				gap := a.Start.Sub(prev.Start)
+				if rep.MinGap < 0 || gap < rep.MinGap {
+					rep.MinGap = gap
+				}
+				if gap < e.Interval {
+					violate("client %q: attempts %s and %s started %s apart, below the interval %s", client, prev.ID, a.ID, gap, e.Interval)
+				}
+				if !prev.Aborted {
+					if since := a.Start.Sub(prev.End); since < e.Interval {
+						violate("client %q: attempt of %s started %s after the previous attempt ended, below the interval %s", client, a.ID, since, e.Interval)
+					}
+				}
+			}
+			k, known := index[a.ID]
+			if !known {
+				continue
+			}
+			if k < pos {
+				if !done[a.ID] {
+					violate("client %q: %s attempted after a later request", client, a.ID)
+				}
+			} else {
+				for _, skipped := range order[client][pos:k] {
+					if !done[skipped] && !e.Dead[skipped] {
+						violate("client %q: %s attempted before %s was delivered or dead-lettered", client, a.ID, skipped)
+					}
+				}
+				pos = k
+			}
+			if ok(a) {
+				if delivered[a.ID] > 0 {
+					rep.Duplicates++
+				}
+				delivered[a.ID]++
+				done[a.ID] = true
+			}
+		}
+	}
+
+	for _, a := range e.Accepted {
+		switch {
+		case delivered[a.ID] > 0 && e.Dead[a.ID]:
+			violate("request %s (client %q) was both delivered and dead-lettered", a.ID, a.ClientID)
+		case delivered[a.ID] > 0:
+		case e.Dead[a.ID]:
+		default:
+			violate("request %s (client %q) was accepted but neither delivered nor dead-lettered", a.ID, a.ClientID)
+		}
+	}
+	rep.Delivered = len(delivered)
+	for id := range e.Dead {
+		if _, known := index[id]; known {
+			rep.Dead++
+		}
+	}
+	return rep
+}

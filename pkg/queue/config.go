@@ -1,0 +1,85 @@
+package queue
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Stream and subject names.
+const (
+	RequestStream    = "REQUESTS"
+	DeadLetterStream = "DEADLETTER"
+
+	requestPrefix    = "dispatch.req."
+	deadLetterPrefix = "dispatch.dead."
+)
+
+// Defaults for Config.
+const (
+	DefaultPartitions      = 64
+	DefaultReplicas        = 1
+	DefaultBacklogCap      = 10_000
+	DefaultDuplicateWindow = 2 * time.Minute
+)
+
+// Config describes the streams. The dispatcher creates or updates them at start; ingest
+// only creates them when they are missing, so one deployment's settings come from one
+// place.
+type Config struct {
+	// Partitions is how many partitions client subjects are spread over. It is fixed when
+	// the stream is created; changing it needs a new stream (see docs/adr). Defaults to 64.
+	Partitions int
+	// Replicas is the stream replica count: 1 on a single node, 3 on a cluster.
+	// Defaults to 1.
+	Replicas int
+	// BacklogCap is the most requests one client may have queued; past it ingest answers
+	// 429. Defaults to 10000.
+	BacklogCap int64
+	// MaxBytes caps the request stream's size; past it ingest answers 503. Zero or less
+	// means no cap beyond the server's own storage limits. Defaults to no cap.
+	MaxBytes int64
+	// DuplicateWindow is how long an Idempotency-Key is remembered. Defaults to 2m.
+	DuplicateWindow time.Duration
+	// DeadLetterMaxAge is how long dead letters are kept; zero keeps them until removed.
+	// Defaults to 0 (forever).
+	DeadLetterMaxAge time.Duration
+}
+
+// WithDefaults returns c with zero fields set to their defaults.
+func (c Config) WithDefaults() Config {
+	if c.Partitions == 0 {
+		c.Partitions = DefaultPartitions
+	}
+	if c.Replicas == 0 {
+		c.Replicas = DefaultReplicas
+	}
+	if c.BacklogCap == 0 {
+		c.BacklogCap = DefaultBacklogCap
+	}
+	if c.DuplicateWindow == 0 {
+		c.DuplicateWindow = DefaultDuplicateWindow
+	}
+	return c
+}
+
+// Validate reports the first field that cannot work, and what it accepts.
+func (c Config) Validate() error {
+	var errs []error
+	if c.Partitions < 1 || c.Partitions > 1024 {
+		errs = append(errs, fmt.Errorf("partitions %d: must be 1 to 1024", c.Partitions))
+	}
+	if c.Replicas != 1 && c.Replicas != 3 && c.Replicas != 5 {
+		errs = append(errs, fmt.Errorf("replicas %d: must be 1, 3 or 5", c.Replicas))
+	}
+	if c.BacklogCap < 1 {
+		errs = append(errs, fmt.Errorf("backlog cap %d: must be at least 1", c.BacklogCap))
+	}
+	if c.DuplicateWindow < time.Second {
+		errs = append(errs, fmt.Errorf("duplicate window %s: must be at least 1s", c.DuplicateWindow))
+	}
+	if c.DeadLetterMaxAge < 0 {
+		errs = append(errs, fmt.Errorf("dead-letter max age %s: must be 0 (forever) or positive", c.DeadLetterMaxAge))
+	}
+	return errors.Join(errs...)
+}

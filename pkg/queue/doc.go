@@ -1,0 +1,16 @@
+// Package queue is the project's only door to NATS: it creates the streams, publishes
+// accepted requests, lists and watches the clients that have a backlog, reads a client's
+// head request, deletes it once sent, and moves it to the dead-letter stream. It also
+// starts an embedded nats-server for the standalone mode.
+//
+// Requests live in the REQUESTS stream, one subject per client:
+//
+//	publish to   dispatch.req.<token>
+//	stored as    dispatch.req.<partition>.<token>
+//
+// where <token> is request.EncodeClientID(clientId) and the partition is computed by the
+// server's own subject transform ({{partition(N,1)}}), so every publisher agrees on it
+// without sharing code. The stream's subjects are the one-token form only: a publish
+// straight to a partitioned subject finds no stream and fails, so no client can be filed
+// under two partitions.
+package queue

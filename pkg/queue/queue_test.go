@@ -1,0 +1,179 @@
+package queue_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/penguinhq/dispatcher/pkg/queue"
+	"github.com/penguinhq/dispatcher/pkg/queue/queuetest"
+	"github.com/penguinhq/dispatcher/pkg/request"
+)
+
+func open(t *testing.T, cfg queue.Config) *queue.Queue {
+	t.Helper()
+	s := queuetest.Server(t)
+	q, err := queue.Open(context.Background(), queuetest.Conn(t, s), cfg, queue.CreateOrUpdate)
+	if err != nil {
+		t.Fatalf("open: %v", err)
+	}
+	return q
+}
+
+func publish(t *testing.T, q *queue.Queue, client, id string) request.Receipt {
+	t.Helper()
+	res, err := q.Publish(context.Background(), request.Request{ID: id, ClientID: client, ContentType: "application/json", Body: []byte(`{"n":"` + id + `"}`)})
+	if err != nil {
+		t.Fatalf("publish %s/%s: %v", client, id, err)
+	}
+	return res
+}
+
+func TestHeadDeleteInOrder(t *testing.T) {
+	t.Parallel()
+	q := open(t, queue.Config{})
+	ctx := context.Background()
+	for i := range 3 {
+		publish(t, q, "alice", fmt.Sprint("a", i))
+	}
+	publish(t, q, "bob", "b0")
+
+	backlog, err := q.Backlog(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(backlog) != 2 {
+		t.Fatalf("backlog has %d subjects, want 2: %v", len(backlog), backlog)
+	}
+	var alice string
+	for subj, n := range backlog {
+		if id, _ := queue.ClientIDOf(subj); id == "alice" {
+			alice = subj
+			if n != 3 {
+				t.Fatalf("alice has %d queued, want 3", n)
+			}
+		}
+		if p, err := queue.PartitionOf(subj); err != nil || p < 0 || p >= queue.DefaultPartitions {
+			t.Fatalf("partition of %s = %d, %v", subj, p, err)
+		}
+	}
+	for i := range 3 {
+		st, ok, err := q.Head(ctx, alice)
+		if err != nil || !ok {
+			t.Fatalf("head %d: ok=%v err=%v", i, ok, err)
+		}
+		if want := fmt.Sprint("a", i); st.ID != want || st.ClientID != "alice" || string(st.Body) != `{"n":"`+want+`"}` || st.ContentType != "application/json" {
+			t.Fatalf("head %d = %+v, want id %s", i, st, want)
+		}
+		if err := q.Delete(ctx, st.Seq); err != nil {
+			t.Fatal(err)
+		}
+		if err := q.Delete(ctx, st.Seq); err != nil {
+			t.Fatalf("deleting twice: %v", err)
+		}
+	}
+	if _, ok, err := q.Head(ctx, alice); ok || err != nil {
+		t.Fatalf("head of drained subject: ok=%v err=%v", ok, err)
+	}
+}
+
+func TestHostileClientIDsStayApart(t *testing.T) {
+	t.Parallel()
+	q := open(t, queue.Config{})
+	ids := []string{"a.b", "a", "*", ">", "a.>", "a b", "日本", "a.*", "ä"}
+	for i, id := range ids {
+		publish(t, q, id, fmt.Sprint("r", i))
+	}
+	backlog, err := q.Backlog(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for subj, n := range backlog {
+		id, err := queue.ClientIDOf(subj)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n != 1 || strings.Count(subj, ".") != 3 {
+			t.Fatalf("subject %s (client %q) holds %d, want 1 in 4 tokens", subj, id, n)
+		}
+		seen[id] = true
+	}
+	for _, id := range ids {
+		if !seen[id] {
+			t.Errorf("client %q not found in %v", id, backlog)
+		}
+	}
+}
+
+func TestBacklogCapAndDuplicates(t *testing.T) {
+	t.Parallel()
+	q := open(t, queue.Config{BacklogCap: 2})
+	first := publish(t, q, "c", "x1")
+	if again := publish(t, q, "c", "x1"); !again.Duplicate || again.Seq != first.Seq {
+		t.Fatalf("same id again: %+v, want duplicate of seq %d", again, first.Seq)
+	}
+	publish(t, q, "c", "x2")
+	_, err := q.Publish(context.Background(), request.Request{ID: "x3", ClientID: "c", Body: []byte("{}")})
+	if !errors.Is(err, request.ErrBacklogFull) {
+		t.Fatalf("third publish: %v, want ErrBacklogFull", err)
+	}
+	publish(t, q, "other", "o1") // another client is not affected
+}
+
+func TestQueueFull(t *testing.T) {
+	t.Parallel()
+	q := open(t, queue.Config{MaxBytes: 4096})
+	var err error
+	for i := 0; i < 100 && err == nil; i++ {
+		_, err = q.Publish(context.Background(), request.Request{ID: fmt.Sprint(i), ClientID: fmt.Sprint("c", i), Body: make([]byte, 512)})
+	}
+	if !errors.Is(err, request.ErrQueueFull) {
+		t.Fatalf("publishing past MaxBytes: %v, want ErrQueueFull", err)
+	}
+}
+
+func TestDeadLetterKeepsOneCopy(t *testing.T) {
+	t.Parallel()
+	q := open(t, queue.Config{})
+	ctx := context.Background()
+	publish(t, q, "d", "id1")
+	backlog, _ := q.Backlog(ctx)
+	for subj := range backlog {
+		st, _, err := q.Head(ctx, subj)
+		if err != nil {
+			t.Fatal(err)
+		}
+		why := request.DeadLetter{Reason: request.ReasonPermanent, LastStatus: 400, Attempts: 1, LastError: "bad\r\nthing"}
+		for range 2 {
+			if err := q.DeadLetter(ctx, st, why); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	dead, err := q.DeadLetters(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(dead) != 1 || dead[0].ID != "id1" || dead[0].Reason != request.ReasonPermanent || dead[0].LastStatus != 400 || dead[0].ClientID != "d" {
+		t.Fatalf("dead letters = %+v, want one permanent 400 for id1", dead)
+	}
+}
+
+func TestPartitionCountIsFixed(t *testing.T) {
+	t.Parallel()
+	s := queuetest.Server(t)
+	nc := queuetest.Conn(t, s)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := queue.Open(ctx, nc, queue.Config{Partitions: 8}, queue.CreateOrUpdate); err != nil {
+		t.Fatal(err)
+	}
+	_, err := queue.Open(ctx, nc, queue.Config{Partitions: 16}, queue.CreateOrUpdate)
+	if err == nil || !strings.Contains(err.Error(), "partition") {
+		t.Fatalf("reopening with another partition count: %v, want an error naming partitions", err)
+	}
+}

@@ -1,0 +1,186 @@
+// Package raven is the HTTP client to the downstream service. It sends one stored request
+// and turns raven's answer into a typed outcome: nil for 2xx, a *PermanentError for an
+// answer that retrying cannot fix, a *TransientError (perhaps with a Retry-After) for one
+// that it can.
+package raven
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/penguinhq/dispatcher/pkg/request"
+)
+
+// Defaults for Config.
+const (
+	DefaultTimeout       = 10 * time.Second
+	maxResponseBodyBytes = 64 << 10
+	maxRetryAfter        = 24 * time.Hour
+)
+
+// Config configures the client.
+type Config struct {
+	// URL is where requests are POSTed. Required.
+	URL string
+	// Timeout bounds one attempt, from dialing to the end of the response. Defaults to 10s.
+	Timeout time.Duration
+	// MaxConns caps idle and open connections to raven. Defaults to 1024.
+	MaxConns int
+}
+
+// WithDefaults returns c with zero fields set to their defaults.
+func (c Config) WithDefaults() Config {
+	if c.Timeout == 0 {
+		c.Timeout = DefaultTimeout
+	}
+	if c.MaxConns == 0 {
+		c.MaxConns = 1024
+	}
+	return c
+}
+
+// Validate reports what is wrong with c.
+func (c Config) Validate() error {
+	u, err := url.Parse(c.URL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("raven URL %q: must be an absolute http:// or https:// URL", c.URL)
+	}
+	if c.Timeout <= 0 {
+		return fmt.Errorf("raven timeout %s: must be positive", c.Timeout)
+	}
+	return nil
+}
+
+// Client sends requests to raven.
+type Client struct {
+	cfg  Config
+	http *http.Client
+}
+
+// New returns a Client for cfg.
+func New(cfg Config) (*Client, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.MaxIdleConns = cfg.MaxConns
+	tr.MaxIdleConnsPerHost = cfg.MaxConns
+	return &Client{cfg: cfg, http: &http.Client{
+		Transport: tr,
+		Timeout:   cfg.Timeout,
+		// A redirect is raven's answer, not an instruction to send the request elsewhere.
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}}, nil
+}
+
+// Timeout is the bound on one attempt.
+func (c *Client) Timeout() time.Duration { return c.cfg.Timeout }
+
+// Send POSTs one attempt of st. It returns nil when raven answered 2xx.
+func (c *Client) Send(ctx context.Context, st request.Stored, attempt int) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.cfg.URL, bytes.NewReader(st.Body))
+	if err != nil {
+		return &PermanentError{Err: fmt.Errorf("building request: %w", err)}
+	}
+	if st.ContentType != "" {
+		req.Header.Set("Content-Type", st.ContentType)
+	}
+	req.Header.Set(request.HeaderIdempotencyKey, st.ID)
+	req.Header.Set(request.HeaderClientID, st.ClientID)
+	req.Header.Set(request.HeaderAttempt, strconv.Itoa(attempt))
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return &TransientError{Err: err}
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxResponseBodyBytes))
+	_ = resp.Body.Close()
+	return Classify(resp.StatusCode, resp.Header.Get("Retry-After"), time.Now())
+}
+
+// Classify turns an HTTP status (and Retry-After header) into an outcome.
+func Classify(status int, retryAfter string, now time.Time) error {
+	switch {
+	case status >= 200 && status < 300:
+		return nil
+	case status == http.StatusRequestTimeout, status == http.StatusTooEarly,
+		status == http.StatusTooManyRequests, status >= 500:
+		return &TransientError{Status: status, After: ParseRetryAfter(retryAfter, now)}
+	default:
+		return &PermanentError{Status: status}
+	}
+}
+
+// ParseRetryAfter reads a Retry-After value, seconds or an HTTP date, into a wait from
+// now. Anything unreadable, negative or absurd (over a day) counts as absent (zero).
+func ParseRetryAfter(v string, now time.Time) time.Duration {
+	if v == "" {
+		return 0
+	}
+	var d time.Duration
+	if secs, err := strconv.ParseInt(v, 10, 64); err == nil {
+		if secs < 0 || secs > int64(maxRetryAfter/time.Second) {
+			return 0
+		}
+		d = time.Duration(secs) * time.Second
+	} else if t, err := http.ParseTime(v); err == nil {
+		d = t.Sub(now)
+	}
+	if d < 0 || d > maxRetryAfter {
+		return 0
+	}
+	return d
+}
+
+// PermanentError is an answer that retrying will not change (4xx other than 408, 425
+// and 429, or a redirect).
+type PermanentError struct {
+	Status int
+	Err    error
+}
+
+func (e *PermanentError) Error() string {
+	if e.Err != nil {
+		return "permanent failure: " + e.Err.Error()
+	}
+	return fmt.Sprintf("permanent failure: raven answered %d", e.Status)
+}
+
+// Unwrap returns the cause, if any.
+func (e *PermanentError) Unwrap() error { return e.Err }
+
+// Permanent marks the outcome as not worth retrying.
+func (e *PermanentError) Permanent() bool { return true }
+
+// StatusCode is raven's HTTP status, 0 when there was none.
+func (e *PermanentError) StatusCode() int { return e.Status }
+
+// TransientError is a failure worth retrying: no answer, a timeout, 408, 425, 429 or 5xx.
+type TransientError struct {
+	Status int           // 0 when raven did not answer
+	After  time.Duration // raven's Retry-After, 0 when absent
+	Err    error
+}
+
+func (e *TransientError) Error() string {
+	if e.Err != nil {
+		return "transient failure: " + e.Err.Error()
+	}
+	return fmt.Sprintf("transient failure: raven answered %d", e.Status)
+}
+
+// Unwrap returns the cause, if any.
+func (e *TransientError) Unwrap() error { return e.Err }
+
+// RetryAfter is how long raven asked to wait, 0 when it did not say.
+func (e *TransientError) RetryAfter() time.Duration { return e.After }
+
+// StatusCode is raven's HTTP status, 0 when there was none.
+func (e *TransientError) StatusCode() int { return e.Status }
+

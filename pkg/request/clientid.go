@@ -1,0 +1,56 @@
+package request
+
+import (
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"unicode"
+	"unicode/utf8"
+)
+
+// MaxClientIDBytes is the longest clientId accepted, in bytes.
+const MaxClientIDBytes = 128
+
+// Errors returned by ValidateClientID. Each says what is wrong in words a caller can act on.
+var (
+	ErrClientIDEmpty       = errors.New("clientId is empty")
+	ErrClientIDTooLong     = fmt.Errorf("clientId is longer than %d bytes", MaxClientIDBytes)
+	ErrClientIDInvalidUTF8 = errors.New("clientId is not valid UTF-8")
+	ErrClientIDControl     = errors.New("clientId contains a control character")
+)
+
+// ValidateClientID reports whether id can name a client: 1 to MaxClientIDBytes bytes of
+// valid UTF-8 without control characters. Any other content, dots, wildcards, spaces and
+// non-ASCII letters included, is valid: EncodeClientID makes it safe for a subject.
+func ValidateClientID(id string) error {
+	switch {
+	case id == "":
+		return ErrClientIDEmpty
+	case len(id) > MaxClientIDBytes:
+		return ErrClientIDTooLong
+	case !utf8.ValidString(id):
+		return ErrClientIDInvalidUTF8
+	}
+	for _, r := range id {
+		if unicode.IsControl(r) {
+			return ErrClientIDControl
+		}
+	}
+	return nil
+}
+
+// EncodeClientID turns a clientId into exactly one NATS subject token: unpadded base64url,
+// whose alphabet (A-Z a-z 0-9 - _) holds no dot, wildcard or whitespace. The encoding is
+// one-to-one, so two distinct clientIds never share a subject.
+func EncodeClientID(id string) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(id))
+}
+
+// DecodeClientID reverses EncodeClientID.
+func DecodeClientID(token string) (string, error) {
+	b, err := base64.RawURLEncoding.Strict().DecodeString(token)
+	if err != nil {
+		return "", fmt.Errorf("decoding clientId token %q: %w", token, err)
+	}
+	return string(b), nil
+}

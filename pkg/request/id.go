@@ -1,0 +1,66 @@
+package request
+
+import (
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base32"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// MaxIdempotencyKeyBytes is the longest Idempotency-Key accepted, in bytes.
+const MaxIdempotencyKeyBytes = 256
+
+// ErrIdempotencyKeyInvalid is returned for an Idempotency-Key that is too long or holds
+// anything but printable ASCII.
+var ErrIdempotencyKeyInvalid = fmt.Errorf("Idempotency-Key must be 1 to %d printable ASCII characters", MaxIdempotencyKeyBytes)
+
+var idEncoding = base32.NewEncoding("0123456789abcdefghjkmnpqrstvwxyz").WithPadding(base32.NoPadding)
+
+// NewID returns a fresh request id: 26 characters, sortable by creation time to the
+// millisecond (48 bits of Unix milliseconds, then 80 random bits).
+func NewID(now time.Time) string {
+	var b [16]byte
+	binary.BigEndian.PutUint64(b[:8], uint64(now.UnixMilli())<<16)
+	if _, err := rand.Read(b[6:]); err != nil {
+		panic(fmt.Sprintf("reading random bytes: %v", err)) // crypto/rand does not fail on supported platforms
+	}
+	return idEncoding.EncodeToString(b[:])
+}
+
+// IDFromKey returns the request id for a caller-chosen Idempotency-Key. It is derived from
+// the clientId and the key together, so the same key sent again gives the same id (and the
+// queue drops the copy), while two clients that happen to pick the same key do not collide.
+func IDFromKey(clientID, key string) string {
+	h := sha256.New()
+	h.Write([]byte(clientID))
+	h.Write([]byte{0})
+	h.Write([]byte(key))
+	return "k" + idEncoding.EncodeToString(h.Sum(nil)[:16])
+}
+
+// ValidateIdempotencyKey checks a caller's Idempotency-Key.
+func ValidateIdempotencyKey(key string) error {
+	if key == "" || len(key) > MaxIdempotencyKeyBytes {
+		return ErrIdempotencyKeyInvalid
+	}
+	for i := 0; i < len(key); i++ {
+		if key[i] < 0x20 || key[i] > 0x7e {
+			return ErrIdempotencyKeyInvalid
+		}
+	}
+	return nil
+}
+
+// Errors a queue returns when it does not take a request. Ingest maps them to HTTP
+// answers; none of them means anything already queued was touched.
+var (
+	// ErrBacklogFull: this client's backlog is at its cap. Try again later.
+	ErrBacklogFull = errors.New("client backlog is full")
+	// ErrQueueFull: the whole queue is at its size limit. Try again later.
+	ErrQueueFull = errors.New("queue is full")
+	// ErrUnavailable: the queue could not be reached or did not confirm in time.
+	ErrUnavailable = errors.New("queue unavailable")
+)
