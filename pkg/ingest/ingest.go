@@ -101,7 +101,9 @@ func New(cfg Config, pub Publisher, ready Readiness, log zerolog.Logger) (*API, 
 func (a *API) Handler() http.Handler {
 	r := chi.NewRouter()
 	r.Post("/v1/requests", a.accept)
-	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, http.StatusOK, map[string]string{"status": "ok"}) })
+	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
 	r.Get("/readyz", a.readyz)
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, problem{Status: http.StatusNotFound, Code: "not_found", Detail: fmt.Sprintf("no route %s %s; requests go to POST /v1/requests", r.Method, r.URL.Path)})

@@ -52,7 +52,7 @@ func (l *Ledger) Check(e Expect) Report {
 	}
 
 	order := map[string][]string{} // client -> ids in acceptance order
-	index := map[string]int{}       // id -> position in its client's order
+	index := map[string]int{}      // id -> position in its client's order
 	for _, a := range e.Accepted {
 		if _, dup := index[a.ID]; dup {
 			continue // the same Idempotency-Key accepted twice is one request

@@ -183,4 +183,3 @@ func (e *TransientError) RetryAfter() time.Duration { return e.After }
 
 // StatusCode is raven's HTTP status, 0 when there was none.
 func (e *TransientError) StatusCode() int { return e.Status }
-
