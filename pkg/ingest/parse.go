@@ -85,8 +85,11 @@ func clientIDOf(h http.Header, body []byte) (string, *problem) {
 		return "", badRequest("client_id_invalid", "send one X-Client-Id header, not several")
 	}
 	id, err := clientIDFromBody(body)
-	if err != nil {
+	switch {
+	case errors.Is(err, errNoClientID):
 		return "", badRequest("client_id_missing", err.Error())
+	case err != nil:
+		return "", badRequest("client_id_invalid", err.Error())
 	}
 	return id, nil
 }

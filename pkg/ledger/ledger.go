@@ -8,7 +8,9 @@
 package ledger
 
 import (
+	"io"
 	"net/http"
+	"sort"
 	"strconv"
 	"sync"
 	"time"
@@ -64,6 +66,8 @@ func (l *Ledger) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		Start:    time.Now(),
 	}
 	a.Attempt, _ = strconv.Atoi(r.Header.Get("X-Dispatch-Attempt"))
+	// Reading the body to its end lets the server notice when the sender hangs up.
+	_, _ = io.Copy(io.Discard, r.Body)
 	resp := Response{Status: http.StatusOK}
 	if l.opts.Respond != nil {
 		resp = l.opts.Respond(a)
@@ -101,11 +105,13 @@ func (l *Ledger) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// Arrivals returns a copy of every arrival so far, in the order they were answered.
+// Arrivals returns a copy of every arrival so far, in the order they arrived.
 func (l *Ledger) Arrivals() []Arrival {
 	l.mu.Lock()
-	defer l.mu.Unlock()
-	return append([]Arrival(nil), l.arrivals...)
+	out := append([]Arrival(nil), l.arrivals...)
+	l.mu.Unlock()
+	sort.SliceStable(out, func(i, j int) bool { return out[i].Start.Before(out[j].Start) })
+	return out
 }
 
 // Delivered counts the distinct ids answered 2xx so far.

@@ -137,6 +137,9 @@ func (q *Queue) Config() Config { return q.cfg }
 
 // Ready reports whether JetStream answers and both streams are in place.
 func (q *Queue) Ready(ctx context.Context) error {
+	if !q.nc.IsConnected() {
+		return fmt.Errorf("not connected to NATS (%s)", q.nc.Status())
+	}
 	for _, name := range []string{RequestStream, DeadLetterStream} {
 		if _, err := q.js.Stream(ctx, name); err != nil {
 			return fmt.Errorf("stream %s: %w", name, err)
@@ -149,6 +152,10 @@ func (q *Queue) Ready(ctx context.Context) error {
 // Errors are request.ErrBacklogFull, request.ErrQueueFull or request.ErrUnavailable
 // (wrapped with the cause).
 func (q *Queue) Publish(ctx context.Context, r request.Request) (request.Receipt, error) {
+	if !q.nc.IsConnected() {
+		// Fail at once rather than wait out the timeout in the reconnect buffer.
+		return request.Receipt{}, fmt.Errorf("%w: not connected to NATS (%s)", request.ErrUnavailable, q.nc.Status())
+	}
 	msg := nats.NewMsg(requestPrefix + request.EncodeClientID(r.ClientID))
 	msg.Header.Set(request.HeaderID, r.ID)
 	if r.ContentType != "" {

@@ -1,0 +1,305 @@
+package integration
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/penguinhq/dispatcher/pkg/dispatch"
+	"github.com/penguinhq/dispatcher/pkg/ledger"
+	"github.com/penguinhq/dispatcher/pkg/request"
+)
+
+// Many clients post at once, a few requests each: every request arrives once, in order,
+// spaced per client (G2, G3, G4, G5).
+func TestBurstOfManyClients(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, options{interval: 150 * time.Millisecond})
+	const clients, each = 150, 3
+	var wg sync.WaitGroup
+	for c := range clients {
+		wg.Go(func() {
+			for n := range each {
+				s.post(clientName(c), n) // one client's posts are sequential: their order is known
+			}
+		})
+	}
+	wg.Wait()
+	rep := s.finish(30*time.Second, 0)
+	if rep.Delivered != clients*each {
+		t.Fatalf("delivered %d, want %d", rep.Delivered, clients*each)
+	}
+}
+
+// clientIds that look like subject syntax are ordinary, separate clients, and raven gets
+// each one back unchanged.
+func TestClientIDsThatLookLikeSubjects(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, options{})
+	ids := []string{"a.b", "a", "*", ">", "a.>", "a b", "日本語", "a.*", "ä", "dispatch.req.7.a", "-_"}
+	for i, id := range ids {
+		s.post(id, i)
+		s.post(id, i+100)
+	}
+	s.finish(20*time.Second, 0)
+	got := map[string]int{}
+	for _, a := range s.ledger.Arrivals() {
+		got[a.ClientID]++
+	}
+	for _, id := range ids {
+		if got[id] != 2 {
+			t.Errorf("client %q: raven got %d requests under that X-Client-Id, want 2", id, got[id])
+		}
+	}
+}
+
+// A client with a long backlog does not hold up idle clients: their first request goes
+// out at once, not after the busy client's interval (G6).
+func TestIdleClientBesideLongBacklog(t *testing.T) {
+	t.Parallel()
+	const interval = time.Second
+	s := newStack(t, options{interval: interval})
+	for n := range 5 {
+		s.post("busy", n)
+	}
+	// Past the dispatcher's start-up fence, and the busy client is mid-backlog.
+	waitFor(t, 10*time.Second, "the busy client's first delivery", func() bool { return s.ledger.Delivered() >= 1 })
+	for i := range 5 {
+		client := clientName(i)
+		posted := time.Now()
+		id := s.post(client, 0)
+		var arrived time.Time
+		waitFor(t, 5*time.Second, "the idle client's request", func() bool {
+			for _, a := range s.ledger.Arrivals() {
+				if a.ID == id {
+					arrived = a.Start
+					return true
+				}
+			}
+			return false
+		})
+		// A lane design sends at once; anything tied to the interval (a poll tick, a
+		// queue behind the busy client) would take about a second here.
+		if lat := arrived.Sub(posted); lat > interval/2 {
+			t.Errorf("idle client %s waited %s from post to raven, want well under the %s interval", client, lat, interval)
+		}
+	}
+	s.finish(20*time.Second, 0)
+}
+
+// Raven fails transiently for a while and then recovers: retries are spaced by the
+// interval at least, carry a rising attempt number and the same Idempotency-Key, and
+// everything arrives in order afterwards.
+func TestTransientFailuresThenRecovery(t *testing.T) {
+	t.Parallel()
+	var failing atomic.Bool
+	failing.Store(true)
+	s := newStack(t, options{interval: 100 * time.Millisecond, respond: func(a ledger.Arrival) ledger.Response {
+		if failing.Load() {
+			switch a.Attempt % 3 {
+			case 0:
+				return ledger.Response{Status: http.StatusServiceUnavailable}
+			case 1:
+				return ledger.Response{Status: http.StatusTooManyRequests}
+			default:
+				return ledger.Response{Status: http.StatusBadGateway}
+			}
+		}
+		return ledger.Response{}
+	}})
+	for c := range 5 {
+		for n := range 4 {
+			s.post(clientName(c), n)
+		}
+	}
+	waitFor(t, 10*time.Second, "several failed attempts per client", func() bool { return len(s.ledger.Arrivals()) >= 5*3 })
+	failing.Store(false)
+	s.finish(30*time.Second, 0)
+
+	attempts := map[string][]int{}
+	for _, a := range s.ledger.Arrivals() {
+		attempts[a.ID] = append(attempts[a.ID], a.Attempt)
+	}
+	retried := 0
+	for id, as := range attempts {
+		for i, n := range as {
+			if n != i+1 {
+				t.Fatalf("request %s: attempt headers %v, want 1, 2, 3, ...", id, as)
+			}
+		}
+		if len(as) > 1 {
+			retried++
+		}
+	}
+	if retried < 5 {
+		t.Fatalf("only %d requests were retried; the test did not exercise retries", retried)
+	}
+}
+
+// Retry-After from raven pushes the retry later than the interval would.
+func TestRetryAfterIsHonoured(t *testing.T) {
+	t.Parallel()
+	var calls atomic.Int32
+	s := newStack(t, options{interval: 100 * time.Millisecond, respond: func(a ledger.Arrival) ledger.Response {
+		if calls.Add(1) == 1 {
+			return ledger.Response{Status: http.StatusTooManyRequests, RetryAfter: "1"}
+		}
+		return ledger.Response{}
+	}})
+	s.post("a", 0)
+	s.finish(10*time.Second, 0)
+	as := s.ledger.Arrivals()
+	if len(as) != 2 {
+		t.Fatalf("%d arrivals, want 2", len(as))
+	}
+	if gap := as[1].Start.Sub(as[0].End); gap < time.Second {
+		t.Fatalf("retry came %s after a Retry-After: 1, want at least 1s", gap)
+	}
+}
+
+// A permanent 4xx sends the request to the dead-letter stream with the reason, and the
+// client's next request goes after the interval.
+func TestPermanentFailureIsDeadLettered(t *testing.T) {
+	t.Parallel()
+	var poison sync.Map
+	s := newStack(t, options{interval: 100 * time.Millisecond, respond: func(a ledger.Arrival) ledger.Response {
+		if _, bad := poison.Load(a.ID); bad {
+			return ledger.Response{Status: http.StatusUnprocessableEntity}
+		}
+		return ledger.Response{}
+	}})
+	s.post("a", 0)
+	bad := s.post("a", 1)
+	poison.Store(bad, true)
+	next := s.post("a", 2)
+	s.post("b", 0)
+	rep := s.finish(10*time.Second, 0)
+	if rep.Dead != 1 || rep.Delivered != 3 {
+		t.Fatalf("report %s, want 1 dead and 3 delivered", rep)
+	}
+	recs, err := s.q.DeadLetters(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := recs[0]
+	if r.ID != bad || r.ClientID != "a" || r.Reason != request.ReasonPermanent || r.LastStatus != 422 || r.Attempts != 1 || !strings.Contains(string(r.Body), `"n":1`) {
+		t.Fatalf("dead letter = %+v, want %s permanent 422 after 1 attempt with its body", r, bad)
+	}
+	var sawNext bool
+	for _, a := range s.ledger.Arrivals() {
+		sawNext = sawNext || a.ID == next
+	}
+	if !sawNext {
+		t.Fatal("the request after the dead-lettered one never arrived")
+	}
+}
+
+// A request that keeps failing transiently is dead-lettered when its attempts run out.
+func TestAttemptsExhaustedIsDeadLettered(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, options{interval: 50 * time.Millisecond,
+		policy: dispatch.Policy{MaxAttempts: 3},
+		respond: func(a ledger.Arrival) ledger.Response {
+			if a.ClientID == "doomed" {
+				return ledger.Response{Status: http.StatusInternalServerError}
+			}
+			return ledger.Response{}
+		}})
+	id := s.post("doomed", 0)
+	s.post("doomed-neighbour", 0)
+	rep := s.finish(10*time.Second, 0)
+	recs, _ := s.q.DeadLetters(context.Background())
+	if rep.Dead != 1 || len(recs) != 1 || recs[0].ID != id || recs[0].Reason != request.ReasonAttemptsExhausted || recs[0].Attempts != 3 || recs[0].LastStatus != 500 {
+		t.Fatalf("dead letters %+v, want %s attempts-exhausted after 3 tries", recs, id)
+	}
+}
+
+// Raven slower than the send timeout: the attempt is abandoned, retried no sooner than
+// the interval after it was abandoned, and the request is not lost.
+func TestSlowRavenTimesOut(t *testing.T) {
+	t.Parallel()
+	var calls atomic.Int32
+	s := newStack(t, options{interval: 100 * time.Millisecond, timeout: 200 * time.Millisecond,
+		respond: func(a ledger.Arrival) ledger.Response {
+			if calls.Add(1) == 1 {
+				return ledger.Response{Delay: 2 * time.Second}
+			}
+			return ledger.Response{}
+		}})
+	s.post("slow", 0)
+	s.post("slow", 1)
+	s.finish(10*time.Second, 0)
+	as := s.ledger.Arrivals()
+	if len(as) < 3 || !as[0].Aborted {
+		t.Fatalf("arrivals %+v: want the first attempt abandoned, then a retry and the next request", as)
+	}
+}
+
+// The same Idempotency-Key gives the same id and one delivery; another client using the
+// same key is another request.
+func TestIdempotencyKey(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, options{})
+	h := jsonHeader()
+	h.Set("Idempotency-Key", "order-42")
+	first := s.postRaw(h, []byte(`{"clientId":"a"}`))
+	again := s.postRaw(h, []byte(`{"clientId":"a"}`))
+	other := s.postRaw(h, []byte(`{"clientId":"b"}`))
+	if first.Status != 202 || again.Status != 202 || other.Status != 202 {
+		t.Fatalf("statuses %d %d %d, want 202s", first.Status, again.Status, other.Status)
+	}
+	if first.str("id") != again.str("id") || again.Body["duplicate"] != true {
+		t.Fatalf("same key gave ids %s and %s (duplicate=%v)", first.str("id"), again.str("id"), again.Body["duplicate"])
+	}
+	if other.str("id") == first.str("id") {
+		t.Fatal("two clients with the same key share an id")
+	}
+	rep := s.finish(10*time.Second, 0)
+	if rep.Arrivals != 2 {
+		t.Fatalf("raven got %d requests, want 2 (one per distinct request)", rep.Arrivals)
+	}
+}
+
+// Raven receives the original body bytes, Content-Type and the dispatch headers.
+func TestRavenGetsTheRequestUnchanged(t *testing.T) {
+	t.Parallel()
+	var got http.Header
+	var body []byte
+	var once sync.Once
+	done := make(chan struct{})
+	rec := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		once.Do(func() {
+			got = r.Header.Clone()
+			body, _ = readAll(r)
+			close(done)
+		})
+	})
+	s := newStack(t, options{noStart: true})
+	srv := newHTTPServer(t, rec)
+	s.ravenURL = srv
+	s.startDispatcher()
+	h := http.Header{"Content-Type": {"application/vnd.penguin+json; charset=utf-8"}, "X-Client-Id": {"penguin 7"}}
+	sent := []byte("{ \"clientId\": \"ignored\",\n \"x\": [1, 2.50, \"\u00e9\"] }")
+	a := s.postRaw(h, sent)
+	if a.Status != 202 || a.str("clientId") != "penguin 7" {
+		t.Fatalf("post: %d %v; want 202 for the header's clientId", a.Status, a.Body)
+	}
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("raven got nothing")
+	}
+	if string(body) != string(sent) {
+		t.Errorf("body %q, want the original bytes %q", body, sent)
+	}
+	want := map[string]string{"Content-Type": h.Get("Content-Type"), "X-Client-Id": "penguin 7", "Idempotency-Key": a.str("id"), "X-Dispatch-Attempt": "1"}
+	for k, v := range want {
+		if got.Get(k) != v {
+			t.Errorf("header %s = %q, want %q", k, got.Get(k), v)
+		}
+	}
+}

@@ -1,0 +1,282 @@
+// Package integration runs the service's real parts together: an embedded nats-server,
+// the queue, ingest and the dispatcher (in process, or as built binaries), and a recording
+// raven (pkg/ledger) that every test checks at its end against the guarantees in
+// ARCHITECTURE.md.
+package integration
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
+
+	"github.com/penguinhq/dispatcher/pkg/dispatch"
+	"github.com/penguinhq/dispatcher/pkg/ingest"
+	"github.com/penguinhq/dispatcher/pkg/ledger"
+	"github.com/penguinhq/dispatcher/pkg/queue"
+	"github.com/penguinhq/dispatcher/pkg/queue/queuetest"
+	"github.com/penguinhq/dispatcher/pkg/raven"
+)
+
+// testLog writes warnings to stderr when DISPATCH_TEST_LOG is set, else nothing.
+func testLog() zerolog.Logger {
+	if os.Getenv("DISPATCH_TEST_LOG") == "" {
+		return zerolog.Nop()
+	}
+	return zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr}).Level(zerolog.DebugLevel).With().Timestamp().Logger()
+}
+
+type options struct {
+	interval time.Duration
+	queue    queue.Config
+	policy   dispatch.Policy
+	timeout  time.Duration // raven timeout
+	respond  func(ledger.Arrival) ledger.Response
+	noStart  bool // do not start the dispatcher
+}
+
+// stack is one service on one embedded NATS server, with a recording raven.
+type stack struct {
+	t         testing.TB
+	opts      options
+	srv       *server.Server
+	nc        *nats.Conn
+	q         *queue.Queue
+	ledger    *ledger.Ledger
+	ravenURL  string
+	ingestURL string
+
+	mu       sync.Mutex
+	accepted []ledger.Accepted
+
+	stopDispatch func()
+}
+
+func newStack(t testing.TB, o options) *stack {
+	t.Helper()
+	if o.interval == 0 {
+		o.interval = 100 * time.Millisecond
+	}
+	if o.timeout == 0 {
+		o.timeout = 5 * time.Second
+	}
+	s := &stack{t: t, opts: o}
+	s.srv = queuetest.Server(t)
+	s.nc = queuetest.Conn(t, s.srv)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	q, err := queue.Open(ctx, s.nc, o.queue, queue.CreateOrUpdate)
+	if err != nil {
+		t.Fatalf("opening queue: %v", err)
+	}
+	s.q = q
+	s.ledger = ledger.New(ledger.Options{Respond: o.respond})
+	rs := httptest.NewServer(s.ledger)
+	t.Cleanup(rs.Close)
+	s.ravenURL = rs.URL
+
+	api, err := ingest.New(ingest.Config{MaxBodyBytes: 4096, BacklogRetryAfter: o.interval}, q, q, testLog())
+	if err != nil {
+		t.Fatal(err)
+	}
+	is := httptest.NewServer(api.Handler())
+	t.Cleanup(is.Close)
+	s.ingestURL = is.URL + "/v1/requests"
+	if !o.noStart {
+		s.startDispatcher()
+	}
+	t.Cleanup(s.stopDispatcher)
+	return s
+}
+
+func (s *stack) policy() dispatch.Policy {
+	p := s.opts.policy
+	p.Interval = s.opts.interval
+	if p.BackoffBase == 0 {
+		p.BackoffBase = s.opts.interval / 2
+	}
+	if p.BackoffMax == 0 {
+		p.BackoffMax = 4 * s.opts.interval
+	}
+	return p
+}
+
+// startDispatcher runs a dispatcher in this process until stopDispatcher.
+func (s *stack) startDispatcher() {
+	s.t.Helper()
+	rc, err := raven.New(raven.Config{URL: s.ravenURL, Timeout: s.opts.timeout})
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	d, err := dispatch.New(dispatch.Config{Policy: s.policy(), ShutdownGrace: 5 * time.Second}, s.q, rc, testLog())
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	s.stopDispatch = func() {
+		cancel()
+		if err := <-done; err != nil {
+			s.t.Errorf("dispatcher: %v", err)
+		}
+	}
+}
+
+func (s *stack) stopDispatcher() {
+	if s.stopDispatch != nil {
+		s.stopDispatch()
+		s.stopDispatch = nil
+	}
+}
+
+// answer is ingest's reply to one POST.
+type answer struct {
+	Status int
+	Header http.Header
+	Body   map[string]any
+}
+
+func (a answer) str(key string) string { s, _ := a.Body[key].(string); return s }
+
+// postRaw sends one request to ingest and records it as accepted when it gets 202.
+func (s *stack) postRaw(header http.Header, body []byte) answer {
+	s.t.Helper()
+	req, err := http.NewRequest(http.MethodPost, s.ingestURL, bytes.NewReader(body))
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	for k, vs := range header {
+		req.Header[k] = vs
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		s.t.Fatalf("posting to ingest: %v", err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	a := answer{Status: resp.StatusCode, Header: resp.Header}
+	if err := json.Unmarshal(raw, &a.Body); err != nil {
+		s.t.Fatalf("ingest answered %d with a body that is not JSON: %q", resp.StatusCode, raw)
+	}
+	if a.Status == http.StatusAccepted {
+		s.mu.Lock()
+		s.accepted = append(s.accepted, ledger.Accepted{ClientID: a.str("clientId"), ID: a.str("id")})
+		s.mu.Unlock()
+	}
+	return a
+}
+
+func jsonHeader() http.Header { return http.Header{"Content-Type": {"application/json"}} }
+
+// post sends a JSON body for client (in the body's clientId) and requires a 202.
+func (s *stack) post(client string, n int) string {
+	s.t.Helper()
+	body, _ := json.Marshal(map[string]any{"clientId": client, "n": n})
+	a := s.postRaw(jsonHeader(), body)
+	if a.Status != http.StatusAccepted {
+		s.t.Fatalf("post for %q: %d %v", client, a.Status, a.Body)
+	}
+	return a.str("id")
+}
+
+func (s *stack) acceptedCount() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ids := map[string]bool{}
+	for _, a := range s.accepted {
+		ids[a.ID] = true
+	}
+	return len(ids)
+}
+
+func (s *stack) dead() map[string]bool {
+	s.t.Helper()
+	recs, err := s.q.DeadLetters(context.Background())
+	if err != nil {
+		s.t.Fatalf("reading dead letters: %v", err)
+	}
+	out := map[string]bool{}
+	for _, r := range recs {
+		out[r.ID] = true
+	}
+	return out
+}
+
+// queued is how many requests the request stream holds.
+func (s *stack) queued() int {
+	s.t.Helper()
+	backlog, err := s.q.Backlog(context.Background())
+	if err != nil {
+		s.t.Fatalf("listing backlog: %v", err)
+	}
+	n := 0
+	for _, c := range backlog {
+		n += int(c)
+	}
+	return n
+}
+
+// waitFor polls cond until it holds or the deadline passes.
+func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// finish waits until every accepted request was delivered or dead-lettered and the queue
+// is empty, stops the dispatcher, and checks the ledger. It returns the report.
+func (s *stack) finish(timeout time.Duration, maxDuplicates int) ledger.Report {
+	s.t.Helper()
+	waitFor(s.t, timeout, "every accepted request to be delivered or dead-lettered", func() bool {
+		return s.queued() == 0 && s.ledger.Delivered()+len(s.dead()) >= s.acceptedCount()
+	})
+	s.stopDispatcher()
+	return s.check(maxDuplicates)
+}
+
+func (s *stack) check(maxDuplicates int) ledger.Report {
+	s.t.Helper()
+	s.mu.Lock()
+	accepted := append([]ledger.Accepted(nil), s.accepted...)
+	s.mu.Unlock()
+	rep := s.ledger.Check(ledger.Expect{Interval: s.opts.interval, Accepted: accepted, Dead: s.dead()})
+	s.t.Logf("ledger: %s", rep)
+	for _, v := range rep.Violations {
+		s.t.Errorf("guarantee broken: %s", v)
+	}
+	if rep.Duplicates > maxDuplicates {
+		s.t.Errorf("%d duplicate deliveries, want at most %d", rep.Duplicates, maxDuplicates)
+	}
+	return rep
+}
+
+// freeAddr returns a loopback address with a port that was free a moment ago.
+func freeAddr(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+func clientName(i int) string { return fmt.Sprintf("client-%03d", i) }

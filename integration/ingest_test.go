@@ -1,0 +1,165 @@
+package integration
+
+import (
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/penguinhq/dispatcher/pkg/queue"
+)
+
+// Every kind of bad input gets the right 4xx as problem+json with a detail, nothing of it
+// is published, and good traffic beside it is unharmed.
+func TestBadInputIsRefusedAndNotPublished(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, options{noStart: true}) // nothing is dispatched, so the queue shows all that was published
+	s.post("good", 0)
+
+	h := func(kv ...string) http.Header {
+		out := http.Header{}
+		for i := 0; i < len(kv); i += 2 {
+			out.Add(kv[i], kv[i+1])
+		}
+		return out
+	}
+	jsonCT := "application/json"
+	cases := []struct {
+		name   string
+		header http.Header
+		body   string
+		status int
+		code   string
+	}{
+		{"MalformedJSON", h("Content-Type", jsonCT), `{"clientId":"a",`, 400, "malformed_json"},
+		{"EmptyBody", h("Content-Type", jsonCT), ``, 400, "malformed_json"},
+		{"TrailingGarbage", h("Content-Type", jsonCT), `{"clientId":"a"} x`, 400, "malformed_json"},
+		{"ClientIDMissing", h("Content-Type", jsonCT), `{"n":1}`, 400, "client_id_missing"},
+		{"ClientIDNested", h("Content-Type", jsonCT), `{"x":{"clientId":"a"}}`, 400, "client_id_missing"},
+		{"BodyNotObject", h("Content-Type", jsonCT), `["clientId","a"]`, 400, "client_id_missing"},
+		{"ClientIDNumber", h("Content-Type", jsonCT), `{"clientId":42}`, 400, "client_id_invalid"},
+		{"ClientIDNull", h("Content-Type", jsonCT), `{"clientId":null}`, 400, "client_id_invalid"},
+		{"ClientIDArray", h("Content-Type", jsonCT), `{"clientId":["a"]}`, 400, "client_id_invalid"},
+		{"ClientIDObject", h("Content-Type", jsonCT), `{"clientId":{"a":1}}`, 400, "client_id_invalid"},
+		{"ClientIDDuplicateKey", h("Content-Type", jsonCT), `{"clientId":"a","clientId":"b"}`, 400, "client_id_invalid"},
+		{"ClientIDEmpty", h("Content-Type", jsonCT), `{"clientId":""}`, 400, "client_id_invalid"},
+		{"ClientIDEmptyHeader", h("Content-Type", jsonCT, "X-Client-Id", ""), `{}`, 400, "client_id_invalid"},
+		{"ClientIDTooLong", h("Content-Type", jsonCT), `{"clientId":"` + strings.Repeat("x", 129) + `"}`, 400, "client_id_invalid"},
+		{"ClientIDTooLongHeader", h("Content-Type", jsonCT, "X-Client-Id", strings.Repeat("é", 65)), `{}`, 400, "client_id_invalid"},
+		{"ClientIDControlChar", h("Content-Type", jsonCT), `{"clientId":"a\u0001b"}`, 400, "client_id_invalid"},
+		{"ClientIDNewline", h("Content-Type", jsonCT), `{"clientId":"a\nb"}`, 400, "client_id_invalid"},
+		{"ClientIDInvalidUTF8", h("Content-Type", jsonCT), "{\"clientId\":\"a\xffb\"}", 400, "client_id_invalid"},
+		{"ClientIDInvalidUTF8Header", h("Content-Type", jsonCT, "X-Client-Id", "a\xffb"), `{}`, 400, "client_id_invalid"},
+		{"TwoClientIDHeaders", h("Content-Type", jsonCT, "X-Client-Id", "a", "X-Client-Id", "b"), `{}`, 400, "client_id_invalid"},
+		{"IdempotencyKeyControl", h("Content-Type", jsonCT, "Idempotency-Key", "a\tb"), `{"clientId":"a"}`, 400, "idempotency_key_invalid"},
+		{"IdempotencyKeyTooLong", h("Content-Type", jsonCT, "Idempotency-Key", strings.Repeat("k", 257)), `{"clientId":"a"}`, 400, "idempotency_key_invalid"},
+		{"TooLarge", h("Content-Type", jsonCT), `{"clientId":"a","pad":"` + strings.Repeat("p", 4096) + `"}`, 413, "body_too_large"},
+		{"NotJSON", h("Content-Type", "text/plain"), `{"clientId":"a"}`, 415, "unsupported_media_type"},
+		{"NoContentType", h(), `{"clientId":"a"}`, 415, "unsupported_media_type"},
+		{"DeeplyNested", h("Content-Type", jsonCT), `{"clientId":"a","x":` + strings.Repeat("[", 20000) + strings.Repeat("]", 20000) + `}`, 413, "body_too_large"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			a := s.postRaw(c.header, []byte(c.body))
+			if a.Status != c.status || a.str("code") != c.code {
+				t.Fatalf("got %d %q, want %d %q: %v", a.Status, a.str("code"), c.status, c.code, a.Body)
+			}
+			if ct := a.Header.Get("Content-Type"); ct != "application/problem+json" {
+				t.Fatalf("Content-Type %q, want application/problem+json", ct)
+			}
+			if len(a.str("detail")) < 10 || a.Body["status"] != float64(c.status) {
+				t.Fatalf("problem %v lacks a useful detail or status", a.Body)
+			}
+		})
+	}
+	// Deep nesting within the size limit is refused by the JSON parser, not a crash.
+	deep := `{"clientId":"a","x":` + strings.Repeat("[", 1990) + strings.Repeat("]", 1990) + `}`
+	if a := s.postRaw(h("Content-Type", jsonCT), []byte(deep)); a.Status != 202 && a.Status != 400 {
+		t.Fatalf("deep nesting: %d %v", a.Status, a.Body)
+	}
+	s.post("good", 1)
+	if got, want := s.queued(), s.acceptedCount(); got != want {
+		t.Fatalf("queue holds %d requests, want only the %d accepted ones", got, want)
+	}
+	s.startDispatcher()
+	s.finish(10*time.Second, 0)
+}
+
+// A client at its backlog cap gets 429 with Retry-After; what it had queued stays and is
+// delivered, and other clients are not affected (G8).
+func TestBacklogCapAnswers429(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, options{noStart: true, queue: queue.Config{BacklogCap: 3}})
+	for n := range 3 {
+		s.post("full", n)
+	}
+	a := s.postRaw(jsonHeader(), []byte(`{"clientId":"full","n":3}`))
+	if a.Status != http.StatusTooManyRequests || a.str("code") != "backlog_full" {
+		t.Fatalf("fourth request: %d %v, want 429 backlog_full", a.Status, a.Body)
+	}
+	if ra, err := strconv.Atoi(a.Header.Get("Retry-After")); err != nil || ra < 1 {
+		t.Fatalf("Retry-After %q, want a positive number of seconds", a.Header.Get("Retry-After"))
+	}
+	s.post("other", 0)
+	s.startDispatcher()
+	rep := s.finish(10*time.Second, 0)
+	if rep.Delivered != 4 {
+		t.Fatalf("delivered %d, want the 3 queued before the cap and the other client's 1", rep.Delivered)
+	}
+}
+
+// A full stream answers 503 with Retry-After, and what is queued stays (G8).
+func TestFullQueueAnswers503(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, options{noStart: true, queue: queue.Config{MaxBytes: 8 << 10}})
+	var a answer
+	for n := 0; n < 200; n++ {
+		if a = s.postRaw(jsonHeader(), []byte(`{"clientId":"c`+strconv.Itoa(n)+`","pad":"`+strings.Repeat("p", 400)+`"}`)); a.Status != 202 {
+			break
+		}
+	}
+	if a.Status != http.StatusServiceUnavailable || a.str("code") != "queue_full" || a.Header.Get("Retry-After") == "" {
+		t.Fatalf("past the stream's size: %d %v (Retry-After %q), want 503 queue_full with Retry-After", a.Status, a.Body, a.Header.Get("Retry-After"))
+	}
+	if s.acceptedCount() == 0 {
+		t.Fatal("nothing was accepted before the stream filled")
+	}
+	s.startDispatcher()
+	s.finish(20*time.Second, 0)
+}
+
+// With JetStream gone, ingest answers 503 with Retry-After and readyz says not ready;
+// nothing is acknowledged that was not stored (G1).
+func TestNATSDownAnswers503(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, options{noStart: true})
+	readyz := strings.TrimSuffix(s.ingestURL, "/v1/requests") + "/readyz"
+	if code := get(t, readyz); code != 200 {
+		t.Fatalf("readyz %d with NATS up, want 200", code)
+	}
+	s.post("a", 0)
+	s.srv.Shutdown()
+	s.srv.WaitForShutdown()
+	waitFor(t, 5*time.Second, "the client to notice NATS is gone", func() bool { return !s.nc.IsConnected() })
+	a := s.postRaw(jsonHeader(), []byte(`{"clientId":"a","n":1}`))
+	if a.Status != http.StatusServiceUnavailable || a.Header.Get("Retry-After") == "" || a.str("code") != "queue_unavailable" {
+		t.Fatalf("with NATS down: %d %v, want 503 queue_unavailable with Retry-After", a.Status, a.Body)
+	}
+	if code := get(t, readyz); code != http.StatusServiceUnavailable {
+		t.Fatalf("readyz %d with NATS down, want 503", code)
+	}
+	if code := get(t, strings.TrimSuffix(s.ingestURL, "/v1/requests")+"/healthz"); code != 200 {
+		t.Fatalf("healthz %d, want 200: the process is alive", code)
+	}
+}
+
+func get(t *testing.T, url string) int {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
