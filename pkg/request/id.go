@@ -35,8 +35,10 @@ func NewID(now time.Time) string {
 // queue drops the copy), while two clients that happen to pick the same key do not collide.
 func IDFromKey(clientID, key string) string {
 	h := sha256.New()
+	var n [4]byte
+	binary.BigEndian.PutUint32(n[:], uint32(len(clientID))) // length-prefixed: no two (client, key) pairs hash the same input
+	h.Write(n[:])
 	h.Write([]byte(clientID))
-	h.Write([]byte{0})
 	h.Write([]byte(key))
 	return "k" + idEncoding.EncodeToString(h.Sum(nil)[:16])
 }

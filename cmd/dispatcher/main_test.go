@@ -1,0 +1,72 @@
+package main
+
+import (
+	"io"
+	"strings"
+	"testing"
+	"time"
+)
+
+func env(kv map[string]string) func(string) string {
+	return func(k string) string { return kv[k] }
+}
+
+func TestSettings(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name    string
+		args    []string
+		env     map[string]string
+		wantErr []string // substrings the error must hold; nil for success
+		check   func(t *testing.T, c *settings)
+	}{
+		{name: "Defaults", args: []string{"-standalone"}, check: func(t *testing.T, c *settings) {
+			if c.dispatch.Interval != 5*time.Second || c.dataDir != "./data" || c.ingest.Addr != ":8080" || c.ingest.MaxBodyBytes != 1<<20 || c.natsSync != "always" {
+				t.Fatalf("defaults: interval %s, data %s, addr %s, body %d, sync %s", c.dispatch.Interval, c.dataDir, c.ingest.Addr, c.ingest.MaxBodyBytes, c.natsSync)
+			}
+		}},
+		{name: "EnvIsRead", env: map[string]string{"STANDALONE": "true", "DISPATCH_INTERVAL": "250ms", "PARTITIONS": "8", "MAX_ATTEMPTS": "3"}, check: func(t *testing.T, c *settings) {
+			if !c.standalone || c.dispatch.Interval != 250*time.Millisecond || c.queue.Partitions != 8 || c.dispatch.MaxAttempts != 3 {
+				t.Fatalf("env not applied: %+v %+v", c.dispatch.Config, c.queue)
+			}
+		}},
+		{name: "FlagWinsOverEnv", args: []string{"-standalone", "-dispatch-interval", "2s"}, env: map[string]string{"DISPATCH_INTERVAL": "not-a-duration"}, check: func(t *testing.T, c *settings) {
+			if c.dispatch.Interval != 2*time.Second {
+				t.Fatalf("interval %s, want the flag's 2s", c.dispatch.Interval)
+			}
+		}},
+		{name: "ErrIntervalUnparsable", env: map[string]string{"STANDALONE": "1", "DISPATCH_INTERVAL": "five"}, wantErr: []string{"DISPATCH_INTERVAL", "duration"}},
+		{name: "ErrIntervalNegative", args: []string{"-standalone", "-dispatch-interval", "-1s"}, wantErr: []string{"-dispatch-interval", "at least"}},
+		{name: "ErrLogFormat", env: map[string]string{"STANDALONE": "1", "LOG_FORMAT": "xml"}, wantErr: []string{"LOG_FORMAT", "json, console, auto"}},
+		{name: "ErrLogLevel", env: map[string]string{"STANDALONE": "1", "LOG_LEVEL": "loud"}, wantErr: []string{"LOG_LEVEL", "debug"}},
+		{name: "ErrNATSURL", env: map[string]string{"STANDALONE": "1", "NATS_URL": "localhost"}, wantErr: []string{"NATS_URL", "nats"}},
+		{name: "ErrRavenURL", env: map[string]string{"RAVEN_URL": "ftp://x"}, wantErr: []string{"RAVEN_URL", "http"}},
+		{name: "ErrRavenURLMissing", wantErr: []string{"RAVEN_URL is required", "-standalone"}},
+		{name: "ErrPartitions", env: map[string]string{"STANDALONE": "1", "PARTITIONS": "0"}, wantErr: []string{"PARTITIONS", "1 to 1024"}},
+		{name: "ErrBodyLimit", env: map[string]string{"STANDALONE": "1", "MAX_BODY_BYTES": "1MB"}, wantErr: []string{"MAX_BODY_BYTES", "whole number"}},
+		{name: "ErrNatsSync", env: map[string]string{"STANDALONE": "1", "NATS_SYNC": "never"}, wantErr: []string{"NATS_SYNC", "always, interval"}},
+		{name: "ErrStrayArgument", args: []string{"-standalone", "extra"}, wantErr: []string{"unexpected arguments"}},
+		{name: "ErrUnknownFlag", args: []string{"-nope"}, wantErr: []string{"nope"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			got, err := parse(c.args, env(c.env), io.Discard)
+			if c.wantErr == nil {
+				if err != nil {
+					t.Fatalf("parse: %v", err)
+				}
+				c.check(t, got)
+				return
+			}
+			if err == nil {
+				t.Fatalf("parse succeeded, want an error naming %v", c.wantErr)
+			}
+			for _, w := range c.wantErr {
+				if !strings.Contains(err.Error(), w) {
+					t.Fatalf("error %q does not mention %q", err, w)
+				}
+			}
+		})
+	}
+}

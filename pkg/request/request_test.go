@@ -1,0 +1,87 @@
+package request_test
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/penguinhq/dispatcher/pkg/request"
+)
+
+func TestValidateClientID(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		id   string
+		want error
+	}{
+		{"alice", nil}, {"a.b", nil}, {"*", nil}, {">", nil}, {"a b", nil}, {"日本語", nil}, {strings.Repeat("x", 128), nil},
+		{"", request.ErrClientIDEmpty},
+		{strings.Repeat("x", 129), request.ErrClientIDTooLong},
+		{"a\xffb", request.ErrClientIDInvalidUTF8},
+		{"a\x00b", request.ErrClientIDControl}, {"a\nb", request.ErrClientIDControl}, {"a\u0085b", request.ErrClientIDControl},
+	}
+	for _, c := range cases {
+		if got := request.ValidateClientID(c.id); !errors.Is(got, c.want) {
+			t.Errorf("ValidateClientID(%q) = %v, want %v", c.id, got, c.want)
+		}
+	}
+}
+
+func TestEncodeClientIDIsOneSafeToken(t *testing.T) {
+	t.Parallel()
+	seen := map[string]string{}
+	for _, id := range []string{"a.b", "a", "b", "*", ">", "a.>", "a b", "日本語", "ab", "a\u00a0b", "-", "_"} {
+		tok := request.EncodeClientID(id)
+		if tok == "" || strings.ContainsAny(tok, ".*> \t\r\n") {
+			t.Fatalf("token %q for %q is not one safe subject token", tok, id)
+		}
+		if other, dup := seen[tok]; dup {
+			t.Fatalf("%q and %q share the token %q", id, other, tok)
+		}
+		seen[tok] = id
+		back, err := request.DecodeClientID(tok)
+		if err != nil || back != id {
+			t.Fatalf("round trip of %q gave %q, %v", id, back, err)
+		}
+	}
+}
+
+func FuzzClientIDCodec(f *testing.F) {
+	for _, s := range []string{"alice", "a.b", "*", ">", "日本語", "a b"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, id string) {
+		if request.ValidateClientID(id) != nil {
+			return
+		}
+		tok := request.EncodeClientID(id)
+		if strings.ContainsAny(tok, ".*> \t\r\n") {
+			t.Fatalf("token %q for %q is not one safe subject token", tok, id)
+		}
+		if back, err := request.DecodeClientID(tok); err != nil || back != id {
+			t.Fatalf("round trip of %q gave %q, %v", id, back, err)
+		}
+	})
+}
+
+func TestIDs(t *testing.T) {
+	t.Parallel()
+	now := time.Now()
+	a, b := request.NewID(now), request.NewID(now.Add(time.Millisecond))
+	if a == b || len(a) != 26 || a >= b {
+		t.Fatalf("NewID gave %q then %q: want distinct, 26 characters, sorted by time", a, b)
+	}
+	if request.IDFromKey("c", "k") != request.IDFromKey("c", "k") {
+		t.Fatal("the same client and key give different ids")
+	}
+	if request.IDFromKey("c", "k") == request.IDFromKey("d", "k") || request.IDFromKey("c\x00", "k") == request.IDFromKey("c", "\x00k") {
+		t.Fatal("different clients or keys share an id")
+	}
+}
+
+func ExampleEncodeClientID() {
+	fmt.Println(request.EncodeClientID("a.b"), request.EncodeClientID(">"))
+	// Output: YS5i Pg
+}
