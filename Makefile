@@ -1,0 +1,23 @@
+# Thin wrappers over the plain commands in the README.
+.PHONY: run test test-race vet fmt ci build
+
+run: ## the whole service in one process, on an embedded JetStream, with a demo raven
+	go run ./cmd/dispatcher -standalone
+
+test:
+	go test ./...
+
+test-race:
+	go test -race ./...
+
+vet:
+	go vet ./...
+
+fmt:
+	gofmt -w $$(git ls-files '*.go')
+
+ci: ## what CI runs
+	bash .ci/run
+
+build: ## static binaries in bin/
+	CGO_ENABLED=0 go build -o bin/ ./cmd/...
