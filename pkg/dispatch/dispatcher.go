@@ -227,7 +227,7 @@ func (d *Dispatcher) work(ctx context.Context, job Job) Result {
 	res := Result{Subject: job.Subject}
 	st, ok, err := d.src.Head(ctx, job.Subject)
 	if err != nil {
-		d.log.Warn().Err(err).Str("subject", job.Subject).Msg("reading head request failed")
+		d.log.Debug().Err(err).Str("subject", job.Subject).Msg("reading head request failed; will look again")
 		res.Kind = Failed
 		return res
 	}
