@@ -12,6 +12,7 @@ test-race:
 
 vet:
 	go vet ./...
+	go run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')

@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -52,6 +53,8 @@ type stack struct {
 	t         testing.TB
 	opts      options
 	srv       *server.Server
+	natsDir   string
+	natsAddr  string
 	nc        *nats.Conn
 	q         *queue.Queue
 	ledger    *ledger.Ledger
@@ -73,8 +76,10 @@ func newStack(t testing.TB, o options) *stack {
 		o.timeout = 5 * time.Second
 	}
 	s := &stack{t: t, opts: o}
-	s.srv = queuetest.Server(t)
-	s.nc = queuetest.Conn(t, s.srv)
+	s.natsDir = t.TempDir()
+	s.srv = queuetest.ServerAt(t, s.natsDir, "127.0.0.1:0")
+	s.natsAddr = strings.TrimPrefix(s.srv.ClientURL(), "nats://")
+	s.nc = connectTo(t, s.srv.ClientURL())
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	q, err := queue.Open(ctx, s.nc, o.queue, queue.CreateOrUpdate)
@@ -133,6 +138,13 @@ func (s *stack) startDispatcher() {
 			s.t.Errorf("dispatcher: %v", err)
 		}
 	}
+}
+
+// restartNATS starts the stack's NATS server again on the same port and files.
+func (s *stack) restartNATS() {
+	s.t.Helper()
+	s.srv = queuetest.ServerAt(s.t, s.natsDir, s.natsAddr)
+	waitFor(s.t, 10*time.Second, "the client to reconnect", s.nc.IsConnected)
 }
 
 func (s *stack) stopDispatcher() {

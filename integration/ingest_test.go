@@ -152,6 +152,16 @@ func TestNATSDownAnswers503(t *testing.T) {
 	if code := get(t, strings.TrimSuffix(s.ingestURL, "/v1/requests")+"/healthz"); code != 200 {
 		t.Fatalf("healthz %d, want 200: the process is alive", code)
 	}
+
+	// NATS comes back: ingest accepts again, and the request accepted before the outage
+	// is delivered (and the refused one is not).
+	s.restartNATS()
+	waitFor(t, 10*time.Second, "readyz", func() bool { return get(t, readyz) == 200 })
+	s.post("a", 2)
+	s.startDispatcher()
+	if rep := s.finish(10*time.Second, 0); rep.Delivered != 2 || rep.Arrivals != 2 {
+		t.Fatalf("report %s, want the 2 accepted requests delivered", rep)
+	}
 }
 
 func get(t *testing.T, url string) int {

@@ -3,11 +3,13 @@ package integration
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -254,4 +256,63 @@ func TestBinariesAgainstExternalNATS(t *testing.T) {
 	if rep := s.finish(30*time.Second, 0); rep.Delivered != 12 {
 		t.Fatalf("delivered %d, want 12", rep.Delivered)
 	}
+}
+
+// Standalone without RAVEN_URL starts a demo raven, says where, and logs each arrival with
+// the gap since that client's previous one.
+func TestStandaloneDemoRaven(t *testing.T) {
+	t.Parallel()
+	const interval = 300 * time.Millisecond
+	ingestAddr, demoAddr := freeAddr(t), freeAddr(t)
+	p := startProc(t, map[string]string{"DATA_DIR": t.TempDir(), "INGEST_ADDR": ingestAddr, "DEMO_RAVEN_ADDR": demoAddr,
+		"DISPATCH_INTERVAL": interval.String()}, "-standalone")
+	s := &stack{t: t, ingestURL: "http://" + ingestAddr + "/v1/requests"}
+	waitFor(t, 20*time.Second, "standalone readyz", func() bool {
+		resp, err := http.Get("http://" + ingestAddr + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == 200
+	})
+	for n := range 3 {
+		s.post("alice", n)
+	}
+	s.post("bob", 0)
+	var lines []map[string]any
+	waitFor(t, 20*time.Second, "four arrivals logged by the demo raven", func() bool {
+		lines = logLines(p.out.String(), "raven received")
+		return len(lines) >= 4
+	})
+	if said := logLines(p.out.String(), "demo raven listening"); len(said) != 1 || said[0]["url"] != "http://"+demoAddr+"/" {
+		t.Fatalf("the demo raven did not say where it listens: %v", said)
+	}
+	gaps := map[string][]any{}
+	for _, l := range lines {
+		c, _ := l["client_id"].(string)
+		gaps[c] = append(gaps[c], l["gap_ms"])
+	}
+	if len(gaps["alice"]) != 3 || gaps["alice"][0] != "first" || len(gaps["bob"]) != 1 || gaps["bob"][0] != "first" {
+		t.Fatalf("logged gaps %v, want alice's first and two gaps, bob's first", gaps)
+	}
+	for _, g := range gaps["alice"][1:] {
+		if ms, ok := g.(float64); !ok || ms < float64(interval.Milliseconds()) {
+			t.Fatalf("alice's logged gap %v, want at least %d ms", g, interval.Milliseconds())
+		}
+	}
+}
+
+// logLines returns the JSON log lines whose message starts with msg.
+func logLines(out, msg string) []map[string]any {
+	var found []map[string]any
+	for _, line := range strings.Split(out, "\n") {
+		var m map[string]any
+		if json.Unmarshal([]byte(line), &m) != nil {
+			continue
+		}
+		if text, _ := m["message"].(string); strings.HasPrefix(text, msg) {
+			found = append(found, m)
+		}
+	}
+	return found
 }

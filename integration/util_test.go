@@ -1,22 +1,11 @@
 package integration
 
 import (
-	"io"
-	"net/http"
-	"net/http/httptest"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 )
-
-func readAll(r *http.Request) ([]byte, error) { return io.ReadAll(r.Body) }
-
-func newHTTPServer(t testing.TB, h http.Handler) string {
-	srv := httptest.NewServer(h)
-	t.Cleanup(srv.Close)
-	return srv.URL
-}
 
 func connectTo(t testing.TB, url string) *nats.Conn {
 	t.Helper()

@@ -25,6 +25,9 @@ type Arrival struct {
 	End      time.Time // when the answer was written
 	Status   int
 	Aborted  bool // the sender gave up before the answer was written
+	// Header and Body are what arrived; not kept with Options.Forget.
+	Header http.Header
+	Body   []byte
 }
 
 // Response is what the ledger answers one arrival with.
@@ -67,7 +70,12 @@ func (l *Ledger) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	a.Attempt, _ = strconv.Atoi(r.Header.Get("X-Dispatch-Attempt"))
 	// Reading the body to its end lets the server notice when the sender hangs up.
-	_, _ = io.Copy(io.Discard, r.Body)
+	if l.opts.Forget {
+		_, _ = io.Copy(io.Discard, r.Body)
+	} else {
+		a.Header = r.Header.Clone()
+		a.Body, _ = io.ReadAll(r.Body)
+	}
 	resp := Response{Status: http.StatusOK}
 	if l.opts.Respond != nil {
 		resp = l.opts.Respond(a)

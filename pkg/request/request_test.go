@@ -73,7 +73,7 @@ func TestIDs(t *testing.T) {
 	if a == b || len(a) != 26 || a >= b {
 		t.Fatalf("NewID gave %q then %q: want distinct, 26 characters, sorted by time", a, b)
 	}
-	if request.IDFromKey("c", "k") != request.IDFromKey("c", "k") {
+	if first, again := request.IDFromKey("c", "k"), request.IDFromKey("c", "k"); first != again {
 		t.Fatal("the same client and key give different ids")
 	}
 	if request.IDFromKey("c", "k") == request.IDFromKey("d", "k") || request.IDFromKey("c\x00", "k") == request.IDFromKey("c", "\x00k") {
