@@ -134,13 +134,9 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	}
 	defer stopWatch()
 
-	start := d.now()
-	fence := start.Add(d.cfg.Interval)
+	fence := d.now().Add(d.cfg.Interval)
 	d.log.Info().Stringer("fence", d.cfg.Interval).Msg("dispatcher started; first sends wait one interval")
-	if err := d.list(ctx, sched, start, fence); err != nil {
-		d.log.Warn().Err(err).Msg("listing backlog failed; will retry")
-		askResync()
-	}
+	askResync()
 
 	// Attempts run on a context that outlives ctx by the shutdown grace.
 	workCtx, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
@@ -149,6 +145,10 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	defer timer.Stop()
 	ticker := time.NewTicker(d.cfg.ResyncEvery)
 	defer ticker.Stop()
+	// The backlog is listed off the loop, feeding the same channel as the watch, so that a
+	// long listing never holds up sends that are due.
+	listed := make(chan error, 1)
+	listing := false
 
 	for {
 		now := d.now()
@@ -184,7 +184,13 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		case <-ticker.C:
 			askResync()
 		case <-resync:
-			if err := d.list(ctx, sched, d.now(), fence); err != nil && ctx.Err() == nil {
+			if !listing {
+				listing = true
+				go func() { listed <- d.list(ctx, notes) }()
+			}
+		case err := <-listed:
+			listing = false
+			if err != nil && ctx.Err() == nil {
 				d.log.Warn().Err(err).Msg("listing backlog failed; will retry")
 				time.AfterFunc(time.Second, askResync)
 			}
@@ -192,15 +198,20 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	}
 }
 
-func (d *Dispatcher) list(ctx context.Context, sched *Scheduler, now, fence time.Time) error {
+// list feeds every subject with a backlog into notes.
+func (d *Dispatcher) list(ctx context.Context, notes chan<- string) error {
 	backlog, err := d.src.Backlog(ctx)
 	if err != nil {
 		return err
 	}
 	for subj := range backlog {
-		sched.Notify(subj, now, fence)
+		select {
+		case notes <- subj:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
-	d.log.Debug().Int("clients", len(backlog)).Int("lanes", sched.Lanes()).Msg("backlog listed")
+	d.log.Debug().Int("clients", len(backlog)).Msg("backlog listed")
 	return nil
 }
 
