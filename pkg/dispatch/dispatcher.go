@@ -14,10 +14,14 @@ import (
 
 // Source is the queue as the dispatcher sees it.
 type Source interface {
-	// Backlog lists the subjects that have requests queued.
-	Backlog(ctx context.Context) (map[string]uint64, error)
+	// Partitions is how many partitions client subjects are spread over.
+	Partitions() int
+	// PartitionOf returns the partition of a request subject.
+	PartitionOf(subject string) (int, error)
+	// PartitionBacklog lists the subjects of partition p that have requests queued.
+	PartitionBacklog(ctx context.Context, p int) (map[string]uint64, error)
 	// Watch calls fn with the subject of each request stored from now on; onErr hears of
-	// trouble after which a Backlog listing is due.
+	// trouble after which a backlog listing is due.
 	Watch(ctx context.Context, fn func(subject string), onErr func(error)) (stop func(), err error)
 	// Head reads the oldest request on subject; ok is false when there is none.
 	Head(ctx context.Context, subject string) (st request.Stored, ok bool, err error)
@@ -39,6 +43,7 @@ const (
 	DefaultMaxInFlight   = 1024
 	DefaultShutdownGrace = 15 * time.Second
 	DefaultResyncEvery   = 30 * time.Second
+	DefaultLeaseTTL      = 30 * time.Second
 )
 
 // Config configures a Dispatcher.
@@ -49,9 +54,23 @@ type Config struct {
 	// ShutdownGrace bounds how long Run waits for attempts in flight when it is stopped.
 	// Defaults to 15s.
 	ShutdownGrace time.Duration
-	// ResyncEvery is how often the full backlog is listed again, as a safety net behind
-	// the watch. Defaults to 30s.
+	// ResyncEvery is how often the backlog of owned partitions is listed again, as a
+	// safety net behind the watch. Defaults to 30s.
 	ResyncEvery time.Duration
+	// SendTimeout is the longest one attempt can take (the raven client's timeout). With
+	// Leases, it sets how long before a lease could lapse sends stop. Defaults to 10s.
+	SendTimeout time.Duration
+
+	// Leases shares the partitions with other dispatcher instances. Nil means this
+	// instance owns every partition: only one dispatcher may then run against the queue.
+	Leases LeaseStore
+	// LeaseTTL is how long a lease lives unless renewed; a crashed instance's partitions
+	// are taken over after about LeaseTTL plus one interval. It must exceed SendTimeout
+	// comfortably. Defaults to 30s.
+	LeaseTTL time.Duration
+	// InstanceID names this instance in the lease store; it must be unique among live
+	// instances. Defaults to a random id.
+	InstanceID string
 }
 
 // WithDefaults returns c with zero fields set to their defaults.
@@ -66,8 +85,25 @@ func (c Config) WithDefaults() Config {
 	if c.ResyncEvery == 0 {
 		c.ResyncEvery = DefaultResyncEvery
 	}
+	if c.SendTimeout == 0 {
+		c.SendTimeout = 10 * time.Second
+	}
+	if c.LeaseTTL == 0 {
+		c.LeaseTTL = DefaultLeaseTTL
+	}
+	if c.InstanceID == "" {
+		c.InstanceID = request.NewID(time.Now())
+	}
 	return c
 }
+
+// leaseMargin is how long before a lease could lapse this instance stops starting sends:
+// the longest attempt, plus a tenth of the TTL for the time a renewal takes to be stored.
+func (c Config) leaseMargin() time.Duration { return c.SendTimeout + c.LeaseTTL/10 }
+
+// leaseEvery is how often leases are renewed: three times within the part of the TTL in
+// which sends may start.
+func (c Config) leaseEvery() time.Duration { return (c.LeaseTTL - c.leaseMargin()) / 3 }
 
 // Validate reports every field that cannot work.
 func (c Config) Validate() error {
@@ -77,6 +113,10 @@ func (c Config) Validate() error {
 	}
 	if c.ShutdownGrace < 0 || c.ResyncEvery <= 0 {
 		errs = append(errs, fmt.Errorf("shutdown grace %s and resync %s: must not be negative", c.ShutdownGrace, c.ResyncEvery))
+	}
+	if c.Leases != nil && c.leaseEvery() < 10*time.Millisecond {
+		errs = append(errs, fmt.Errorf("lease TTL %s: must be well over the send timeout %s (at least %s)",
+			c.LeaseTTL, c.SendTimeout, (c.SendTimeout+30*time.Millisecond)*10/9))
 	}
 	return errors.Join(errs...)
 }
@@ -91,38 +131,69 @@ type Dispatcher struct {
 	rand func() float64
 }
 
-// New returns a Dispatcher. It owns every partition for as long as Run runs; a later
-// ownership layer narrows that.
+// New returns a Dispatcher.
 func New(cfg Config, src Source, snd Sender, log zerolog.Logger) (*Dispatcher, error) {
 	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Dispatcher{cfg: cfg, src: src, snd: snd, log: log.With().Str("component", "dispatch").Logger(),
-		now: time.Now, rand: rand.Float64}, nil
+	log = log.With().Str("component", "dispatch").Str("instance", cfg.InstanceID).Logger()
+	return &Dispatcher{cfg: cfg, src: src, snd: snd, log: log, now: time.Now, rand: rand.Float64}, nil
+}
+
+// partition is what the loop knows of one partition it owns.
+type partition struct {
+	fence      time.Time // no attempt starts before this
+	validUntil time.Time // no attempt starts after this (the lease could lapse)
+	inFlight   int
+	release    chan struct{} // closed once drained, when handing the partition back
+	gone       bool          // the lease was lost; kept only until attempts in flight end
+}
+
+// open says whether new attempts may start in the partition.
+func (p *partition) open() bool { return p != nil && p.release == nil && !p.gone }
+
+// loop is the state of one Run; only Run's goroutine touches it.
+type loop struct {
+	d       *Dispatcher
+	sched   *Scheduler
+	owned   map[int]*partition
+	notes   chan string
+	results chan outcome
+	listReq chan int // partitions to list
+}
+
+type outcome struct {
+	Result
+	partition int
 }
 
 // Run dispatches until ctx is done, then lets attempts in flight finish within
-// ShutdownGrace and returns.
+// ShutdownGrace, hands its leases back and returns.
 //
-// Run first waits one full interval before it starts any attempt: an attempt made by a
-// process that ran before this one (and perhaps crashed mid-send) may have ended only
-// just now, and spacing must hold across the restart.
+// A partition becomes this instance's either at start (without Leases) or when a lease
+// is acquired; either way the first attempt there waits one full interval, since an
+// attempt by whoever sent there before (a crashed process, another instance) may have
+// ended only just now.
 func (d *Dispatcher) Run(ctx context.Context) error {
-	sched := NewScheduler(d.cfg.Policy, d.rand)
-	notes := make(chan string, 1<<16)
+	l := &loop{
+		d:       d,
+		sched:   NewScheduler(d.cfg.Policy, d.rand),
+		owned:   make(map[int]*partition),
+		notes:   make(chan string, 1<<16),
+		results: make(chan outcome, d.cfg.MaxInFlight),
+		listReq: make(chan int, 4096),
+	}
 	resync := make(chan struct{}, 1)
-	results := make(chan Result, d.cfg.MaxInFlight)
 	askResync := func() {
 		select {
 		case resync <- struct{}{}:
 		default:
 		}
 	}
-
 	stopWatch, err := d.src.Watch(ctx, func(subj string) {
 		select {
-		case notes <- subj:
+		case l.notes <- subj:
 		case <-ctx.Done():
 		}
 	}, func(err error) {
@@ -134,9 +205,30 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	}
 	defer stopWatch()
 
-	fence := d.now().Add(d.cfg.Interval)
-	d.log.Info().Stringer("fence", d.cfg.Interval).Msg("dispatcher started; first sends wait one interval")
-	askResync()
+	// The backlog is listed off the loop, feeding the same channel as the watch, so that a
+	// long listing never holds up sends that are due.
+	go l.lister(ctx)
+
+	events := make(chan ownEvent, d.src.Partitions()*2+16)
+	var lm *leaser
+	leaserDone := make(chan struct{})
+	if d.cfg.Leases == nil {
+		close(leaserDone)
+		now := d.now()
+		for p := range d.src.Partitions() {
+			l.acquire(p, now, time.Time{})
+		}
+		d.log.Info().Int("partitions", d.src.Partitions()).Stringer("fence", d.cfg.Interval).Msg("dispatcher owns every partition; first sends wait one interval")
+	} else {
+		lm = &leaser{store: d.cfg.Leases, id: d.cfg.InstanceID, partitions: d.src.Partitions(),
+			ttl: d.cfg.LeaseTTL, margin: d.cfg.leaseMargin(), every: d.cfg.leaseEvery(),
+			events: events, log: d.log, owned: map[int]uint64{}, releasing: map[int]bool{},
+			drained: make(chan int, d.src.Partitions())}
+		lctx, cancelLeaser := context.WithCancel(ctx)
+		defer cancelLeaser()
+		go func() { defer close(leaserDone); lm.run(lctx) }()
+		d.log.Info().Stringer("lease_ttl", d.cfg.LeaseTTL).Stringer("renew_every", d.cfg.leaseEvery()).Msg("dispatcher sharing partitions through leases")
+	}
 
 	// Attempts run on a context that outlives ctx by the shutdown grace.
 	workCtx, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
@@ -145,96 +237,221 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	defer timer.Stop()
 	ticker := time.NewTicker(d.cfg.ResyncEvery)
 	defer ticker.Stop()
-	// The backlog is listed off the loop, feeding the same channel as the watch, so that a
-	// long listing never holds up sends that are due.
-	listed := make(chan error, 1)
-	listing := false
 
 	for {
-		now := d.now()
-		for sched.InFlight() < d.cfg.MaxInFlight {
-			job, ok := sched.Due(now)
-			if !ok {
-				break
-			}
-			go func() { results <- d.work(workCtx, job) }()
-		}
-		if next, ok := sched.Next(); ok && sched.InFlight() < d.cfg.MaxInFlight {
-			timer.Reset(max(next.Sub(now), 0))
+		l.startDue(workCtx)
+		if next, ok := l.sched.Next(); ok && l.sched.InFlight() < d.cfg.MaxInFlight {
+			timer.Reset(max(next.Sub(d.now()), 0))
 		} else {
 			timer.Stop()
 		}
 		select {
 		case <-ctx.Done():
-			d.drain(sched, results, cancelWork)
+			l.drain(cancelWork)
+			<-leaserDone
+			if lm != nil {
+				rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				lm.releaseAll(rctx)
+				cancel()
+			}
 			return nil
-		case subj := <-notes:
-			sched.Notify(subj, d.now(), fence)
+		case subj := <-l.notes:
+			l.notify(subj)
 			for more := true; more; { // take what else arrived without a trip around the loop
 				select {
-				case subj := <-notes:
-					sched.Notify(subj, d.now(), fence)
+				case subj := <-l.notes:
+					l.notify(subj)
 				default:
 					more = false
 				}
 			}
-		case r := <-results:
-			sched.Done(r, d.now())
+		case r := <-l.results:
+			l.done(r)
+		case e := <-events:
+			l.ownership(e)
 		case <-timer.C:
 		case <-ticker.C:
 			askResync()
 		case <-resync:
-			if !listing {
-				listing = true
-				go func() { listed <- d.list(ctx, notes) }()
-			}
-		case err := <-listed:
-			listing = false
-			if err != nil && ctx.Err() == nil {
-				d.log.Warn().Err(err).Msg("listing backlog failed; will retry")
-				time.AfterFunc(time.Second, askResync)
+			for p, part := range l.owned {
+				if part.open() {
+					l.list(p)
+				}
 			}
 		}
 	}
 }
 
-// list feeds every subject with a backlog into notes.
-func (d *Dispatcher) list(ctx context.Context, notes chan<- string) error {
-	backlog, err := d.src.Backlog(ctx)
-	if err != nil {
-		return err
-	}
-	for subj := range backlog {
+// lister lists the backlog of each partition asked for and feeds it into notes.
+func (l *loop) lister(ctx context.Context) {
+	for {
 		select {
-		case notes <- subj:
 		case <-ctx.Done():
-			return ctx.Err()
+			return
+		case p := <-l.listReq:
+			backlog, err := l.d.src.PartitionBacklog(ctx, p)
+			if err != nil {
+				if ctx.Err() == nil {
+					l.d.log.Warn().Err(err).Int("partition", p).Msg("listing backlog failed; will retry")
+					time.AfterFunc(time.Second, func() {
+						select {
+						case l.listReq <- p:
+						default:
+						}
+					})
+				}
+				continue
+			}
+			for subj := range backlog {
+				select {
+				case l.notes <- subj:
+				case <-ctx.Done():
+					return
+				}
+			}
 		}
 	}
-	d.log.Debug().Int("clients", len(backlog)).Msg("backlog listed")
-	return nil
 }
 
-func (d *Dispatcher) drain(sched *Scheduler, results <-chan Result, cancelWork context.CancelFunc) {
-	if sched.InFlight() == 0 {
+func (l *loop) acquire(p int, now, validUntil time.Time) {
+	part := &partition{fence: now.Add(l.d.cfg.Interval), validUntil: validUntil}
+	if old := l.owned[p]; old != nil {
+		part.inFlight = old.inFlight // results of an earlier tenure still on their way
+	}
+	l.owned[p] = part
+	l.list(p)
+}
+
+// list asks the lister for partition p's backlog without ever blocking the loop.
+func (l *loop) list(p int) {
+	select {
+	case l.listReq <- p:
+	default:
+		go func() { l.listReq <- p }()
+	}
+}
+
+func (l *loop) ownership(e ownEvent) {
+	now := l.d.now()
+	part := l.owned[e.partition]
+	switch e.kind {
+	case ownAcquired:
+		l.acquire(e.partition, now, e.validUntil)
+	case ownRenewed:
+		if part != nil {
+			part.validUntil = e.validUntil
+		}
+	case ownLost:
+		l.forget(e.partition)
+		if part != nil {
+			part.gone = true
+			if part.inFlight == 0 {
+				delete(l.owned, e.partition)
+			}
+		}
+	case ownRelease:
+		if part == nil {
+			close(e.done)
+			return
+		}
+		part.release = e.done
+		l.forget(e.partition)
+		if part.inFlight == 0 {
+			close(part.release)
+			delete(l.owned, e.partition)
+		}
+	}
+}
+
+// forget drops the waiting lanes of partition p; lanes in flight are dropped as they end.
+func (l *loop) forget(p int) {
+	l.sched.ForgetWaiting(func(subj string) bool {
+		q, err := l.d.src.PartitionOf(subj)
+		return err == nil && q == p
+	})
+}
+
+// owner returns subject's partition and its state, the state only if attempts may start
+// there.
+func (l *loop) owner(subj string) (int, *partition) {
+	p, err := l.d.src.PartitionOf(subj)
+	if err != nil {
+		return -1, nil
+	}
+	if part := l.owned[p]; part.open() {
+		return p, part
+	}
+	return p, nil
+}
+
+func (l *loop) notify(subj string) {
+	if _, part := l.owner(subj); part != nil {
+		l.sched.Notify(subj, l.d.now(), part.fence)
+	}
+}
+
+func (l *loop) startDue(workCtx context.Context) {
+	now := l.d.now()
+	for l.sched.InFlight() < l.d.cfg.MaxInFlight {
+		job, ok := l.sched.Due(now)
+		if !ok {
+			return
+		}
+		p, part := l.owner(job.Subject)
+		switch {
+		case part == nil:
+			l.sched.Forget(job.Subject)
+		case !part.validUntil.IsZero() && !now.Before(part.validUntil):
+			// The lease is not renewed yet; look again shortly.
+			l.sched.Hold(job.Subject, now.Add(l.d.cfg.leaseEvery()/4+time.Millisecond))
+		default:
+			part.inFlight++
+			go func() { l.results <- outcome{Result: l.d.work(workCtx, job, part.validUntil), partition: p} }()
+		}
+	}
+}
+
+func (l *loop) done(r outcome) {
+	l.sched.Done(r.Result, l.d.now())
+	part := l.owned[r.partition]
+	if part != nil {
+		part.inFlight--
+	}
+	if part.open() {
 		return
 	}
-	d.log.Info().Int("in_flight", sched.InFlight()).Dur("grace", d.cfg.ShutdownGrace).Msg("draining attempts in flight")
-	grace := time.NewTimer(d.cfg.ShutdownGrace)
+	l.sched.Forget(r.Subject)
+	if part != nil && part.inFlight == 0 {
+		if part.release != nil {
+			close(part.release)
+		}
+		delete(l.owned, r.partition)
+	}
+}
+
+func (l *loop) drain(cancelWork context.CancelFunc) {
+	if l.sched.InFlight() == 0 {
+		return
+	}
+	l.d.log.Info().Int("in_flight", l.sched.InFlight()).Stringer("grace", l.d.cfg.ShutdownGrace).Msg("draining attempts in flight")
+	grace := time.NewTimer(l.d.cfg.ShutdownGrace)
 	defer grace.Stop()
-	for sched.InFlight() > 0 {
+	for l.sched.InFlight() > 0 {
 		select {
-		case r := <-results:
-			sched.Done(r, d.now())
+		case r := <-l.results:
+			l.done(r)
 		case <-grace.C:
-			d.log.Warn().Int("in_flight", sched.InFlight()).Msg("shutdown grace over; cancelling attempts in flight")
+			l.d.log.Warn().Int("in_flight", l.sched.InFlight()).Msg("shutdown grace over; cancelling attempts in flight")
 			cancelWork()
 		}
 	}
 }
 
 // work looks at one client's head request and makes one attempt.
-func (d *Dispatcher) work(ctx context.Context, job Job) Result {
+//
+// sendBy is when the partition's lease could lapse (zero: never); an attempt that could
+// not start by then is not made and the lane is held.
+func (d *Dispatcher) work(ctx context.Context, job Job, sendBy time.Time) Result {
 	res := Result{Subject: job.Subject}
 	st, ok, err := d.src.Head(ctx, job.Subject)
 	if err != nil {
@@ -244,6 +461,10 @@ func (d *Dispatcher) work(ctx context.Context, job Job) Result {
 	}
 	if !ok {
 		res.Kind = Empty
+		return res
+	}
+	if !sendBy.IsZero() && !d.now().Before(sendBy) {
+		res.Kind = Held
 		return res
 	}
 	attempt, first := 1, time.Time{}

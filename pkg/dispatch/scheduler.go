@@ -33,6 +33,8 @@ const (
 	DeadLettered
 	// Failed: the queue could not be read; nothing was sent.
 	Failed
+	// Held: nothing was sent because the partition's lease might lapse first.
+	Held
 )
 
 // Result is what a worker reports back for a Job.
@@ -50,8 +52,12 @@ type Result struct {
 	RetryAfter time.Duration
 }
 
-// failedRetry is how soon a lane whose queue read failed is looked at again.
-const failedRetry = time.Second
+// How soon a lane is looked at again after a failed queue read, or after it was held
+// because its partition's lease was about to lapse.
+const (
+	failedRetry = time.Second
+	heldRetry   = 50 * time.Millisecond
+)
 
 type lane struct {
 	subject      string
@@ -155,7 +161,50 @@ func (s *Scheduler) Done(r Result, now time.Time) {
 		s.schedule(l, l.lastEnd.Add(s.policy.RetryDelay(r.Attempts, r.RetryAfter, s.rand())))
 	case Failed:
 		s.schedule(l, now.Add(failedRetry))
+	case Held:
+		s.schedule(l, now.Add(heldRetry))
 	}
+}
+
+// Hold puts back a lane that Due just handed out and that may not start now after all,
+// due again at until (or later, if spacing says so).
+func (s *Scheduler) Hold(subject string, until time.Time) {
+	l := s.lanes[subject]
+	if l == nil || !l.inFlight {
+		return
+	}
+	l.inFlight = false
+	s.inFlight--
+	s.schedule(l, until)
+}
+
+// Forget drops a lane whether it waits or was just handed out by Due; a lane with a
+// worker must be handed back with Done first.
+func (s *Scheduler) Forget(subject string) {
+	l := s.lanes[subject]
+	if l == nil {
+		return
+	}
+	if l.inFlight {
+		s.inFlight--
+	}
+	if l.index >= 0 {
+		heap.Remove(&s.waiting, l.index)
+	}
+	delete(s.lanes, subject)
+}
+
+// ForgetWaiting drops every waiting lane that match selects (lanes in flight stay) and
+// returns how many it dropped.
+func (s *Scheduler) ForgetWaiting(match func(subject string) bool) int {
+	n := 0
+	for subj, l := range s.lanes {
+		if !l.inFlight && match(subj) {
+			s.Forget(subj)
+			n++
+		}
+	}
+	return n
 }
 
 // schedule puts l in the heap at due, but never sooner than an interval after its last

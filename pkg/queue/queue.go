@@ -190,12 +190,27 @@ func classifyPublishError(err error) error {
 
 // Backlog lists every client subject that has requests queued, with its count.
 func (q *Queue) Backlog(ctx context.Context) (map[string]uint64, error) {
-	info, err := q.reqs.Info(ctx, jetstream.WithSubjectFilter(requestPrefix+">"))
+	return q.backlog(ctx, requestPrefix+">")
+}
+
+// PartitionBacklog lists the client subjects of partition p that have requests queued.
+func (q *Queue) PartitionBacklog(ctx context.Context, p int) (map[string]uint64, error) {
+	return q.backlog(ctx, requestPrefix+strconv.Itoa(p)+".*")
+}
+
+func (q *Queue) backlog(ctx context.Context, filter string) (map[string]uint64, error) {
+	info, err := q.reqs.Info(ctx, jetstream.WithSubjectFilter(filter))
 	if err != nil {
-		return nil, fmt.Errorf("listing backlog: %w", err)
+		return nil, fmt.Errorf("listing backlog of %s: %w", filter, err)
 	}
 	return info.State.Subjects, nil
 }
+
+// Partitions is the request stream's partition count.
+func (q *Queue) Partitions() int { return q.cfg.Partitions }
+
+// PartitionOf returns the partition of a stored request subject.
+func (q *Queue) PartitionOf(subject string) (int, error) { return PartitionOf(subject) }
 
 // Watch calls fn with the subject of every request stored from now on, from one light
 // ordered consumer (headers only, no acks, memory, R1). onErr hears about consumer

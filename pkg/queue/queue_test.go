@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/penguinhq/dispatcher/pkg/queue"
 	"github.com/penguinhq/dispatcher/pkg/queue/queuetest"
 	"github.com/penguinhq/dispatcher/pkg/request"
@@ -175,5 +177,111 @@ func TestPartitionCountIsFixed(t *testing.T) {
 	_, err := queue.Open(ctx, nc, queue.Config{Partitions: 16}, queue.CreateOrUpdate)
 	if err == nil || !strings.Contains(err.Error(), "partition") {
 		t.Fatalf("reopening with another partition count: %v, want an error naming partitions", err)
+	}
+}
+
+func TestLeases(t *testing.T) {
+	t.Parallel()
+	q := open(t, queue.Config{})
+	ctx := context.Background()
+	l, err := q.Leases(ctx, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rev, ok, err := l.Acquire(ctx, 3, "a")
+	if err != nil || !ok {
+		t.Fatalf("acquire a free partition: ok=%v err=%v", ok, err)
+	}
+	if _, ok, err := l.Acquire(ctx, 3, "b"); ok || err != nil {
+		t.Fatalf("acquire a held partition: ok=%v err=%v, want refused", ok, err)
+	}
+	rev2, ok, err := l.Renew(ctx, 3, "a", rev)
+	if err != nil || !ok {
+		t.Fatalf("renew: ok=%v err=%v", ok, err)
+	}
+	if _, ok, err := l.Renew(ctx, 3, "a", rev); ok || err != nil {
+		t.Fatalf("renew with a stale revision: ok=%v err=%v, want lost", ok, err)
+	}
+	released := make(chan struct{}, 1)
+	stop, err := l.WatchReleases(ctx, func() { released <- struct{}{} })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	if err := l.Release(ctx, 3, rev2); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-released:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no release seen")
+	}
+	if _, ok, err := l.Acquire(ctx, 3, "b"); !ok || err != nil {
+		t.Fatalf("acquire a released partition: ok=%v err=%v", ok, err)
+	}
+	// A lease nobody renews expires with the bucket's TTL.
+	if _, ok, _ := l.Acquire(ctx, 4, "a"); !ok {
+		t.Fatal("acquire 4")
+	}
+	if err := l.Heartbeat(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if m, err := l.Members(ctx); err != nil || len(m) != 1 || m[0] != "a" {
+		t.Fatalf("members %v, %v", m, err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, ok, _ := l.Acquire(ctx, 4, "b"); ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("an unrenewed lease did not expire")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if m, _ := l.Members(ctx); len(m) != 0 {
+		t.Fatalf("members %v after the heartbeat expired, want none", m)
+	}
+}
+
+func TestClusterR3(t *testing.T) {
+	t.Parallel()
+	c := queuetest.NewCluster(t, 3)
+	nc, err := nats.Connect(c.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	q, err := queue.Open(ctx, nc, queue.Config{Replicas: 3}, queue.CreateOrUpdate)
+	if err != nil {
+		t.Fatal(err)
+	}
+	publish(t, q, "a", "1")
+	leader := c.StreamLeader(queue.RequestStream)
+	if leader < 0 {
+		t.Fatal("no stream leader")
+	}
+	c.Stop(leader)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		_, err := q.Publish(ctx, request.Request{ID: "2", ClientID: "a", Body: []byte("{}")})
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no publish after the leader stopped: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	backlog, err := q.Backlog(ctx)
+	if err != nil || len(backlog) != 1 {
+		t.Fatalf("backlog %v %v", backlog, err)
+	}
+	for _, n := range backlog {
+		if n != 2 {
+			t.Fatalf("client a has %d queued after the leader change, want 2", n)
+		}
 	}
 }

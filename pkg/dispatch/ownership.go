@@ -1,0 +1,229 @@
+package dispatch
+
+import (
+	"context"
+	"hash/fnv"
+	"sort"
+	"time"
+
+	"github.com/rs/zerolog"
+)
+
+// LeaseStore keeps partition leases that expire unless renewed, in a store all
+// dispatcher instances share (the queue's KV bucket).
+type LeaseStore interface {
+	// Heartbeat says instance id is alive for another TTL; Leave says it is gone.
+	Heartbeat(ctx context.Context, id string) error
+	Leave(ctx context.Context, id string) error
+	// Members lists the instances alive now.
+	Members(ctx context.Context) ([]string, error)
+	// Acquire takes partition p if nobody holds it; ok is false when somebody does.
+	Acquire(ctx context.Context, p int, owner string) (rev uint64, ok bool, err error)
+	// Renew extends owner's lease by compare-and-swap on rev; ok is false when it is gone.
+	Renew(ctx context.Context, p int, owner string, rev uint64) (newRev uint64, ok bool, err error)
+	// Release gives p up if rev is still current.
+	Release(ctx context.Context, p int, rev uint64) error
+	// WatchReleases calls fn when any lease is released.
+	WatchReleases(ctx context.Context, fn func()) (stop func(), err error)
+}
+
+type ownKind int
+
+const (
+	ownAcquired ownKind = iota // the partition is ours; send after the fence
+	ownRenewed                 // the lease is ours until validUntil
+	ownLost                    // the lease is gone: stop at once
+	ownRelease                 // hand the partition back: stop starting sends, drain, close done
+)
+
+type ownEvent struct {
+	kind       ownKind
+	partition  int
+	validUntil time.Time
+	done       chan struct{}
+}
+
+// leaser holds this instance's share of the partitions through leases.
+//
+// Fencing: a lease renewed by a request sent at t expires on the server no sooner than
+// t+ttl, by when this instance must have finished every attempt in that partition. So it
+// starts attempts only until t+ttl-margin, with margin at least the send timeout. Whoever
+// takes the partition next does so after the expiry (or after this instance drained and
+// released it) and then waits one full interval before its first attempt. Neither step
+// compares clocks between hosts.
+type leaser struct {
+	store      LeaseStore
+	id         string
+	partitions int
+	ttl        time.Duration
+	margin     time.Duration
+	every      time.Duration
+	events     chan<- ownEvent
+	log        zerolog.Logger
+
+	owned     map[int]uint64 // partition -> lease revision
+	releasing map[int]bool
+	drained   chan int
+}
+
+func (m *leaser) run(ctx context.Context) {
+	wake := make(chan struct{}, 1)
+	poke := func() {
+		select {
+		case wake <- struct{}{}:
+		default:
+		}
+	}
+	stop, err := m.store.WatchReleases(ctx, poke)
+	if err != nil {
+		m.log.Warn().Err(err).Msg("cannot watch lease releases; relying on the renewal rounds")
+	} else {
+		defer stop()
+	}
+	ticker := time.NewTicker(m.every)
+	defer ticker.Stop()
+	for {
+		m.round(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+		case <-wake:
+		case p := <-m.drained:
+			if rev, ok := m.owned[p]; ok {
+				if err := m.store.Release(ctx, p, rev); err != nil {
+					m.log.Warn().Err(err).Int("partition", p).Msg("releasing lease failed; it will expire instead")
+				}
+				delete(m.owned, p)
+				delete(m.releasing, p)
+				m.log.Info().Int("partition", p).Msg("partition handed back")
+			}
+		}
+	}
+}
+
+func (m *leaser) emit(ctx context.Context, e ownEvent) {
+	select {
+	case m.events <- e:
+	case <-ctx.Done():
+	}
+}
+
+// round renews what this instance holds, hands back what is over its share, and takes
+// free partitions up to its share.
+func (m *leaser) round(ctx context.Context) {
+	if err := m.store.Heartbeat(ctx, m.id); err != nil && ctx.Err() == nil {
+		m.log.Warn().Err(err).Msg("heartbeat failed")
+	}
+	for _, p := range sortedKeys(m.owned) {
+		sent := time.Now()
+		rev, ok, err := m.store.Renew(ctx, p, m.id, m.owned[p])
+		switch {
+		case err != nil:
+			if ctx.Err() == nil {
+				m.log.Warn().Err(err).Int("partition", p).Msg("renewing lease failed; sends there stop when it would lapse")
+			}
+		case !ok:
+			m.log.Warn().Int("partition", p).Msg("lease lost")
+			delete(m.owned, p)
+			delete(m.releasing, p)
+			m.emit(ctx, ownEvent{kind: ownLost, partition: p})
+		default:
+			m.owned[p] = rev
+			m.emit(ctx, ownEvent{kind: ownRenewed, partition: p, validUntil: sent.Add(m.ttl - m.margin)})
+		}
+	}
+	members, err := m.store.Members(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			m.log.Warn().Err(err).Msg("listing instances failed; not rebalancing this round")
+		}
+		return
+	}
+	n := len(members)
+	if !contains(members, m.id) {
+		n++
+	}
+	share := (m.partitions + n - 1) / n
+
+	if excess := len(m.owned) - share; excess > 0 {
+		keys := sortedKeys(m.owned)
+		for i := len(keys) - 1; i >= 0 && excess > 0; i-- {
+			p := keys[i]
+			excess--
+			if m.releasing[p] {
+				continue
+			}
+			m.releasing[p] = true
+			done := make(chan struct{})
+			m.log.Info().Int("partition", p).Int("share", share).Msg("handing partition back to balance")
+			m.emit(ctx, ownEvent{kind: ownRelease, partition: p, done: done})
+			go func() {
+				select {
+				case <-done:
+					m.drained <- p
+				case <-ctx.Done():
+				}
+			}()
+		}
+		return
+	}
+	start := int(hashOf(m.id) % uint32(m.partitions))
+	for i := 0; i < m.partitions && len(m.owned) < share; i++ {
+		p := (start + i) % m.partitions
+		if _, mine := m.owned[p]; mine {
+			continue
+		}
+		sent := time.Now()
+		rev, ok, err := m.store.Acquire(ctx, p, m.id)
+		if err != nil {
+			if ctx.Err() == nil {
+				m.log.Warn().Err(err).Int("partition", p).Msg("acquiring lease failed")
+			}
+			return
+		}
+		if ok {
+			m.owned[p] = rev
+			m.log.Info().Int("partition", p).Int("share", share).Int("instances", n).Msg("partition acquired")
+			m.emit(ctx, ownEvent{kind: ownAcquired, partition: p, validUntil: sent.Add(m.ttl - m.margin)})
+		}
+	}
+}
+
+// releaseAll hands every lease back and leaves; the dispatcher has drained by then.
+func (m *leaser) releaseAll(ctx context.Context) {
+	for p, rev := range m.owned {
+		if err := m.store.Release(ctx, p, rev); err != nil {
+			m.log.Warn().Err(err).Int("partition", p).Msg("releasing lease failed; it will expire instead")
+		}
+	}
+	if err := m.store.Leave(ctx, m.id); err != nil {
+		m.log.Warn().Err(err).Msg("leaving failed; the heartbeat will expire instead")
+	}
+	m.log.Info().Int("partitions", len(m.owned)).Msg("leases handed back")
+	m.owned = map[int]uint64{}
+}
+
+func sortedKeys(m map[int]uint64) []int {
+	keys := make([]int, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Ints(keys)
+	return keys
+}
+
+func contains(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
+
+func hashOf(s string) uint32 {
+	h := fnv.New32a()
+	h.Write([]byte(s))
+	return h.Sum32()
+}

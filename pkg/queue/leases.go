@@ -1,0 +1,128 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// LeaseBucket is the KV bucket that holds partition leases and instance heartbeats.
+const LeaseBucket = "DISPATCH_LEASES"
+
+const (
+	leaseKeyPrefix  = "p."
+	memberKeyPrefix = "m."
+)
+
+// Leases is the partition-lease store: one key per partition whose value names its owner,
+// and one heartbeat key per dispatcher instance. Every key lives for the bucket's TTL
+// unless written again, so a dead instance's leases and heartbeat expire by themselves.
+type Leases struct {
+	kv jetstream.KeyValue
+}
+
+// Leases opens (or creates) the lease bucket with the given TTL, replicated like the
+// streams. An existing bucket's TTL is brought in line.
+func (q *Queue) Leases(ctx context.Context, ttl time.Duration) (*Leases, error) {
+	kv, err := q.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:      LeaseBucket,
+		Description: "Dispatcher partition leases and instance heartbeats.",
+		TTL:         ttl,
+		History:     1,
+		Storage:     jetstream.FileStorage,
+		Replicas:    q.cfg.Replicas,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("lease bucket: %w", err)
+	}
+	return &Leases{kv: kv}, nil
+}
+
+func leaseKey(p int) string { return leaseKeyPrefix + strconv.Itoa(p) }
+
+// Heartbeat says instance id is alive, for another TTL.
+func (l *Leases) Heartbeat(ctx context.Context, id string) error {
+	if _, err := l.kv.Put(ctx, memberKeyPrefix+id, []byte(time.Now().UTC().Format(time.RFC3339))); err != nil {
+		return fmt.Errorf("heartbeat: %w", err)
+	}
+	return nil
+}
+
+// Leave removes instance id's heartbeat at once, on a graceful stop.
+func (l *Leases) Leave(ctx context.Context, id string) error {
+	if err := l.kv.Delete(ctx, memberKeyPrefix+id); err != nil {
+		return fmt.Errorf("leaving: %w", err)
+	}
+	return nil
+}
+
+// Members lists the instances whose heartbeat has not expired.
+func (l *Leases) Members(ctx context.Context) ([]string, error) {
+	lister, err := l.kv.ListKeysFiltered(ctx, memberKeyPrefix+">")
+	if err != nil {
+		return nil, fmt.Errorf("listing members: %w", err)
+	}
+	var ids []string
+	for k := range lister.Keys() {
+		ids = append(ids, strings.TrimPrefix(k, memberKeyPrefix))
+	}
+	return ids, nil
+}
+
+// Acquire takes partition p for owner if nobody holds it. ok is false when another
+// instance holds it.
+func (l *Leases) Acquire(ctx context.Context, p int, owner string) (rev uint64, ok bool, err error) {
+	rev, err = l.kv.Create(ctx, leaseKey(p), []byte(owner))
+	switch {
+	case err == nil:
+		return rev, true, nil
+	case errors.Is(err, jetstream.ErrKeyExists):
+		return 0, false, nil
+	}
+	return 0, false, fmt.Errorf("acquiring partition %d: %w", p, err)
+}
+
+// Renew extends owner's lease on p, by compare-and-swap on the revision it holds. ok is
+// false when the lease is no longer owner's (it expired, or another instance took it).
+func (l *Leases) Renew(ctx context.Context, p int, owner string, rev uint64) (newRev uint64, ok bool, err error) {
+	newRev, err = l.kv.Update(ctx, leaseKey(p), []byte(owner), rev)
+	if err == nil {
+		return newRev, true, nil
+	}
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence {
+		return 0, false, nil
+	}
+	return 0, false, fmt.Errorf("renewing partition %d: %w", p, err)
+}
+
+// Release gives up p, if rev is still the current revision.
+func (l *Leases) Release(ctx context.Context, p int, rev uint64) error {
+	err := l.kv.Delete(ctx, leaseKey(p), jetstream.LastRevision(rev))
+	if err != nil {
+		return fmt.Errorf("releasing partition %d: %w", p, err)
+	}
+	return nil
+}
+
+// WatchReleases calls fn whenever a lease is released, so that another instance can take
+// it at once instead of at its next round.
+func (l *Leases) WatchReleases(ctx context.Context, fn func()) (stop func(), err error) {
+	w, err := l.kv.Watch(ctx, leaseKeyPrefix+">", jetstream.UpdatesOnly())
+	if err != nil {
+		return nil, fmt.Errorf("watching leases: %w", err)
+	}
+	go func() {
+		for e := range w.Updates() {
+			if e != nil && e.Operation() != jetstream.KeyValuePut {
+				fn()
+			}
+		}
+	}()
+	return func() { _ = w.Stop() }, nil
+}
