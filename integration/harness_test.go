@@ -46,6 +46,7 @@ type options struct {
 	timeout  time.Duration // raven timeout
 	respond  func(ledger.Arrival) ledger.Response
 	noStart  bool // do not start the dispatcher
+	natsURL  string // use this NATS (a cluster) instead of starting a server
 }
 
 // stack is one service on one embedded NATS server, with a recording raven.
@@ -76,11 +77,14 @@ func newStack(t testing.TB, o options) *stack {
 		o.timeout = 5 * time.Second
 	}
 	s := &stack{t: t, opts: o}
-	s.natsDir = t.TempDir()
-	s.srv = queuetest.ServerAt(t, s.natsDir, "127.0.0.1:0")
-	s.natsAddr = strings.TrimPrefix(s.srv.ClientURL(), "nats://")
-	s.nc = connectTo(t, s.srv.ClientURL())
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	if o.natsURL == "" {
+		s.natsDir = t.TempDir()
+		s.srv = queuetest.ServerAt(t, s.natsDir, "127.0.0.1:0")
+		s.natsAddr = strings.TrimPrefix(s.srv.ClientURL(), "nats://")
+		o.natsURL = s.srv.ClientURL()
+	}
+	s.nc = connectTo(t, o.natsURL)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	q, err := queue.Open(ctx, s.nc, o.queue, queue.CreateOrUpdate)
 	if err != nil {

@@ -127,7 +127,8 @@ func TestDispatcherKilledMidSendAndRestarted(t *testing.T) {
 			s.post(clientName(c), n)
 		}
 	}
-	env := map[string]string{"NATS_URL": s.srv.ClientURL(), "RAVEN_URL": s.ravenURL, "DISPATCH_INTERVAL": interval.String()}
+	env := map[string]string{"NATS_URL": s.srv.ClientURL(), "RAVEN_URL": s.ravenURL, "DISPATCH_INTERVAL": interval.String(),
+		"LEASE_TTL": "2s", "RAVEN_TIMEOUT": "1s"}
 	p := startProc(t, env)
 	for range 6 {
 		select {
@@ -238,7 +239,8 @@ func TestBinariesAgainstExternalNATS(t *testing.T) {
 	addr := freeAddr(t)
 	common := map[string]string{"NATS_URL": s.srv.ClientURL(), "DISPATCH_INTERVAL": interval.String()}
 	startBin(t, ingestBin, map[string]string{"NATS_URL": common["NATS_URL"], "INGEST_ADDR": addr})
-	startProc(t, map[string]string{"NATS_URL": common["NATS_URL"], "RAVEN_URL": s.ravenURL, "DISPATCH_INTERVAL": interval.String()})
+	startProc(t, map[string]string{"NATS_URL": common["NATS_URL"], "RAVEN_URL": s.ravenURL, "DISPATCH_INTERVAL": interval.String(),
+		"LEASE_TTL": "2s", "RAVEN_TIMEOUT": "1s"})
 	waitFor(t, 20*time.Second, "ingest readyz", func() bool {
 		resp, err := http.Get("http://" + addr + "/readyz")
 		if err != nil {

@@ -19,6 +19,8 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"regexp"
+	"strings"
 	"syscall"
 	"time"
 
@@ -31,6 +33,7 @@ import (
 	"github.com/penguinhq/dispatcher/pkg/ledger"
 	"github.com/penguinhq/dispatcher/pkg/queue"
 	"github.com/penguinhq/dispatcher/pkg/raven"
+	"github.com/penguinhq/dispatcher/pkg/request"
 )
 
 func main() {
@@ -73,11 +76,19 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (*settin
 	if err := s.Parse(args); err != nil {
 		return nil, err
 	}
+	if c.dispatch.InstanceID != "" && !validKeyToken.MatchString(c.dispatch.InstanceID) {
+		return nil, fmt.Errorf("INSTANCE_ID=%q is not valid: it accepts letters, digits and - _ = up to 64 characters", c.dispatch.InstanceID)
+	}
 	if !c.standalone && c.dispatch.Raven.URL == "" {
 		return nil, errors.New("RAVEN_URL is required (or run with -standalone for a demo raven)")
 	}
 	return c, nil
 }
+
+var (
+	validKeyToken   = regexp.MustCompile(`^[A-Za-z0-9_=-]{1,64}$`)
+	invalidKeyChars = regexp.MustCompile(`[^A-Za-z0-9_=-]+`)
+)
 
 func run(ctx context.Context, args []string, getenv func(string) string, _ io.Writer, stderr io.Writer) error {
 	c, err := parse(args, getenv, stderr)
@@ -97,6 +108,16 @@ func run(ctx context.Context, args []string, getenv func(string) string, _ io.Wr
 	if err != nil {
 		return err
 	}
+	leases, err := q.Leases(ctx, c.dispatch.LeaseTTL)
+	if err != nil {
+		return err
+	}
+	c.dispatch.Leases = leases
+	if c.dispatch.InstanceID == "" {
+		host, _ := os.Hostname()
+		host = invalidKeyChars.ReplaceAllString(host, "-")
+		c.dispatch.InstanceID = strings.TrimLeft(host+"-"+request.NewID(time.Now())[16:], "-")
+	}
 	return runDispatcher(ctx, c, q, log)
 }
 
@@ -109,7 +130,7 @@ func runDispatcher(ctx context.Context, c *settings, q *queue.Queue, log zerolog
 	if err != nil {
 		return err
 	}
-	log.Info().Str("raven", c.dispatch.Raven.URL).Stringer("interval", c.dispatch.Interval).Msg("dispatching")
+	log.Info().Str("raven", c.dispatch.Raven.URL).Stringer("interval", c.dispatch.Interval).Str("instance", c.dispatch.InstanceID).Msg("dispatching")
 	return d.Run(ctx)
 }
 

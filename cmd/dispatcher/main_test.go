@@ -45,6 +45,8 @@ func TestSettings(t *testing.T) {
 		{name: "ErrPartitions", env: map[string]string{"STANDALONE": "1", "PARTITIONS": "0"}, wantErr: []string{"PARTITIONS", "1 to 1024"}},
 		{name: "ErrBodyLimit", env: map[string]string{"STANDALONE": "1", "MAX_BODY_BYTES": "1MB"}, wantErr: []string{"MAX_BODY_BYTES", "whole number"}},
 		{name: "ErrNatsSync", env: map[string]string{"STANDALONE": "1", "NATS_SYNC": "never"}, wantErr: []string{"NATS_SYNC", "always, interval"}},
+		{name: "ErrInstanceID", env: map[string]string{"STANDALONE": "1", "INSTANCE_ID": "a.b c"}, wantErr: []string{"INSTANCE_ID", "letters"}},
+		{name: "ErrLeaseTTL", env: map[string]string{"STANDALONE": "1", "LEASE_TTL": "1ms"}, wantErr: []string{"LEASE_TTL", "at least"}},
 		{name: "ErrStrayArgument", args: []string{"-standalone", "extra"}, wantErr: []string{"unexpected arguments"}},
 		{name: "ErrUnknownFlag", args: []string{"-nope"}, wantErr: []string{"nope"}},
 	}

@@ -126,3 +126,27 @@ func (l *Leases) WatchReleases(ctx context.Context, fn func()) (stop func(), err
 	}()
 	return func() { _ = w.Stop() }, nil
 }
+
+// Owners returns the current owner of every leased partition.
+func (l *Leases) Owners(ctx context.Context) (map[int]string, error) {
+	lister, err := l.kv.ListKeysFiltered(ctx, leaseKeyPrefix+">")
+	if err != nil {
+		return nil, fmt.Errorf("listing leases: %w", err)
+	}
+	owners := map[int]string{}
+	for k := range lister.Keys() {
+		p, err := strconv.Atoi(strings.TrimPrefix(k, leaseKeyPrefix))
+		if err != nil {
+			continue
+		}
+		e, err := l.kv.Get(ctx, k)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("reading lease %s: %w", k, err)
+		}
+		owners[p] = string(e.Value())
+	}
+	return owners, nil
+}

@@ -106,6 +106,11 @@ func DispatchSettings(s *Settings) *Dispatch {
 	s.Duration(&c.MaxAge, "MAX_AGE", dispatch.DefaultMaxAge, time.Second, "a request older than this that fails transiently is dead-lettered")
 	s.Int(&inFlight, "MAX_IN_FLIGHT", dispatch.DefaultMaxInFlight, 1, 1_000_000, "most attempts in flight at once, across clients")
 	s.Duration(&c.ShutdownGrace, "SHUTDOWN_GRACE", dispatch.DefaultShutdownGrace, 0, "how long a stopping dispatcher waits for attempts in flight")
-	s.afterParse(func() { c.MaxAttempts, c.MaxInFlight = int(attempts), int(inFlight) })
+	s.Duration(&c.LeaseTTL, "LEASE_TTL", dispatch.DefaultLeaseTTL, 100*time.Millisecond, "how long a partition lease lives unless renewed; a crashed dispatcher's partitions move after about this plus one interval")
+	s.String(&c.InstanceID, "INSTANCE_ID", "", "this dispatcher's name in the lease store, unique among live instances; empty for host name plus a random suffix")
+	s.afterParse(func() {
+		c.MaxAttempts, c.MaxInFlight = int(attempts), int(inFlight)
+		c.SendTimeout = c.Raven.Timeout
+	})
 	return c
 }

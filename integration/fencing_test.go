@@ -1,0 +1,115 @@
+package integration
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/penguinhq/dispatcher/pkg/dispatch"
+	"github.com/penguinhq/dispatcher/pkg/queue"
+	"github.com/penguinhq/dispatcher/pkg/raven"
+)
+
+// cutOff is a real lease store that can be cut off, as an instance that loses its way to
+// the lease bucket while it can still reach raven would see it.
+type cutOff struct {
+	dispatch.LeaseStore
+	cut atomic.Bool
+}
+
+var errCut = errors.New("cut off from the lease store")
+
+func (c *cutOff) Heartbeat(ctx context.Context, id string) error {
+	if c.cut.Load() {
+		return errCut
+	}
+	return c.LeaseStore.Heartbeat(ctx, id)
+}
+
+func (c *cutOff) Members(ctx context.Context) ([]string, error) {
+	if c.cut.Load() {
+		return nil, errCut
+	}
+	return c.LeaseStore.Members(ctx)
+}
+
+func (c *cutOff) Acquire(ctx context.Context, p int, owner string) (uint64, bool, error) {
+	if c.cut.Load() {
+		return 0, false, errCut
+	}
+	return c.LeaseStore.Acquire(ctx, p, owner)
+}
+
+func (c *cutOff) Renew(ctx context.Context, p int, owner string, rev uint64) (uint64, bool, error) {
+	if c.cut.Load() {
+		return 0, false, errCut
+	}
+	return c.LeaseStore.Renew(ctx, p, owner, rev)
+}
+
+// The fencing argument, tested: instance a holds the only partition and is cut off from
+// the lease store while it can still reach raven and the queue. It must stop starting
+// attempts before its lease can lapse; b takes the partition after the lease expired and
+// waits one interval before its first attempt. Spacing holds across the switch, and b
+// makes the later deliveries. Without either half of the fence, the gap at the switch
+// falls below the interval (the margin here is shorter than the interval).
+func TestFencingAcrossLeaseTakeover(t *testing.T) {
+	t.Parallel()
+	const interval = time.Second
+	s := newStack(t, options{interval: interval, noStart: true, queue: queue.Config{Partitions: 1}})
+	leases, err := s.q.Leases(context.Background(), time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc, err := raven.New(raven.Config{URL: s.ravenURL, Timeout: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := func(id string, store dispatch.LeaseStore) func() {
+		d, err := dispatch.New(dispatch.Config{Policy: s.policy(), SendTimeout: 200 * time.Millisecond,
+			Leases: store, LeaseTTL: time.Second, InstanceID: id}, s.q, rc, testLog())
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { _ = d.Run(ctx); close(done) }()
+		return func() { cancel(); <-done }
+	}
+	storeA := &cutOff{LeaseStore: leases}
+	stopA := start("a", storeA)
+	defer stopA()
+	s.post("warm-up", 0)
+	waitFor(t, 10*time.Second, "a past its start-up fence", func() bool { return s.ledger.Delivered() >= 1 })
+	// Clients start a twelfth of an interval apart, so that whenever a's lease runs out,
+	// some client's last attempt by a falls just before it.
+	for c := range 12 {
+		for n := range 6 {
+			s.post(clientName(c), n)
+		}
+		time.Sleep(interval / 12)
+	}
+	time.Sleep(interval)
+	stopB := start("b", leases)
+	defer stopB()
+
+	storeA.cut.Store(true)
+	cutAt := time.Now()
+	s.finish(60*time.Second, 0)
+
+	var afterCut int
+	for _, a := range s.ledger.Arrivals() {
+		if a.Start.After(cutAt) {
+			afterCut++
+		}
+	}
+	owners, err := leases.Owners(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if afterCut < 24 || owners[0] != "b" {
+		t.Fatalf("%d arrivals after a was cut off, partition owned by %q: want b to have taken over and sent the rest", afterCut, owners[0])
+	}
+}
