@@ -63,9 +63,10 @@ func (c *clusterStack) owners() map[string]int {
 	return counts
 }
 
-// feed posts requests for clients from one goroutine per client group until stop is
-// closed, so that each client's posts are sequential. It answers 202 or 503 only.
-func (c *clusterStack) feed(clients int, stop <-chan struct{}) *sync.WaitGroup {
+// feed posts requests for clients from one goroutine per client group, each pausing
+// between posts, until stop is closed; each client's posts are sequential. Ingest must
+// answer 202 or 503 only.
+func (c *clusterStack) feed(clients int, pause time.Duration, stop <-chan struct{}) *sync.WaitGroup {
 	var wg sync.WaitGroup
 	for g := range 4 {
 		wg.Go(func() {
@@ -73,7 +74,7 @@ func (c *clusterStack) feed(clients int, stop <-chan struct{}) *sync.WaitGroup {
 				select {
 				case <-stop:
 					return
-				case <-time.After(20 * time.Millisecond):
+				case <-time.After(pause):
 				}
 				client := clientName(g + 4*(n%(clients/4)))
 				a := c.postRaw(jsonHeader(), fmt.Appendf(nil, `{"clientId":%q,"n":%d}`, client, n))
@@ -108,7 +109,7 @@ func TestDispatchersShareAndFailOver(t *testing.T) {
 		return o["a"] == 32 && o["b"] == 32
 	})
 	stop := make(chan struct{})
-	feeding := c.feed(clients, stop)
+	feeding := c.feed(clients, 20*time.Millisecond, stop)
 
 	waitFor(t, 30*time.Second, "deliveries", func() bool { return c.ledger.Delivered() >= clients })
 	a.signal(syscall.SIGKILL)
@@ -134,5 +135,44 @@ func TestDispatchersShareAndFailOver(t *testing.T) {
 	t.Logf("accepted %d", c.acceptedCount())
 	if rep.Delivered < clients*3 {
 		t.Fatalf("delivered %d", rep.Delivered)
+	}
+}
+
+// The NATS node leading the request stream dies mid-run: ingest answers 202 or 503 with
+// Retry-After (never a 202 that is then lost), and dispatch resumes once a new leader is
+// elected. The node comes back later and the run ends clean.
+func TestStreamLeaderLoss(t *testing.T) {
+	t.Parallel()
+	c := newClusterStack(t, options{interval: 200 * time.Millisecond})
+	const clients = 24
+	c.startDispatcher("a")
+	c.startDispatcher("b")
+	stop := make(chan struct{})
+	feeding := c.feed(clients, 20*time.Millisecond, stop)
+	waitFor(t, 30*time.Second, "deliveries before the fault", func() bool { return c.ledger.Delivered() >= 20 })
+
+	leader := c.cluster.StreamLeader(queue.RequestStream)
+	if leader < 0 {
+		t.Fatal("no request stream leader")
+	}
+	c.cluster.Stop(leader)
+	killedAt := time.Now()
+	waitFor(t, 60*time.Second, "deliveries after the leader died", func() bool {
+		for _, a := range c.ledger.Arrivals() {
+			if a.Start.After(killedAt.Add(time.Second)) {
+				return true
+			}
+		}
+		return false
+	})
+	acceptedAtKill := c.acceptedCount()
+	waitFor(t, 30*time.Second, "requests accepted after the leader died", func() bool { return c.acceptedCount() > acceptedAtKill+10 })
+	c.cluster.Start(leader)
+	time.Sleep(time.Second)
+	close(stop)
+	feeding.Wait()
+	rep := c.finish(90*time.Second, clients)
+	if rep.Delivered != c.acceptedCount() {
+		t.Fatalf("delivered %d of %d accepted", rep.Delivered, c.acceptedCount())
 	}
 }

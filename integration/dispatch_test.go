@@ -2,7 +2,9 @@ package integration
 
 import (
 	"context"
+	"net"
 	"net/http"
+	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -284,5 +286,73 @@ func TestRavenGetsTheRequestUnchanged(t *testing.T) {
 		if got.Header.Get(k) != v {
 			t.Errorf("header %s = %q, want %q", k, got.Header.Get(k), v)
 		}
+	}
+}
+
+// Raven is slower than the send timeout for a while, then down (connection refused), then
+// back: nothing is lost, retries never come closer than the interval, and the backlog then
+// drains at the spaced rate, without a burst.
+func TestRavenSlowThenDownThenBack(t *testing.T) {
+	t.Parallel()
+	const interval = 300 * time.Millisecond
+	var slow atomic.Bool
+	s := newStack(t, options{interval: interval, timeout: 200 * time.Millisecond, noStart: true,
+		policy: dispatch.Policy{BackoffBase: 100 * time.Millisecond, BackoffMax: interval, MaxAttempts: 1000},
+		respond: func(ledger.Arrival) ledger.Response {
+			if slow.Load() {
+				return ledger.Response{Delay: time.Second}
+			}
+			return ledger.Response{}
+		}})
+	// Raven on a port of its own, so that it can go away and come back at the same address.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	srv := &http.Server{Handler: s.ledger}
+	go srv.Serve(ln)
+	s.ravenURL = "http://" + addr
+	const clients, each = 6, 8
+	for c := range clients {
+		for n := range each {
+			s.post(clientName(c), n)
+		}
+	}
+	slow.Store(true)
+	s.startDispatcher()
+	waitFor(t, 10*time.Second, "timed-out attempts", func() bool { return len(s.ledger.Arrivals()) >= 2*clients })
+	_ = srv.Close() // raven down: connections refused
+	time.Sleep(1500 * time.Millisecond)
+	slow.Store(false)
+	ln, err = net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatalf("raven cannot listen again on %s: %v", addr, err)
+	}
+	back := time.Now()
+	srv = &http.Server{Handler: s.ledger}
+	go srv.Serve(ln)
+	defer srv.Close()
+	s.finish(30*time.Second, 0)
+
+	// After raven is back, each client's backlog drains one request per interval (plus
+	// latency), not faster (the ledger checked that) and not in fits and starts.
+	var gaps []time.Duration
+	last := map[string]time.Time{}
+	for _, a := range s.ledger.Arrivals() {
+		if a.Start.Before(back) || a.Aborted {
+			continue
+		}
+		if prev, ok := last[a.ClientID]; ok {
+			gaps = append(gaps, a.Start.Sub(prev))
+		}
+		last[a.ClientID] = a.Start
+	}
+	if len(gaps) < clients*(each-2) {
+		t.Fatalf("only %d gaps after raven came back; the backlog should have drained then", len(gaps))
+	}
+	sort.Slice(gaps, func(i, j int) bool { return gaps[i] < gaps[j] })
+	if med := gaps[len(gaps)/2]; med > interval*3/2 {
+		t.Fatalf("median gap after recovery %s, want close to the %s interval", med, interval)
 	}
 }

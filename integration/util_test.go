@@ -9,7 +9,8 @@ import (
 
 func connectTo(t testing.TB, url string) *nats.Conn {
 	t.Helper()
-	nc, err := nats.Connect(url, nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
+	nc, err := nats.Connect(url, nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond),
+		nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))
 	if err != nil {
 		t.Fatalf("connecting to %s: %v", url, err)
 	}
