@@ -20,7 +20,6 @@ import (
 // 429 with Retry-After, or slower than the send timeout. Requests are posted all along.
 // At the end the ledger is checked like every other test's.
 func TestChaos(t *testing.T) {
-	t.Parallel()
 	seed := uint64(time.Now().UnixNano())
 	if v := os.Getenv("CHAOS_SEED"); v != "" {
 		n, err := strconv.ParseUint(v, 10, 64)
@@ -77,8 +76,7 @@ func TestChaos(t *testing.T) {
 	spawn()
 
 	const clients = 32
-	stop := make(chan struct{})
-	feeding := c.feed(clients, 80*time.Millisecond, stop)
+	stopFeed := c.feed(clients, 80*time.Millisecond)
 	faults := map[string]int{}
 	nodeDown, nodeUpAt := -1, time.Time{}
 	deadline := time.Now().Add(duration)
@@ -122,8 +120,7 @@ func TestChaos(t *testing.T) {
 		c.cluster.Start(nodeDown)
 	}
 	mode.Store(modeOK)
-	close(stop)
-	feeding.Wait()
+	stopFeed()
 	rep := c.finish(3*time.Minute, faults["dispatcher_kill"]*clients)
 	t.Logf("chaos summary: seed=%d accepted=%d delivered=%d dead=%d duplicates=%d min_gap=%s faults=%v",
 		seed, c.acceptedCount(), rep.Delivered, rep.Dead, rep.Duplicates, rep.MinGap, faults)

@@ -63,21 +63,26 @@ func (c *clusterStack) owners() map[string]int {
 	return counts
 }
 
-// feed posts requests for clients from one goroutine per client group, each pausing
-// between posts, until stop is closed; each client's posts are sequential. Ingest must
-// answer 202 or 503 only.
-func (c *clusterStack) feed(clients int, pause time.Duration, stop <-chan struct{}) *sync.WaitGroup {
+// feed posts requests for clients from four goroutines, each pausing between posts,
+// until the returned stop is called (or the test ends); each client's posts are
+// sequential. Ingest must answer 202 or 503 only.
+func (c *clusterStack) feed(clients int, pause time.Duration) (stop func()) {
+	done := make(chan struct{})
 	var wg sync.WaitGroup
 	for g := range 4 {
 		wg.Go(func() {
 			for n := 0; ; n++ {
 				select {
-				case <-stop:
+				case <-done:
 					return
 				case <-time.After(pause):
 				}
 				client := clientName(g + 4*(n%(clients/4)))
-				a := c.postRaw(jsonHeader(), fmt.Appendf(nil, `{"clientId":%q,"n":%d}`, client, n))
+				a, err := c.tryPost(jsonHeader(), fmt.Appendf(nil, `{"clientId":%q,"n":%d}`, client, n))
+				if err != nil {
+					c.t.Errorf("post during the run: %v", err)
+					return
+				}
 				if a.Status != http.StatusAccepted && a.Status != http.StatusServiceUnavailable {
 					c.t.Errorf("post during the run: %d %v, want 202 or 503", a.Status, a.Body)
 					return
@@ -85,15 +90,20 @@ func (c *clusterStack) feed(clients int, pause time.Duration, stop <-chan struct
 			}
 		})
 	}
-	return &wg
+	var once sync.Once
+	stop = func() { once.Do(func() { close(done); wg.Wait() }) }
+	c.t.Cleanup(stop)
+	return stop
 }
 
 // Several dispatcher processes share the partitions evenly through leases; one is killed
 // with SIGKILL mid-run, another starts, one stops gracefully. At the end nothing is lost,
 // order held, no gap fell below the interval, and duplicates stayed within the crash
 // window (G2-G5 across failover).
+//
+// Not parallel: the cluster tests run on their own so that their timing does not crowd
+// the rest of the suite (and the other way round).
 func TestDispatchersShareAndFailOver(t *testing.T) {
-	t.Parallel()
 	c := newClusterStack(t, options{interval: 250 * time.Millisecond,
 		respond: func(ledger.Arrival) ledger.Response { return ledger.Response{Delay: 30 * time.Millisecond} }})
 	const clients = 40
@@ -108,8 +118,7 @@ func TestDispatchersShareAndFailOver(t *testing.T) {
 		o := c.owners()
 		return o["a"] == 32 && o["b"] == 32
 	})
-	stop := make(chan struct{})
-	feeding := c.feed(clients, 20*time.Millisecond, stop)
+	stopFeed := c.feed(clients, 20*time.Millisecond)
 
 	waitFor(t, 30*time.Second, "deliveries", func() bool { return c.ledger.Delivered() >= clients })
 	a.signal(syscall.SIGKILL)
@@ -124,13 +133,11 @@ func TestDispatchersShareAndFailOver(t *testing.T) {
 	if code := b.cmd.ProcessState.ExitCode(); code != 0 {
 		t.Fatalf("b exited %d on SIGTERM", code)
 	}
-	stopped := time.Now()
-	waitFor(t, 30*time.Second, "c to hold every partition", func() bool { return c.owners()["c"] == 64 })
-	if took := time.Since(stopped); took > 1500*time.Millisecond {
-		t.Errorf("c took %s to take b's partitions; a hand-back should beat the 2s lease TTL", took)
+	if o := c.owners(); o["b"] != 0 {
+		t.Fatalf("b still holds %d leases after a graceful stop, want them handed back: %v", o["b"], o)
 	}
-	close(stop)
-	feeding.Wait()
+	waitFor(t, 30*time.Second, "c to hold every partition", func() bool { return c.owners()["c"] == 64 })
+	stopFeed()
 	rep := c.finish(60*time.Second, clients)
 	t.Logf("accepted %d", c.acceptedCount())
 	if rep.Delivered < clients*3 {
@@ -142,13 +149,11 @@ func TestDispatchersShareAndFailOver(t *testing.T) {
 // Retry-After (never a 202 that is then lost), and dispatch resumes once a new leader is
 // elected. The node comes back later and the run ends clean.
 func TestStreamLeaderLoss(t *testing.T) {
-	t.Parallel()
 	c := newClusterStack(t, options{interval: 200 * time.Millisecond})
 	const clients = 24
 	c.startDispatcher("a")
 	c.startDispatcher("b")
-	stop := make(chan struct{})
-	feeding := c.feed(clients, 20*time.Millisecond, stop)
+	stopFeed := c.feed(clients, 20*time.Millisecond)
 	waitFor(t, 30*time.Second, "deliveries before the fault", func() bool { return c.ledger.Delivered() >= 20 })
 
 	leader := c.cluster.StreamLeader(queue.RequestStream)
@@ -169,8 +174,7 @@ func TestStreamLeaderLoss(t *testing.T) {
 	waitFor(t, 30*time.Second, "requests accepted after the leader died", func() bool { return c.acceptedCount() > acceptedAtKill+10 })
 	c.cluster.Start(leader)
 	time.Sleep(time.Second)
-	close(stop)
-	feeding.Wait()
+	stopFeed()
 	rep := c.finish(90*time.Second, clients)
 	if rep.Delivered != c.acceptedCount() {
 		t.Fatalf("delivered %d of %d accepted", rep.Delivered, c.acceptedCount())

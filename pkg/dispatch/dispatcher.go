@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -129,6 +130,20 @@ type Dispatcher struct {
 	log  zerolog.Logger
 	now  func() time.Time
 	rand func() float64
+
+	lanes, inFlight, owned atomic.Int64
+}
+
+// Stats is a snapshot of a running Dispatcher.
+type Stats struct {
+	Lanes    int // clients with a backlog held in memory
+	InFlight int // attempts in flight
+	Owned    int // partitions owned
+}
+
+// Stats returns how much the dispatcher holds now; safe to call from any goroutine.
+func (d *Dispatcher) Stats() Stats {
+	return Stats{Lanes: int(d.lanes.Load()), InFlight: int(d.inFlight.Load()), Owned: int(d.owned.Load())}
 }
 
 // New returns a Dispatcher.
@@ -240,6 +255,9 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 
 	for {
 		l.startDue(workCtx)
+		d.lanes.Store(int64(l.sched.Lanes()))
+		d.inFlight.Store(int64(l.sched.InFlight()))
+		d.owned.Store(int64(len(l.owned)))
 		if next, ok := l.sched.Next(); ok && l.sched.InFlight() < d.cfg.MaxInFlight {
 			timer.Reset(max(next.Sub(d.now()), 0))
 		} else {
@@ -406,7 +424,8 @@ func (l *loop) startDue(workCtx context.Context) {
 			l.sched.Hold(job.Subject, now.Add(l.d.cfg.leaseEvery()/4+time.Millisecond))
 		default:
 			part.inFlight++
-			go func() { l.results <- outcome{Result: l.d.work(workCtx, job, part.validUntil), partition: p} }()
+			sendBy := part.validUntil // read here: the loop moves it on as leases are renewed
+			go func() { l.results <- outcome{Result: l.d.work(workCtx, job, sendBy), partition: p} }()
 		}
 	}
 }

@@ -23,6 +23,8 @@ type LeaseStore interface {
 	Renew(ctx context.Context, p int, owner string, rev uint64) (newRev uint64, ok bool, err error)
 	// Release gives p up if rev is still current.
 	Release(ctx context.Context, p int, rev uint64) error
+	// ReleaseAll gives up every lease held by owner, at whatever revision.
+	ReleaseAll(ctx context.Context, owner string) (int, error)
 	// WatchReleases calls fn when any lease is released.
 	WatchReleases(ctx context.Context, fn func()) (stop func(), err error)
 }
@@ -168,39 +170,71 @@ func (m *leaser) round(ctx context.Context) {
 		}
 		return
 	}
+	m.acquire(ctx, share, n)
+}
+
+// acquire takes free partitions until this instance holds its share, trying as many at
+// once as it lacks, starting from a place of its own so that instances do not all race
+// for the same ones.
+func (m *leaser) acquire(ctx context.Context, share, instances int) {
 	start := int(hashOf(m.id) % uint32(m.partitions))
-	for i := 0; i < m.partitions && len(m.owned) < share; i++ {
+	var candidates []int
+	for i := range m.partitions {
 		p := (start + i) % m.partitions
-		if _, mine := m.owned[p]; mine {
-			continue
+		if _, mine := m.owned[p]; !mine {
+			candidates = append(candidates, p)
 		}
-		sent := time.Now()
-		rev, ok, err := m.store.Acquire(ctx, p, m.id)
-		if err != nil {
-			if ctx.Err() == nil {
-				m.log.Warn().Err(err).Int("partition", p).Msg("acquiring lease failed")
+	}
+	type got struct {
+		p    int
+		sent time.Time
+		rev  uint64
+		ok   bool
+		err  error
+	}
+	for len(candidates) > 0 && len(m.owned) < share && ctx.Err() == nil {
+		batch := candidates[:min(share-len(m.owned), len(candidates))]
+		candidates = candidates[len(batch):]
+		results := make(chan got, len(batch))
+		for _, p := range batch {
+			go func() {
+				sent := time.Now()
+				rev, ok, err := m.store.Acquire(ctx, p, m.id)
+				results <- got{p, sent, rev, ok, err}
+			}()
+		}
+		failed := false
+		for range batch {
+			r := <-results
+			switch {
+			case r.err != nil:
+				failed = true
+				if ctx.Err() == nil {
+					m.log.Warn().Err(r.err).Int("partition", r.p).Msg("acquiring lease failed")
+				}
+			case r.ok:
+				m.owned[r.p] = r.rev
+				m.log.Info().Int("partition", r.p).Int("share", share).Int("instances", instances).Msg("partition acquired")
+				m.emit(ctx, ownEvent{kind: ownAcquired, partition: r.p, validUntil: r.sent.Add(m.ttl - m.margin)})
 			}
-			return
 		}
-		if ok {
-			m.owned[p] = rev
-			m.log.Info().Int("partition", p).Int("share", share).Int("instances", n).Msg("partition acquired")
-			m.emit(ctx, ownEvent{kind: ownAcquired, partition: p, validUntil: sent.Add(m.ttl - m.margin)})
+		if failed {
+			return
 		}
 	}
 }
 
-// releaseAll hands every lease back and leaves; the dispatcher has drained by then.
+// releaseAll leaves and hands every lease back; the dispatcher has drained by then. It
+// leaves first, so that the others count one instance fewer when they see the releases.
 func (m *leaser) releaseAll(ctx context.Context) {
-	for p, rev := range m.owned {
-		if err := m.store.Release(ctx, p, rev); err != nil {
-			m.log.Warn().Err(err).Int("partition", p).Msg("releasing lease failed; it will expire instead")
-		}
-	}
 	if err := m.store.Leave(ctx, m.id); err != nil {
 		m.log.Warn().Err(err).Msg("leaving failed; the heartbeat will expire instead")
 	}
-	m.log.Info().Int("partitions", len(m.owned)).Msg("leases handed back")
+	n, err := m.store.ReleaseAll(ctx, m.id)
+	if err != nil {
+		m.log.Warn().Err(err).Msg("releasing leases failed; they will expire instead")
+	}
+	m.log.Info().Int("partitions", n).Msg("leases handed back")
 	m.owned = map[int]uint64{}
 }
 

@@ -82,3 +82,12 @@ func TestCheckCatchesUnknownAndDoubleOutcome(t *testing.T) {
 	wantViolation(t, check([]Arrival{at("a", "x", 0, 200)}, nil, nil), "never accepted")
 	wantViolation(t, check([]Arrival{at("a", "1", 0, 200)}, acc("a", "1"), map[string]bool{"1": true}), "both delivered and dead-lettered")
 }
+
+func TestCheckAllowsUnacknowledgedWhenAsked(t *testing.T) {
+	l := New(Options{})
+	l.arrivals = []Arrival{at("a", "x", 0, 200)}
+	r := l.Check(Expect{Interval: 100 * time.Millisecond, AllowUnacknowledged: true})
+	if len(r.Violations) != 0 || r.Unacknowledged != 1 {
+		t.Fatalf("report %v %v, want one unacknowledged arrival and no violation", r, r.Violations)
+	}
+}

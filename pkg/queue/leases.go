@@ -110,10 +110,37 @@ func (l *Leases) Release(ctx context.Context, p int, rev uint64) error {
 	return nil
 }
 
-// WatchReleases calls fn whenever a lease is released, so that another instance can take
-// it at once instead of at its next round.
+// ReleaseAll gives up every lease that names owner, whatever revision it is at: it also
+// catches a lease whose renewal or acquisition succeeded but whose answer was lost.
+func (l *Leases) ReleaseAll(ctx context.Context, owner string) (int, error) {
+	lister, err := l.kv.ListKeysFiltered(ctx, leaseKeyPrefix+">")
+	if err != nil {
+		return 0, fmt.Errorf("listing leases: %w", err)
+	}
+	var keys []string
+	for k := range lister.Keys() {
+		keys = append(keys, k)
+	}
+	n := 0
+	var errs []error
+	for _, k := range keys {
+		e, err := l.kv.Get(ctx, k)
+		if err != nil || string(e.Value()) != owner {
+			continue
+		}
+		if err := l.kv.Delete(ctx, k, jetstream.LastRevision(e.Revision())); err != nil {
+			errs = append(errs, fmt.Errorf("releasing %s: %w", k, err))
+			continue
+		}
+		n++
+	}
+	return n, errors.Join(errs...)
+}
+
+// WatchReleases calls fn whenever a lease is released or an instance leaves, so that the
+// others can rebalance at once instead of at their next round.
 func (l *Leases) WatchReleases(ctx context.Context, fn func()) (stop func(), err error) {
-	w, err := l.kv.Watch(ctx, leaseKeyPrefix+">", jetstream.UpdatesOnly())
+	w, err := l.kv.Watch(ctx, ">", jetstream.UpdatesOnly())
 	if err != nil {
 		return nil, fmt.Errorf("watching leases: %w", err)
 	}

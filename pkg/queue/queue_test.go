@@ -247,14 +247,15 @@ func TestLeases(t *testing.T) {
 func TestClusterR3(t *testing.T) {
 	t.Parallel()
 	c := queuetest.NewCluster(t, 3)
-	nc, err := nats.Connect(c.URL())
+	nc, err := nats.Connect(c.URL(), nats.ReconnectWait(100*time.Millisecond), nats.MaxReconnects(-1))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx := context.Background()
+	octx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	q, err := queue.Open(ctx, nc, queue.Config{Replicas: 3}, queue.CreateOrUpdate)
+	q, err := queue.Open(octx, nc, queue.Config{Replicas: 3}, queue.CreateOrUpdate)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -264,9 +265,11 @@ func TestClusterR3(t *testing.T) {
 		t.Fatal("no stream leader")
 	}
 	c.Stop(leader)
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(60 * time.Second)
 	for {
-		_, err := q.Publish(ctx, request.Request{ID: "2", ClientID: "a", Body: []byte("{}")})
+		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		_, err := q.Publish(pctx, request.Request{ID: "2", ClientID: "a", Body: []byte("{}")})
+		cancel()
 		if err == nil {
 			break
 		}

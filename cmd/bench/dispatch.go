@@ -1,0 +1,146 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/penguinhq/dispatcher/pkg/queue"
+	"github.com/penguinhq/dispatcher/pkg/request"
+)
+
+// benchDispatch runs N clients that always have a backlog at the interval, and compares
+// the sends per second raven receives with the ideal N/interval; it also reports the
+// spacing overshoot (gap between two arrivals of a client, minus the interval).
+//
+// The clients start spread over one interval, as clients arriving at random would, and
+// each delivery queues one more request for its client, so that every client keeps a
+// backlog for the whole run.
+func benchDispatch(ctx context.Context, s settings, log io.Writer) ([]row, error) {
+	var rows []row
+	for _, n := range s.dispatchN {
+		r, err := dispatchOnce(ctx, s, n, log)
+		rows = append(rows, r...)
+		if err != nil {
+			return rows, err
+		}
+	}
+	return rows, nil
+}
+
+func dispatchOnce(ctx context.Context, s settings, clients int, log io.Writer) ([]row, error) {
+	interval := s.interval
+	n, err := startNode(ctx, true, queue.Config{})
+	if err != nil {
+		return nil, err
+	}
+	defer n.close()
+
+	clientName := func(i int) string { return fmt.Sprintf("client-%05d", i) }
+	topUps := make(chan string, 1<<20)
+	var (
+		mu          sync.Mutex
+		last        = make(map[string]time.Time, clients)
+		over        samples
+		windowStart atomic.Int64
+		windowEnd   atomic.Int64
+		inWindow    atomic.Int64
+		negative    atomic.Int64
+	)
+	raven := fastRaven{arrived: func(client, _ string, at time.Time) {
+		topUps <- client
+		mu.Lock()
+		prev, seen := last[client]
+		last[client] = at
+		mu.Unlock()
+		if ws := windowStart.Load(); ws == 0 || at.UnixNano() < ws || at.UnixNano() > windowEnd.Load() {
+			return
+		}
+		inWindow.Add(1)
+		if seen {
+			o := at.Sub(prev) - interval
+			if o < 0 {
+				negative.Add(1)
+			}
+			over.add(o)
+		}
+	}}
+	ravenURL, stopRaven, err := serve(raven)
+	if err != nil {
+		return nil, err
+	}
+	defer stopRaven()
+	d, stopDispatch, err := startDispatcher(ctx, n, ravenURL, interval)
+	if err != nil {
+		return nil, err
+	}
+	defer stopDispatch()
+
+	// Publishers: top-ups and the initial spread, 32 at a time.
+	pctx, cancelPub := context.WithCancel(ctx)
+	defer cancelPub()
+	var seq atomic.Int64
+	publish := func(client string) {
+		_, err := n.q.Publish(pctx, request.Request{ID: fmt.Sprint("r", seq.Add(1)), ClientID: client, ContentType: "application/json", Body: body(client)})
+		if err != nil && pctx.Err() == nil {
+			fmt.Fprintf(log, "bench: publish: %v\n", err)
+		}
+	}
+	var pubs sync.WaitGroup
+	for range 32 {
+		pubs.Go(func() {
+			for {
+				select {
+				case <-pctx.Done():
+					return
+				case c := <-topUps:
+					publish(c)
+				}
+			}
+		})
+	}
+	time.Sleep(interval + 100*time.Millisecond) // past the dispatcher's start-up fence
+	start := time.Now()
+	for i := range clients {
+		time.Sleep(time.Until(start.Add(time.Duration(i) * interval / time.Duration(clients))))
+		c := clientName(i)
+		topUps <- c
+		topUps <- c
+	}
+	ws := start.Add(2 * interval)
+	we := ws.Add(s.dispatchFor)
+	windowStart.Store(ws.UnixNano())
+	windowEnd.Store(we.UnixNano())
+	time.Sleep(time.Until(ws.Add(s.dispatchFor / 2)))
+	lanes := d.Stats().Lanes
+	time.Sleep(time.Until(we.Add(100 * time.Millisecond)))
+	cancelPub()
+	pubs.Wait()
+
+	rate := float64(inWindow.Load()) / s.dispatchFor.Seconds()
+	ideal := float64(clients) / interval.Seconds()
+	q := over.quantiles(0.5, 0.99, 1, 0)
+	fmt.Fprintf(log, "bench: dispatch %d clients: %.0f sends/s of %.0f ideal, lanes %d, overshoot p50 %s p99 %s max %s min %s\n",
+		clients, rate, ideal, lanes, q[0], q[1], q[2], q[3])
+	return []row{
+		{
+			figure:    fmt.Sprintf("dispatch sends/s, %d backlogged clients, %s interval", clients, interval),
+			value:     fmt.Sprintf("%.0f/s", rate),
+			reference: fmt.Sprintf("%.0f/s ideal (N/interval)", ideal),
+			ratio:     fmt.Sprintf("%.3f", rate/ideal),
+			target:    ">= 0.98",
+			verdict:   verdict(rate/ideal >= 0.98),
+		},
+		{
+			figure:    fmt.Sprintf("spacing overshoot p50 / p99 / max, %d clients (gap - interval at raven)", clients),
+			value:     ms(q[0]) + " / " + ms(q[1]) + " / " + ms(q[2]),
+			reference: fmt.Sprintf("%d gaps; least %s", over.len(), ms(q[3])),
+			ratio:     "-",
+			target:    "p99 < 20 ms, none < 0",
+			verdict:   verdict(q[1] < 20*time.Millisecond && negative.Load() == 0 && over.len() > 0),
+		},
+	}, nil
+}

@@ -1,0 +1,96 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/penguinhq/dispatcher/pkg/ingest"
+	"github.com/penguinhq/dispatcher/pkg/queue"
+)
+
+// benchIdle measures, for clients with no backlog, the time from ingest's 202 to raven
+// receiving the request (one JetStream round trip and one HTTP request, no timer tick).
+func benchIdle(ctx context.Context, s settings, log io.Writer) ([]row, error) {
+	n, err := startNode(ctx, true, queue.Config{})
+	if err != nil {
+		return nil, err
+	}
+	defer n.close()
+	var mu sync.Mutex
+	arrivals := map[string]time.Time{}
+	got := make(chan struct{}, s.idleRequests)
+	ravenURL, stopRaven, err := serve(fastRaven{arrived: func(_, id string, at time.Time) {
+		mu.Lock()
+		arrivals[id] = at
+		mu.Unlock()
+		got <- struct{}{}
+	}})
+	if err != nil {
+		return nil, err
+	}
+	defer stopRaven()
+	_, stopDispatch, err := startDispatcher(ctx, n, ravenURL, time.Second)
+	if err != nil {
+		return nil, err
+	}
+	defer stopDispatch()
+	api, err := ingest.New(ingest.Config{}, n.q, n.q, zerolog.Nop())
+	if err != nil {
+		return nil, err
+	}
+	url, stopIngest, err := serve(api.Handler())
+	if err != nil {
+		return nil, err
+	}
+	defer stopIngest()
+	time.Sleep(1100 * time.Millisecond) // past the dispatcher's start-up fence
+
+	accepted := map[string]time.Time{}
+	for i := range s.idleRequests {
+		resp, err := http.Post(url+"/v1/requests", "application/json", bytes.NewReader(body(fmt.Sprintf("idle-%06d", i))))
+		if err != nil {
+			return nil, err
+		}
+		at := time.Now()
+		var a struct{ ID string }
+		err = json.NewDecoder(resp.Body).Decode(&a)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != http.StatusAccepted {
+			return nil, fmt.Errorf("ingest answered %d (%v)", resp.StatusCode, err)
+		}
+		accepted[a.ID] = at
+		time.Sleep(20 * time.Millisecond)
+	}
+	timeout := time.After(30 * time.Second)
+	for range s.idleRequests {
+		select {
+		case <-got:
+		case <-timeout:
+			return nil, fmt.Errorf("not every idle request reached raven")
+		}
+	}
+	var lat samples
+	mu.Lock()
+	for id, at := range accepted {
+		lat.add(arrivals[id].Sub(at))
+	}
+	mu.Unlock()
+	q := lat.quantiles(0.5, 0.99)
+	fmt.Fprintf(log, "bench: idle latency p50 %s p99 %s\n", q[0], q[1])
+	return []row{{
+		figure:    "idle client: ingest 202 to raven receiving, p50 / p99",
+		value:     ms(q[0]) + " / " + ms(q[1]),
+		reference: fmt.Sprintf("%d requests", lat.len()),
+		ratio:     "-",
+		target:    "p99 < 10 ms",
+		verdict:   verdict(q[1] < 10*time.Millisecond),
+	}}, nil
+}

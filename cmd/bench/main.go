@@ -1,0 +1,119 @@
+// Command bench measures the service against references taken in the same run, and
+// prints one table: each figure with its reference, the ratio and the target.
+//
+//	go run ./cmd/bench             # the full run (several minutes)
+//	go run ./cmd/bench -quick      # a short smoke run: every row, small numbers
+//
+// It starts everything it needs itself: an embedded JetStream server (a fresh one per
+// scenario), the ingest API and the dispatcher in this process, and a fast raven on
+// loopback. Absolute figures drift on shared machines; the ratios are measured side by
+// side and drift less. Targets are printed, never asserted: this is not a test.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"runtime"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+		}
+		os.Exit(1)
+	}
+}
+
+// settings are the bench's knobs; -quick shrinks them for a smoke run.
+type settings struct {
+	quick          bool
+	only           string
+	ingestFor      time.Duration
+	dispatchFor    time.Duration
+	interval       time.Duration
+	dispatchN      []int
+	idleRequests   int
+	distinct       int
+	laneMemClients int
+}
+
+// row is one line of the table.
+type row struct {
+	figure, value, reference, ratio, target, verdict string
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	s := settings{}
+	fs.BoolVar(&s.quick, "quick", false, "a short smoke run: every row, small numbers")
+	fs.StringVar(&s.only, "only", "", "run only these scenarios, comma-separated: ingest, dispatch, spacing, idle, memory, distinct")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	s.ingestFor, s.dispatchFor, s.interval = 5*time.Second, 30*time.Second, 5*time.Second
+	s.dispatchN, s.idleRequests, s.distinct, s.laneMemClients = []int{1000, 10000}, 500, 1_000_000, 10000
+	if s.quick {
+		s.ingestFor, s.dispatchFor, s.interval = time.Second, 3*time.Second, time.Second
+		s.dispatchN, s.idleRequests, s.distinct, s.laneMemClients = []int{200}, 50, 5000, 2000
+	}
+	want := func(name string) bool { return s.only == "" || strings.Contains(","+s.only+",", ","+name+",") }
+
+	fmt.Fprintf(stderr, "bench: %d cores, GOMAXPROCS %d, %s\n", runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version())
+	var rows []row
+	add := func(r []row, err error) error {
+		rows = append(rows, r...)
+		return err
+	}
+	steps := []struct {
+		name string
+		f    func() ([]row, error)
+	}{
+		{"ingest", func() ([]row, error) { return benchIngest(ctx, s, stderr) }},
+		{"dispatch", func() ([]row, error) { return benchDispatch(ctx, s, stderr) }},
+		{"idle", func() ([]row, error) { return benchIdle(ctx, s, stderr) }},
+		{"memory", func() ([]row, error) { return benchLaneMemory(s) }},
+		{"distinct", func() ([]row, error) { return benchDistinct(ctx, s, stderr) }},
+	}
+	for _, st := range steps {
+		if !want(st.name) && !(st.name == "dispatch" && want("spacing")) {
+			continue
+		}
+		fmt.Fprintf(stderr, "bench: %s ...\n", st.name)
+		if err := add(st.f()); err != nil {
+			return fmt.Errorf("%s: %w", st.name, err)
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+	}
+
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "figure\tvalue\treference\tratio\ttarget\tverdict")
+	fmt.Fprintln(tw, "------\t-----\t---------\t-----\t------\t-------")
+	for _, r := range rows {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.figure, r.value, r.reference, r.ratio, r.target, r.verdict)
+	}
+	return tw.Flush()
+}
+
+func verdict(ok bool) string {
+	if ok {
+		return "met"
+	}
+	return "MISSED"
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d)/float64(time.Millisecond)) }

@@ -1,0 +1,133 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/penguinhq/dispatcher/pkg/dispatch"
+	"github.com/penguinhq/dispatcher/pkg/queue"
+	"github.com/penguinhq/dispatcher/pkg/request"
+)
+
+// benchLaneMemory measures what one backlogged client costs the dispatcher: its lane in
+// the scheduler (state, heap entry, map entry, subject). Request bodies are in JetStream,
+// not in the dispatcher, so nothing else grows with the number of clients.
+func benchLaneMemory(s settings) ([]row, error) {
+	subjects := make([]string, s.laneMemClients)
+	for i := range subjects {
+		subjects[i] = fmt.Sprintf("dispatch.req.%d.%s", i%64, request.EncodeClientID(fmt.Sprintf("client-%06d", i)))
+	}
+	before := heapAfterGC()
+	sched := dispatch.NewScheduler(dispatch.Policy{Interval: 5 * time.Second}.WithDefaults(), func() float64 { return 0 })
+	now := time.Now()
+	for i, subj := range subjects {
+		sched.Notify(string([]byte(subj)), now.Add(time.Duration(i)), time.Time{}) // a fresh copy, as a notification brings
+	}
+	after := heapAfterGC()
+	runtime.KeepAlive(sched)
+	per := float64(after-before) / float64(s.laneMemClients)
+	return []row{{
+		figure:    fmt.Sprintf("dispatcher heap per backlogged client (%d lanes)", s.laneMemClients),
+		value:     fmt.Sprintf("%.0f B", per),
+		reference: "1024 B",
+		ratio:     fmt.Sprintf("%.2f", per/1024),
+		target:    "< 1 KB",
+		verdict:   verdict(per < 1024),
+	}}, nil
+}
+
+// benchDistinct sends one request each for many distinct clients through the dispatcher
+// and checks that, once they are idle, neither the dispatcher nor the server holds
+// anything for them: heap (dispatcher and embedded server share this process), lanes,
+// and the stream's subjects.
+func benchDistinct(ctx context.Context, s settings, log io.Writer) ([]row, error) {
+	const dupWindow = 5 * time.Second // the server forgets message ids after this
+	n, err := startNode(ctx, false, queue.Config{DuplicateWindow: dupWindow})
+	if err != nil {
+		return nil, err
+	}
+	defer n.close()
+	var delivered atomic.Int64
+	ravenURL, stopRaven, err := serve(fastRaven{arrived: func(string, string, time.Time) { delivered.Add(1) }})
+	if err != nil {
+		return nil, err
+	}
+	defer stopRaven()
+	const interval = 100 * time.Millisecond // lanes are dropped an interval after their last send
+	d, stopDispatch, err := startDispatcher(ctx, n, ravenURL, interval)
+	if err != nil {
+		return nil, err
+	}
+	defer stopDispatch()
+	time.Sleep(interval + 50*time.Millisecond)
+
+	idle := func(want int64) (uint64, error) {
+		deadline := time.Now().Add(10 * time.Minute)
+		for delivered.Load() < want || d.Stats().Lanes > 0 {
+			if time.Now().After(deadline) || ctx.Err() != nil {
+				return 0, fmt.Errorf("only %d of %d delivered (lanes %d)", delivered.Load(), want, d.Stats().Lanes)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		time.Sleep(dupWindow + 2*time.Second)
+		return heapAfterGC(), nil
+	}
+	send := func(from, to int) {
+		var wg sync.WaitGroup
+		next := atomic.Int64{}
+		next.Store(int64(from))
+		for range 64 {
+			wg.Go(func() {
+				for i := int(next.Add(1) - 1); i < to; i = int(next.Add(1) - 1) {
+					c := fmt.Sprintf("distinct-%07d", i)
+					if _, err := n.q.Publish(ctx, request.Request{ID: fmt.Sprint("d", i), ClientID: c, ContentType: "application/json", Body: body(c)}); err != nil {
+						fmt.Fprintf(log, "bench: publish: %v\n", err)
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+	}
+	warm := s.distinct / 10
+	start := time.Now()
+	send(0, warm)
+	base, err := idle(int64(warm))
+	if err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(log, "bench: distinct: %d clients through, idle heap %s\n", warm, mib(base))
+	send(warm, s.distinct)
+	end, err := idle(int64(s.distinct))
+	if err != nil {
+		return nil, err
+	}
+	took := time.Since(start)
+	info, err := n.q.Backlog(ctx)
+	if err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(log, "bench: distinct: %d clients through in %s, idle heap %s, lanes %d, subjects %d\n",
+		s.distinct, took.Round(time.Second), mib(end), d.Stats().Lanes, len(info))
+	growth := float64(end) / float64(base)
+	return []row{{
+		figure:    fmt.Sprintf("heap once idle after %d distinct clientIds (dispatcher + embedded server)", s.distinct),
+		value:     mib(end),
+		reference: fmt.Sprintf("%s after the first %d", mib(base), warm),
+		ratio:     fmt.Sprintf("%.2f", growth),
+		target:    "flat (<= 1.10)",
+		verdict:   verdict(growth <= 1.10 && d.Stats().Lanes == 0 && len(info) == 0),
+	}, {
+		figure:    "lanes / stream subjects left once idle",
+		value:     fmt.Sprintf("%d / %d", d.Stats().Lanes, len(info)),
+		reference: fmt.Sprintf("%d clients, %.0f sends/s", s.distinct, float64(s.distinct)/took.Seconds()),
+		ratio:     "-",
+		target:    "0 / 0",
+		verdict:   verdict(d.Stats().Lanes == 0 && len(info) == 0),
+	}}, nil
+}
