@@ -45,7 +45,7 @@ type options struct {
 	policy   dispatch.Policy
 	timeout  time.Duration // raven timeout
 	respond  func(ledger.Arrival) ledger.Response
-	noStart  bool // do not start the dispatcher
+	noStart  bool   // do not start the dispatcher
 	natsURL  string // use this NATS (a cluster) instead of starting a server
 }
 

@@ -29,13 +29,13 @@ type Expect struct {
 
 // Report is the outcome of a Check.
 type Report struct {
-	Arrivals   int
-	Delivered  int           // distinct ids answered 2xx
-	Dead       int           // accepted ids found dead-lettered
-	Duplicates int           // 2xx answers for an id beyond its first
-	Unacknowledged int       // distinct ids that arrived but were never seen accepted
-	MinGap     time.Duration // least start-to-start gap between two attempts of one client; -1 if none
-	Violations []string      // each broken guarantee, in words
+	Arrivals       int
+	Delivered      int           // distinct ids answered 2xx
+	Dead           int           // accepted ids found dead-lettered
+	Duplicates     int           // 2xx answers for an id beyond its first
+	Unacknowledged int           // distinct ids that arrived but were never seen accepted
+	MinGap         time.Duration // least start-to-start gap between two attempts of one client; -1 if none
+	Violations     []string      // each broken guarantee, in words
 }
 
 // String is a one-line summary.
