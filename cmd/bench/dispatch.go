@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -33,7 +34,7 @@ func benchDispatch(ctx context.Context, s settings, log io.Writer) ([]row, error
 
 func dispatchOnce(ctx context.Context, s settings, clients int, log io.Writer) ([]row, error) {
 	interval := s.interval
-	n, err := startNode(ctx, true, queue.Config{})
+	n, err := startNode(ctx, os.Getenv("BENCH_SYNC") != "interval", queue.Config{})
 	if err != nil {
 		return nil, err
 	}

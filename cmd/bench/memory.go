@@ -66,13 +66,18 @@ func benchDistinct(ctx context.Context, s settings, log io.Writer) ([]row, error
 	defer stopDispatch()
 	time.Sleep(interval + 50*time.Millisecond)
 
-	idle := func(want int64) (uint64, error) {
-		deadline := time.Now().Add(10 * time.Minute)
-		for delivered.Load() < want || d.Stats().Lanes > 0 {
+	var sending time.Duration // time spent until the last delivery of each phase
+	idle := func(want int64, since time.Time) (uint64, error) {
+		deadline := time.Now().Add(30 * time.Minute)
+		for delivered.Load() < want {
 			if time.Now().After(deadline) || ctx.Err() != nil {
 				return 0, fmt.Errorf("only %d of %d delivered (lanes %d)", delivered.Load(), want, d.Stats().Lanes)
 			}
-			time.Sleep(50 * time.Millisecond)
+			time.Sleep(20 * time.Millisecond)
+		}
+		sending += time.Since(since)
+		for d.Stats().Lanes > 0 {
+			time.Sleep(20 * time.Millisecond)
 		}
 		time.Sleep(dupWindow + 2*time.Second)
 		return heapAfterGC(), nil
@@ -97,17 +102,18 @@ func benchDistinct(ctx context.Context, s settings, log io.Writer) ([]row, error
 	warm := s.distinct / 10
 	start := time.Now()
 	send(0, warm)
-	base, err := idle(int64(warm))
+	base, err := idle(int64(warm), start)
 	if err != nil {
 		return nil, err
 	}
 	fmt.Fprintf(log, "bench: distinct: %d clients through, idle heap %s\n", warm, mib(base))
+	second := time.Now()
 	send(warm, s.distinct)
-	end, err := idle(int64(s.distinct))
+	end, err := idle(int64(s.distinct), second)
 	if err != nil {
 		return nil, err
 	}
-	took := time.Since(start)
+	took := sending
 	info, err := n.q.Backlog(ctx)
 	if err != nil {
 		return nil, err

@@ -47,6 +47,9 @@ const (
 	DefaultLeaseTTL      = 30 * time.Second
 )
 
+// prefetchLead is how long before an attempt is due its head request is read.
+const prefetchLead = 50 * time.Millisecond
+
 // Config configures a Dispatcher.
 type Config struct {
 	Policy
@@ -199,6 +202,9 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		results: make(chan outcome, d.cfg.MaxInFlight),
 		listReq: make(chan int, 4096),
 	}
+	// Read head requests a little ahead of time, so that the queue's latency (an fsync
+	// in progress, say) does not delay the attempt past its due time.
+	l.sched.SetLead(min(prefetchLead, d.cfg.Interval/2))
 	resync := make(chan struct{}, 1)
 	askResync := func() {
 		select {
@@ -481,6 +487,17 @@ func (d *Dispatcher) work(ctx context.Context, job Job, sendBy time.Time) Result
 	if !ok {
 		res.Kind = Empty
 		return res
+	}
+	// The head was read up to the scheduler's lead in advance: start on time, not before.
+	if wait := job.SendAt.Sub(d.now()); wait > 0 {
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			res.Kind = Failed
+			return res
+		}
 	}
 	if !sendBy.IsZero() && !d.now().Before(sendBy) {
 		res.Kind = Held

@@ -6,9 +6,13 @@ import (
 )
 
 // Job is one lane handed to a worker: look at the client's head request and, if there is
-// one, make one attempt.
+// one, make one attempt, starting it no sooner than SendAt.
 type Job struct {
 	Subject string
+	// SendAt is the earliest the attempt may start. A job is handed out up to the
+	// scheduler's lead before it, so that the head request is read in advance and the
+	// attempt starts on time whatever the queue's latency.
+	SendAt time.Time
 	// HeadSeq, Attempts and FirstAttempt describe earlier failed attempts of the request
 	// that was at the head last time; Attempts is 0 when there were none.
 	HeadSeq      uint64
@@ -65,6 +69,7 @@ type lane struct {
 	index        int // position in the heap; -1 when not waiting
 	inFlight     bool
 	notified     bool // a request arrived while in flight
+	expiring     bool // waiting only to be forgotten, once an interval has passed since lastEnd
 	lastEnd      time.Time
 	headSeq      uint64
 	attempts     int
@@ -78,6 +83,7 @@ type lane struct {
 // attempt ended, whatever else (retry backoff, Retry-After, a fence) pushes it later.
 type Scheduler struct {
 	policy   Policy
+	lead     time.Duration
 	rand     func() float64
 	lanes    map[string]*lane
 	waiting  laneHeap
@@ -95,6 +101,10 @@ func (s *Scheduler) Lanes() int { return len(s.lanes) }
 // InFlight is how many lanes are with a worker.
 func (s *Scheduler) InFlight() int { return s.inFlight }
 
+// SetLead lets Due hand out lanes up to d before they are due (Job.SendAt), so that the
+// worker reads the head request ahead of time. Zero (the default) hands out lanes when due.
+func (s *Scheduler) SetLead(d time.Duration) { s.lead = d }
+
 // SetInterval changes the interval for every attempt scheduled from now on.
 func (s *Scheduler) SetInterval(d time.Duration) { s.policy.Interval = d }
 
@@ -109,27 +119,35 @@ func (s *Scheduler) Notify(subject string, now, notBefore time.Time) {
 		s.schedule(l, later(now, notBefore))
 	case l.inFlight:
 		l.notified = true
+	case l.expiring:
+		l.expiring = false
+		heap.Remove(&s.waiting, l.index)
+		s.schedule(l, later(now, notBefore))
 	}
 }
 
-// Next returns the earliest time a lane is due, and false when none waits.
+// Next returns the earliest time Due may hand out a lane, and false when none waits.
 func (s *Scheduler) Next() (time.Time, bool) {
 	if len(s.waiting) == 0 {
 		return time.Time{}, false
 	}
-	return s.waiting[0].due, true
+	return s.waiting[0].due.Add(-s.lead), true
 }
 
-// Due hands out the next lane due at now, marking it in flight. It returns false when no
-// lane is due.
+// Due hands out the next lane due by now plus the lead, marking it in flight. It returns
+// false when none is.
 func (s *Scheduler) Due(now time.Time) (Job, bool) {
-	if len(s.waiting) == 0 || s.waiting[0].due.After(now) {
-		return Job{}, false
+	for len(s.waiting) > 0 && !s.waiting[0].due.After(now.Add(s.lead)) {
+		l := heap.Pop(&s.waiting).(*lane)
+		if l.expiring {
+			delete(s.lanes, l.subject) // its interval has passed: forgetting it is safe
+			continue
+		}
+		l.inFlight, l.notified = true, false
+		s.inFlight++
+		return Job{Subject: l.subject, SendAt: l.due, HeadSeq: l.headSeq, Attempts: l.attempts, FirstAttempt: l.firstAttempt, PrevEnd: l.lastEnd}, true
 	}
-	l := heap.Pop(&s.waiting).(*lane)
-	l.inFlight, l.notified = true, false
-	s.inFlight++
-	return Job{Subject: l.subject, HeadSeq: l.headSeq, Attempts: l.attempts, FirstAttempt: l.firstAttempt, PrevEnd: l.lastEnd}, true
+	return Job{}, false
 }
 
 // Done takes a worker's Result back at now and decides when the lane is next due, or
@@ -146,13 +164,20 @@ func (s *Scheduler) Done(r Result, now time.Time) {
 	}
 	switch r.Kind {
 	case Empty:
-		if !l.notified {
-			// Nothing queued, and the last attempt is at least an interval old (the
-			// lane was due), so forgetting the lane cannot break spacing.
+		switch {
+		case l.notified:
+			s.schedule(l, now)
+		case l.lastEnd.IsZero() || !now.Before(l.lastEnd.Add(s.policy.Interval)):
+			// Nothing queued, and the last attempt is at least an interval old, so
+			// forgetting the lane cannot break spacing.
 			delete(s.lanes, r.Subject)
-			return
+		default:
+			// Looked early (the lead): keep the lane, so that a request arriving now
+			// still waits out the interval, and forget it once the interval has passed.
+			l.expiring = true
+			l.due = l.lastEnd.Add(s.policy.Interval + s.lead)
+			heap.Push(&s.waiting, l)
 		}
-		s.schedule(l, now)
 	case Delivered, DeadLettered:
 		l.headSeq, l.attempts, l.firstAttempt = 0, 0, time.Time{}
 		s.schedule(l, now)

@@ -245,3 +245,51 @@ func TestPolicyValidate(t *testing.T) {
 		t.Fatal("a negative interval and jitter 1 validate")
 	}
 }
+
+func TestLeadHandsOutEarlyButSendAtIsExact(t *testing.T) {
+	t.Parallel()
+	const lead = 50 * time.Millisecond
+	s := dispatch.NewScheduler(policy(), zero)
+	s.SetLead(lead)
+	s.Notify("a", t0, time.Time{})
+	mustDue(t, s, t0, "a")
+	end := t0.Add(10 * time.Millisecond)
+	s.Done(dispatch.Result{Subject: "a", Kind: dispatch.Delivered, AttemptEnd: end}, end)
+	if next, _ := s.Next(); !next.Equal(end.Add(interval - lead)) {
+		t.Fatalf("Next = %s, want the lead before the due time", next.Sub(t0))
+	}
+	mustNotDue(t, s, end.Add(interval-lead-time.Nanosecond))
+	job := mustDue(t, s, end.Add(interval-lead), "a")
+	if !job.SendAt.Equal(end.Add(interval)) {
+		t.Fatalf("SendAt %s, want exactly the interval after the last attempt ended (%s)", job.SendAt.Sub(t0), end.Add(interval).Sub(t0))
+	}
+}
+
+// A lane looked at early (the lead) and found empty must not be forgotten before its
+// interval has passed: a request arriving in between would otherwise go at once.
+func TestEarlyEmptyLaneKeepsSpacing(t *testing.T) {
+	t.Parallel()
+	const lead = 50 * time.Millisecond
+	s := dispatch.NewScheduler(policy(), zero)
+	s.SetLead(lead)
+	s.Notify("a", t0, time.Time{})
+	mustDue(t, s, t0, "a")
+	s.Done(dispatch.Result{Subject: "a", Kind: dispatch.Delivered, AttemptEnd: t0}, t0)
+	early := t0.Add(interval - lead)
+	mustDue(t, s, early, "a")
+	s.Done(dispatch.Result{Subject: "a", Kind: dispatch.Empty}, early.Add(time.Millisecond))
+	if s.Lanes() != 1 {
+		t.Fatalf("lanes %d: the lane was forgotten before its interval passed", s.Lanes())
+	}
+	s.Notify("a", early.Add(2*time.Millisecond), time.Time{}) // a request arrives
+	job := mustDue(t, s, early.Add(2*time.Millisecond), "a")
+	if job.SendAt.Before(t0.Add(interval)) {
+		t.Fatalf("SendAt %s, before the interval after the last attempt", job.SendAt.Sub(t0))
+	}
+	// Without a new request the lane is forgotten once the interval has passed.
+	s.Done(dispatch.Result{Subject: "a", Kind: dispatch.Empty}, early.Add(3*time.Millisecond))
+	mustNotDue(t, s, t0.Add(interval+lead))
+	if s.Lanes() != 0 {
+		t.Fatalf("lanes %d after the interval passed, want 0", s.Lanes())
+	}
+}
