@@ -1,5 +1,5 @@
 # Thin wrappers over the plain commands in the README.
-.PHONY: run test test-race vet fmt ci build
+.PHONY: run test test-race vet fmt ci build bench
 
 run: ## the whole service in one process, on an embedded JetStream, with a demo raven
 	go run ./cmd/dispatcher -standalone
@@ -22,3 +22,6 @@ ci: ## what CI runs
 
 build: ## static binaries in bin/
 	CGO_ENABLED=0 go build -o bin/ ./cmd/...
+
+bench: ## the benchmark table (several minutes); BENCHMARKS.md records one run
+	go run ./cmd/bench
