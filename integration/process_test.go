@@ -176,14 +176,7 @@ func TestStandaloneRestartWithBacklog(t *testing.T) {
 			}
 			p := startProc(t, env, "-standalone")
 			base := "http://" + ingestAddr
-			waitFor(t, 20*time.Second, "standalone readyz", func() bool {
-				resp, err := http.Get(base + "/readyz")
-				if err != nil {
-					return false
-				}
-				resp.Body.Close()
-				return resp.StatusCode == 200
-			})
+			waitReady(t, base)
 			s.useQueueAt("nats://" + natsAddr)
 			s.ingestURL = base + "/v1/requests"
 			const clients, each = 3, 8
@@ -241,14 +234,7 @@ func TestBinariesAgainstExternalNATS(t *testing.T) {
 	startBin(t, ingestBin, map[string]string{"NATS_URL": common["NATS_URL"], "INGEST_ADDR": addr})
 	startProc(t, map[string]string{"NATS_URL": common["NATS_URL"], "RAVEN_URL": s.ravenURL, "DISPATCH_INTERVAL": interval.String(),
 		"LEASE_TTL": "2s", "RAVEN_TIMEOUT": "1s"})
-	waitFor(t, 20*time.Second, "ingest readyz", func() bool {
-		resp, err := http.Get("http://" + addr + "/readyz")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == 200
-	})
+	waitReady(t, "http://"+addr)
 	s.ingestURL = "http://" + addr + "/v1/requests"
 	for c := range 3 {
 		for n := range 4 {
@@ -269,14 +255,7 @@ func TestStandaloneDemoRaven(t *testing.T) {
 	p := startProc(t, map[string]string{"DATA_DIR": t.TempDir(), "INGEST_ADDR": ingestAddr, "DEMO_RAVEN_ADDR": demoAddr,
 		"DISPATCH_INTERVAL": interval.String()}, "-standalone")
 	s := &stack{t: t, ingestURL: "http://" + ingestAddr + "/v1/requests"}
-	waitFor(t, 20*time.Second, "standalone readyz", func() bool {
-		resp, err := http.Get("http://" + ingestAddr + "/readyz")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == 200
-	})
+	waitReady(t, "http://"+ingestAddr)
 	for n := range 3 {
 		s.post("alice", n)
 	}
@@ -317,4 +296,17 @@ func logLines(out, msg string) []map[string]any {
 		}
 	}
 	return found
+}
+
+// waitReady waits until the ingest API at base answers readyz with 200.
+func waitReady(t testing.TB, base string) {
+	t.Helper()
+	waitFor(t, 20*time.Second, base+" readyz", func() bool {
+		resp, err := http.Get(base + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == 200
+	})
 }

@@ -27,7 +27,7 @@ func benchIdle(ctx context.Context, s settings, log io.Writer) ([]row, error) {
 	var mu sync.Mutex
 	arrivals := map[string]time.Time{}
 	got := make(chan struct{}, s.idleRequests)
-	ravenURL, stopRaven, err := serve(fastRaven{arrived: func(_, id string, at time.Time) {
+	ravenURL, stopRaven, err := serve(fastRaven{arrived: func(_, id string, at, _ time.Time) {
 		mu.Lock()
 		arrivals[id] = at
 		mu.Unlock()

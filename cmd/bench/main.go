@@ -61,6 +61,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.BoolVar(&s.quick, "quick", false, "a short smoke run: every row, small numbers")
 	fs.StringVar(&s.only, "only", "", "run only these scenarios, comma-separated: ingest, dispatch, idle, memory, distinct")
 	fs.IntVar(&s.distinct, "distinct", 1_000_000, "distinct clientIds sent through in the distinct scenario")
+	clients := fs.Int("clients", 0, "backlogged clients in the dispatch scenario (default: 1000 and 10000)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -70,6 +71,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		s.ingestFor, s.dispatchFor, s.interval = time.Second, 3*time.Second, time.Second
 		s.dispatchN, s.idleRequests, s.laneMemClients = []int{200}, 50, 2000
 		s.distinct = min(s.distinct, 5000)
+	}
+	if *clients > 0 {
+		s.dispatchN = []int{*clients}
 	}
 	want := func(name string) bool { return s.only == "" || strings.Contains(","+s.only+",", ","+name+",") }
 
@@ -93,6 +97,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if !want(st.name) {
 			continue
 		}
+		settle()
 		fmt.Fprintf(stderr, "bench: %s ...\n", st.name)
 		if err := add(st.f()); err != nil {
 			return fmt.Errorf("%s: %w", st.name, err)
@@ -109,6 +114,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.figure, r.value, r.reference, r.ratio, r.target, r.verdict)
 	}
 	return tw.Flush()
+}
+
+// settle lets the machine calm down between scenarios: dirty pages that an earlier
+// scenario left to the kernel would otherwise be written back while the next one fsyncs,
+// and its fsyncs would wait behind them.
+func settle() {
+	syscall.Sync()
+	runtime.GC()
+	time.Sleep(time.Second)
 }
 
 func verdict(ok bool) string {

@@ -53,7 +53,7 @@ func benchDistinct(ctx context.Context, s settings, log io.Writer) ([]row, error
 	}
 	defer n.close()
 	var delivered atomic.Int64
-	ravenURL, stopRaven, err := serve(fastRaven{arrived: func(string, string, time.Time) { delivered.Add(1) }})
+	ravenURL, stopRaven, err := serve(fastRaven{arrived: func(string, string, time.Time, time.Time) { delivered.Add(1) }})
 	if err != nil {
 		return nil, err
 	}

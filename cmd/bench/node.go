@@ -91,9 +91,9 @@ func startDispatcher(ctx context.Context, n *node, ravenURL string, interval tim
 }
 
 // fastRaven answers 200 at once and calls arrived for each request, with the time it
-// arrived.
+// arrived and the time it was answered.
 type fastRaven struct {
-	arrived func(client, id string, at time.Time)
+	arrived func(client, id string, at, answered time.Time)
 }
 
 func (f fastRaven) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -101,7 +101,7 @@ func (f fastRaven) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	_, _ = io.Copy(io.Discard, r.Body)
 	w.WriteHeader(http.StatusOK)
 	if f.arrived != nil {
-		f.arrived(r.Header.Get("X-Client-Id"), r.Header.Get("Idempotency-Key"), at)
+		f.arrived(r.Header.Get("X-Client-Id"), r.Header.Get("Idempotency-Key"), at, time.Now())
 	}
 }
 
