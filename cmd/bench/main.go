@@ -19,6 +19,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"runtime/pprof"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -62,6 +63,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&s.only, "only", "", "run only these scenarios, comma-separated: ingest, dispatch, idle, memory, distinct")
 	fs.IntVar(&s.distinct, "distinct", 1_000_000, "distinct clientIds sent through in the distinct scenario")
 	clients := fs.Int("clients", 0, "backlogged clients in the dispatch scenario (default: 1000 and 10000)")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -74,6 +76,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if *clients > 0 {
 		s.dispatchN = []int{*clients}
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
 	}
 	want := func(name string) bool { return s.only == "" || strings.Contains(","+s.only+",", ","+name+",") }
 
