@@ -1,13 +1,17 @@
 package integration
 
 import (
+	"context"
 	"net/http"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/penguinhq/dispatcher/pkg/queue"
+	"github.com/penguinhq/dispatcher/pkg/request"
 )
 
 // Every kind of bad input gets the right 4xx as problem+json with a detail, nothing of it
@@ -172,4 +176,28 @@ func get(t *testing.T, url string) int {
 	}
 	resp.Body.Close()
 	return resp.StatusCode
+}
+
+// A message that did not come through ingest, on a subject with no valid clientId token,
+// is moved to the dead-letter stream unsent instead of stalling its lane; the other
+// clients are not affected.
+func TestUndecodableSubjectIsDeadLettered(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, options{})
+	msg := nats.NewMsg("dispatch.req.not!base64")
+	msg.Header.Set("Dispatch-Id", "raw-1")
+	msg.Data = []byte(`{}`)
+	if _, err := s.nc.RequestMsg(msg, 5*time.Second); err != nil {
+		t.Fatalf("publishing a raw message: %v", err)
+	}
+	s.post("a", 0)
+	s.post("a", 1)
+	rep := s.finish(10*time.Second, 0)
+	recs, err := s.q.DeadLetters(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Delivered != 2 || rep.Arrivals != 2 || len(recs) != 1 || recs[0].ID != "raw-1" || recs[0].Reason != request.ReasonUndecodable {
+		t.Fatalf("report %s, dead letters %+v: want both good requests delivered and the raw one dead-lettered as undecodable", rep, recs)
+	}
 }

@@ -479,6 +479,15 @@ func (l *loop) drain(cancelWork context.CancelFunc) {
 func (d *Dispatcher) work(ctx context.Context, job Job, sendBy time.Time) Result {
 	res := Result{Subject: job.Subject}
 	st, ok, err := d.src.Head(ctx, job.Subject)
+	if errors.Is(err, request.ErrUndecodable) {
+		d.log.Warn().Str("subject", job.Subject).Uint64("seq", st.Seq).Msg("message not written by ingest; dead-lettering it unsent")
+		if d.finish(ctx, st, request.DeadLetter{Reason: request.ReasonUndecodable, LastError: err.Error()}) != nil {
+			res.Kind = Failed
+			return res
+		}
+		res.Kind = DeadLettered
+		return res
+	}
 	if err != nil {
 		d.log.Debug().Err(err).Str("subject", job.Subject).Msg("reading head request failed; will look again")
 		res.Kind = Failed
@@ -548,19 +557,24 @@ func (d *Dispatcher) work(ctx context.Context, job Job, sendBy time.Time) Result
 	if why.LastStatus == 0 {
 		why.LastError = err.Error()
 	}
-	err = d.retry(ctx, func() error {
-		if err := d.src.DeadLetter(ctx, st, why); err != nil {
-			return err
-		}
-		return d.src.Delete(ctx, st.Seq)
-	})
-	if err != nil {
+	if d.finish(ctx, st, why) != nil {
 		res.Kind = Failed
 		return res
 	}
 	log.Warn().Str("reason", why.Reason).Int("last_status", why.LastStatus).Msg("request dead-lettered")
 	res.Kind = DeadLettered
 	return res
+}
+
+// finish moves st to the dead-letter stream, then removes it from the queue, retrying
+// both until they succeed or ctx ends.
+func (d *Dispatcher) finish(ctx context.Context, st request.Stored, why request.DeadLetter) error {
+	return d.retry(ctx, func() error {
+		if err := d.src.DeadLetter(ctx, st, why); err != nil {
+			return err
+		}
+		return d.src.Delete(ctx, st.Seq)
+	})
 }
 
 // retry runs op until it succeeds or ctx ends, backing off up to 2s between tries. The

@@ -29,10 +29,7 @@ func (q *Queue) DeadLetters(ctx context.Context) ([]DeadRecord, error) {
 		if err != nil {
 			return nil, fmt.Errorf("reading dead letters: %w", err)
 		}
-		clientID, err := request.DecodeClientID(m.Subject[len(deadLetterPrefix):])
-		if err != nil {
-			return nil, err
-		}
+		clientID, _ := request.DecodeClientID(m.Subject[len(deadLetterPrefix):]) // "" for an undecodable subject
 		h := m.Header
 		status, _ := strconv.Atoi(h.Get(request.HeaderDeadLastStatus))
 		attempts, _ := strconv.Atoi(h.Get(request.HeaderDeadAttempts))

@@ -233,7 +233,9 @@ func (q *Queue) Watch(ctx context.Context, fn func(subject string), onErr func(e
 	return cc.Stop, nil
 }
 
-// Head returns the oldest request on subject; ok is false when the subject is empty.
+// Head returns the oldest request on subject; ok is false when the subject is empty. A
+// request whose subject holds no valid clientId token comes back with ok true and an
+// error wrapping request.ErrUndecodable.
 func (q *Queue) Head(ctx context.Context, subject string) (st request.Stored, ok bool, err error) {
 	m, err := q.reqs.GetMsg(ctx, 0, jetstream.WithGetMsgSubject(subject))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
@@ -242,11 +244,8 @@ func (q *Queue) Head(ctx context.Context, subject string) (st request.Stored, ok
 	if err != nil {
 		return request.Stored{}, false, fmt.Errorf("reading head of %s: %w", subject, err)
 	}
-	clientID, err := ClientIDOf(m.Subject)
-	if err != nil {
-		return request.Stored{}, false, err
-	}
-	return request.Stored{
+	clientID, decodeErr := ClientIDOf(m.Subject)
+	st = request.Stored{
 		Request: request.Request{
 			ID:          m.Header.Get(request.HeaderID),
 			ClientID:    clientID,
@@ -256,7 +255,13 @@ func (q *Queue) Head(ctx context.Context, subject string) (st request.Stored, ok
 		Seq:        m.Sequence,
 		Subject:    m.Subject,
 		AcceptedAt: m.Time,
-	}, true, nil
+	}
+	if decodeErr != nil {
+		// Not written by ingest (someone published straight to the subject): the caller
+		// gets it with ErrUndecodable, to move it aside rather than send it or stall on it.
+		return st, true, fmt.Errorf("%w: %w", request.ErrUndecodable, decodeErr)
+	}
+	return st, true, nil
 }
 
 // Delete removes one request from the queue; a request already gone is not an error.

@@ -53,7 +53,7 @@ type Stored struct {
 
 // DeadLetter says why a request was moved to the dead-letter stream.
 type DeadLetter struct {
-	Reason       string // "permanent", "attempts-exhausted" or "age-exhausted"
+	Reason       string // "permanent", "attempts-exhausted", "age-exhausted" or "undecodable"
 	LastStatus   int    // raven's last HTTP status, 0 when there was none
 	LastError    string // the last error, empty when raven answered
 	Attempts     int
@@ -66,6 +66,7 @@ const (
 	ReasonPermanent         = "permanent"
 	ReasonAttemptsExhausted = "attempts-exhausted"
 	ReasonAgeExhausted      = "age-exhausted"
+	ReasonUndecodable       = "undecodable"
 )
 
 // Receipt is what the queue says about a request it accepted.

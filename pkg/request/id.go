@@ -65,4 +65,7 @@ var (
 	ErrQueueFull = errors.New("queue is full")
 	// ErrUnavailable: the queue could not be reached or did not confirm in time.
 	ErrUnavailable = errors.New("queue unavailable")
+	// ErrUndecodable: a queued message's subject holds no valid clientId token (it was
+	// not written by ingest). It is dead-lettered, never sent.
+	ErrUndecodable = errors.New("subject holds no valid clientId")
 )
