@@ -179,6 +179,7 @@ type loop struct {
 	notes   chan string
 	results chan outcome
 	listReq chan int // partitions to list
+	ctx     context.Context
 }
 
 type outcome struct {
@@ -201,6 +202,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		notes:   make(chan string, 1<<16),
 		results: make(chan outcome, d.cfg.MaxInFlight),
 		listReq: make(chan int, 4096),
+		ctx:     ctx,
 	}
 	// Read head requests a little ahead of time, so that the queue's latency (an fsync
 	// in progress, say) does not delay the attempt past its due time.
@@ -243,8 +245,8 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	} else {
 		lm = &leaser{store: d.cfg.Leases, id: d.cfg.InstanceID, partitions: d.src.Partitions(),
 			ttl: d.cfg.LeaseTTL, margin: d.cfg.leaseMargin(), every: d.cfg.leaseEvery(),
-			events: events, log: d.log, owned: map[int]uint64{}, releasing: map[int]bool{},
-			drained: make(chan int, d.src.Partitions())}
+			events: events, log: d.log, owned: map[int]uint64{}, tenure: map[int]uint64{}, releasing: map[int]bool{},
+			drained: make(chan drainedPartition, d.src.Partitions())}
 		lctx, cancelLeaser := context.WithCancel(ctx)
 		defer cancelLeaser()
 		go func() { defer close(leaserDone); lm.run(lctx) }()
@@ -351,7 +353,12 @@ func (l *loop) list(p int) {
 	select {
 	case l.listReq <- p:
 	default:
-		go func() { l.listReq <- p }()
+		go func() {
+			select {
+			case l.listReq <- p:
+			case <-l.ctx.Done():
+			}
+		}()
 	}
 }
 
@@ -370,6 +377,9 @@ func (l *loop) ownership(e ownEvent) {
 		if part != nil {
 			part.gone = true
 			if part.inFlight == 0 {
+				if part.release != nil {
+					close(part.release)
+				}
 				delete(l.owned, e.partition)
 			}
 		}
@@ -425,6 +435,10 @@ func (l *loop) startDue(workCtx context.Context) {
 		switch {
 		case part == nil:
 			l.sched.Forget(job.Subject)
+		case job.SendAt.Before(part.fence):
+			// A lane that outlived an earlier holding of the partition: it waits out the
+			// fence like a new one.
+			l.sched.Hold(job.Subject, part.fence)
 		case !part.validUntil.IsZero() && !now.Before(part.validUntil):
 			// The lease is not renewed yet; look again shortly.
 			l.sched.Hold(job.Subject, now.Add(l.d.cfg.leaseEvery()/4+time.Millisecond))

@@ -64,8 +64,16 @@ type leaser struct {
 	log        zerolog.Logger
 
 	owned     map[int]uint64 // partition -> lease revision
+	tenure    map[int]uint64 // partition -> which holding of it this is (counts acquisitions)
 	releasing map[int]bool
-	drained   chan int
+	drained   chan drainedPartition
+	holdings  uint64
+}
+
+// drainedPartition says the loop has drained partition p for the holding tenure.
+type drainedPartition struct {
+	p      int
+	tenure uint64
 }
 
 func (m *leaser) run(ctx context.Context) {
@@ -91,14 +99,15 @@ func (m *leaser) run(ctx context.Context) {
 			return
 		case <-ticker.C:
 		case <-wake:
-		case p := <-m.drained:
-			if rev, ok := m.owned[p]; ok {
-				if err := m.store.Release(ctx, p, rev); err != nil {
-					m.log.Warn().Err(err).Int("partition", p).Msg("releasing lease failed; it will expire instead")
+		case dp := <-m.drained:
+			// Only the holding that was handed back: the lease may have been lost and
+			// taken again since, and that new holding is not being handed back.
+			if rev, ok := m.owned[dp.p]; ok && m.releasing[dp.p] && m.tenure[dp.p] == dp.tenure {
+				if err := m.store.Release(ctx, dp.p, rev); err != nil {
+					m.log.Warn().Err(err).Int("partition", dp.p).Msg("releasing lease failed; it will expire instead")
 				}
-				delete(m.owned, p)
-				delete(m.releasing, p)
-				m.log.Info().Int("partition", p).Msg("partition handed back")
+				m.forget(dp.p)
+				m.log.Info().Int("partition", dp.p).Msg("partition handed back")
 			}
 		}
 	}
@@ -127,8 +136,7 @@ func (m *leaser) round(ctx context.Context) {
 			}
 		case !ok:
 			m.log.Warn().Int("partition", p).Msg("lease lost")
-			delete(m.owned, p)
-			delete(m.releasing, p)
+			m.forget(p)
 			m.emit(ctx, ownEvent{kind: ownLost, partition: p})
 		default:
 			m.owned[p] = rev
@@ -160,10 +168,11 @@ func (m *leaser) round(ctx context.Context) {
 			done := make(chan struct{})
 			m.log.Info().Int("partition", p).Int("share", share).Msg("handing partition back to balance")
 			m.emit(ctx, ownEvent{kind: ownRelease, partition: p, done: done})
+			dp := drainedPartition{p: p, tenure: m.tenure[p]}
 			go func() {
 				select {
 				case <-done:
-					m.drained <- p
+					m.drained <- dp
 				case <-ctx.Done():
 				}
 			}()
@@ -214,6 +223,8 @@ func (m *leaser) acquire(ctx context.Context, share, instances int) {
 				}
 			case r.ok:
 				m.owned[r.p] = r.rev
+				m.holdings++
+				m.tenure[r.p] = m.holdings
 				m.log.Info().Int("partition", r.p).Int("share", share).Int("instances", instances).Msg("partition acquired")
 				m.emit(ctx, ownEvent{kind: ownAcquired, partition: r.p, validUntil: r.sent.Add(m.ttl - m.margin)})
 			}
@@ -222,6 +233,12 @@ func (m *leaser) acquire(ctx context.Context, share, instances int) {
 			return
 		}
 	}
+}
+
+func (m *leaser) forget(p int) {
+	delete(m.owned, p)
+	delete(m.tenure, p)
+	delete(m.releasing, p)
 }
 
 // releaseAll leaves and hands every lease back; the dispatcher has drained by then. It

@@ -26,19 +26,34 @@ type Leases struct {
 	kv jetstream.KeyValue
 }
 
-// Leases opens (or creates) the lease bucket with the given TTL, replicated like the
-// streams. An existing bucket's TTL is brought in line.
+// Leases opens the lease bucket, creating it with the given TTL, replicated like the
+// streams. An existing bucket must have the same TTL: every instance fences its sends by
+// the TTL, so instances that disagreed on it could both send in one partition.
 func (q *Queue) Leases(ctx context.Context, ttl time.Duration) (*Leases, error) {
-	kv, err := q.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket:      LeaseBucket,
-		Description: "Dispatcher partition leases and instance heartbeats.",
-		TTL:         ttl,
-		History:     1,
-		Storage:     jetstream.FileStorage,
-		Replicas:    q.cfg.Replicas,
-	})
+	kv, err := q.js.KeyValue(ctx, LeaseBucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		kv, err = q.js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
+			Bucket:      LeaseBucket,
+			Description: "Dispatcher partition leases and instance heartbeats.",
+			TTL:         ttl,
+			History:     1,
+			Storage:     jetstream.FileStorage,
+			Replicas:    q.cfg.Replicas,
+		})
+		if errors.Is(err, jetstream.ErrBucketExists) {
+			kv, err = q.js.KeyValue(ctx, LeaseBucket)
+		}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("lease bucket: %w", err)
+	}
+	st, err := kv.Status(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("lease bucket: %w", err)
+	}
+	if st.TTL() != ttl {
+		return nil, fmt.Errorf("LEASE_TTL is %s but the lease bucket %s has %s: every dispatcher must use the bucket's TTL (to change it, stop all dispatchers and delete the bucket)",
+			ttl, LeaseBucket, st.TTL())
 	}
 	return &Leases{kv: kv}, nil
 }
@@ -95,7 +110,8 @@ func (l *Leases) Renew(ctx context.Context, p int, owner string, rev uint64) (ne
 		return newRev, true, nil
 	}
 	var apiErr *jetstream.APIError
-	if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence {
+	if errors.Is(err, jetstream.ErrKeyRevisionMismatch) ||
+		(errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)) {
 		return 0, false, nil
 	}
 	return 0, false, fmt.Errorf("renewing partition %d: %w", p, err)

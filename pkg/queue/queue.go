@@ -80,9 +80,15 @@ func requestStreamConfig(cfg Config) jetstream.StreamConfig {
 		MaxBytes:             maxBytes,
 		MaxMsgs:              -1,
 		Duplicates:           cfg.DuplicateWindow,
-		AllowDirect:          true,
+		AllowDirect:          directGets(cfg),
 	}
 }
+
+// directGets says whether head reads may be direct gets. A direct get is answered by any
+// replica, and a follower that lags may not have a new request yet (the lane would find
+// its client empty) or may still hold a delivered one (it would be sent again); so with
+// replicas, reads go through the stream leader.
+func directGets(cfg Config) bool { return cfg.Replicas == 1 }
 
 func deadLetterStreamConfig(cfg Config) jetstream.StreamConfig {
 	return jetstream.StreamConfig{
@@ -97,7 +103,7 @@ func deadLetterStreamConfig(cfg Config) jetstream.StreamConfig {
 		MaxMsgs:     -1,
 		MaxBytes:    -1,
 		Duplicates:  cfg.DuplicateWindow,
-		AllowDirect: true,
+		AllowDirect: directGets(cfg),
 	}
 }
 

@@ -188,6 +188,9 @@ func TestLeases(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if _, err := q.Leases(ctx, 2*time.Second); err == nil || !strings.Contains(err.Error(), "LEASE_TTL") {
+		t.Fatalf("opening the lease bucket with another TTL: %v, want a refusal naming LEASE_TTL", err)
+	}
 	rev, ok, err := l.Acquire(ctx, 3, "a")
 	if err != nil || !ok {
 		t.Fatalf("acquire a free partition: ok=%v err=%v", ok, err)
