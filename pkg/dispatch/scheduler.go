@@ -105,9 +105,6 @@ func (s *Scheduler) InFlight() int { return s.inFlight }
 // worker reads the head request ahead of time. Zero (the default) hands out lanes when due.
 func (s *Scheduler) SetLead(d time.Duration) { s.lead = d }
 
-// SetInterval changes the interval for every attempt scheduled from now on.
-func (s *Scheduler) SetInterval(d time.Duration) { s.policy.Interval = d }
-
 // Notify says subject has (or may have) requests queued. A new lane is due at now, or at
 // notBefore if that is later; a lane already waiting or in flight is left as it is.
 func (s *Scheduler) Notify(subject string, now, notBefore time.Time) {

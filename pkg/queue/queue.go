@@ -138,9 +138,6 @@ func (q *Queue) ensure(ctx context.Context, cfg jetstream.StreamConfig, ensure E
 	return s, nil
 }
 
-// Config returns the settings the queue was opened with, defaults filled in.
-func (q *Queue) Config() Config { return q.cfg }
-
 // Ready reports whether JetStream answers and both streams are in place.
 func (q *Queue) Ready(ctx context.Context) error {
 	if !q.nc.IsConnected() {

@@ -80,9 +80,6 @@ func New(cfg Config) (*Client, error) {
 	}}, nil
 }
 
-// Timeout is the bound on one attempt.
-func (c *Client) Timeout() time.Duration { return c.cfg.Timeout }
-
 // Send POSTs one attempt of st. It returns nil when raven answered 2xx.
 func (c *Client) Send(ctx context.Context, st request.Stored, attempt int) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.cfg.URL, bytes.NewReader(st.Body))
