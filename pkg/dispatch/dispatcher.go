@@ -440,8 +440,9 @@ func (l *loop) startDue(workCtx context.Context) {
 			// fence like a new one.
 			l.sched.Hold(job.Subject, part.fence)
 		case !part.validUntil.IsZero() && !now.Before(part.validUntil):
-			// The lease is not renewed yet; look again shortly.
-			l.sched.Hold(job.Subject, now.Add(l.d.cfg.leaseEvery()/4+time.Millisecond))
+			// The lease is not renewed yet; look again shortly (beyond the lead, or Due
+			// would hand the lane straight back).
+			l.sched.Hold(job.Subject, now.Add(prefetchLead+l.d.cfg.leaseEvery()/4))
 		default:
 			part.inFlight++
 			sendBy := part.validUntil // read here: the loop moves it on as leases are renewed
