@@ -45,6 +45,7 @@ const (
 	DefaultShutdownGrace = 15 * time.Second
 	DefaultResyncEvery   = 30 * time.Second
 	DefaultLeaseTTL      = 30 * time.Second
+	DefaultSendTimeout   = 10 * time.Second // the raven client's default timeout
 )
 
 // prefetchLead is how long before an attempt is due its head request is read.
@@ -90,7 +91,7 @@ func (c Config) WithDefaults() Config {
 		c.ResyncEvery = DefaultResyncEvery
 	}
 	if c.SendTimeout == 0 {
-		c.SendTimeout = 10 * time.Second
+		c.SendTimeout = DefaultSendTimeout
 	}
 	if c.LeaseTTL == 0 {
 		c.LeaseTTL = DefaultLeaseTTL
@@ -245,8 +246,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	} else {
 		lm = &leaser{store: d.cfg.Leases, id: d.cfg.InstanceID, partitions: d.src.Partitions(),
 			ttl: d.cfg.LeaseTTL, margin: d.cfg.leaseMargin(), every: d.cfg.leaseEvery(),
-			events: events, log: d.log, owned: map[int]uint64{}, tenure: map[int]uint64{}, releasing: map[int]bool{},
-			drained: make(chan drainedPartition, d.src.Partitions())}
+			events: events, log: d.log, held: map[int]*holding{}, drained: make(chan drained, d.src.Partitions())}
 		lctx, cancelLeaser := context.WithCancel(ctx)
 		defer cancelLeaser()
 		go func() { defer close(leaserDone); lm.run(lctx) }()
@@ -440,9 +440,8 @@ func (l *loop) startDue(workCtx context.Context) {
 			// fence like a new one.
 			l.sched.Hold(job.Subject, part.fence)
 		case !part.validUntil.IsZero() && !now.Before(part.validUntil):
-			// The lease is not renewed yet; look again shortly (beyond the lead, or Due
-			// would hand the lane straight back).
-			l.sched.Hold(job.Subject, now.Add(prefetchLead+l.d.cfg.leaseEvery()/4))
+			// The lease is not renewed yet: the same as a worker finding so.
+			l.sched.Done(Result{Subject: job.Subject, Kind: Held}, now)
 		default:
 			part.inFlight++
 			sendBy := part.validUntil // read here: the loop moves it on as leases are renewed
@@ -539,12 +538,17 @@ func (d *Dispatcher) work(ctx context.Context, job Job, sendBy time.Time) Result
 	end := d.now()
 	res.AttemptEnd = end
 
-	log := d.log.With().Str("client_id", st.ClientID).Str("request_id", st.ID).Int("attempt", attempt).Logger()
-	ev := log.Debug()
-	if !job.PrevEnd.IsZero() {
-		ev = ev.Int64("gap_ms", start.Sub(job.PrevEnd).Milliseconds())
+	// Fields are added per event, not through a child logger: no allocation per attempt
+	// when the level is off.
+	about := func(ev *zerolog.Event) *zerolog.Event {
+		return ev.Str("client_id", st.ClientID).Str("request_id", st.ID).Int("attempt", attempt)
 	}
-	ev.Dur("took", end.Sub(start)).Err(err).Msg("attempt")
+	if ev := d.log.Debug(); ev.Enabled() {
+		if !job.PrevEnd.IsZero() {
+			ev = ev.Int64("gap_ms", start.Sub(job.PrevEnd).Milliseconds())
+		}
+		about(ev).Dur("took", end.Sub(start)).Err(err).Msg("attempt")
+	}
 
 	why := request.DeadLetter{Attempts: attempt, FirstAttempt: first, LastAttempt: start, LastStatus: statusOf(err)}
 	var perm interface{ Permanent() bool }
@@ -565,7 +569,7 @@ func (d *Dispatcher) work(ctx context.Context, job Job, sendBy time.Time) Result
 				res.RetryAfter = ra.RetryAfter()
 			}
 			res.Kind, res.Seq, res.Attempts, res.FirstAttempt = Retry, st.Seq, attempt, first
-			log.Info().Err(err).Dur("retry_after", res.RetryAfter).Msg("attempt failed; will retry")
+			about(d.log.Info()).Err(err).Dur("retry_after", res.RetryAfter).Msg("attempt failed; will retry")
 			return res
 		}
 	}
@@ -576,7 +580,7 @@ func (d *Dispatcher) work(ctx context.Context, job Job, sendBy time.Time) Result
 		res.Kind = Failed
 		return res
 	}
-	log.Warn().Str("reason", why.Reason).Int("last_status", why.LastStatus).Msg("request dead-lettered")
+	about(d.log.Warn()).Str("reason", why.Reason).Int("last_status", why.LastStatus).Msg("request dead-lettered")
 	res.Kind = DeadLettered
 	return res
 }

@@ -3,7 +3,8 @@ package dispatch
 import (
 	"context"
 	"hash/fnv"
-	"sort"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -63,17 +64,20 @@ type leaser struct {
 	events     chan<- ownEvent
 	log        zerolog.Logger
 
-	owned     map[int]uint64 // partition -> lease revision
-	tenure    map[int]uint64 // partition -> which holding of it this is (counts acquisitions)
-	releasing map[int]bool
-	drained   chan drainedPartition
-	holdings  uint64
+	held    map[int]*holding
+	drained chan drained
 }
 
-// drainedPartition says the loop has drained partition p for the holding tenure.
-type drainedPartition struct {
-	p      int
-	tenure uint64
+// holding is one acquisition of a partition's lease, until it is lost or handed back.
+type holding struct {
+	rev       uint64 // the lease's current revision
+	releasing bool   // being handed back: the loop is draining it
+}
+
+// drained says the loop has drained partition p for holding h.
+type drained struct {
+	p int
+	h *holding
 }
 
 func (m *leaser) run(ctx context.Context) {
@@ -92,23 +96,26 @@ func (m *leaser) run(ctx context.Context) {
 	}
 	ticker := time.NewTicker(m.every)
 	defer ticker.Stop()
+	m.round(ctx)
 	for {
-		m.round(ctx)
 		select {
 		case <-ctx.Done():
 			return
 		case <-ticker.C:
+			m.round(ctx)
 		case <-wake:
-		case dp := <-m.drained:
+			m.round(ctx)
+		case d := <-m.drained:
 			// Only the holding that was handed back: the lease may have been lost and
 			// taken again since, and that new holding is not being handed back.
-			if rev, ok := m.owned[dp.p]; ok && m.releasing[dp.p] && m.tenure[dp.p] == dp.tenure {
-				if err := m.store.Release(ctx, dp.p, rev); err != nil {
-					m.log.Warn().Err(err).Int("partition", dp.p).Msg("releasing lease failed; it will expire instead")
-				}
-				m.forget(dp.p)
-				m.log.Info().Int("partition", dp.p).Msg("partition handed back")
+			if m.held[d.p] != d.h {
+				continue
 			}
+			if err := m.store.Release(ctx, d.p, d.h.rev); err != nil {
+				m.log.Warn().Err(err).Int("partition", d.p).Msg("releasing lease failed; it will expire instead")
+			}
+			delete(m.held, d.p)
+			m.log.Info().Int("partition", d.p).Msg("partition handed back")
 		}
 	}
 }
@@ -126,9 +133,10 @@ func (m *leaser) round(ctx context.Context) {
 	if err := m.store.Heartbeat(ctx, m.id); err != nil && ctx.Err() == nil {
 		m.log.Warn().Err(err).Msg("heartbeat failed")
 	}
-	for _, p := range sortedKeys(m.owned) {
+	for _, p := range slices.Sorted(maps.Keys(m.held)) {
+		h := m.held[p]
 		sent := time.Now()
-		rev, ok, err := m.store.Renew(ctx, p, m.id, m.owned[p])
+		rev, ok, err := m.store.Renew(ctx, p, m.id, h.rev)
 		switch {
 		case err != nil:
 			if ctx.Err() == nil {
@@ -136,10 +144,10 @@ func (m *leaser) round(ctx context.Context) {
 			}
 		case !ok:
 			m.log.Warn().Int("partition", p).Msg("lease lost")
-			m.forget(p)
+			delete(m.held, p)
 			m.emit(ctx, ownEvent{kind: ownLost, partition: p})
 		default:
-			m.owned[p] = rev
+			h.rev = rev
 			m.emit(ctx, ownEvent{kind: ownRenewed, partition: p, validUntil: sent.Add(m.ttl - m.margin)})
 		}
 	}
@@ -151,28 +159,26 @@ func (m *leaser) round(ctx context.Context) {
 		return
 	}
 	n := len(members)
-	if !contains(members, m.id) {
+	if !slices.Contains(members, m.id) {
 		n++
 	}
 	share := (m.partitions + n - 1) / n
 
-	if excess := len(m.owned) - share; excess > 0 {
-		keys := sortedKeys(m.owned)
-		for i := len(keys) - 1; i >= 0 && excess > 0; i-- {
-			p := keys[i]
-			excess--
-			if m.releasing[p] {
+	if excess := len(m.held) - share; excess > 0 {
+		keys := slices.Sorted(maps.Keys(m.held))
+		for _, p := range keys[len(keys)-excess:] { // the highest-numbered ones
+			h := m.held[p]
+			if h.releasing {
 				continue
 			}
-			m.releasing[p] = true
+			h.releasing = true
 			done := make(chan struct{})
 			m.log.Info().Int("partition", p).Int("share", share).Msg("handing partition back to balance")
 			m.emit(ctx, ownEvent{kind: ownRelease, partition: p, done: done})
-			dp := drainedPartition{p: p, tenure: m.tenure[p]}
 			go func() {
 				select {
 				case <-done:
-					m.drained <- dp
+					m.drained <- drained{p, h}
 				case <-ctx.Done():
 				}
 			}()
@@ -190,7 +196,7 @@ func (m *leaser) acquire(ctx context.Context, share, instances int) {
 	var candidates []int
 	for i := range m.partitions {
 		p := (start + i) % m.partitions
-		if _, mine := m.owned[p]; !mine {
+		if m.held[p] == nil {
 			candidates = append(candidates, p)
 		}
 	}
@@ -201,8 +207,8 @@ func (m *leaser) acquire(ctx context.Context, share, instances int) {
 		ok   bool
 		err  error
 	}
-	for len(candidates) > 0 && len(m.owned) < share && ctx.Err() == nil {
-		batch := candidates[:min(share-len(m.owned), len(candidates))]
+	for len(candidates) > 0 && len(m.held) < share && ctx.Err() == nil {
+		batch := candidates[:min(share-len(m.held), len(candidates))]
 		candidates = candidates[len(batch):]
 		results := make(chan got, len(batch))
 		for _, p := range batch {
@@ -222,9 +228,7 @@ func (m *leaser) acquire(ctx context.Context, share, instances int) {
 					m.log.Warn().Err(r.err).Int("partition", r.p).Msg("acquiring lease failed")
 				}
 			case r.ok:
-				m.owned[r.p] = r.rev
-				m.holdings++
-				m.tenure[r.p] = m.holdings
+				m.held[r.p] = &holding{rev: r.rev}
 				m.log.Info().Int("partition", r.p).Int("share", share).Int("instances", instances).Msg("partition acquired")
 				m.emit(ctx, ownEvent{kind: ownAcquired, partition: r.p, validUntil: r.sent.Add(m.ttl - m.margin)})
 			}
@@ -233,12 +237,6 @@ func (m *leaser) acquire(ctx context.Context, share, instances int) {
 			return
 		}
 	}
-}
-
-func (m *leaser) forget(p int) {
-	delete(m.owned, p)
-	delete(m.tenure, p)
-	delete(m.releasing, p)
 }
 
 // releaseAll leaves and hands every lease back; the dispatcher has drained by then. It
@@ -252,25 +250,7 @@ func (m *leaser) releaseAll(ctx context.Context) {
 		m.log.Warn().Err(err).Msg("releasing leases failed; they will expire instead")
 	}
 	m.log.Info().Int("partitions", n).Msg("leases handed back")
-	m.owned = map[int]uint64{}
-}
-
-func sortedKeys(m map[int]uint64) []int {
-	keys := make([]int, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Ints(keys)
-	return keys
-}
-
-func contains(list []string, s string) bool {
-	for _, v := range list {
-		if v == s {
-			return true
-		}
-	}
-	return false
+	clear(m.held)
 }
 
 func hashOf(s string) uint32 {

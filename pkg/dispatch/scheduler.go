@@ -184,7 +184,8 @@ func (s *Scheduler) Done(r Result, now time.Time) {
 	case Failed:
 		s.schedule(l, now.Add(failedRetry))
 	case Held:
-		s.schedule(l, now.Add(heldRetry))
+		// Past the lead, or Due would hand the lane straight back.
+		s.schedule(l, now.Add(s.lead+heldRetry))
 	}
 }
 
@@ -216,17 +217,13 @@ func (s *Scheduler) Forget(subject string) {
 	delete(s.lanes, subject)
 }
 
-// ForgetWaiting drops every waiting lane that match selects (lanes in flight stay) and
-// returns how many it dropped.
-func (s *Scheduler) ForgetWaiting(match func(subject string) bool) int {
-	n := 0
+// ForgetWaiting drops every waiting lane that match selects; lanes in flight stay.
+func (s *Scheduler) ForgetWaiting(match func(subject string) bool) {
 	for subj, l := range s.lanes {
 		if !l.inFlight && match(subj) {
 			s.Forget(subj)
-			n++
 		}
 	}
-	return n
 }
 
 // schedule puts l in the heap at due, but never sooner than an interval after its last

@@ -293,3 +293,17 @@ func TestEarlyEmptyLaneKeepsSpacing(t *testing.T) {
 		t.Fatalf("lanes %d after the interval passed, want 0", s.Lanes())
 	}
 }
+
+// A lane held back because its partition's lease is awaiting renewal is looked at again
+// after the lead, not handed straight back (which would spin reading the head).
+func TestHeldLaneIsNotHandedStraightBack(t *testing.T) {
+	t.Parallel()
+	const lead = 50 * time.Millisecond
+	s := dispatch.NewScheduler(policy(), zero)
+	s.SetLead(lead)
+	s.Notify("a", t0, time.Time{})
+	mustDue(t, s, t0, "a")
+	s.Done(dispatch.Result{Subject: "a", Kind: dispatch.Held}, t0)
+	mustNotDue(t, s, t0)
+	mustDue(t, s, t0.Add(50*time.Millisecond), "a")
+}

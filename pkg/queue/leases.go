@@ -129,23 +129,18 @@ func (l *Leases) Release(ctx context.Context, p int, rev uint64) error {
 // ReleaseAll gives up every lease that names owner, whatever revision it is at: it also
 // catches a lease whose renewal or acquisition succeeded but whose answer was lost.
 func (l *Leases) ReleaseAll(ctx context.Context, owner string) (int, error) {
-	lister, err := l.kv.ListKeysFiltered(ctx, leaseKeyPrefix+">")
+	leases, err := l.leases(ctx)
 	if err != nil {
-		return 0, fmt.Errorf("listing leases: %w", err)
-	}
-	var keys []string
-	for k := range lister.Keys() {
-		keys = append(keys, k)
+		return 0, err
 	}
 	n := 0
 	var errs []error
-	for _, k := range keys {
-		e, err := l.kv.Get(ctx, k)
-		if err != nil || string(e.Value()) != owner {
+	for _, e := range leases {
+		if string(e.Value()) != owner {
 			continue
 		}
-		if err := l.kv.Delete(ctx, k, jetstream.LastRevision(e.Revision())); err != nil {
-			errs = append(errs, fmt.Errorf("releasing %s: %w", k, err))
+		if err := l.kv.Delete(ctx, e.Key(), jetstream.LastRevision(e.Revision())); err != nil {
+			errs = append(errs, fmt.Errorf("releasing %s: %w", e.Key(), err))
 			continue
 		}
 		n++
@@ -172,16 +167,32 @@ func (l *Leases) WatchReleases(ctx context.Context, fn func()) (stop func(), err
 
 // Owners returns the current owner of every leased partition.
 func (l *Leases) Owners(ctx context.Context) (map[int]string, error) {
+	leases, err := l.leases(ctx)
+	if err != nil {
+		return nil, err
+	}
+	owners := map[int]string{}
+	for _, e := range leases {
+		if p, err := strconv.Atoi(strings.TrimPrefix(e.Key(), leaseKeyPrefix)); err == nil {
+			owners[p] = string(e.Value())
+		}
+	}
+	return owners, nil
+}
+
+// leases reads every live lease key. The key list is read first and each key after, so
+// a key that expires in between is skipped.
+func (l *Leases) leases(ctx context.Context) ([]jetstream.KeyValueEntry, error) {
 	lister, err := l.kv.ListKeysFiltered(ctx, leaseKeyPrefix+">")
 	if err != nil {
 		return nil, fmt.Errorf("listing leases: %w", err)
 	}
-	owners := map[int]string{}
+	var keys []string
 	for k := range lister.Keys() {
-		p, err := strconv.Atoi(strings.TrimPrefix(k, leaseKeyPrefix))
-		if err != nil {
-			continue
-		}
+		keys = append(keys, k)
+	}
+	var out []jetstream.KeyValueEntry
+	for _, k := range keys {
 		e, err := l.kv.Get(ctx, k)
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
 			continue
@@ -189,7 +200,7 @@ func (l *Leases) Owners(ctx context.Context) (map[int]string, error) {
 		if err != nil {
 			return nil, fmt.Errorf("reading lease %s: %w", k, err)
 		}
-		owners[p] = string(e.Value())
+		out = append(out, e)
 	}
-	return owners, nil
+	return out, nil
 }

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -113,7 +114,7 @@ func (s *Settings) URLs(p *string, env, def, usage string, schemes ...string) {
 		}
 		for _, one := range strings.Split(v, ",") {
 			u, err := url.Parse(strings.TrimSpace(one))
-			if err != nil || u.Host == "" || !contains(schemes, u.Scheme) {
+			if err != nil || u.Host == "" || !slices.Contains(schemes, u.Scheme) {
 				return fmt.Errorf("%q is not a %s URL", one, strings.Join(schemes, "/"))
 			}
 		}
@@ -125,7 +126,7 @@ func (s *Settings) URLs(p *string, env, def, usage string, schemes ...string) {
 func (s *Settings) OneOf(p *string, env, def, usage string, words ...string) {
 	*p = def
 	s.add(env, usage, "one of "+strings.Join(words, ", "), (*stringValue)(p), func(v string) error {
-		if !contains(words, v) {
+		if !slices.Contains(words, v) {
 			return errors.New("unknown value")
 		}
 		return nil
@@ -159,15 +160,6 @@ func (s *Settings) Int(p *int64, env string, def, min, max int64, usage string) 
 // Bool registers an on/off setting.
 func (s *Settings) Bool(p *bool, env string, usage string) {
 	s.add(env, usage, "true or false", (*boolValue)(p), nil)
-}
-
-func contains(list []string, v string) bool {
-	for _, w := range list {
-		if w == v {
-			return true
-		}
-	}
-	return false
 }
 
 type stringValue string
