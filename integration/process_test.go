@@ -18,6 +18,7 @@ import (
 
 	"github.com/penguinhq/dispatcher/pkg/ledger"
 	"github.com/penguinhq/dispatcher/pkg/queue"
+	"github.com/penguinhq/dispatcher/pkg/queue/queuetest"
 )
 
 var dispatcherBin, ingestBin string
@@ -309,4 +310,20 @@ func waitReady(t testing.TB, base string) {
 		resp.Body.Close()
 		return resp.StatusCode == 200
 	})
+}
+
+// A service started before NATS waits for it instead of exiting, and becomes ready once
+// NATS is there.
+func TestIngestWaitsForNATS(t *testing.T) {
+	t.Parallel()
+	natsAddr, ingestAddr := freeAddr(t), freeAddr(t)
+	p := startBin(t, ingestBin, map[string]string{"NATS_URL": "nats://" + natsAddr, "INGEST_ADDR": ingestAddr})
+	time.Sleep(1500 * time.Millisecond) // long enough for a process that gives up to have exited
+	select {
+	case <-p.done:
+		t.Fatalf("ingest exited while NATS was not up yet; output:\n%s", p.out)
+	default:
+	}
+	queuetest.ServerAt(t, t.TempDir(), natsAddr)
+	waitReady(t, "http://"+ingestAddr)
 }

@@ -24,11 +24,7 @@ func OpenQueue(ctx context.Context, nc *nats.Conn, cfg queue.Config, ensure queu
 		if err == nil {
 			return q, nil
 		}
-		if errors.Is(err, context.Canceled) || ctx.Err() != nil {
-			return nil, fmt.Errorf("opening queue: %w", err)
-		}
-		var cfgErr interface{ Unwrap() []error }
-		if errors.As(err, &cfgErr) || !isTransient(err) {
+		if ctx.Err() != nil || !isTransient(err) { // a wrong setting is not transient
 			return nil, fmt.Errorf("opening queue: %w", err)
 		}
 		log.Warn().Err(err).Msg("queue not reachable yet; retrying")
