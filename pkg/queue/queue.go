@@ -31,6 +31,9 @@ const (
 	CreateMissing Ensure = iota
 	// CreateOrUpdate also brings existing streams' settings in line with the Config.
 	CreateOrUpdate
+	// Existing opens the streams as they are, taking partitions and replicas from them,
+	// and fails if they are missing: for tools that must not create or change anything.
+	Existing
 )
 
 // Open makes sure both streams exist (and, with CreateOrUpdate, match cfg) and returns the
@@ -46,6 +49,9 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config, ensure Ensure) (*Queue
 		return nil, fmt.Errorf("jetstream: %w", err)
 	}
 	q := &Queue{nc: nc, js: js, cfg: cfg}
+	if ensure == Existing {
+		return q.openExisting(ctx)
+	}
 	if q.reqs, err = q.ensure(ctx, requestStreamConfig(cfg), ensure); err != nil {
 		return nil, err
 	}
@@ -55,6 +61,28 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config, ensure Ensure) (*Queue
 	if q.dead, err = q.ensure(ctx, deadLetterStreamConfig(cfg), ensure); err != nil {
 		return nil, err
 	}
+	return q, nil
+}
+
+func (q *Queue) openExisting(ctx context.Context) (*Queue, error) {
+	var err error
+	for name, s := range map[string]*jetstream.Stream{RequestStream: &q.reqs, DeadLetterStream: &q.dead} {
+		if *s, err = q.js.Stream(ctx, name); err != nil {
+			if errors.Is(err, jetstream.ErrStreamNotFound) {
+				return nil, fmt.Errorf("stream %s does not exist: start a dispatcher once to create the streams", name)
+			}
+			return nil, fmt.Errorf("stream %s: %w", name, err)
+		}
+	}
+	cfg := q.reqs.CachedInfo().Config
+	if cfg.SubjectTransform == nil {
+		return nil, fmt.Errorf("stream %s has no partitioning subject transform; it was not created by this service", RequestStream)
+	}
+	var n int
+	if _, err := fmt.Sscanf(cfg.SubjectTransform.Destination, requestPrefix+"{{partition(%d,1)}}", &n); err != nil || n < 1 {
+		return nil, fmt.Errorf("stream %s is partitioned as %q, which this service does not read", RequestStream, cfg.SubjectTransform.Destination)
+	}
+	q.cfg.Partitions, q.cfg.Replicas = n, cfg.Replicas
 	return q, nil
 }
 

@@ -53,7 +53,7 @@ type Stored struct {
 
 // DeadLetter says why a request was moved to the dead-letter stream.
 type DeadLetter struct {
-	Reason       string // "permanent", "attempts-exhausted", "age-exhausted" or "undecodable"
+	Reason       string // "permanent", "attempts-exhausted", "age-exhausted", "undecodable" or "purged"
 	LastStatus   int    // raven's last HTTP status, 0 when there was none
 	LastError    string // the last error, empty when raven answered
 	Attempts     int
@@ -67,6 +67,7 @@ const (
 	ReasonAttemptsExhausted = "attempts-exhausted"
 	ReasonAgeExhausted      = "age-exhausted"
 	ReasonUndecodable       = "undecodable"
+	ReasonPurged            = "purged" // an operator purged the client's backlog
 )
 
 // Receipt is what the queue says about a request it accepted.

@@ -113,19 +113,26 @@ func (c *Cluster) URL() string {
 	return strings.Join(urls, ",")
 }
 
-// WaitForMetaLeader waits until the running nodes agree on a JetStream meta leader.
+// WaitForMetaLeader waits until the running nodes agree on a JetStream meta leader and
+// the leader sees every running node online, so that an R3 stream can be placed.
 func (c *Cluster) WaitForMetaLeader() {
 	c.t.Helper()
+	running := 0
+	for _, s := range c.Servers {
+		if s != nil {
+			running++
+		}
+	}
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
 		for _, s := range c.Servers {
-			if s != nil && s.JetStreamIsLeader() {
+			if s != nil && s.JetStreamIsLeader() && len(s.JetStreamClusterPeers()) >= running {
 				return
 			}
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	c.t.Fatal("no JetStream meta leader within 30s")
+	c.t.Fatal("no JetStream meta leader seeing every running node within 30s")
 }
 
 // StreamLeader returns the index of the node leading stream, or -1.

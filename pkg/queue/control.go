@@ -1,0 +1,275 @@
+package queue
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/penguinhq/dispatcher/pkg/request"
+)
+
+// ControlBucket is the KV bucket that holds operators' steering: the global interval and
+// per-client settings. Every dispatcher watches it, so a change reaches all of them at
+// once, and it is stored like the streams, so it survives restarts.
+const ControlBucket = "DISPATCH_CONTROL"
+
+const (
+	globalKey        = "global"
+	clientKeyPrefix  = "client."
+	controlHistory   = 5
+	maxSteerAttempts = 20
+)
+
+// Steering is one record of the control bucket. For the global record only Interval
+// counts.
+type Steering struct {
+	// Interval replaces the configured interval when positive.
+	Interval Duration `json:"interval,omitzero"`
+	// Paused: the dispatcher sends nothing to the client; its requests wait.
+	Paused bool `json:"paused,omitempty"`
+	// PurgeThrough: the client's requests up to this stream sequence are dead-lettered
+	// unsent (reason "purged") by the dispatcher that owns the client.
+	PurgeThrough uint64 `json:"purge_through,omitempty"`
+	// UpdatedAt and By say when and by whom it was last changed, for operators.
+	UpdatedAt time.Time `json:"updated_at,omitzero"`
+	By        string    `json:"by,omitempty"`
+}
+
+// IsZero says whether s steers nothing.
+func (s Steering) IsZero() bool { return s.Interval == 0 && !s.Paused && s.PurgeThrough == 0 }
+
+// Duration is a time.Duration that reads and writes as text ("10s") in JSON.
+type Duration time.Duration
+
+// MarshalJSON writes d as Go duration text.
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(d).String()) }
+
+// UnmarshalJSON reads Go duration text.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("duration must be text such as \"10s\": %w", err)
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return err
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// SteerEvent is one record as the watch sees it: Client is the client's subject token,
+// empty for the global record. A deleted record comes as the zero Steering.
+type SteerEvent struct {
+	Client   string
+	Steering Steering
+}
+
+// Control reads and changes the control bucket.
+type Control struct {
+	kv jetstream.KeyValue
+}
+
+// Control opens the control bucket, creating it if it is missing.
+func (q *Queue) Control(ctx context.Context) (*Control, error) {
+	kv, err := q.js.KeyValue(ctx, ControlBucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		kv, err = q.js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
+			Bucket:      ControlBucket,
+			Description: "Operators' steering of the dispatcher: global interval, per-client interval, pause, purge.",
+			History:     controlHistory,
+			Storage:     jetstream.FileStorage,
+			Replicas:    q.cfg.Replicas,
+		})
+		if errors.Is(err, jetstream.ErrBucketExists) {
+			kv, err = q.js.KeyValue(ctx, ControlBucket)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("control bucket: %w", err)
+	}
+	return &Control{kv: kv}, nil
+}
+
+func clientKey(clientID string) string { return clientKeyPrefix + request.EncodeClientID(clientID) }
+
+// Global returns the global record; the zero Steering when none was set.
+func (c *Control) Global(ctx context.Context) (Steering, error) {
+	s, _, err := c.get(ctx, globalKey)
+	return s, err
+}
+
+// SetGlobalInterval sets the global interval; zero goes back to each dispatcher's
+// configured DISPATCH_INTERVAL.
+func (c *Control) SetGlobalInterval(ctx context.Context, d time.Duration, by string) error {
+	if d < 0 {
+		return fmt.Errorf("interval %s: must not be negative", d)
+	}
+	if d == 0 {
+		return c.delete(ctx, globalKey)
+	}
+	return c.put(ctx, globalKey, Steering{Interval: Duration(d), UpdatedAt: time.Now().UTC(), By: by})
+}
+
+// Client returns clientID's record; the zero Steering when none was set.
+func (c *Control) Client(ctx context.Context, clientID string) (Steering, error) {
+	s, _, err := c.get(ctx, clientKey(clientID))
+	return s, err
+}
+
+// UpdateClient changes clientID's record with change, by compare-and-swap, so that two
+// operators changing different fields at once both take effect. A record left steering
+// nothing is deleted.
+func (c *Control) UpdateClient(ctx context.Context, clientID, by string, change func(*Steering)) (Steering, error) {
+	key := clientKey(clientID)
+	for range maxSteerAttempts {
+		s, rev, err := c.get(ctx, key)
+		if err != nil {
+			return Steering{}, err
+		}
+		change(&s)
+		s.UpdatedAt, s.By = time.Now().UTC(), by
+		if s.IsZero() {
+			if rev == 0 {
+				return Steering{}, nil
+			}
+			err = c.kv.Delete(ctx, key, jetstream.LastRevision(rev))
+		} else {
+			b, _ := json.Marshal(s)
+			if rev == 0 {
+				_, err = c.kv.Create(ctx, key, b)
+			} else {
+				_, err = c.kv.Update(ctx, key, b, rev)
+			}
+		}
+		if err == nil {
+			return s, nil
+		}
+		if !isWrongRevision(err) {
+			return Steering{}, fmt.Errorf("steering client %q: %w", clientID, err)
+		}
+	}
+	return Steering{}, fmt.Errorf("steering client %q: too many concurrent changes; try again", clientID)
+}
+
+func isWrongRevision(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.Is(err, jetstream.ErrKeyExists) ||
+		(errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence)
+}
+
+// Clients lists every client that has a record, by clientId.
+func (c *Control) Clients(ctx context.Context) (map[string]Steering, error) {
+	out := map[string]Steering{}
+	lister, err := c.kv.ListKeysFiltered(ctx, clientKeyPrefix+">")
+	if err != nil {
+		return nil, fmt.Errorf("listing steered clients: %w", err)
+	}
+	var keys []string
+	for k := range lister.Keys() {
+		keys = append(keys, k)
+	}
+	for _, k := range keys {
+		id, err := request.DecodeClientID(strings.TrimPrefix(k, clientKeyPrefix))
+		if err != nil {
+			continue // not written by this service
+		}
+		s, _, err := c.get(ctx, k)
+		if err != nil {
+			return nil, err
+		}
+		if !s.IsZero() {
+			out[id] = s
+		}
+	}
+	return out, nil
+}
+
+// Watch returns every record in force now, then calls fn with each change until stop is
+// called or ctx ends. A record that cannot be read is reported to onBad and skipped.
+func (c *Control) Watch(ctx context.Context, fn func(SteerEvent), onBad func(key string, err error)) (current []SteerEvent, stop func(), err error) {
+	w, err := c.kv.WatchAll(ctx)
+	if err != nil {
+		return nil, nil, fmt.Errorf("watching control bucket: %w", err)
+	}
+	event := func(e jetstream.KeyValueEntry) (SteerEvent, bool) {
+		var ev SteerEvent
+		switch k := e.Key(); {
+		case k == globalKey:
+		case strings.HasPrefix(k, clientKeyPrefix):
+			ev.Client = strings.TrimPrefix(k, clientKeyPrefix)
+		default:
+			return ev, false
+		}
+		if e.Operation() != jetstream.KeyValuePut {
+			return ev, true // deleted: back to the defaults
+		}
+		if err := json.Unmarshal(e.Value(), &ev.Steering); err != nil {
+			onBad(e.Key(), err)
+			return ev, false
+		}
+		return ev, true
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			_ = w.Stop()
+			return nil, nil, ctx.Err()
+		case e, ok := <-w.Updates():
+			if !ok {
+				return nil, nil, errors.New("control bucket watch closed")
+			}
+			if e == nil { // the current records are all in
+				go func() {
+					for e := range w.Updates() {
+						if e == nil {
+							continue
+						}
+						if ev, ok := event(e); ok {
+							fn(ev)
+						}
+					}
+				}()
+				return current, func() { _ = w.Stop() }, nil
+			}
+			if ev, ok := event(e); ok {
+				current = append(current, ev)
+			}
+		}
+	}
+}
+
+func (c *Control) get(ctx context.Context, key string) (Steering, uint64, error) {
+	e, err := c.kv.Get(ctx, key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return Steering{}, 0, nil
+	}
+	if err != nil {
+		return Steering{}, 0, fmt.Errorf("reading %s: %w", key, err)
+	}
+	var s Steering
+	if err := json.Unmarshal(e.Value(), &s); err != nil {
+		return Steering{}, 0, fmt.Errorf("record %s is not valid: %w", key, err)
+	}
+	return s, e.Revision(), nil
+}
+
+func (c *Control) put(ctx context.Context, key string, s Steering) error {
+	b, _ := json.Marshal(s)
+	if _, err := c.kv.Put(ctx, key, b); err != nil {
+		return fmt.Errorf("writing %s: %w", key, err)
+	}
+	return nil
+}
+
+func (c *Control) delete(ctx context.Context, key string) error {
+	if err := c.kv.Delete(ctx, key); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+		return fmt.Errorf("deleting %s: %w", key, err)
+	}
+	return nil
+}

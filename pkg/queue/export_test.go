@@ -1,0 +1,8 @@
+package queue
+
+import "context"
+
+// RequeuePublishOnly is Requeue stopped between its two steps, as by a crash.
+func (q *Queue) RequeuePublishOnly(r DeadRecord) (bool, error) {
+	return q.requeuePublish(context.Background(), r)
+}

@@ -1,0 +1,108 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/penguinhq/dispatcher/pkg/request"
+)
+
+// ClientSubject finds where clientID's requests are stored: its subject and how many
+// are queued. ok is false when it has none.
+func (q *Queue) ClientSubject(ctx context.Context, clientID string) (subject string, count uint64, ok bool, err error) {
+	if err := request.ValidateClientID(clientID); err != nil {
+		return "", 0, false, err
+	}
+	m, err := q.backlog(ctx, requestPrefix+"*."+request.EncodeClientID(clientID))
+	if err != nil {
+		return "", 0, false, err
+	}
+	for s, n := range m {
+		return s, n, true, nil
+	}
+	return "", 0, false, nil
+}
+
+// LastSeq is the sequence of the newest request queued on subject; 0 when none is.
+func (q *Queue) LastSeq(ctx context.Context, subject string) (uint64, error) {
+	m, err := q.reqs.GetLastMsgForSubject(ctx, subject)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("reading last request of %s: %w", subject, err)
+	}
+	return m.Sequence, nil
+}
+
+// Found is a queued request found by id.
+type Found struct {
+	request.Stored       // without the body
+	Position       int64 // requests ahead of it in its client's queue; -1 when not counted
+}
+
+// FindRequest looks for the queued request with this id, reading headers only: on
+// clientID's subject when it is given, else across the whole queue (slow on a large
+// backlog). ok is false when it is not queued.
+func (q *Queue) FindRequest(ctx context.Context, id, clientID string) (f Found, ok bool, err error) {
+	filter := requestPrefix + ">"
+	if clientID != "" {
+		if err := request.ValidateClientID(clientID); err != nil {
+			return Found{}, false, err
+		}
+		filter = requestPrefix + "*." + request.EncodeClientID(clientID)
+	}
+	errFound := errors.New("found")
+	var ahead int64
+	err = q.scan(ctx, q.reqs, filter, true, func(m jetstream.Msg, md *jetstream.MsgMetadata) error {
+		if m.Headers().Get(request.HeaderID) != id {
+			ahead++
+			return nil
+		}
+		cid, _ := ClientIDOf(m.Subject())
+		f = Found{Stored: request.Stored{
+			Request:    request.Request{ID: id, ClientID: cid, ContentType: m.Headers().Get(request.HeaderContentType)},
+			Seq:        md.Sequence.Stream,
+			Subject:    m.Subject(),
+			AcceptedAt: md.Timestamp,
+		}, Position: -1}
+		if clientID != "" {
+			f.Position = ahead
+		}
+		return errFound
+	})
+	if errors.Is(err, errFound) {
+		return f, true, nil
+	}
+	return Found{}, false, err
+}
+
+// Stats is the queue as a whole, cheap to read.
+type Stats struct {
+	Requests     uint64    // requests queued
+	Clients      uint64    // clients with requests queued
+	Oldest       time.Time // when the oldest queued request was accepted; zero when none
+	DeadLetters  uint64    // requests in the dead-letter stream
+	RequestBytes uint64    // bytes the request stream holds
+}
+
+// Stats reads both streams' state.
+func (q *Queue) Stats(ctx context.Context) (Stats, error) {
+	ri, err := q.reqs.Info(ctx)
+	if err != nil {
+		return Stats{}, fmt.Errorf("stream %s: %w", RequestStream, err)
+	}
+	di, err := q.dead.Info(ctx)
+	if err != nil {
+		return Stats{}, fmt.Errorf("stream %s: %w", DeadLetterStream, err)
+	}
+	st := Stats{Requests: ri.State.Msgs, Clients: ri.State.NumSubjects, DeadLetters: di.State.Msgs, RequestBytes: ri.State.Bytes}
+	if st.Requests > 0 {
+		st.Oldest = ri.State.FirstTime
+	}
+	return st, nil
+}

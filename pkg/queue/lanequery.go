@@ -1,0 +1,78 @@
+package queue
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// laneQuerySubject is where dispatchers answer operators' questions about their lanes.
+// The answer is core NATS request/reply: nothing is stored.
+const laneQuerySubject = "dispatch.ctl.lanes"
+
+// LaneQuery asks every dispatcher about its lanes for the given request subjects, or
+// about up to Limit of its lanes when Subjects is nil.
+type LaneQuery struct {
+	Subjects []string `json:"subjects,omitempty"`
+	Limit    int      `json:"limit,omitempty"`
+}
+
+// ServeLaneQueries answers lane queries with what answer returns (JSON), until stop is
+// called.
+func (q *Queue) ServeLaneQueries(answer func(ctx context.Context, lq LaneQuery) (any, error)) (stop func(), err error) {
+	sub, err := q.nc.Subscribe(laneQuerySubject, func(m *nats.Msg) {
+		var lq LaneQuery
+		if err := json.Unmarshal(m.Data, &lq); err != nil {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		out, err := answer(ctx, lq)
+		if err != nil {
+			return
+		}
+		b, err := json.Marshal(out)
+		if err != nil {
+			return
+		}
+		_ = m.Respond(b)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("serving lane queries: %w", err)
+	}
+	return func() { _ = sub.Unsubscribe() }, nil
+}
+
+// QueryLanes sends lq to every dispatcher and returns the answers that arrive within
+// wait, one per dispatcher.
+func (q *Queue) QueryLanes(ctx context.Context, lq LaneQuery, wait time.Duration) ([]json.RawMessage, error) {
+	b, err := json.Marshal(lq)
+	if err != nil {
+		return nil, err
+	}
+	inbox := q.nc.NewInbox()
+	sub, err := q.nc.SubscribeSync(inbox)
+	if err != nil {
+		return nil, fmt.Errorf("querying lanes: %w", err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	if err := q.nc.PublishRequest(laneQuerySubject, inbox, b); err != nil {
+		return nil, fmt.Errorf("querying lanes: %w", err)
+	}
+	deadline := time.Now().Add(wait)
+	var out []json.RawMessage
+	for {
+		left := time.Until(deadline)
+		if left <= 0 || ctx.Err() != nil {
+			return out, nil
+		}
+		m, err := sub.NextMsg(left)
+		if err != nil {
+			return out, nil // the wait is over
+		}
+		out = append(out, m.Data)
+	}
+}

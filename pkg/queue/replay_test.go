@@ -1,0 +1,125 @@
+package queue_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/penguinhq/dispatcher/pkg/queue"
+	"github.com/penguinhq/dispatcher/pkg/request"
+)
+
+// deadLetterOne queues one request for client and moves it to the dead-letter stream as
+// the dispatcher would; it returns the dead letter.
+func deadLetterOne(t *testing.T, q *queue.Queue, client, id string) queue.DeadRecord {
+	t.Helper()
+	ctx := context.Background()
+	publish(t, q, client, id)
+	subj, _, ok, err := q.ClientSubject(ctx, client)
+	if err != nil || !ok {
+		t.Fatalf("client subject of %s: %v %v", client, ok, err)
+	}
+	st, _, err := q.Head(ctx, subj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := q.DeadLetter(ctx, st, request.DeadLetter{Reason: request.ReasonPermanent, LastStatus: 400, Attempts: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Delete(ctx, st.Seq); err != nil {
+		t.Fatal(err)
+	}
+	var rec queue.DeadRecord
+	if err := q.EachDeadLetter(ctx, queue.DeadFilter{ID: id}, func(r queue.DeadRecord) error { rec = r; return nil }); err != nil || rec.ID != id {
+		t.Fatalf("dead letter %s not found: %v", id, err)
+	}
+	return rec
+}
+
+// A replay that crashed after queueing a dead letter and before removing it queues it
+// once when run again, and removes it then.
+func TestRequeueAfterACrashQueuesOnce(t *testing.T) {
+	t.Parallel()
+	q := open(t, queue.Config{})
+	ctx := context.Background()
+	rec := deadLetterOne(t, q, "alice", "req-1")
+	if rec.Reason != request.ReasonPermanent || rec.LastStatus != 400 || rec.AcceptedAt.IsZero() || rec.DeadAt.IsZero() {
+		t.Fatalf("dead record %+v lacks its reason, status or times", rec)
+	}
+
+	if dup, err := q.RequeuePublishOnly(rec); err != nil || dup {
+		t.Fatalf("first half of the requeue: duplicate %v, err %v", dup, err)
+	}
+	queued, err := q.Requeue(ctx, rec) // the rerun
+	if err != nil || queued {
+		t.Fatalf("requeue after the crash: queued %v, err %v; want it found already queued", queued, err)
+	}
+	backlog, _ := q.Backlog(ctx)
+	total := uint64(0)
+	for _, n := range backlog {
+		total += n
+	}
+	if total != 1 {
+		t.Fatalf("%d requests queued, want the one, once", total)
+	}
+	if dead, _ := q.DeadLetters(ctx); len(dead) != 0 {
+		t.Fatalf("%d dead letters left, want 0", len(dead))
+	}
+	subj, _, _, _ := q.ClientSubject(ctx, "alice")
+	st, _, _ := q.Head(ctx, subj)
+	if st.ID != "req-1" || string(st.Body) != `{"n":"req-1"}` || st.ContentType != "application/json" {
+		t.Fatalf("requeued request %+v lost its id, body or content type", st)
+	}
+}
+
+// A replay into a full backlog leaves the dead letter where it is.
+func TestRequeueIntoAFullBacklogKeepsTheDeadLetter(t *testing.T) {
+	t.Parallel()
+	q := open(t, queue.Config{BacklogCap: 1})
+	rec := deadLetterOne(t, q, "bob", "req-1")
+	publish(t, q, "bob", "req-2") // fills bob's backlog
+	_, err := q.Requeue(context.Background(), rec)
+	if !errors.Is(err, request.ErrBacklogFull) {
+		t.Fatalf("requeue into a full backlog: %v, want ErrBacklogFull", err)
+	}
+	if dead, _ := q.DeadLetters(context.Background()); len(dead) != 1 {
+		t.Fatalf("%d dead letters, want the one kept", len(dead))
+	}
+}
+
+// The control bucket: a client's record is changed field by field, a record left
+// steering nothing is deleted, and the watch hears the current records then changes.
+func TestControlRecordsAndWatch(t *testing.T) {
+	t.Parallel()
+	q := open(t, queue.Config{})
+	ctx := context.Background()
+	ctl, err := q.Control(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ctl.UpdateClient(ctx, "carol", "test", func(s *queue.Steering) { s.Paused = true }); err != nil {
+		t.Fatal(err)
+	}
+	if err := ctl.SetGlobalInterval(ctx, 7e9, "test"); err != nil {
+		t.Fatal(err)
+	}
+	events := make(chan queue.SteerEvent, 16)
+	cur, stop, err := ctl.Watch(ctx, func(e queue.SteerEvent) { events <- e }, func(k string, err error) { t.Errorf("bad record %s: %v", k, err) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	if len(cur) != 2 {
+		t.Fatalf("watch began with %d records, want 2: %+v", len(cur), cur)
+	}
+	if _, err := ctl.UpdateClient(ctx, "carol", "test", func(s *queue.Steering) { s.Paused = false }); err != nil {
+		t.Fatal(err)
+	}
+	e := <-events
+	if e.Client != request.EncodeClientID("carol") || !e.Steering.IsZero() {
+		t.Fatalf("after resume the watch heard %+v, want carol back to no steering", e)
+	}
+	if clients, _ := ctl.Clients(ctx); len(clients) != 0 {
+		t.Fatalf("steered clients after resume: %v, want none", clients)
+	}
+}
