@@ -32,6 +32,21 @@ type Source interface {
 	DeadLetter(ctx context.Context, st request.Stored, why request.DeadLetter) error
 }
 
+// SteerChange is one change of steering: the global interval when Client is empty (an
+// Interval of zero restores the configured one), else one client's Steer (Client is the
+// client's subject token).
+type SteerChange struct {
+	Client string
+	Steer  Steer
+}
+
+// Steering is where operators' steering comes from, shared by every instance.
+type Steering interface {
+	// WatchSteering returns the steering in force now, then calls fn with every later
+	// change until stopped.
+	WatchSteering(ctx context.Context, fn func(SteerChange)) (current []SteerChange, stop func(), err error)
+}
+
 // Sender makes one attempt of a request. It returns nil when raven accepted it. An error
 // with a method Permanent() bool that returns true is not retried; one with RetryAfter()
 // time.Duration delays the retry; StatusCode() int, if present, is recorded.
@@ -76,6 +91,12 @@ type Config struct {
 	// InstanceID names this instance in the lease store; it must be unique among live
 	// instances. Defaults to a random id.
 	InstanceID string
+
+	// Steering brings operators' changes (intervals, pause, purge) while running. Nil
+	// means none: the Policy holds.
+	Steering Steering
+	// Metrics, if not nil, counts what the dispatcher does.
+	Metrics *Metrics
 }
 
 // WithDefaults returns c with zero fields set to their defaults.
@@ -136,6 +157,8 @@ type Dispatcher struct {
 	rand func() float64
 
 	lanes, inFlight, owned atomic.Int64
+	running                atomic.Bool
+	queries                chan laneQuery
 }
 
 // Stats is a snapshot of a running Dispatcher.
@@ -157,12 +180,17 @@ func New(cfg Config, src Source, snd Sender, log zerolog.Logger) (*Dispatcher, e
 		return nil, err
 	}
 	log = log.With().Str("component", "dispatch").Str("instance", cfg.InstanceID).Logger()
-	return &Dispatcher{cfg: cfg, src: src, snd: snd, log: log, now: time.Now, rand: rand.Float64}, nil
+	return &Dispatcher{cfg: cfg, src: src, snd: snd, log: log, now: time.Now, rand: rand.Float64,
+		queries: make(chan laneQuery)}, nil
 }
+
+// Running says whether Run is dispatching: it has its steering and watch in place and
+// has not begun to stop.
+func (d *Dispatcher) Running() bool { return d.running.Load() }
 
 // partition is what the loop knows of one partition it owns.
 type partition struct {
-	fence      time.Time // no attempt starts before this
+	since      time.Time // when it became ours: no attempt starts before an interval after
 	validUntil time.Time // no attempt starts after this (the lease could lapse)
 	inFlight   int
 	release    chan struct{} // closed once drained, when handing the partition back
@@ -208,6 +236,25 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	// Read head requests a little ahead of time, so that the queue's latency (an fsync
 	// in progress, say) does not delay the attempt past its due time.
 	l.sched.SetLead(min(prefetchLead, d.cfg.Interval/2))
+
+	// Steering first: a client given a longer interval must have it before any fence is
+	// worked out.
+	steers := make(chan SteerChange, 1024)
+	if d.cfg.Steering != nil {
+		current, stopSteering, err := d.cfg.Steering.WatchSteering(ctx, func(c SteerChange) {
+			select {
+			case steers <- c:
+			case <-ctx.Done():
+			}
+		})
+		if err != nil {
+			return err
+		}
+		defer stopSteering()
+		for _, c := range current {
+			l.steer(c)
+		}
+	}
 	resync := make(chan struct{}, 1)
 	askResync := func() {
 		select {
@@ -242,7 +289,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		for p := range d.src.Partitions() {
 			l.acquire(p, now, time.Time{})
 		}
-		d.log.Info().Int("partitions", d.src.Partitions()).Stringer("fence", d.cfg.Interval).Msg("dispatcher owns every partition; first sends wait one interval")
+		d.log.Info().Int("partitions", d.src.Partitions()).Stringer("fence", l.sched.Interval()).Msg("dispatcher owns every partition; first sends wait one interval")
 	} else {
 		lm = &leaser{store: d.cfg.Leases, id: d.cfg.InstanceID, partitions: d.src.Partitions(),
 			ttl: d.cfg.LeaseTTL, margin: d.cfg.leaseMargin(), every: d.cfg.leaseEvery(),
@@ -261,11 +308,14 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	ticker := time.NewTicker(d.cfg.ResyncEvery)
 	defer ticker.Stop()
 
+	d.running.Store(true)
+	defer d.running.Store(false)
 	for {
 		l.startDue(workCtx)
 		d.lanes.Store(int64(l.sched.Lanes()))
 		d.inFlight.Store(int64(l.sched.InFlight()))
 		d.owned.Store(int64(len(l.owned)))
+		d.cfg.Metrics.loop(l.sched.Lanes(), l.sched.InFlight(), len(l.owned))
 		if next, ok := l.sched.Next(); ok && l.sched.InFlight() < d.cfg.MaxInFlight {
 			timer.Reset(max(next.Sub(d.now()), 0))
 		} else {
@@ -273,6 +323,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		}
 		select {
 		case <-ctx.Done():
+			d.running.Store(false)
 			l.drain(cancelWork)
 			<-leaserDone
 			if lm != nil {
@@ -295,6 +346,10 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 			l.done(r)
 		case e := <-events:
 			l.ownership(e)
+		case c := <-steers:
+			l.steer(c)
+		case q := <-d.queries:
+			q.reply <- l.lanesOf(q)
 		case <-timer.C:
 		case <-ticker.C:
 			askResync()
@@ -340,7 +395,7 @@ func (l *loop) lister(ctx context.Context) {
 }
 
 func (l *loop) acquire(p int, now, validUntil time.Time) {
-	part := &partition{fence: now.Add(l.d.cfg.Interval), validUntil: validUntil}
+	part := &partition{since: now, validUntil: validUntil}
 	if old := l.owned[p]; old != nil {
 		part.inFlight = old.inFlight // results of an earlier tenure still on their way
 	}
@@ -420,7 +475,7 @@ func (l *loop) owner(subj string) (int, *partition) {
 
 func (l *loop) notify(subj string) {
 	if _, part := l.owner(subj); part != nil {
-		l.sched.Notify(subj, l.d.now(), part.fence)
+		l.sched.Notify(subj, l.d.now(), part.since)
 	}
 }
 
@@ -435,10 +490,10 @@ func (l *loop) startDue(workCtx context.Context) {
 		switch {
 		case part == nil:
 			l.sched.Forget(job.Subject)
-		case job.SendAt.Before(part.fence):
+		case job.Since.Before(part.since):
 			// A lane that outlived an earlier holding of the partition: it waits out the
 			// fence like a new one.
-			l.sched.Hold(job.Subject, part.fence)
+			l.sched.Hold(job.Subject, part.since)
 		case !part.validUntil.IsZero() && !now.Before(part.validUntil):
 			// The lease is not renewed yet: the same as a worker finding so.
 			l.sched.Done(Result{Subject: job.Subject, Kind: Held}, now)
@@ -499,6 +554,7 @@ func (d *Dispatcher) work(ctx context.Context, job Job, sendBy time.Time) Result
 			res.Kind = Failed
 			return res
 		}
+		d.cfg.Metrics.deadLettered(request.ReasonUndecodable)
 		res.Kind = DeadLettered
 		return res
 	}
@@ -509,6 +565,22 @@ func (d *Dispatcher) work(ctx context.Context, job Job, sendBy time.Time) Result
 	}
 	if !ok {
 		res.Kind = Empty
+		return res
+	}
+	if st.Seq <= job.PurgeThrough {
+		// An operator purged the client's backlog up to here: dead-letter it unsent. No
+		// attempt is made, so the lane's spacing is untouched.
+		if d.finish(ctx, st, request.DeadLetter{Reason: request.ReasonPurged}) != nil {
+			res.Kind = Failed
+			return res
+		}
+		d.cfg.Metrics.deadLettered(request.ReasonPurged)
+		d.log.Info().Str("client_id", st.ClientID).Str("request_id", st.ID).Msg("request purged to the dead-letter stream")
+		res.Kind = DeadLettered
+		return res
+	}
+	if job.Paused {
+		res.Kind = Parked
 		return res
 	}
 	// The head was read up to the scheduler's lead in advance: start on time, not before.
@@ -537,6 +609,7 @@ func (d *Dispatcher) work(ctx context.Context, job Job, sendBy time.Time) Result
 	err = d.snd.Send(ctx, st, attempt)
 	end := d.now()
 	res.AttemptEnd = end
+	d.cfg.Metrics.attempt(start, end, job.PrevEnd, err)
 
 	// Fields are added per event, not through a child logger: no allocation per attempt
 	// when the level is off.
@@ -558,6 +631,8 @@ func (d *Dispatcher) work(ctx context.Context, job Job, sendBy time.Time) Result
 			res.Kind = Failed // shutting down; the request stays and is sent again later
 			return res
 		}
+		d.log.Debug().Str("client_id", st.ClientID).Str("request_id", st.ID).Int("attempt", attempt).Msg("request delivered")
+		d.cfg.Metrics.delivered()
 		res.Kind = Delivered
 		return res
 	case errors.As(err, &perm) && perm.Permanent():
@@ -580,6 +655,7 @@ func (d *Dispatcher) work(ctx context.Context, job Job, sendBy time.Time) Result
 		res.Kind = Failed
 		return res
 	}
+	d.cfg.Metrics.deadLettered(why.Reason)
 	about(d.log.Warn()).Str("reason", why.Reason).Int("last_status", why.LastStatus).Msg("request dead-lettered")
 	res.Kind = DeadLettered
 	return res
@@ -621,4 +697,56 @@ func statusOf(err error) int {
 		return sc.StatusCode()
 	}
 	return 0
+}
+
+// steer applies one steering change.
+func (l *loop) steer(c SteerChange) {
+	if c.Client == "" {
+		iv := c.Steer.Interval
+		if iv <= 0 {
+			iv = l.d.cfg.Interval
+		}
+		if iv != l.sched.Interval() {
+			l.d.log.Info().Stringer("interval", iv).Msg("global interval changed")
+		}
+		l.sched.SetInterval(iv)
+		return
+	}
+	l.sched.Steer(c.Client, c.Steer)
+}
+
+type laneQuery struct {
+	subjects []string
+	limit    int
+	reply    chan []LaneInfo
+}
+
+func (l *loop) lanesOf(q laneQuery) []LaneInfo {
+	if q.subjects == nil {
+		return l.sched.LaneInfos(q.limit)
+	}
+	var out []LaneInfo
+	for _, s := range q.subjects {
+		if li, ok := l.sched.Lane(s); ok {
+			out = append(out, li)
+		}
+	}
+	return out
+}
+
+// Lanes describes this instance's lanes for the given request subjects (those it holds
+// no lane for are left out), or up to limit of its lanes when subjects is nil.
+func (d *Dispatcher) Lanes(ctx context.Context, subjects []string, limit int) ([]LaneInfo, error) {
+	q := laneQuery{subjects: subjects, limit: limit, reply: make(chan []LaneInfo, 1)}
+	select {
+	case d.queries <- q:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("dispatcher did not answer: %w", ctx.Err())
+	}
+	select {
+	case out := <-q.reply:
+		return out, nil
+	case <-ctx.Done():
+		return nil, fmt.Errorf("dispatcher did not answer: %w", ctx.Err())
+	}
 }

@@ -2,6 +2,7 @@ package dispatch
 
 import (
 	"container/heap"
+	"strings"
 	"time"
 )
 
@@ -20,6 +21,14 @@ type Job struct {
 	FirstAttempt time.Time
 	// PrevEnd is when the client's previous attempt ended; zero if none is remembered.
 	PrevEnd time.Time
+	// Since is the lane's fence: an attempt by an earlier owner of the client may have
+	// ended as late as this (zero: none can have).
+	Since time.Time
+	// Paused says the client is paused: the worker sends nothing, only purges.
+	Paused bool
+	// PurgeThrough asks the worker to dead-letter, unsent, every request of the client
+	// with a sequence up to this one (0: none).
+	PurgeThrough uint64
 }
 
 // Kind says how a Job ended.
@@ -39,6 +48,8 @@ const (
 	Failed
 	// Held: nothing was sent because the partition's lease might lapse first.
 	Held
+	// Parked: the client is paused and has nothing to purge; the lane waits for a resume.
+	Parked
 )
 
 // Result is what a worker reports back for a Job.
@@ -66,14 +77,27 @@ const (
 type lane struct {
 	subject      string
 	due          time.Time
-	index        int // position in the heap; -1 when not waiting
+	notBefore    time.Time // what asked for due, before spacing pushed it later
+	index        int       // position in the heap; -1 when not waiting
 	inFlight     bool
 	notified     bool // a request arrived while in flight
 	expiring     bool // waiting only to be forgotten, once an interval has passed since lastEnd
+	parked       bool // paused: neither waiting nor in flight until resumed
 	lastEnd      time.Time
+	since        time.Time // the fence: an earlier owner's attempt may have ended this late
 	headSeq      uint64
 	attempts     int
 	firstAttempt time.Time
+}
+
+// Steer is how an operator steers one client; the zero Steer leaves it to the defaults.
+type Steer struct {
+	// Interval replaces the global interval for this client when positive.
+	Interval time.Duration
+	// Paused stops sends to the client until it is resumed; its requests wait.
+	Paused bool
+	// PurgeThrough dead-letters, unsent, the client's requests up to this sequence.
+	PurgeThrough uint64
 }
 
 // Scheduler holds one lane per client with a backlog and says which may start an attempt
@@ -81,6 +105,10 @@ type lane struct {
 //
 // Its one rule for spacing: a lane is never due sooner than Interval after its last
 // attempt ended, whatever else (retry backoff, Retry-After, a fence) pushes it later.
+//
+// The interval can change while it runs (SetInterval, Steer): waiting lanes are moved to
+// the new spacing at once, shorter or longer, and the rule holds with the interval in
+// force when the lane is next handed out.
 type Scheduler struct {
 	policy   Policy
 	lead     time.Duration
@@ -88,11 +116,75 @@ type Scheduler struct {
 	lanes    map[string]*lane
 	waiting  laneHeap
 	inFlight int
+	steers   map[string]Steer // by client token (the subject's last token)
 }
 
 // NewScheduler returns an empty Scheduler. rand returns numbers in [0, 1) for jitter.
 func NewScheduler(p Policy, rand func() float64) *Scheduler {
-	return &Scheduler{policy: p, rand: rand, lanes: make(map[string]*lane)}
+	return &Scheduler{policy: p, rand: rand, lanes: make(map[string]*lane), steers: make(map[string]Steer)}
+}
+
+// Interval is the global interval in force.
+func (s *Scheduler) Interval() time.Duration { return s.policy.Interval }
+
+// SetInterval changes the global interval; waiting lanes are rescheduled to it.
+func (s *Scheduler) SetInterval(d time.Duration) {
+	if d <= 0 || d == s.policy.Interval {
+		return
+	}
+	s.policy.Interval = d
+	s.rescheduleWaiting(func(*lane) bool { return true })
+}
+
+// Steer sets how client (a subject's last token) is steered; the zero Steer clears it.
+// A lane waiting is rescheduled to the client's interval; a parked lane is looked at
+// again, so that a resume or a purge takes effect.
+func (s *Scheduler) Steer(client string, st Steer) {
+	if st == (Steer{}) {
+		delete(s.steers, client)
+	} else {
+		s.steers[client] = st
+	}
+	mine := func(l *lane) bool { return clientOf(l.subject) == client }
+	for _, l := range s.lanes {
+		if l.parked && mine(l) {
+			l.parked = false
+			s.schedule(l, l.notBefore)
+		}
+	}
+	s.rescheduleWaiting(mine)
+}
+
+// IntervalOf is the interval in force for subject's client.
+func (s *Scheduler) IntervalOf(subject string) time.Duration {
+	if len(s.steers) > 0 {
+		if st, ok := s.steers[clientOf(subject)]; ok && st.Interval > 0 {
+			return st.Interval
+		}
+	}
+	return s.policy.Interval
+}
+
+func (s *Scheduler) steerOf(subject string) Steer {
+	if len(s.steers) == 0 {
+		return Steer{}
+	}
+	return s.steers[clientOf(subject)]
+}
+
+func clientOf(subject string) string { return subject[strings.LastIndexByte(subject, '.')+1:] }
+
+func (s *Scheduler) rescheduleWaiting(match func(*lane) bool) {
+	changed := false
+	for _, l := range s.waiting {
+		if match(l) {
+			l.due = s.dueOf(l, l.notBefore)
+			changed = true
+		}
+	}
+	if changed {
+		heap.Init(&s.waiting)
+	}
 }
 
 // Lanes is how many clients the scheduler holds in memory.
@@ -105,21 +197,23 @@ func (s *Scheduler) InFlight() int { return s.inFlight }
 // worker reads the head request ahead of time. Zero (the default) hands out lanes when due.
 func (s *Scheduler) SetLead(d time.Duration) { s.lead = d }
 
-// Notify says subject has (or may have) requests queued. A new lane is due at now, or at
-// notBefore if that is later; a lane already waiting or in flight is left as it is.
-func (s *Scheduler) Notify(subject string, now, notBefore time.Time) {
+// Notify says subject has (or may have) requests queued. since is the lane's fence: an
+// attempt by an earlier owner of the client may have ended as late as since, so the
+// first attempt waits until an interval after it (zero: no fence). A new lane is due at
+// now or then; a lane already waiting, parked or in flight is left as it is.
+func (s *Scheduler) Notify(subject string, now, since time.Time) {
 	l := s.lanes[subject]
 	switch {
 	case l == nil:
-		l = &lane{subject: subject, index: -1}
+		l = &lane{subject: subject, index: -1, since: since}
 		s.lanes[subject] = l
-		s.schedule(l, later(now, notBefore))
+		s.schedule(l, now)
 	case l.inFlight:
 		l.notified = true
 	case l.expiring:
 		l.expiring = false
 		heap.Remove(&s.waiting, l.index)
-		s.schedule(l, later(now, notBefore))
+		s.schedule(l, now)
 	}
 }
 
@@ -142,7 +236,9 @@ func (s *Scheduler) Due(now time.Time) (Job, bool) {
 		}
 		l.inFlight, l.notified = true, false
 		s.inFlight++
-		return Job{Subject: l.subject, SendAt: l.due, HeadSeq: l.headSeq, Attempts: l.attempts, FirstAttempt: l.firstAttempt, PrevEnd: l.lastEnd}, true
+		st := s.steerOf(l.subject)
+		return Job{Subject: l.subject, SendAt: l.due, HeadSeq: l.headSeq, Attempts: l.attempts, FirstAttempt: l.firstAttempt,
+			PrevEnd: l.lastEnd, Since: l.since, Paused: st.Paused, PurgeThrough: st.PurgeThrough}, true
 	}
 	return Job{}, false
 }
@@ -164,15 +260,16 @@ func (s *Scheduler) Done(r Result, now time.Time) {
 		switch {
 		case l.notified:
 			s.schedule(l, now)
-		case l.lastEnd.IsZero() || !now.Before(l.lastEnd.Add(s.policy.Interval)):
+		case l.lastEnd.IsZero() || !now.Before(l.lastEnd.Add(s.IntervalOf(l.subject))):
 			// Nothing queued, and the last attempt is at least an interval old, so
-			// forgetting the lane cannot break spacing.
+			// forgetting the lane cannot break spacing. (A fence is not lost with it:
+			// the lane is made again with the partition's fence.)
 			delete(s.lanes, r.Subject)
 		default:
 			// Looked early (the lead): keep the lane, so that a request arriving now
 			// still waits out the interval, and forget it once the interval has passed.
 			l.expiring = true
-			l.due = l.lastEnd.Add(s.policy.Interval + s.lead)
+			l.due = s.dueOf(l, now)
 			heap.Push(&s.waiting, l)
 		}
 	case Delivered, DeadLettered:
@@ -180,7 +277,14 @@ func (s *Scheduler) Done(r Result, now time.Time) {
 		s.schedule(l, now)
 	case Retry:
 		l.headSeq, l.attempts, l.firstAttempt = r.Seq, r.Attempts, r.FirstAttempt
-		s.schedule(l, l.lastEnd.Add(s.policy.RetryDelay(r.Attempts, r.RetryAfter, s.rand())))
+		// The interval is not added here: schedule adds it, with the interval in force.
+		s.schedule(l, l.lastEnd.Add(max(s.policy.Backoff(r.Attempts, s.rand()), r.RetryAfter)))
+	case Parked:
+		if s.steerOf(l.subject).Paused {
+			l.parked, l.notBefore = true, now
+		} else { // resumed while the worker looked
+			s.schedule(l, now)
+		}
 	case Failed:
 		s.schedule(l, now.Add(failedRetry))
 	case Held:
@@ -189,16 +293,18 @@ func (s *Scheduler) Done(r Result, now time.Time) {
 	}
 }
 
-// Hold puts back a lane that Due just handed out and that may not start now after all,
-// due again at until (or later, if spacing says so).
-func (s *Scheduler) Hold(subject string, until time.Time) {
+// Hold puts back a lane that Due just handed out and that may not start now after all:
+// its client's partition was taken over at since, so it waits out the fence like a new
+// lane.
+func (s *Scheduler) Hold(subject string, since time.Time) {
 	l := s.lanes[subject]
 	if l == nil || !l.inFlight {
 		return
 	}
 	l.inFlight = false
 	s.inFlight--
-	s.schedule(l, until)
+	l.since = later(l.since, since)
+	s.schedule(l, l.notBefore)
 }
 
 // Forget drops a lane whether it waits or was just handed out by Due; a lane with a
@@ -226,14 +332,29 @@ func (s *Scheduler) ForgetWaiting(match func(subject string) bool) {
 	}
 }
 
-// schedule puts l in the heap at due, but never sooner than an interval after its last
-// attempt ended.
-func (s *Scheduler) schedule(l *lane, due time.Time) {
-	if !l.lastEnd.IsZero() {
-		due = later(due, l.lastEnd.Add(s.policy.Interval))
-	}
-	l.due = due
+// schedule puts l in the heap at notBefore, but never sooner than an interval after its
+// last attempt ended or after its fence.
+func (s *Scheduler) schedule(l *lane, notBefore time.Time) {
+	l.notBefore = notBefore
+	l.due = s.dueOf(l, notBefore)
 	heap.Push(&s.waiting, l)
+}
+
+// dueOf is when l is due if nothing but spacing pushes it past notBefore, with the
+// interval in force now.
+func (s *Scheduler) dueOf(l *lane, notBefore time.Time) time.Time {
+	iv := s.IntervalOf(l.subject)
+	if l.expiring {
+		return l.lastEnd.Add(iv + s.lead)
+	}
+	due := notBefore
+	if !l.lastEnd.IsZero() {
+		due = later(due, l.lastEnd.Add(iv))
+	}
+	if !l.since.IsZero() {
+		due = later(due, l.since.Add(iv))
+	}
+	return due
 }
 
 func later(a, b time.Time) time.Time {
@@ -264,4 +385,58 @@ func (h *laneHeap) Pop() any {
 	l.index = -1
 	*h = old[:len(old)-1]
 	return l
+}
+
+// Lane states, as LaneInfo.State.
+const (
+	LaneWaiting  = "waiting"   // due at LaneInfo.NextSend
+	LaneInFlight = "in_flight" // a worker is reading or sending its head request
+	LanePaused   = "paused"    // parked until the client is resumed
+	LaneIdle     = "idle"      // nothing queued; kept until an interval has passed
+)
+
+// LaneInfo is what the scheduler knows of one lane, for operators.
+type LaneInfo struct {
+	Subject  string        `json:"subject"`
+	State    string        `json:"state"`
+	NextSend time.Time     `json:"next_send,omitzero"` // earliest start of its next attempt, when waiting
+	Attempts int           `json:"attempts"`           // failed attempts of the head request so far
+	LastEnd  time.Time     `json:"last_attempt_end,omitzero"`
+	Interval time.Duration `json:"interval"`
+}
+
+// Lane describes subject's lane; false when there is none.
+func (s *Scheduler) Lane(subject string) (LaneInfo, bool) {
+	l := s.lanes[subject]
+	if l == nil {
+		return LaneInfo{}, false
+	}
+	return s.info(l), true
+}
+
+// LaneInfos describes up to limit lanes, in no particular order.
+func (s *Scheduler) LaneInfos(limit int) []LaneInfo {
+	out := make([]LaneInfo, 0, min(limit, len(s.lanes)))
+	for _, l := range s.lanes {
+		if len(out) == limit {
+			break
+		}
+		out = append(out, s.info(l))
+	}
+	return out
+}
+
+func (s *Scheduler) info(l *lane) LaneInfo {
+	li := LaneInfo{Subject: l.subject, Attempts: l.attempts, LastEnd: l.lastEnd, Interval: s.IntervalOf(l.subject)}
+	switch {
+	case l.inFlight:
+		li.State = LaneInFlight
+	case l.parked:
+		li.State = LanePaused
+	case l.expiring:
+		li.State = LaneIdle
+	default:
+		li.State, li.NextSend = LaneWaiting, l.due
+	}
+	return li
 }

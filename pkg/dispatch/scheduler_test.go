@@ -113,8 +113,8 @@ func TestEmptyLaneIsDropped(t *testing.T) {
 func TestFenceHoldsNewLanes(t *testing.T) {
 	t.Parallel()
 	s := dispatch.NewScheduler(policy(), zero)
+	s.Notify("a", t0, t0) // the partition was taken over at t0
 	fence := t0.Add(interval)
-	s.Notify("a", t0, fence)
 	mustNotDue(t, s, fence.Add(-time.Nanosecond))
 	mustDue(t, s, fence, "a")
 }

@@ -1,0 +1,115 @@
+package dispatch
+
+import (
+	"errors"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics is what a Dispatcher counts, for Prometheus. No metric has a per-client label:
+// client ids are unbounded, and operators find one client with dispatchctl instead.
+// A nil *Metrics counts nothing.
+type Metrics struct {
+	attempts    *prometheus.CounterVec
+	attemptTime prometheus.Histogram
+	gap         prometheus.Histogram
+	deadLetters *prometheus.CounterVec
+	lanes       prometheus.Gauge
+	inFlight    prometheus.Gauge
+	owned       prometheus.Gauge
+}
+
+// Outcomes of an attempt, as the "outcome" label of dispatch_attempts_total.
+const (
+	OutcomeDelivered = "delivered"
+	OutcomeTransient = "transient_failure"
+	OutcomePermanent = "permanent_failure"
+)
+
+// NewMetrics registers the dispatcher's metrics with reg. interval shapes the buckets of
+// the gap histogram, so that the buckets just around it say how close spacing runs.
+func NewMetrics(reg prometheus.Registerer, interval time.Duration) *Metrics {
+	iv := interval.Seconds()
+	var gapBuckets []float64
+	for _, f := range []float64{0.5, 0.99, 1, 1.001, 1.002, 1.005, 1.01, 1.05, 1.1, 1.5, 2, 5, 10, 60} {
+		gapBuckets = append(gapBuckets, iv*f)
+	}
+	m := &Metrics{
+		attempts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "dispatch_attempts_total",
+			Help: "Attempts to send a request to raven, by outcome: delivered, transient_failure (retried or dead-lettered once out of attempts or age), permanent_failure (dead-lettered).",
+		}, []string{"outcome"}),
+		attemptTime: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "dispatch_attempt_duration_seconds",
+			Help:    "How long one attempt to raven took, from the start of the POST to its answer or failure.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2.5, 12),
+		}),
+		gap: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "dispatch_send_gap_seconds",
+			Help:    "For each attempt after a client's first: time from the end of the client's previous attempt to the start of this one. Never below the interval in force for the client.",
+			Buckets: gapBuckets,
+		}),
+		deadLetters: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "dispatch_dead_letters_total",
+			Help: "Requests moved to the dead-letter stream, by reason: permanent, attempts-exhausted, age-exhausted, undecodable, purged.",
+		}, []string{"reason"}),
+		lanes: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "dispatch_active_lanes",
+			Help: "Clients this instance holds a lane for: with a backlog, or sent to within the interval.",
+		}),
+		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "dispatch_in_flight",
+			Help: "Attempts in flight on this instance.",
+		}),
+		owned: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "dispatch_partitions_owned",
+			Help: "Partitions this instance owns and sends for.",
+		}),
+	}
+	reg.MustRegister(m.attempts, m.attemptTime, m.gap, m.deadLetters, m.lanes, m.inFlight, m.owned)
+	for _, o := range []string{OutcomeDelivered, OutcomeTransient, OutcomePermanent} {
+		m.attempts.WithLabelValues(o)
+	}
+	return m
+}
+
+func (m *Metrics) loop(lanes, inFlight, owned int) {
+	if m == nil {
+		return
+	}
+	m.lanes.Set(float64(lanes))
+	m.inFlight.Set(float64(inFlight))
+	m.owned.Set(float64(owned))
+}
+
+func (m *Metrics) attempt(start, end, prevEnd time.Time, err error) {
+	if m == nil {
+		return
+	}
+	m.attemptTime.Observe(end.Sub(start).Seconds())
+	if !prevEnd.IsZero() {
+		m.gap.Observe(start.Sub(prevEnd).Seconds())
+	}
+	var perm interface{ Permanent() bool }
+	switch {
+	case err == nil:
+		// Counted by delivered, once the request is removed from the queue.
+	case errors.As(err, &perm) && perm.Permanent():
+		m.attempts.WithLabelValues(OutcomePermanent).Inc()
+	default:
+		m.attempts.WithLabelValues(OutcomeTransient).Inc()
+	}
+}
+
+func (m *Metrics) delivered() {
+	if m != nil {
+		m.attempts.WithLabelValues(OutcomeDelivered).Inc()
+	}
+}
+
+func (m *Metrics) deadLettered(reason string) {
+	if m != nil {
+		m.deadLetters.WithLabelValues(reason).Inc()
+	}
+}

@@ -1,0 +1,123 @@
+package dispatch_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/penguinhq/dispatcher/pkg/dispatch"
+)
+
+// deliver takes subject's due job at now and reports it delivered, the attempt ending at
+// once; it returns the job.
+func deliver(t *testing.T, s *dispatch.Scheduler, now time.Time, subject string) dispatch.Job {
+	t.Helper()
+	job := mustDue(t, s, now, subject)
+	s.Done(dispatch.Result{Subject: subject, Kind: dispatch.Delivered, AttemptEnd: now}, now)
+	return job
+}
+
+func TestGlobalIntervalChangeMovesWaitingLanes(t *testing.T) {
+	t.Parallel()
+	s := dispatch.NewScheduler(policy(), zero)
+	s.Notify("p.a", t0, time.Time{})
+	deliver(t, s, t0, "p.a")
+
+	s.SetInterval(20 * time.Second) // longer: the waiting lane is pushed back
+	mustNotDue(t, s, t0.Add(20*time.Second-time.Nanosecond))
+	deliver(t, s, t0.Add(20*time.Second), "p.a")
+
+	s.SetInterval(2 * time.Second) // shorter: brought forward
+	mustNotDue(t, s, t0.Add(22*time.Second-time.Nanosecond))
+	mustDue(t, s, t0.Add(22*time.Second), "p.a")
+}
+
+func TestClientIntervalOverridesGlobal(t *testing.T) {
+	t.Parallel()
+	s := dispatch.NewScheduler(policy(), zero)
+	s.Steer("slow", dispatch.Steer{Interval: time.Minute})
+	for _, c := range []string{"p.slow", "p.fast"} {
+		s.Notify(c, t0, time.Time{})
+		deliver(t, s, t0, c)
+	}
+	mustDue(t, s, t0.Add(interval), "p.fast")
+	mustNotDue(t, s, t0.Add(time.Minute-time.Nanosecond))
+	mustDue(t, s, t0.Add(time.Minute), "p.slow")
+	if got := s.IntervalOf("p.slow"); got != time.Minute {
+		t.Fatalf("IntervalOf(slow) = %s, want 1m", got)
+	}
+
+	// Clearing the steer brings the client back to the global interval.
+	s2 := dispatch.NewScheduler(policy(), zero)
+	s2.Steer("slow", dispatch.Steer{Interval: time.Minute})
+	s2.Notify("p.slow", t0, time.Time{})
+	deliver(t, s2, t0, "p.slow")
+	s2.Steer("slow", dispatch.Steer{})
+	mustDue(t, s2, t0.Add(interval), "p.slow")
+}
+
+func TestFenceUsesTheClientsInterval(t *testing.T) {
+	t.Parallel()
+	s := dispatch.NewScheduler(policy(), zero)
+	s.Steer("slow", dispatch.Steer{Interval: time.Minute})
+	s.Notify("p.slow", t0, t0) // taken over at t0: the previous owner may have just sent
+	mustNotDue(t, s, t0.Add(time.Minute-time.Nanosecond))
+	mustDue(t, s, t0.Add(time.Minute), "p.slow")
+}
+
+func TestPausedLaneParksAndResumesSpaced(t *testing.T) {
+	t.Parallel()
+	s := dispatch.NewScheduler(policy(), zero)
+	s.Notify("p.a", t0, time.Time{})
+	deliver(t, s, t0, "p.a")
+	s.Steer("a", dispatch.Steer{Paused: true})
+
+	job := mustDue(t, s, t0.Add(interval), "p.a")
+	if !job.Paused {
+		t.Fatal("job of a paused client is not marked paused")
+	}
+	s.Done(dispatch.Result{Subject: "p.a", Kind: dispatch.Parked}, t0.Add(interval))
+	s.Notify("p.a", t0.Add(interval), time.Time{}) // more requests arrive: still parked
+	mustNotDue(t, s, t0.Add(time.Hour))
+	if li, ok := s.Lane("p.a"); !ok || li.State != dispatch.LanePaused {
+		t.Fatalf("lane = %+v, %v; want paused", li, ok)
+	}
+
+	s.Steer("a", dispatch.Steer{}) // resume: due at once (the interval has long passed)
+	job = mustDue(t, s, t0.Add(time.Hour), "p.a")
+	if job.Paused {
+		t.Fatal("job after resume is still marked paused")
+	}
+}
+
+func TestResumeSoonAfterASendStillWaitsTheInterval(t *testing.T) {
+	t.Parallel()
+	s := dispatch.NewScheduler(policy(), zero)
+	s.Notify("p.a", t0, time.Time{})
+	deliver(t, s, t0, "p.a")
+	s.Steer("a", dispatch.Steer{Paused: true})
+	job := mustDue(t, s, t0.Add(interval), "p.a")
+	s.Done(dispatch.Result{Subject: job.Subject, Kind: dispatch.Parked}, t0.Add(interval))
+	// The purge asks for a look; nothing was sent meanwhile, so spacing still counts
+	// from t0.
+	s.Steer("a", dispatch.Steer{Paused: true, PurgeThrough: 9})
+	job = mustDue(t, s, t0.Add(interval), "p.a")
+	if !job.Paused || job.PurgeThrough != 9 {
+		t.Fatalf("job = %+v, want paused with purge through 9", job)
+	}
+}
+
+func TestPurgeLeavesSpacingFromTheLastRealAttempt(t *testing.T) {
+	t.Parallel()
+	s := dispatch.NewScheduler(policy(), zero)
+	s.Notify("p.a", t0, time.Time{})
+	deliver(t, s, t0, "p.a")
+	s.Steer("a", dispatch.Steer{PurgeThrough: 5})
+	now := t0.Add(interval)
+	job := mustDue(t, s, now, "p.a")
+	if job.PurgeThrough != 5 {
+		t.Fatalf("job.PurgeThrough = %d, want 5", job.PurgeThrough)
+	}
+	// A purged request is no attempt: the lane is due again at once.
+	s.Done(dispatch.Result{Subject: "p.a", Kind: dispatch.DeadLettered}, now)
+	mustDue(t, s, now, "p.a")
+}
