@@ -45,6 +45,8 @@ type Config struct {
 	// BacklogRetryAfter is the Retry-After sent with 429 when a client's backlog is full:
 	// a slot frees once per dispatch interval. Defaults to 5s.
 	BacklogRetryAfter time.Duration
+	// Metrics, if not nil, counts requests by outcome and publish latency.
+	Metrics *Metrics
 }
 
 // WithDefaults returns c with zero fields set to their defaults.
@@ -135,14 +137,18 @@ type accepted struct {
 func (a *API) accept(w http.ResponseWriter, r *http.Request) {
 	req, p := a.parse(w, r)
 	if p != nil {
+		a.cfg.Metrics.outcome(p.Code)
 		writeProblem(w, *p)
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), a.cfg.PublishTimeout)
 	defer cancel()
+	start := time.Now()
 	receipt, err := a.pub.Publish(ctx, req)
+	a.cfg.Metrics.published(time.Since(start))
 	if err != nil {
 		p := publishProblem(err, a.cfg.BacklogRetryAfter)
+		a.cfg.Metrics.outcome(p.Code)
 		ev := a.log.Debug()
 		if p.Status == http.StatusServiceUnavailable {
 			ev = a.log.Warn()
@@ -150,6 +156,11 @@ func (a *API) accept(w http.ResponseWriter, r *http.Request) {
 		ev.Err(err).Str("client_id", req.ClientID).Str("request_id", req.ID).Int("status", p.Status).Msg("request refused")
 		writeProblem(w, p)
 		return
+	}
+	if receipt.Duplicate {
+		a.cfg.Metrics.outcome("duplicate")
+	} else {
+		a.cfg.Metrics.outcome("accepted")
 	}
 	a.log.Debug().Str("client_id", req.ClientID).Str("request_id", req.ID).Uint64("seq", receipt.Seq).Bool("duplicate", receipt.Duplicate).Msg("request accepted")
 	writeJSON(w, http.StatusAccepted, accepted{ID: req.ID, ClientID: req.ClientID, Status: "queued", Duplicate: receipt.Duplicate})

@@ -1,36 +1,10 @@
 package ingest
 
-import (
-	"encoding/json"
-	"net/http"
-	"strconv"
-	"time"
+import "github.com/penguinhq/dispatcher/pkg/httpapi"
+
+type problem = httpapi.Problem
+
+var (
+	writeProblem = httpapi.WriteProblem
+	writeJSON    = httpapi.WriteJSON
 )
-
-// problem is an RFC 9457 problem detail. Code is a stable, machine-readable name for the
-// kind of problem; Detail says what to do about this one.
-type problem struct {
-	Type       string        `json:"type"`
-	Title      string        `json:"title"`
-	Status     int           `json:"status"`
-	Code       string        `json:"code"`
-	Detail     string        `json:"detail"`
-	RetryAfter time.Duration `json:"-"`
-}
-
-func writeProblem(w http.ResponseWriter, p problem) {
-	p.Type = "about:blank"
-	p.Title = http.StatusText(p.Status)
-	if p.RetryAfter > 0 {
-		w.Header().Set("Retry-After", strconv.Itoa(int((p.RetryAfter+time.Second-1)/time.Second)))
-	}
-	w.Header().Set("Content-Type", "application/problem+json")
-	w.WriteHeader(p.Status)
-	_ = json.NewEncoder(w).Encode(p)
-}
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(v)
-}

@@ -1,0 +1,45 @@
+package ingest
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics is what the ingest API counts, for Prometheus. A nil *Metrics counts nothing.
+type Metrics struct {
+	requests *prometheus.CounterVec
+	publish  prometheus.Histogram
+}
+
+// NewMetrics registers the ingest metrics with reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "dispatch_ingest_requests_total",
+			Help: "Requests posted to ingest, by outcome: accepted, duplicate (an Idempotency-Key seen before; nothing new queued), or the problem code of a refusal.",
+		}, []string{"outcome"}),
+		publish: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "dispatch_ingest_publish_duration_seconds",
+			Help:    "How long JetStream took to acknowledge a request, successful or not.",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 2.5, 14),
+		}),
+	}
+	reg.MustRegister(m.requests, m.publish)
+	for _, o := range []string{"accepted", "duplicate"} {
+		m.requests.WithLabelValues(o)
+	}
+	return m
+}
+
+func (m *Metrics) outcome(o string) {
+	if m != nil {
+		m.requests.WithLabelValues(o).Inc()
+	}
+}
+
+func (m *Metrics) published(took time.Duration) {
+	if m != nil {
+		m.publish.Observe(took.Seconds())
+	}
+}
