@@ -25,9 +25,11 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
 	"github.com/penguinhq/dispatcher/cmd/internal/cli"
+	"github.com/penguinhq/dispatcher/pkg/admin"
 	"github.com/penguinhq/dispatcher/pkg/dispatch"
 	"github.com/penguinhq/dispatcher/pkg/ingest"
 	"github.com/penguinhq/dispatcher/pkg/ledger"
@@ -58,6 +60,7 @@ type settings struct {
 	queue      *queue.Config
 	ingest     *cli.Ingest
 	dispatch   *cli.Dispatch
+	ops        *cli.Ops
 }
 
 func parse(args []string, getenv func(string) string, stderr io.Writer) (*settings, error) {
@@ -73,6 +76,7 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (*settin
 	c.queue = cli.QueueSettings(s)
 	c.ingest = cli.IngestSettings(s)
 	c.dispatch = cli.DispatchSettings(s)
+	c.ops = cli.OpsSettings(s, ":9091", true)
 	if err := s.Parse(args); err != nil {
 		return nil, err
 	}
@@ -108,7 +112,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, _ io.Wr
 	if err != nil {
 		return err
 	}
-	leases, err := q.Leases(ctx, c.dispatch.LeaseTTL)
+	leases, err := cli.Retry(ctx, log, "lease bucket", func(ctx context.Context) (*queue.Leases, error) {
+		return q.Leases(ctx, c.dispatch.LeaseTTL)
+	})
 	if err != nil {
 		return err
 	}
@@ -118,20 +124,60 @@ func run(ctx context.Context, args []string, getenv func(string) string, _ io.Wr
 		host = invalidKeyChars.ReplaceAllString(host, "-")
 		c.dispatch.InstanceID = strings.TrimLeft(host+"-"+request.NewID(time.Now())[16:], "-")
 	}
-	return runDispatcher(ctx, c, q, log)
+	return runDispatcher(ctx, c, q, cli.NewRegistry(), log)
 }
 
-func runDispatcher(ctx context.Context, c *settings, q *queue.Queue, log zerolog.Logger) error {
+// runDispatcher runs the dispatcher, its answers to lane queries and the operators'
+// listener (metrics, health, admin API) until ctx ends and the dispatcher has drained.
+// The listener stays up while the dispatcher drains, /readyz saying it is not ready.
+func runDispatcher(ctx context.Context, c *settings, q *queue.Queue, reg *prometheus.Registry, log zerolog.Logger) error {
 	rc, err := raven.New(c.dispatch.Raven)
 	if err != nil {
 		return fmt.Errorf("RAVEN_URL / RAVEN_TIMEOUT: %w", err)
 	}
+	ctl, err := cli.Retry(ctx, log, "control bucket", q.Control)
+	if err != nil {
+		return err
+	}
+	c.dispatch.Steering = admin.Steering{C: ctl, Log: log}
+	c.dispatch.Metrics = dispatch.NewMetrics(reg, c.dispatch.Interval)
+	reg.MustRegister(queue.NewCollector(q))
 	d, err := dispatch.New(c.dispatch.Config, q, rc, log)
 	if err != nil {
 		return err
 	}
-	log.Info().Str("raven", c.dispatch.Raven.URL).Stringer("interval", c.dispatch.Interval).Str("instance", c.dispatch.InstanceID).Msg("dispatching")
-	return d.Run(ctx)
+	if c.dispatch.InstanceID == "" {
+		c.dispatch.InstanceID = "standalone"
+	}
+	stopLanes, err := admin.ServeLanes(q, d, c.dispatch.InstanceID)
+	if err != nil {
+		return err
+	}
+	defer stopLanes()
+	adm := admin.New(q, ctl, log, reg)
+	ready := func(ctx context.Context) error {
+		if err := q.Ready(ctx); err != nil {
+			return err
+		}
+		if !d.Running() {
+			return errors.New("the dispatcher is starting or stopping")
+		}
+		return nil
+	}
+	ln, err := cli.Listen(c.ops.Addr, "OPS_ADDR")
+	if err != nil {
+		return err
+	}
+	opsCtx, stopOps := context.WithCancel(context.WithoutCancel(ctx))
+	opsDone := make(chan error, 1)
+	go func() {
+		opsDone <- cli.Serve(opsCtx, cli.Server(cli.OpsHandler(reg, ready, adm.Handler(c.ops.Token))), ln, 5*time.Second)
+	}()
+	log.Info().Str("raven", c.dispatch.Raven.URL).Stringer("interval", c.dispatch.Interval).Str("instance", c.dispatch.InstanceID).
+		Str("ops", cli.URLFor(ln, "/")).Bool("admin_api", c.ops.Token != "").Msg("dispatching")
+	err = d.Run(ctx)
+	stopOps()
+	return errors.Join(err, <-opsDone)
 }
 
 // runStandalone runs the embedded server, ingest, the dispatcher and, without RAVEN_URL, a
@@ -184,8 +230,10 @@ func runStandalone(ctx context.Context, c *settings, log zerolog.Logger) error {
 		c.dispatch.Raven.URL = demo
 	}
 
+	reg := cli.NewRegistry()
 	c.ingest.MaxBodyBytes = cli.FitBody(c.ingest.MaxBodyBytes, nc, log)
 	c.ingest.BacklogRetryAfter = c.dispatch.Interval
+	c.ingest.Metrics = ingest.NewMetrics(reg)
 	api, err := ingest.New(c.ingest.Config, q, q, log)
 	if err != nil {
 		return err
@@ -198,7 +246,7 @@ func runStandalone(ctx context.Context, c *settings, log zerolog.Logger) error {
 	start(func() error { return cli.Serve(ctx, cli.Server(api.Handler()), ln, 10*time.Second) })
 
 	dispatchDone := make(chan struct{})
-	start(func() error { defer close(dispatchDone); return runDispatcher(ctx, c, q, log) })
+	start(func() error { defer close(dispatchDone); return runDispatcher(ctx, c, q, reg, log) })
 
 	log.Info().Str("ingest", ingestURL).Str("raven", c.dispatch.Raven.URL).
 		Msgf("standalone ready: try  curl -i -H 'Content-Type: application/json' -d '{\"clientId\":\"alice\",\"n\":1}' %s", ingestURL)

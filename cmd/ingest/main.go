@@ -38,6 +38,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, _ io.Wr
 	natsCfg := cli.NATSSettings(s)
 	queueCfg := cli.QueueSettings(s)
 	ingestCfg := cli.IngestSettings(s)
+	ops := cli.OpsSettings(s, ":9090", false)
 	var interval time.Duration
 	s.Duration(&interval, "DISPATCH_INTERVAL", 5*time.Second, time.Millisecond, "the dispatch interval; sent as Retry-After when a client's backlog is full")
 	if err := s.Parse(args); err != nil {
@@ -56,6 +57,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, _ io.Wr
 	}
 	ingestCfg.MaxBodyBytes = cli.FitBody(ingestCfg.MaxBodyBytes, nc, log)
 	ingestCfg.BacklogRetryAfter = interval
+	reg := cli.NewRegistry()
+	ingestCfg.Metrics = ingest.NewMetrics(reg)
 	api, err := ingest.New(ingestCfg.Config, q, q, log)
 	if err != nil {
 		return err
@@ -64,8 +67,21 @@ func run(ctx context.Context, args []string, getenv func(string) string, _ io.Wr
 	if err != nil {
 		return err
 	}
-	log.Info().Str("url", cli.URLFor(ln, "/v1/requests")).Msg("ingest listening")
+	opsLn, err := cli.Listen(ops.Addr, "OPS_ADDR")
+	if err != nil {
+		return err
+	}
+	// The operators' listener outlives the API by its drain, so that the last requests
+	// are counted in a scrape.
+	opsCtx, stopOps := context.WithCancel(context.WithoutCancel(ctx))
+	opsDone := make(chan error, 1)
+	go func() {
+		opsDone <- cli.Serve(opsCtx, cli.Server(cli.OpsHandler(reg, q.Ready, nil)), opsLn, 5*time.Second)
+	}()
+	log.Info().Str("url", cli.URLFor(ln, "/v1/requests")).Str("ops", cli.URLFor(opsLn, "/")).Msg("ingest listening")
 	err = cli.Serve(ctx, cli.Server(api.Handler()), ln, 10*time.Second)
+	stopOps()
+	err = errors.Join(err, <-opsDone)
 	log.Info().Msg("ingest stopped")
 	return err
 }

@@ -58,6 +58,34 @@ func (s *Settings) Parse(args []string) error {
 	if s.fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q; every setting is a -flag or an environment variable", s.fs.Args())
 	}
+	return s.resolve()
+}
+
+// ParseWithArgs is Parse for a command that takes arguments after its flags; it returns
+// them, between min and max of them.
+func (s *Settings) ParseWithArgs(args []string, min, max int, what string) ([]string, error) {
+	if err := s.fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if n := s.fs.NArg(); n < min || n > max {
+		return nil, fmt.Errorf("%s: expected %s, got %d argument(s) %q (flags go before arguments)", s.fs.Name(), what, n, s.fs.Args())
+	}
+	return s.fs.Args(), s.resolve()
+}
+
+// Flags is the flag set, for a command's own flags that have no environment variable.
+func (s *Settings) Flags() *flag.FlagSet { return s.fs }
+
+// SetUsage replaces the usage text's heading.
+func (s *Settings) SetUsage(out io.Writer, heading string) {
+	s.fs.Usage = func() {
+		fmt.Fprintln(out, heading)
+		fmt.Fprintln(out, "\nFlags (those showing [NAME] can also be set by that environment variable):")
+		s.fs.PrintDefaults()
+	}
+}
+
+func (s *Settings) resolve() error {
 	given := map[string]bool{}
 	s.fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
 	var errs []error

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
 	"github.com/penguinhq/dispatcher/pkg/queue"
@@ -17,31 +18,56 @@ import (
 // OpenQueue opens the queue, trying again every second while NATS is not there yet, until
 // ctx ends.
 func OpenQueue(ctx context.Context, nc *nats.Conn, cfg queue.Config, ensure queue.Ensure, log zerolog.Logger) (*queue.Queue, error) {
+	return Retry(ctx, log, "opening queue", func(ctx context.Context) (*queue.Queue, error) {
+		return queue.Open(ctx, nc, cfg, ensure)
+	})
+}
+
+// Retry calls open, each call bounded to 10s, until it succeeds, fails for a reason that
+// is not transient (a wrong setting), or ctx ends. A cluster still electing leaders, or
+// NATS not started yet, is transient.
+func Retry[T any](ctx context.Context, log zerolog.Logger, what string, open func(context.Context) (T, error)) (T, error) {
+	began := time.Now()
 	for {
-		octx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		q, err := queue.Open(octx, nc, cfg, ensure)
+		octx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		v, err := open(octx)
 		cancel()
 		if err == nil {
-			return q, nil
+			return v, nil
 		}
-		if ctx.Err() != nil || !isTransient(err) { // a wrong setting is not transient
-			return nil, fmt.Errorf("opening queue: %w", err)
+		// Too few nodes for the replicas asked for: a cluster still forming, or a wrong
+		// STREAM_REPLICAS; after a while, the latter.
+		var apiErr *jetstream.APIError
+		noPeers := errors.As(err, &apiErr) && apiErr.ErrorCode == errCodeNoPeers
+		if ctx.Err() != nil || (!noPeers && !isTransient(err)) || (noPeers && time.Since(began) > noPeersPatience) {
+			return v, fmt.Errorf("%s: %w", what, err)
 		}
-		log.Warn().Err(err).Msg("queue not reachable yet; retrying")
+		log.Warn().Err(err).Msg(what + ": not reachable yet; retrying")
 		select {
 		case <-ctx.Done():
-			return nil, ctx.Err()
+			return v, ctx.Err()
 		case <-time.After(time.Second):
 		}
 	}
 }
 
 func isTransient(err error) bool {
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) && apiErr.Code == http.StatusServiceUnavailable {
+		return true // JetStream not up yet
+	}
 	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrNoResponders) ||
 		errors.Is(err, nats.ErrTimeout) || errors.Is(err, nats.ErrConnectionClosed) ||
 		errors.Is(err, nats.ErrConnectionReconnecting) || errors.Is(err, nats.ErrNoServers) ||
 		errors.Is(err, nats.ErrDisconnected)
 }
+
+// errCodeNoPeers is JetStream's "no suitable peers for placement": too few nodes are
+// online yet for the replicas asked for.
+const errCodeNoPeers = 10005
+
+// noPeersPatience is how long "no suitable peers" is taken for a cluster still forming.
+const noPeersPatience = 2 * time.Minute
 
 // FitBody lowers limit to what one NATS message can carry beside a request's headers, and
 // says so in the log when it had to.

@@ -1,0 +1,451 @@
+// Command dispatchctl is the operators' tool: it shows what is queued, stuck or dead,
+// replays dead letters, and steers the dispatchers (intervals, pause, resume, purge)
+// without a restart. It talks to NATS directly, with the same NATS_URL as the services;
+// the dispatcher's admin HTTP API offers the same operations.
+//
+// Run dispatchctl -h for the commands, dispatchctl <command> -h for one command's flags.
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"os/user"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/penguinhq/dispatcher/cmd/internal/cli"
+	"github.com/penguinhq/dispatcher/pkg/admin"
+	"github.com/penguinhq/dispatcher/pkg/queue"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	os.Exit(run(ctx, os.Args[1:], os.Getenv, os.Stdin, os.Stdout, os.Stderr))
+}
+
+// Exit codes.
+const (
+	exitOK     = 0
+	exitFailed = 1 // the command ran and failed
+	exitUsage  = 2 // the command line is wrong
+)
+
+type command struct {
+	name, args, summary string
+	flags               func(f *flag.FlagSet, o *opts) // the command's own flags: no environment variables
+	minArgs, maxArgs    int
+	run                 func(ctx context.Context, e *env, args []string) error
+}
+
+// opts holds every command's flags; each command registers the ones it uses.
+type opts struct {
+	json                             bool
+	sort                             string
+	limit, page                      int
+	client, id, reason, since, until string
+	all, dryRun, yes                 bool
+	wait                             time.Duration
+}
+
+// env is what a command runs with.
+type env struct {
+	o      *opts
+	svc    *admin.Service
+	stdin  io.Reader
+	stdout io.Writer
+	stderr io.Writer
+	by     string
+}
+
+var commands = []command{
+	{name: "clients", summary: "list clients with a backlog: count, oldest age, lane state, next send, attempts",
+		flags: func(f *flag.FlagSet, o *opts) {
+			f.StringVar(&o.sort, "sort", admin.SortBacklog, "order: backlog (largest first) or age (oldest first)")
+			f.IntVar(&o.limit, "limit", 50, "clients per page, 1 to 1000")
+			f.IntVar(&o.page, "page", 1, "page to show, from 1")
+		}, run: clients},
+	{name: "request", args: "<id>", summary: "show where one request is: queued (and its place), in flight, dead-lettered, or not queued",
+		flags: func(f *flag.FlagSet, o *opts) {
+			f.StringVar(&o.client, "client", "", "the request's clientId: searches only its queue, much faster")
+		}, minArgs: 1, maxArgs: 1, run: requestState},
+	{name: "deadletters", summary: "list dead letters, oldest first, with filters",
+		flags: func(f *flag.FlagSet, o *opts) {
+			filterFlags(f, o)
+			f.IntVar(&o.limit, "limit", 100, "most dead letters to list")
+		}, run: deadLetters},
+	{name: "replay", summary: "put dead letters back at the end of their clients' queues, keeping their ids",
+		flags: func(f *flag.FlagSet, o *opts) {
+			filterFlags(f, o)
+			f.BoolVar(&o.all, "all", false, "replay every dead letter (needed when no filter is given)")
+			f.BoolVar(&o.dryRun, "dry-run", false, "list what would be replayed, change nothing")
+		}, run: replay},
+	{name: "steering", summary: "show the steering in force: global interval, steered clients", run: steering},
+	{name: "interval", args: "<duration>|default", summary: "set the global interval for every dispatcher (default: back to DISPATCH_INTERVAL)",
+		minArgs: 1, maxArgs: 1, run: globalInterval},
+	{name: "client-interval", args: "<clientId> <duration>|default", summary: "give one client its own interval (default: back to the global one)",
+		minArgs: 2, maxArgs: 2, run: clientInterval},
+	{name: "pause", args: "<clientId>", summary: "stop sends to one client; its requests wait, new ones are still accepted",
+		minArgs: 1, maxArgs: 1, run: pause},
+	{name: "resume", args: "<clientId>", summary: "let a paused client's requests go again, spaced as usual",
+		minArgs: 1, maxArgs: 1, run: resume},
+	{name: "purge", args: "<clientId>", summary: "move one client's backlog to the dead-letter stream, unsent (asks for confirmation)",
+		flags: func(f *flag.FlagSet, o *opts) {
+			f.BoolVar(&o.yes, "yes", false, "do not ask for confirmation")
+			f.DurationVar(&o.wait, "wait", 30*time.Second, "how long to wait for the dispatcher to finish the purge (0: do not wait)")
+		}, minArgs: 1, maxArgs: 1, run: purge},
+}
+
+func filterFlags(f *flag.FlagSet, o *opts) {
+	f.StringVar(&o.client, "client", "", "only this clientId's")
+	f.StringVar(&o.id, "id", "", "only the request with this id")
+	f.StringVar(&o.reason, "reason", "", "only this reason: permanent, attempts-exhausted, age-exhausted, undecodable, purged")
+	f.StringVar(&o.since, "since", "", "dead-lettered at or after: RFC 3339 time, or a duration back from now (2h)")
+	f.StringVar(&o.until, "until", "", "dead-lettered before: RFC 3339 time, or a duration back from now")
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "Usage: dispatchctl <command> [flags] [arguments]")
+	fmt.Fprintln(w, "\nCommands:")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	for _, c := range commands {
+		fmt.Fprintf(tw, "  %s %s\t%s\n", c.name, c.args, c.summary)
+	}
+	tw.Flush()
+	fmt.Fprintln(w, "\nEvery command takes -nats-url [NATS_URL] and -json; dispatchctl <command> -h shows its flags.")
+	fmt.Fprintln(w, "Exit status: 0 done, 1 the command failed, 2 the command line is wrong.")
+}
+
+func run(ctx context.Context, args []string, getenv func(string) string, stdin io.Reader, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		usage(stdout)
+		if len(args) == 0 {
+			return exitUsage
+		}
+		return exitOK
+	}
+	var cmd *command
+	for i := range commands {
+		if commands[i].name == args[0] {
+			cmd = &commands[i]
+		}
+	}
+	if cmd == nil {
+		fmt.Fprintf(stderr, "dispatchctl: unknown command %q\n\n", args[0])
+		usage(stderr)
+		return exitUsage
+	}
+	o := &opts{}
+	s := cli.NewSettings("dispatchctl "+cmd.name, getenv, stderr)
+	s.SetUsage(stderr, fmt.Sprintf("Usage: dispatchctl %s [flags] %s\n\n%s.", cmd.name, cmd.args, cmd.summary))
+	logs := cli.LogSettings(s)
+	natsCfg := cli.NATSSettings(s)
+	var timeout time.Duration
+	s.Flags().DurationVar(&timeout, "timeout", time.Minute, "bound on the whole command")
+	s.Flags().BoolVar(&o.json, "json", false, "print JSON instead of a table")
+	if cmd.flags != nil {
+		cmd.flags(s.Flags(), o)
+	}
+	rest, err := s.ParseWithArgs(args[1:], cmd.minArgs, cmd.maxArgs, "arguments "+cmd.args)
+	if errors.Is(err, flag.ErrHelp) {
+		return exitOK
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "dispatchctl:", err)
+		return exitUsage
+	}
+	log := zerolog.Nop()
+	if logs.Level == "debug" {
+		log = logs.Logger(stderr, "dispatchctl")
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	nc, err := queue.Connect(natsCfg.URL, "dispatchctl", log)
+	if err != nil {
+		fmt.Fprintln(stderr, "dispatchctl:", err)
+		return exitFailed
+	}
+	defer nc.Close()
+	q, err := queue.Open(ctx, nc, queue.Config{}, queue.Existing)
+	if err != nil {
+		fmt.Fprintf(stderr, "dispatchctl: NATS_URL=%s: %v\n", natsCfg.URL, err)
+		return exitFailed
+	}
+	ctl, err := q.Control(ctx)
+	if err != nil {
+		fmt.Fprintln(stderr, "dispatchctl:", err)
+		return exitFailed
+	}
+	e := &env{o: o, svc: admin.New(q, ctl, log, nil), stdin: stdin, stdout: stdout, stderr: stderr, by: operator()}
+	if err := cmd.run(ctx, e, rest); err != nil {
+		fmt.Fprintf(stderr, "dispatchctl %s: %v\n", cmd.name, err)
+		if errors.Is(err, admin.ErrInvalid) {
+			return exitUsage
+		}
+		return exitFailed
+	}
+	return exitOK
+}
+
+// operator names who ran the command, for the steering record and the dispatchers' log.
+func operator() string {
+	name := "unknown"
+	if u, err := user.Current(); err == nil {
+		name = u.Username
+	}
+	host, _ := os.Hostname()
+	return "dispatchctl " + name + "@" + host
+}
+
+func (e *env) print(v any, table func(w *tabwriter.Writer)) error {
+	if e.o.json {
+		enc := json.NewEncoder(e.stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(v)
+	}
+	tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
+	table(tw)
+	return tw.Flush()
+}
+
+func clients(ctx context.Context, e *env, _ []string) error {
+	page, err := e.svc.Clients(ctx, admin.ClientsQuery{Sort: e.o.sort, Limit: e.o.limit, Page: e.o.page})
+	if err != nil {
+		return err
+	}
+	return e.print(page, func(w *tabwriter.Writer) {
+		fmt.Fprintf(w, "CLIENT\tBACKLOG\tOLDEST AGE\tLANE\tNEXT SEND\tATTEMPTS\tINTERVAL\tSTEERING\n")
+		for _, c := range page.Clients {
+			fmt.Fprintf(w, "%s\t%d\t%s\t%s\t%s\t%d\t%s\t%s\n", quote(c.ClientID), c.Backlog, dash(c.OldestAge), c.Lane,
+				relative(c.NextSend), c.Attempts, dash(c.Interval), steerText(c.Steering))
+		}
+		fmt.Fprintf(w, "page %d of %d clients with a backlog, %d per page, by %s\n", page.Page, page.Total, page.Limit, page.Sort)
+	})
+}
+
+func requestState(ctx context.Context, e *env, args []string) error {
+	rs, err := e.svc.Request(ctx, args[0], e.o.client)
+	if err != nil {
+		return err
+	}
+	return e.print(rs, func(w *tabwriter.Writer) {
+		fmt.Fprintf(w, "id\t%s\nstate\t%s\ndetail\t%s\n", rs.ID, rs.State, rs.Detail)
+		if rs.ClientID != "" {
+			fmt.Fprintf(w, "client\t%s\naccepted at\t%s\n", quote(rs.ClientID), rs.AcceptedAt.Format(time.RFC3339Nano))
+		}
+		if rs.Position != nil {
+			fmt.Fprintf(w, "requests ahead\t%d\n", *rs.Position)
+		}
+		if rs.Lane != nil {
+			fmt.Fprintf(w, "lane\t%s on %s, next send %s, %d failed attempts, interval %s\n", rs.Lane.State, rs.Dispatcher, relative(rs.Lane.NextSend), rs.Lane.Attempts, rs.Lane.Interval)
+		}
+		if d := rs.DeadLetter; d != nil {
+			fmt.Fprintf(w, "reason\t%s\nattempts\t%d\nlast status\t%d\nlast error\t%s\ndead at\t%s\n", d.Reason, d.Attempts, d.LastStatus, dash(d.LastError), d.DeadAt.Format(time.RFC3339Nano))
+		}
+	})
+}
+
+func (e *env) filter() (queue.DeadFilter, error) {
+	return admin.FilterOf(e.o.id, e.o.client, e.o.reason, e.o.since, e.o.until, time.Now())
+}
+
+func deadLetters(ctx context.Context, e *env, _ []string) error {
+	f, err := e.filter()
+	if err != nil {
+		return err
+	}
+	list, total, err := e.svc.DeadLetters(ctx, f, e.o.limit)
+	if err != nil {
+		return err
+	}
+	return e.print(map[string]any{"total": total, "dead_letters": list}, func(w *tabwriter.Writer) {
+		fmt.Fprintf(w, "SEQ\tID\tCLIENT\tREASON\tSTATUS\tATTEMPTS\tDEAD AT\tLAST ERROR\n")
+		for _, d := range list {
+			fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n", d.Seq, d.ID, quote(d.ClientID), d.Reason, d.LastStatus, d.Attempts, d.DeadAt.Format(time.RFC3339), dash(d.LastError))
+		}
+		fmt.Fprintf(w, "%d shown of %d selected\n", len(list), total)
+	})
+}
+
+func replay(ctx context.Context, e *env, _ []string) error {
+	f, err := e.filter()
+	if err != nil {
+		return err
+	}
+	var items []admin.ReplayItem
+	rep, err := e.svc.Replay(ctx, f, e.o.all, e.o.dryRun, func(it admin.ReplayItem) {
+		if e.o.json {
+			items = append(items, it)
+			return
+		}
+		fmt.Fprintf(e.stdout, "%s\t%s\t%s\t%s\n", it.Outcome, it.ID, quote(it.ClientID), it.Why)
+	})
+	if e.o.json {
+		if perr := e.print(map[string]any{"report": rep, "items": items}, nil); perr != nil {
+			return perr
+		}
+	} else {
+		n, verb := rep.Requeued, "requeued"
+		if rep.DryRun {
+			n, verb = rep.Matched, "would be requeued"
+		}
+		fmt.Fprintf(e.stdout, "%d matched, %d %s, %d skipped\n", rep.Matched, n, verb, rep.Skipped)
+	}
+	if err != nil {
+		return fmt.Errorf("stopped after %d of the matches (running it again is safe): %w", rep.Matched, err)
+	}
+	return nil
+}
+
+func steering(ctx context.Context, e *env, _ []string) error {
+	st, err := e.svc.Steering(ctx)
+	if err != nil {
+		return err
+	}
+	return e.print(st, func(w *tabwriter.Writer) {
+		fmt.Fprintf(w, "global interval\t%s\n", orText(st.GlobalInterval, "each dispatcher's DISPATCH_INTERVAL"))
+		if len(st.Clients) > 0 {
+			fmt.Fprintf(w, "\nCLIENT\tSTEERING\tBY\tAT\n")
+			for id, s := range st.Clients {
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", quote(id), steerText(&s), s.By, s.UpdatedAt.Format(time.RFC3339))
+			}
+		}
+	})
+}
+
+func parseIntervalArg(s string) (time.Duration, error) {
+	if s == "default" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d <= 0 {
+		return 0, fmt.Errorf("%w: interval %q: a positive duration such as 10s, or default", admin.ErrInvalid, s)
+	}
+	return d, nil
+}
+
+func globalInterval(ctx context.Context, e *env, args []string) error {
+	d, err := parseIntervalArg(args[0])
+	if err != nil {
+		return err
+	}
+	if err := e.svc.SetInterval(ctx, d, e.by); err != nil {
+		return err
+	}
+	return steering(ctx, e, nil)
+}
+
+func clientInterval(ctx context.Context, e *env, args []string) error {
+	d, err := parseIntervalArg(args[1])
+	if err != nil {
+		return err
+	}
+	st, err := e.svc.SetClientInterval(ctx, args[0], d, e.by)
+	return e.steered(args[0], st, err)
+}
+
+func pause(ctx context.Context, e *env, args []string) error {
+	st, err := e.svc.Pause(ctx, args[0], e.by)
+	return e.steered(args[0], st, err)
+}
+
+func resume(ctx context.Context, e *env, args []string) error {
+	st, err := e.svc.Resume(ctx, args[0], e.by)
+	return e.steered(args[0], st, err)
+}
+
+func (e *env) steered(client string, st queue.Steering, err error) error {
+	if err != nil {
+		return err
+	}
+	return e.print(map[string]any{"client_id": client, "steering": st}, func(w *tabwriter.Writer) {
+		fmt.Fprintf(w, "%s\t%s\n", quote(client), steerText(&st))
+	})
+}
+
+func purge(ctx context.Context, e *env, args []string) error {
+	client := args[0]
+	confirm := ""
+	if e.o.yes {
+		confirm = client
+	} else {
+		fmt.Fprintf(e.stderr, "This moves every request now queued for %s to the dead-letter stream, unsent.\nType the clientId to confirm: ", quote(client))
+		line, _ := bufio.NewReader(e.stdin).ReadString('\n')
+		confirm = strings.TrimRight(line, "\r\n")
+		if confirm != client {
+			return fmt.Errorf("%w: not confirmed; nothing changed (use -yes to skip the question)", admin.ErrInvalid)
+		}
+	}
+	res, err := e.svc.Purge(ctx, client, confirm, e.by, e.o.wait)
+	if err != nil {
+		return err
+	}
+	return e.print(res, func(w *tabwriter.Writer) {
+		switch {
+		case res.Requests == 0:
+			fmt.Fprintf(w, "%s has nothing queued; nothing to purge\n", quote(client))
+		case res.Remaining == 0:
+			fmt.Fprintf(w, "%s: %d requests moved to the dead-letter stream (reason purged); replay brings them back\n", quote(client), res.Requests)
+		default:
+			fmt.Fprintf(w, "%s: purge of %d requests asked for, %d still queued: the dispatcher owning the client moves them (is one running?)\n", quote(client), res.Requests, res.Remaining)
+		}
+	})
+}
+
+func steerText(s *queue.Steering) string {
+	if s == nil || s.IsZero() {
+		return "-"
+	}
+	var parts []string
+	if s.Interval > 0 {
+		parts = append(parts, "interval "+time.Duration(s.Interval).String())
+	}
+	if s.Paused {
+		parts = append(parts, "paused")
+	}
+	if s.PurgeThrough > 0 {
+		parts = append(parts, fmt.Sprintf("purging through seq %d", s.PurgeThrough))
+	}
+	return strings.Join(parts, ", ")
+}
+
+func relative(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	d := time.Until(t).Round(time.Millisecond)
+	if d <= 0 {
+		return "now"
+	}
+	return "in " + d.String()
+}
+
+func quote(s string) string {
+	if s == "" {
+		return "-"
+	}
+	if strings.ContainsAny(s, " \t\"") {
+		return fmt.Sprintf("%q", s)
+	}
+	return s
+}
+
+func dash(s string) string { return orText(s, "-") }
+
+func orText(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}

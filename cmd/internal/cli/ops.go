@@ -1,0 +1,65 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/penguinhq/dispatcher/pkg/httpapi"
+)
+
+// Ops is the operators' listener settings.
+type Ops struct {
+	Addr  string
+	Token string
+}
+
+// OpsSettings registers OPS_ADDR, and ADMIN_TOKEN when withAdmin.
+func OpsSettings(s *Settings, def string, withAdmin bool) *Ops {
+	o := &Ops{}
+	s.String(&o.Addr, "OPS_ADDR", def, "address of the operators' listener: /metrics, /healthz, /readyz"+map[bool]string{true: " and the admin API", false: ""}[withAdmin])
+	if withAdmin {
+		s.String(&o.Token, "ADMIN_TOKEN", "", "bearer token of the admin API on OPS_ADDR; empty turns the admin API off")
+	}
+	return o
+}
+
+// NewRegistry returns a Prometheus registry with the Go runtime and process collectors.
+func NewRegistry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return reg
+}
+
+// OpsHandler serves /metrics from reg, /healthz, /readyz from ready (nil error: ready),
+// and mounts admin (if not nil) under /admin/.
+func OpsHandler(reg *prometheus.Registry, ready func(ctx context.Context) error, admin http.Handler) http.Handler {
+	r := chi.NewRouter()
+	r.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		httpapi.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	r.Get("/readyz", func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		defer cancel()
+		if err := ready(ctx); err != nil {
+			httpapi.WriteProblem(w, httpapi.Problem{Status: http.StatusServiceUnavailable, Code: "not_ready", Detail: err.Error(), RetryAfter: time.Second})
+			return
+		}
+		httpapi.WriteJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+	})
+	if admin != nil {
+		r.Mount("/admin", admin)
+	}
+	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
+		httpapi.WriteProblem(w, httpapi.Problem{Status: http.StatusNotFound, Code: "not_found",
+			Detail: fmt.Sprintf("no route %s %s on the operators' listener", r.Method, r.URL.Path)})
+	})
+	return r
+}
