@@ -21,8 +21,10 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
+	"github.com/penguinhq/dispatcher/pkg/admin"
 	"github.com/penguinhq/dispatcher/pkg/dispatch"
 	"github.com/penguinhq/dispatcher/pkg/ingest"
 	"github.com/penguinhq/dispatcher/pkg/ledger"
@@ -64,9 +66,11 @@ type stack struct {
 
 	mu          sync.Mutex
 	accepted    []ledger.Accepted
-	unavailable int // 503 answers: their requests may have been stored all the same
+	unavailable int             // 503 answers: their requests may have been stored all the same
+	replayed    map[string]bool // ids replayed from the dead-letter stream
 
 	stopDispatch func()
+	metrics      *prometheus.Registry // the running dispatcher's
 }
 
 func newStack(t testing.TB, o options) *stack {
@@ -130,14 +134,28 @@ func (s *stack) startDispatcher() {
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	d, err := dispatch.New(dispatch.Config{Policy: s.policy(), ShutdownGrace: 5 * time.Second}, s.q, rc, testLog())
+	ctl, err := s.q.Control(context.Background())
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	// As the dispatcher binary runs it: steered by the control bucket, counted, and
+	// answering lane queries.
+	s.metrics = prometheus.NewRegistry()
+	d, err := dispatch.New(dispatch.Config{Policy: s.policy(), ShutdownGrace: 5 * time.Second,
+		Steering: admin.Steering{C: ctl, Log: testLog()}, Metrics: dispatch.NewMetrics(s.metrics, s.opts.interval)}, s.q, rc, testLog())
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	stopLanes, err := admin.ServeLanes(s.q, d, "test")
 	if err != nil {
 		s.t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- d.Run(ctx) }()
+	waitFor(s.t, 10*time.Second, "the dispatcher to run", d.Running)
 	s.stopDispatch = func() {
+		stopLanes()
 		cancel()
 		if err := <-done; err != nil {
 			s.t.Errorf("dispatcher: %v", err)
@@ -287,7 +305,7 @@ func (s *stack) check(maxDuplicates int) ledger.Report {
 	accepted := append([]ledger.Accepted(nil), s.accepted...)
 	unavailable := s.unavailable
 	s.mu.Unlock()
-	rep := s.ledger.Check(ledger.Expect{Interval: s.opts.interval, Accepted: accepted, Dead: s.dead(), AllowUnacknowledged: unavailable > 0})
+	rep := s.ledger.Check(ledger.Expect{Interval: s.opts.interval, Accepted: accepted, Dead: s.dead(), Replayed: s.replayed, AllowUnacknowledged: unavailable > 0})
 	s.t.Logf("ledger: %s", rep)
 	for _, v := range rep.Violations {
 		s.t.Errorf("guarantee broken: %s", v)

@@ -21,7 +21,7 @@ import (
 	"github.com/penguinhq/dispatcher/pkg/queue/queuetest"
 )
 
-var dispatcherBin, ingestBin string
+var dispatcherBin, ingestBin, ctlBin string
 
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "dispatcher-bin-")
@@ -29,8 +29,9 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	dispatcherBin, ingestBin = filepath.Join(dir, "dispatcher"), filepath.Join(dir, "ingest")
-	build := exec.Command("go", "build", "-o", dir, "github.com/penguinhq/dispatcher/cmd/dispatcher", "github.com/penguinhq/dispatcher/cmd/ingest")
+	dispatcherBin, ingestBin, ctlBin = filepath.Join(dir, "dispatcher"), filepath.Join(dir, "ingest"), filepath.Join(dir, "dispatchctl")
+	build := exec.Command("go", "build", "-o", dir, "github.com/penguinhq/dispatcher/cmd/dispatcher",
+		"github.com/penguinhq/dispatcher/cmd/ingest", "github.com/penguinhq/dispatcher/cmd/dispatchctl")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "building the binaries:", err)
@@ -74,7 +75,9 @@ func startProc(t testing.TB, env map[string]string, args ...string) *proc {
 func startBin(t testing.TB, bin string, env map[string]string, args ...string) *proc {
 	t.Helper()
 	cmd := exec.Command(bin, args...)
-	cmd.Env = []string{"LOG_FORMAT=json", "LOG_LEVEL=info", "PATH=" + os.Getenv("PATH")}
+	// Any free port for the operators' listener unless the test gives one: tests run
+	// side by side.
+	cmd.Env = []string{"LOG_FORMAT=json", "LOG_LEVEL=info", "OPS_ADDR=127.0.0.1:0", "PATH=" + os.Getenv("PATH")}
 	for k, v := range env {
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}

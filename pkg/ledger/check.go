@@ -20,6 +20,9 @@ type Expect struct {
 	Accepted []Accepted
 	// Dead holds the ids found in the dead-letter stream.
 	Dead map[string]bool
+	// Replayed holds the ids an operator replayed from the dead-letter stream: a replay
+	// joins the back of its client's queue, so these may arrive after later requests.
+	Replayed map[string]bool
 	// AllowUnacknowledged accepts arrivals of ids the test never saw accepted: when ingest
 	// answered 503 because JetStream's acknowledgement did not come in time, the request
 	// may still have been stored, and is then delivered (a caller would retry with the
@@ -103,12 +106,12 @@ func (l *Ledger) Check(e Expect) Report {
 				continue
 			}
 			if k < pos {
-				if !done[a.ID] {
+				if !done[a.ID] && !e.Replayed[a.ID] {
 					violate("client %q: %s attempted after a later request", client, a.ID)
 				}
 			} else {
 				for _, skipped := range order[client][pos:k] {
-					if !done[skipped] && !e.Dead[skipped] {
+					if !done[skipped] && !e.Dead[skipped] && !e.Replayed[skipped] {
 						violate("client %q: %s attempted before %s was delivered or dead-lettered", client, a.ID, skipped)
 					}
 				}

@@ -1,0 +1,214 @@
+package integration
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/penguinhq/dispatcher/pkg/ledger"
+)
+
+// scrape reads a Prometheus text exposition into "name{labels}" -> value.
+func scrape(t *testing.T, url string) map[string]float64 {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatalf("scraping %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("scraping %s: %d", url, resp.StatusCode)
+	}
+	out := map[string]float64{}
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		v, err := strconv.ParseFloat(line[i+1:], 64)
+		if err != nil {
+			t.Fatalf("scraping %s: line %q: %v", url, line, err)
+		}
+		out[line[:i]] = v
+	}
+	return out
+}
+
+func metric(t *testing.T, m map[string]float64, key string) float64 {
+	t.Helper()
+	v, ok := m[key]
+	if !ok {
+		t.Fatalf("metric %s is missing", key)
+	}
+	return v
+}
+
+// adminCall makes one admin API call and returns the status and decoded body.
+func adminCall(t *testing.T, method, url, token, body string) (int, map[string]any) {
+	t.Helper()
+	req, _ := http.NewRequest(method, url, strings.NewReader(body))
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	var out map[string]any
+	if err := json.Unmarshal(raw, &out); err != nil {
+		t.Fatalf("%s %s: %d with a body that is not JSON: %q", method, url, resp.StatusCode, raw)
+	}
+	return resp.StatusCode, out
+}
+
+// The binaries count what they do, and the counts match what the recording raven saw:
+// deliveries, transient and permanent failures, dead letters, ingest outcomes. The
+// admin API needs its token; both binaries report ready, and stop cleanly on SIGTERM.
+func TestMetricsMatchTheRecordingRaven(t *testing.T) {
+	t.Parallel()
+	const interval = 150 * time.Millisecond
+	var arrivals atomic.Int64
+	s := newStack(t, options{interval: interval, noStart: true, respond: func(a ledger.Arrival) ledger.Response {
+		n := arrivals.Add(1)
+		switch {
+		case a.ClientID == "doomed":
+			return ledger.Response{Status: 422} // permanent
+		case n%4 == 0:
+			return ledger.Response{Status: 503} // transient, retried
+		}
+		return ledger.Response{}
+	}})
+	ingestAddr, ingestOps, dispOps := freeAddr(t), freeAddr(t), freeAddr(t)
+	const token = "s3cret-admin-token"
+	ing := startBin(t, ingestBin, map[string]string{"NATS_URL": s.srv.ClientURL(), "INGEST_ADDR": ingestAddr, "OPS_ADDR": ingestOps})
+	disp := startProc(t, map[string]string{"NATS_URL": s.srv.ClientURL(), "RAVEN_URL": s.ravenURL, "DISPATCH_INTERVAL": interval.String(),
+		"LEASE_TTL": "2s", "RAVEN_TIMEOUT": "1s", "OPS_ADDR": dispOps, "ADMIN_TOKEN": token, "INSTANCE_ID": "metrics-test"})
+	waitReady(t, "http://"+ingestAddr)
+	waitReady(t, "http://"+ingestOps)
+	waitReady(t, "http://"+dispOps)
+	s.ingestURL = "http://" + ingestAddr + "/v1/requests"
+
+	for c := range 4 {
+		for n := range 5 {
+			s.post(clientName(c), n)
+		}
+	}
+	s.post("doomed", 0)
+	if a := s.postRaw(jsonHeader(), []byte(`{"clientId": 42}`)); a.Status != 400 {
+		t.Fatalf("bad request: %d", a.Status)
+	}
+	dup := http.Header{"Content-Type": {"application/json"}, "Idempotency-Key": {"k-1"}}
+	s.postRaw(dup, []byte(`{"clientId":"client-000","n":"again"}`))
+	s.postRaw(dup, []byte(`{"clientId":"client-000","n":"again"}`))
+
+	waitFor(t, 30*time.Second, "everything delivered or dead-lettered", func() bool {
+		return s.queued() == 0 && s.ledger.Delivered()+len(s.dead()) >= s.acceptedCount()
+	})
+	// The counters move right after raven answers; give the last one a moment.
+	var delivered, transient, permanent int
+	for _, a := range s.ledger.Arrivals() {
+		switch {
+		case a.Status < 300:
+			delivered++
+		case a.Status == 503:
+			transient++
+		default:
+			permanent++
+		}
+	}
+	var m map[string]float64
+	waitFor(t, 5*time.Second, "the delivered counter to catch up", func() bool {
+		m = scrape(t, "http://"+dispOps+"/metrics")
+		return m[`dispatch_attempts_total{outcome="delivered"}`] == float64(delivered)
+	})
+	checks := []struct {
+		key  string
+		want float64
+	}{
+		{`dispatch_attempts_total{outcome="transient_failure"}`, float64(transient)},
+		{`dispatch_attempts_total{outcome="permanent_failure"}`, float64(permanent)},
+		{`dispatch_dead_letters_total{reason="permanent"}`, 1},
+		{`dispatch_attempt_duration_seconds_count`, float64(len(s.ledger.Arrivals()))},
+		{`dispatch_queue_requests`, 0},
+		{`dispatch_dead_letter_requests`, 1},
+		{`dispatch_partitions_owned`, 64},
+		{`dispatch_queue_up`, 1},
+	}
+	for _, c := range checks {
+		if got := metric(t, m, c.key); got != c.want {
+			t.Errorf("%s = %v, want %v (the recording raven saw %d arrivals)", c.key, got, c.want, len(s.ledger.Arrivals()))
+		}
+	}
+	if delivered != 21 || transient == 0 || permanent != 1 {
+		t.Fatalf("raven saw %d delivered, %d transient, %d permanent; the test needs 21, some, 1", delivered, transient, permanent)
+	}
+	// No send kept a gap under the interval: the histogram's lowest bucket (half the
+	// interval) and the one just under it are empty.
+	if n := metric(t, m, `dispatch_send_gap_seconds_bucket{le="0.1485"}`); n != 0 {
+		t.Errorf("%v sends kept a gap under 0.99 of the interval", n)
+	}
+	if n := metric(t, m, `dispatch_send_gap_seconds_count`); n == 0 {
+		t.Error("no gap was observed")
+	}
+
+	im := scrape(t, "http://"+ingestOps+"/metrics")
+	for key, want := range map[string]float64{
+		`dispatch_ingest_requests_total{outcome="accepted"}`:          22, // 20 + doomed + the first keyed one
+		`dispatch_ingest_requests_total{outcome="duplicate"}`:         1,
+		`dispatch_ingest_requests_total{outcome="client_id_invalid"}`: 1,
+		`dispatch_ingest_publish_duration_seconds_count`:              23,
+	} {
+		if got := metric(t, im, key); got != want {
+			t.Errorf("ingest %s = %v, want %v", key, got, want)
+		}
+	}
+	for k := range im {
+		if strings.Contains(k, "client-0") || strings.Contains(k, "doomed") {
+			t.Errorf("metric %s carries a clientId", k)
+		}
+	}
+
+	// The admin API: its own token, problem+json without it.
+	base := "http://" + dispOps + "/admin/v1"
+	if code, body := adminCall(t, "GET", base+"/clients", "", ""); code != 401 || body["code"] != "unauthorized" {
+		t.Fatalf("admin API without a token: %d %v", code, body)
+	}
+	if code, _ := adminCall(t, "GET", base+"/clients", "wrong", ""); code != 401 {
+		t.Fatalf("admin API with a wrong token: %d", code)
+	}
+	code, body := adminCall(t, "POST", base+"/replay", token, `{"all":true,"dry_run":true}`)
+	if rep, _ := body["report"].(map[string]any); code != 200 || rep["matched"] != 1.0 {
+		t.Fatalf("admin dry-run replay: %d %v", code, body)
+	}
+	if code, body := adminCall(t, "POST", base+"/replay", token, `{}`); code != 400 || !strings.Contains(body["detail"].(string), "all") {
+		t.Fatalf("admin replay without a filter: %d %v", code, body)
+	}
+	if code, body := adminCall(t, "PUT", base+"/interval", token, `{"interval":"2s"}`); code != 200 || body["global_interval"] != "2s" {
+		t.Fatalf("admin set interval: %d %v", code, body)
+	}
+	if code, _ := adminCall(t, "GET", "http://"+ingestOps+"/admin/v1/clients", token, ""); code != 404 {
+		t.Fatalf("ingest serves an admin API: %d", code)
+	}
+
+	for _, p := range []*proc{disp, ing} {
+		p.signal(syscall.SIGTERM)
+		if code := p.cmd.ProcessState.ExitCode(); code != 0 {
+			t.Fatalf("exit %d on SIGTERM, want 0:\n%s", code, p.out)
+		}
+		if !bytes.Contains([]byte(p.out.String()), []byte("stopped")) && p == ing {
+			t.Fatalf("ingest did not log its stop:\n%s", p.out)
+		}
+	}
+}

@@ -1,0 +1,441 @@
+package integration
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/penguinhq/dispatcher/pkg/admin"
+	"github.com/penguinhq/dispatcher/pkg/ledger"
+	"github.com/penguinhq/dispatcher/pkg/queue"
+	"github.com/penguinhq/dispatcher/pkg/request"
+)
+
+// ctl runs the dispatchctl binary against the stack's NATS with stdin as its input and
+// returns what it printed; the test fails unless it exits with want.
+func (s *stack) ctl(want int, stdin string, args ...string) string {
+	s.t.Helper()
+	url := s.opts.natsURL
+	if s.srv != nil {
+		url = s.srv.ClientURL()
+	}
+	cmd := exec.Command(ctlBin, args...)
+	cmd.Env = []string{"NATS_URL=" + url, "PATH=" + os.Getenv("PATH")}
+	cmd.Stdin = strings.NewReader(stdin)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	if _, isExit := err.(*exec.ExitError); err != nil && !isExit {
+		s.t.Fatalf("dispatchctl %q: %v", args, err)
+	}
+	if code := cmd.ProcessState.ExitCode(); code != want {
+		s.t.Fatalf("dispatchctl %q: exit %d, want %d\nstdout:\n%s\nstderr:\n%s", args, code, want, &stdout, &stderr)
+	}
+	return stdout.String() + stderr.String()
+}
+
+// ctlJSON runs a dispatchctl command with -json and decodes what it printed into v.
+func (s *stack) ctlJSON(v any, cmd string, args ...string) {
+	s.t.Helper()
+	out := s.ctl(0, "", append([]string{cmd, "-json"}, args...)...)
+	if err := json.Unmarshal([]byte(out), v); err != nil {
+		s.t.Fatalf("dispatchctl %s -json %q printed what is not JSON (%v):\n%s", cmd, args, err, out)
+	}
+}
+
+func mustContain(t *testing.T, out, want string) {
+	t.Helper()
+	if !strings.Contains(out, want) {
+		t.Fatalf("output does not say %q:\n%s", want, out)
+	}
+}
+
+// arrivalsOf returns client's arrivals at raven, in order.
+func (s *stack) arrivalsOf(client string) []ledger.Arrival {
+	var out []ledger.Arrival
+	for _, a := range s.ledger.Arrivals() {
+		if a.ClientID == client {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+func (s *stack) deliveredIDs() map[string]int {
+	out := map[string]int{}
+	for _, a := range s.ledger.Arrivals() {
+		if a.Status < 300 && !a.Aborted {
+			out[a.ID]++
+		}
+	}
+	return out
+}
+
+func (s *stack) markReplayed(ids ...string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.replayed == nil {
+		s.replayed = map[string]bool{}
+	}
+	for _, id := range ids {
+		s.replayed[id] = true
+	}
+}
+
+// failWhile answers 400 (a permanent failure: straight to the dead-letter stream) while
+// the flag is set, else 200.
+func failWhile(failing *atomic.Bool) func(ledger.Arrival) ledger.Response {
+	return func(ledger.Arrival) ledger.Response {
+		if failing.Load() {
+			return ledger.Response{Status: 400}
+		}
+		return ledger.Response{}
+	}
+}
+
+type deadList struct {
+	Total       int                `json:"total"`
+	DeadLetters []admin.DeadLetter `json:"dead_letters"`
+}
+
+func TestReplayFromTheDeadLetterStream(t *testing.T) {
+	t.Parallel()
+	var failing atomic.Bool
+	failing.Store(true)
+	s := newStack(t, options{respond: failWhile(&failing)})
+	alice := []string{s.post("alice", 1), s.post("alice", 2), s.post("alice", 3)}
+	bob := []string{s.post("bob", 1), s.post("bob", 2)}
+	waitFor(t, 15*time.Second, "all five to be dead-lettered", func() bool { return len(s.dead()) == 5 })
+
+	var dl deadList
+	s.ctlJSON(&dl, "deadletters", "-client", "alice")
+	if dl.Total != 3 || len(dl.DeadLetters) != 3 {
+		t.Fatalf("deadletters -client alice: total %d, listed %d; want 3", dl.Total, len(dl.DeadLetters))
+	}
+	for i, d := range dl.DeadLetters {
+		if d.ID != alice[i] || d.ClientID != "alice" || d.Reason != request.ReasonPermanent || d.LastStatus != 400 {
+			t.Fatalf("dead letter %d = %+v, want alice's request %s, permanent, status 400", i, d, alice[i])
+		}
+	}
+	s.ctlJSON(&dl, "deadletters", "-reason", request.ReasonAttemptsExhausted)
+	if dl.Total != 0 {
+		t.Fatalf("deadletters -reason attempts-exhausted: %d, want 0", dl.Total)
+	}
+
+	mustContain(t, s.ctl(2, "", "replay"), "-all")
+	mustContain(t, s.ctl(2, "", "replay", "-since", "yesterday"), "RFC 3339")
+	mustContain(t, s.ctl(0, "", "replay", "-dry-run", "-client", "alice"), "3 matched, 3 would be requeued")
+	if n := len(s.dead()); n != 5 {
+		t.Fatalf("after a dry run the dead-letter stream holds %d, want still 5", n)
+	}
+
+	failing.Store(false) // raven is back
+	s.markReplayed(append(alice, bob...)...)
+	mustContain(t, s.ctl(0, "", "replay", "-id", bob[1]), "1 matched, 1 requeued")
+	waitFor(t, 10*time.Second, "bob's second request to be delivered", func() bool { return s.deliveredIDs()[bob[1]] == 1 })
+	mustContain(t, s.ctl(0, "", "replay", "-client", "alice", "-since", "1h"), "3 matched, 3 requeued")
+	mustContain(t, s.ctl(0, "", "replay", "-all"), "1 matched, 1 requeued")
+	mustContain(t, s.ctl(0, "", "replay", "-all"), "0 matched")
+
+	rep := s.finish(20*time.Second, 0)
+	if rep.Delivered != 5 || rep.Dead != 0 {
+		t.Fatalf("delivered %d, dead %d; want every replayed request delivered once", rep.Delivered, rep.Dead)
+	}
+	// Raven saw the replayed requests under their own ids, so its idempotency holds.
+	for _, id := range append(alice, bob...) {
+		if s.deliveredIDs()[id] != 1 {
+			t.Fatalf("request %s delivered %d times under its id, want 1", id, s.deliveredIDs()[id])
+		}
+	}
+	// Spacing held across the failures and the replays (checked by finish), and the
+	// replays came back in order within each client.
+	var got []string
+	for _, a := range s.arrivalsOf("alice") {
+		if a.Status == 200 {
+			got = append(got, a.ID)
+		}
+	}
+	if !slices.Equal(got, alice) {
+		t.Fatalf("alice's replayed requests arrived as %v, want %v", got, alice)
+	}
+}
+
+func TestReplayInterruptedAndRunAgainQueuesEachOnce(t *testing.T) {
+	t.Parallel()
+	var failing atomic.Bool
+	failing.Store(true)
+	s := newStack(t, options{respond: failWhile(&failing)})
+	var ids []string
+	for i := range 6 {
+		ids = append(ids, s.post(clientName(i%2), i))
+	}
+	waitFor(t, 15*time.Second, "all six to be dead-lettered", func() bool { return len(s.dead()) == 6 })
+	failing.Store(false)
+	s.markReplayed(ids...)
+
+	ctl, err := s.q.Control(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc := admin.New(s.q, ctl, testLog(), nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	n := 0
+	rep, err := svc.Replay(ctx, queue.DeadFilter{}, true, false, func(admin.ReplayItem) {
+		if n++; n == 3 {
+			cancel() // the operator's terminal closes midway
+		}
+	})
+	if err == nil || rep.Requeued != 3 {
+		t.Fatalf("interrupted replay: report %+v, err %v; want 3 requeued and an error", rep, err)
+	}
+	if left := len(s.dead()); left != 3 {
+		t.Fatalf("after the interruption %d dead letters are left, want 3", left)
+	}
+	mustContain(t, s.ctl(0, "", "replay", "-all"), "3 matched, 3 requeued")
+	s.finish(20*time.Second, 0) // each delivered exactly once: no duplicates allowed
+	if d := s.deliveredIDs(); len(d) != 6 {
+		t.Fatalf("%d distinct requests delivered, want 6", len(d))
+	}
+}
+
+func TestReplayJoinsTheBackOfItsClientsBacklog(t *testing.T) {
+	t.Parallel()
+	var failing atomic.Bool
+	failing.Store(true)
+	s := newStack(t, options{respond: failWhile(&failing)})
+	first := s.post("carol", 0)
+	waitFor(t, 10*time.Second, "carol's first request to be dead-lettered", func() bool { return s.dead()[first] })
+	failing.Store(false)
+
+	s.ctl(0, "", "pause", "carol") // hold a backlog in place
+	later := []string{s.post("carol", 1), s.post("carol", 2), s.post("carol", 3)}
+	s.markReplayed(first)
+	mustContain(t, s.ctl(0, "", "replay", "-id", first), "1 requeued")
+	s.ctl(0, "", "resume", "carol")
+	s.finish(20*time.Second, 0)
+
+	var got []string
+	for _, a := range s.arrivalsOf("carol")[1:] { // after the failed first attempt
+		got = append(got, a.ID)
+	}
+	if want := append(later, first); !slices.Equal(got, want) {
+		t.Fatalf("carol's arrivals after the replay: %v, want the backlog first and the replay last: %v", got, want)
+	}
+}
+
+func TestPausedClientWaitsThenGoesAtTheSpacedRate(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, options{interval: 150 * time.Millisecond})
+	s.ctl(0, "", "pause", "dave")
+	for i := range 4 {
+		s.post("dave", i)
+	}
+	s.post("erin", 0)
+	s.post("erin", 1)
+	waitFor(t, 10*time.Second, "erin's requests to be delivered", func() bool { return len(s.arrivalsOf("erin")) == 2 })
+	time.Sleep(5 * s.opts.interval)
+	if n := len(s.arrivalsOf("dave")); n != 0 {
+		t.Fatalf("paused dave got %d sends", n)
+	}
+
+	var page admin.ClientsPage
+	s.ctlJSON(&page, "clients")
+	if len(page.Clients) != 1 || page.Clients[0].ClientID != "dave" || page.Clients[0].Backlog != 4 ||
+		page.Clients[0].Lane != "paused" || page.Clients[0].Steering == nil || !page.Clients[0].Steering.Paused {
+		t.Fatalf("clients while dave is paused: %+v, want dave alone with 4 queued and a paused lane", page.Clients)
+	}
+
+	resumed := time.Now()
+	s.ctl(0, "", "resume", "dave")
+	s.finish(10*time.Second, 0) // spacing and order checked here
+	as := s.arrivalsOf("dave")
+	if len(as) != 4 {
+		t.Fatalf("dave got %d sends after resuming, want 4", len(as))
+	}
+	if lag := as[0].Start.Sub(resumed); lag > time.Second {
+		t.Fatalf("first send came %s after the resume, want within a second", lag)
+	}
+}
+
+// gapsOf returns the start-to-start gaps between client's consecutive arrivals.
+func gapsOf(as []ledger.Arrival) []time.Duration {
+	var out []time.Duration
+	for i := 1; i < len(as); i++ {
+		out = append(out, as[i].Start.Sub(as[i-1].Start))
+	}
+	return out
+}
+
+func TestIntervalChangesReachARunningDispatcherAndSurviveARestart(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, options{interval: 100 * time.Millisecond})
+	s.post("frank", 0)
+	waitFor(t, 10*time.Second, "frank's first request", func() bool { return len(s.arrivalsOf("frank")) == 1 })
+
+	s.ctl(0, "", "interval", "600ms")
+	var st admin.Steered
+	s.ctlJSON(&st, "steering")
+	if st.GlobalInterval != "600ms" {
+		t.Fatalf("steering shows global interval %q, want 600ms", st.GlobalInterval)
+	}
+	time.Sleep(time.Second) // "within a second"
+	for i := range 3 {
+		s.post("frank", i+1)
+	}
+	waitFor(t, 10*time.Second, "frank's next three", func() bool { return len(s.arrivalsOf("frank")) == 4 })
+	for _, g := range gapsOf(s.arrivalsOf("frank")[1:]) {
+		if g < 600*time.Millisecond {
+			t.Fatalf("gap %s after the global interval went to 600ms", g)
+		}
+	}
+
+	// A per-client interval, then a restart: the new dispatcher reads it from the bucket.
+	s.ctl(0, "", "interval", "default")
+	s.ctl(0, "", "client-interval", "grace", "800ms")
+	s.stopDispatcher()
+	s.startDispatcher()
+	for i := range 3 {
+		s.post("grace", i)
+		s.post("heidi", i)
+	}
+	s.finish(15*time.Second, 0)
+	for _, g := range gapsOf(s.arrivalsOf("grace")) {
+		if g < 800*time.Millisecond {
+			t.Fatalf("grace: gap %s under her own 800ms interval after a restart", g)
+		}
+	}
+	heidi := gapsOf(s.arrivalsOf("heidi"))
+	if len(heidi) != 2 || slices.Max(heidi) > 600*time.Millisecond {
+		t.Fatalf("heidi's gaps %v: want the global interval (100ms) back, well under grace's 800ms", heidi)
+	}
+}
+
+func TestPurgeMovesTheBacklogToDeadLettersNeverDeletes(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, options{})
+	s.ctl(0, "", "pause", "ivan")
+	var ids []string
+	for i := range 5 {
+		ids = append(ids, s.post("ivan", i))
+	}
+	mustContain(t, s.ctl(2, "not-ivan\n", "purge", "ivan"), "not confirmed")
+	if n := s.queued(); n != 5 {
+		t.Fatalf("after an unconfirmed purge %d are queued, want 5", n)
+	}
+
+	var res admin.PurgeResult
+	s.ctlJSON(&res, "purge", "-yes", "ivan")
+	if res.Requests != 5 || res.Remaining != 0 {
+		t.Fatalf("purge: %+v, want 5 requests moved, none remaining", res)
+	}
+	var dl deadList
+	s.ctlJSON(&dl, "deadletters", "-client", "ivan", "-reason", request.ReasonPurged)
+	if dl.Total != 5 {
+		t.Fatalf("%d purged dead letters for ivan, want 5", dl.Total)
+	}
+	for i, d := range dl.DeadLetters {
+		if d.ID != ids[i] || d.Attempts != 0 {
+			t.Fatalf("purged dead letter %d: %+v, want %s in order, never attempted", i, d, ids[i])
+		}
+	}
+	// A request accepted after the purge is not touched; ivan is still paused.
+	late := s.post("ivan", 99)
+	var st admin.Steered
+	s.ctlJSON(&st, "steering")
+	if c := st.Clients["ivan"]; !c.Paused || c.PurgeThrough != 0 {
+		t.Fatalf("ivan's steering after the purge: %+v, want paused with the purge mark cleared", c)
+	}
+	s.ctl(0, "", "resume", "ivan")
+	s.finish(10*time.Second, 0)
+	as := s.arrivalsOf("ivan")
+	if len(as) != 1 || as[0].ID != late {
+		t.Fatalf("ivan's arrivals %v, want only the request accepted after the purge", as)
+	}
+
+	// A purge of a client that is sending: what was not yet sent goes to the dead-letter
+	// stream, nothing is both sent and dead-lettered (finish checks), nothing is lost.
+	s.startDispatcher()
+	for i := range 10 {
+		s.post("judy", i)
+	}
+	waitFor(t, 10*time.Second, "judy's sends to begin", func() bool { return len(s.arrivalsOf("judy")) >= 2 })
+	s.ctlJSON(&res, "purge", "-yes", "judy")
+	if res.Remaining != 0 {
+		t.Fatalf("purge of a sending client: %+v", res)
+	}
+	s.finish(10*time.Second, 0)
+	if sent := len(s.arrivalsOf("judy")); sent < 2 || sent == 10 {
+		t.Fatalf("judy got %d sends; the purge should have come while she was sending", sent)
+	}
+}
+
+func TestInspectClientsAndRequests(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, options{interval: 3 * time.Second, respond: func(a ledger.Arrival) ledger.Response {
+		switch a.ClientID {
+		case "kim":
+			return ledger.Response{Status: 400}
+		case "lee":
+			return ledger.Response{Delay: 2 * time.Second}
+		}
+		return ledger.Response{}
+	}})
+	kim := s.post("kim", 0)
+	lee := s.post("lee", 0)
+	var ivy []string
+	for i := range 3 {
+		ivy = append(ivy, s.post("ivy", i))
+	}
+	s.post("jon", 0)
+
+	var page admin.ClientsPage
+	s.ctlJSON(&page, "clients")
+	if page.Total != 4 || page.Clients[0].ClientID != "ivy" || page.Clients[0].Backlog != 3 {
+		t.Fatalf("clients: %+v, want 4 with ivy first (3 queued)", page)
+	}
+	c := page.Clients[0]
+	if c.Lane != "waiting" || c.NextSend.IsZero() || c.Interval != "3s" || c.Dispatcher != "test" || c.OldestAge == "" {
+		t.Fatalf("ivy: %+v, want a waiting lane on the test dispatcher with a next send and the 3s interval", c)
+	}
+	s.ctlJSON(&page, "clients", "-sort", "age", "-limit", "1", "-page", "2")
+	if page.Total != 4 || len(page.Clients) != 1 || page.Clients[0].ClientID != "lee" {
+		t.Fatalf("clients by age, page 2 of 1: %+v, want lee (accepted second)", page.Clients)
+	}
+	mustContain(t, s.ctl(2, "", "clients", "-sort", "size"), "sort")
+
+	var rs admin.RequestState
+	s.ctlJSON(&rs, "request", "-client", "ivy", ivy[2])
+	if rs.State != admin.StateQueued || rs.Position == nil || *rs.Position != 2 || rs.ClientID != "ivy" {
+		t.Fatalf("request %s: %+v, want queued with 2 ahead", ivy[2], rs)
+	}
+	s.ctlJSON(&rs, "request", ivy[0])
+	if rs.State != admin.StateQueued || rs.Lane == nil {
+		t.Fatalf("request %s: %+v, want queued at the head with its lane", ivy[0], rs)
+	}
+	waitFor(t, 10*time.Second, "lee's request to be in flight", func() bool {
+		s.ctlJSON(&rs, "request", lee)
+		return rs.State == admin.StateInFlight
+	})
+	waitFor(t, 10*time.Second, "kim's request to be dead-lettered", func() bool { return s.dead()[kim] })
+	s.ctlJSON(&rs, "request", kim)
+	if rs.State != admin.StateDeadLettered || rs.DeadLetter == nil || rs.DeadLetter.Reason != request.ReasonPermanent {
+		t.Fatalf("request %s: %+v, want dead-lettered as permanent", kim, rs)
+	}
+	waitFor(t, 10*time.Second, "lee's request to be delivered", func() bool { return s.deliveredIDs()[lee] == 1 })
+	s.ctlJSON(&rs, "request", lee)
+	if rs.State != admin.StateNotQueued {
+		t.Fatalf("delivered request %s: %+v, want not_queued", lee, rs)
+	}
+	mustContain(t, s.ctl(0, "", "request", "NO-SUCH-ID"), "not_queued")
+	mustContain(t, s.ctl(2, "", "request"), "expected")
+	mustContain(t, s.ctl(2, "", "nonsense"), "unknown command")
+	mustContain(t, s.ctl(0, "", "-h"), "replay")
+	s.finish(30*time.Second, 0)
+}
