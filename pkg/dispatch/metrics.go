@@ -2,6 +2,7 @@ package dispatch
 
 import (
 	"errors"
+	"math"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -33,7 +34,7 @@ func NewMetrics(reg prometheus.Registerer, interval time.Duration) *Metrics {
 	iv := interval.Seconds()
 	var gapBuckets []float64
 	for _, f := range []float64{0.5, 0.99, 1, 1.001, 1.002, 1.005, 1.01, 1.05, 1.1, 1.5, 2, 5, 10, 60} {
-		gapBuckets = append(gapBuckets, iv*f)
+		gapBuckets = append(gapBuckets, math.Round(iv*f*1e6)/1e6) // to the microsecond: readable labels
 	}
 	m := &Metrics{
 		attempts: prometheus.NewCounterVec(prometheus.CounterOpts{
