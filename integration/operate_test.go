@@ -430,8 +430,8 @@ func TestInspectClientsAndRequests(t *testing.T) {
 	}
 	waitFor(t, 10*time.Second, "lee's request to be delivered", func() bool { return s.deliveredIDs()[lee] == 1 })
 	s.ctlJSON(&rs, "request", lee)
-	if rs.State != admin.StateNotQueued {
-		t.Fatalf("delivered request %s: %+v, want not_queued", lee, rs)
+	if rs.State != admin.StateSent || rs.Delivery == nil || rs.ClientID != "lee" || rs.Dispatcher != "test" || rs.Delivery.Attempt != 1 {
+		t.Fatalf("delivered request %s: %+v, want sent by the test dispatcher on attempt 1", lee, rs)
 	}
 	mustContain(t, s.ctl(0, "", "request", "NO-SUCH-ID"), "not_queued")
 	mustContain(t, s.ctl(2, "", "request"), "expected")

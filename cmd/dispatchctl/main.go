@@ -76,7 +76,7 @@ var commands = []command{
 			f.IntVar(&o.limit, "limit", 50, "clients per page, 1 to 1000")
 			f.IntVar(&o.page, "page", 1, "page to show, from 1")
 		}, run: clients},
-	{name: "request", args: "<id>", summary: "show where one request is: queued (and its place), in flight, dead-lettered, or not queued",
+	{name: "request", args: "<id>", summary: "show where one request is: queued (and its place), in flight, sent, dead-lettered",
 		flags: func(f *flag.FlagSet, o *opts) {
 			f.StringVar(&o.client, "client", "", "the request's clientId: searches only its queue, much faster")
 		}, minArgs: 1, maxArgs: 1, run: requestState},
@@ -249,6 +249,9 @@ func requestState(ctx context.Context, e *env, args []string) error {
 		}
 		if rs.Lane != nil {
 			fmt.Fprintf(w, "lane\t%s on %s, next send %s, %d failed attempts, interval %s\n", rs.Lane.State, rs.Dispatcher, relative(rs.Lane.NextSend), rs.Lane.Attempts, rs.Lane.Interval)
+		}
+		if d := rs.Delivery; d != nil {
+			fmt.Fprintf(w, "delivered at\t%s on %s, attempt %d\n", d.Delivered.Format(time.RFC3339Nano), rs.Dispatcher, d.Attempt)
 		}
 		if d := rs.DeadLetter; d != nil {
 			fmt.Fprintf(w, "reason\t%s\nattempts\t%d\nlast status\t%d\nlast error\t%s\ndead at\t%s\n", d.Reason, d.Attempts, d.LastStatus, dash(d.LastError), d.DeadAt.Format(time.RFC3339Nano))

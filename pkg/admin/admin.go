@@ -58,18 +58,27 @@ func New(q *queue.Queue, ctl *queue.Control, log zerolog.Logger, reg prometheus.
 
 // LaneAnswer is one dispatcher's answer to a lane query.
 type LaneAnswer struct {
-	Instance string              `json:"instance"`
-	Lanes    []dispatch.LaneInfo `json:"lanes"`
+	Instance  string              `json:"instance"`
+	Lanes     []dispatch.LaneInfo `json:"lanes,omitempty"`
+	Delivered []dispatch.Delivery `json:"delivered,omitempty"`
 }
 
 // ServeLanes makes d answer lane queries, as instance; stop it with the returned function.
 func ServeLanes(q *queue.Queue, d *dispatch.Dispatcher, instance string) (stop func(), err error) {
 	return q.ServeLaneQueries(func(ctx context.Context, lq queue.LaneQuery) (any, error) {
-		lanes, err := d.Lanes(ctx, lq.Subjects, cmp.Or(lq.Limit, 1000))
-		if err != nil {
-			return nil, err
+		a := LaneAnswer{Instance: instance}
+		for _, id := range lq.IDs {
+			if dl, ok := d.Delivered(id); ok {
+				a.Delivered = append(a.Delivered, dl)
+			}
 		}
-		return LaneAnswer{Instance: instance, Lanes: lanes}, nil
+		if len(lq.Subjects) > 0 || len(lq.IDs) == 0 {
+			var err error
+			if a.Lanes, err = d.Lanes(ctx, lq.Subjects, cmp.Or(lq.Limit, 1000)); err != nil {
+				return nil, err
+			}
+		}
+		return a, nil
 	})
 }
 
@@ -235,6 +244,7 @@ const (
 	StateQueued       = "queued"
 	StateInFlight     = "in_flight"
 	StateDeadLettered = "dead_lettered"
+	StateSent         = "sent"
 	StateNotQueued    = "not_queued"
 )
 
@@ -249,6 +259,7 @@ type RequestState struct {
 	Lane       *dispatch.LaneInfo `json:"lane,omitempty"`
 	Dispatcher string             `json:"dispatcher,omitempty"`
 	DeadLetter *DeadLetter        `json:"dead_letter,omitempty"`
+	Delivery   *dispatch.Delivery `json:"delivery,omitempty"`
 }
 
 // Request says where the request with this id is. clientID, if given, narrows the
@@ -302,8 +313,21 @@ func (s *Service) Request(ctx context.Context, id, clientID string) (RequestStat
 		return RequestState{ID: id, State: StateDeadLettered, ClientID: dead.ClientID, AcceptedAt: dead.AcceptedAt, DeadLetter: dead,
 			Detail: "in the dead-letter stream (" + dead.Reason + "); replay puts it back in its client's queue"}, nil
 	}
+	if answers, err := s.q.QueryLanes(ctx, queue.LaneQuery{IDs: []string{id}}, s.LaneWait); err == nil {
+		for _, raw := range answers {
+			var a LaneAnswer
+			if json.Unmarshal(raw, &a) != nil || len(a.Delivered) == 0 {
+				continue
+			}
+			d := a.Delivered[0]
+			rs := RequestState{ID: id, State: StateSent, Dispatcher: a.Instance, Delivery: &d,
+				Detail: fmt.Sprintf("raven accepted it at %s, on attempt %d", d.Delivered.UTC().Format(time.RFC3339Nano), d.Attempt)}
+			rs.ClientID, _ = queue.ClientIDOf(d.Subject)
+			return rs, nil
+		}
+	}
 	return RequestState{ID: id, State: StateNotQueued,
-		Detail: "neither queued nor in the dead-letter stream: raven accepted it, or it was never accepted (check the id; ingest's 202 gives it)"}, nil
+		Detail: "neither queued, nor dead-lettered, nor among the running dispatchers' recent deliveries: raven accepted it a while ago, or it was never accepted (check the id; ingest's 202 gives it)"}, nil
 }
 
 // DeadLetter is one dead letter, for operators.

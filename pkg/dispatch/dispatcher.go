@@ -97,6 +97,9 @@ type Config struct {
 	Steering Steering
 	// Metrics, if not nil, counts what the dispatcher does.
 	Metrics *Metrics
+	// RecentDeliveries is how many deliveries are remembered by id for operators
+	// (Delivered); about 150 bytes each. Negative remembers none. Defaults to 10000.
+	RecentDeliveries int
 }
 
 // WithDefaults returns c with zero fields set to their defaults.
@@ -119,6 +122,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.InstanceID == "" {
 		c.InstanceID = request.NewID(time.Now())
+	}
+	if c.RecentDeliveries == 0 {
+		c.RecentDeliveries = DefaultRecentDeliveries
 	}
 	return c
 }
@@ -159,6 +165,7 @@ type Dispatcher struct {
 	lanes, inFlight, owned atomic.Int64
 	running                atomic.Bool
 	queries                chan laneQuery
+	recent                 *recent
 }
 
 // Stats is a snapshot of a running Dispatcher.
@@ -181,7 +188,7 @@ func New(cfg Config, src Source, snd Sender, log zerolog.Logger) (*Dispatcher, e
 	}
 	log = log.With().Str("component", "dispatch").Str("instance", cfg.InstanceID).Logger()
 	return &Dispatcher{cfg: cfg, src: src, snd: snd, log: log, now: time.Now, rand: rand.Float64,
-		queries: make(chan laneQuery)}, nil
+		queries: make(chan laneQuery), recent: newRecent(cfg.RecentDeliveries)}, nil
 }
 
 // Running says whether Run is dispatching: it has its steering and watch in place and
@@ -631,6 +638,7 @@ func (d *Dispatcher) work(ctx context.Context, job Job, sendBy time.Time) Result
 			res.Kind = Failed // shutting down; the request stays and is sent again later
 			return res
 		}
+		d.recent.add(Delivery{ID: st.ID, Subject: st.Subject, Attempt: attempt, Delivered: end})
 		d.log.Debug().Str("client_id", st.ClientID).Str("request_id", st.ID).Int("attempt", attempt).Msg("request delivered")
 		d.cfg.Metrics.delivered()
 		res.Kind = Delivered

@@ -14,10 +14,12 @@ import (
 const laneQuerySubject = "dispatch.ctl.lanes"
 
 // LaneQuery asks every dispatcher about its lanes for the given request subjects, or
-// about up to Limit of its lanes when Subjects is nil.
+// about up to Limit of its lanes when Subjects and IDs are both empty, and whether it
+// delivered any of the request IDs lately.
 type LaneQuery struct {
 	Subjects []string `json:"subjects,omitempty"`
 	Limit    int      `json:"limit,omitempty"`
+	IDs      []string `json:"ids,omitempty"`
 }
 
 // ServeLaneQueries answers lane queries with what answer returns (JSON), until stop is

@@ -96,7 +96,7 @@ type Dispatch struct {
 // by ingest, as the Retry-After of a 429.
 func DispatchSettings(s *Settings) *Dispatch {
 	c := &Dispatch{}
-	var attempts, inFlight int64
+	var attempts, inFlight, recent int64
 	s.URLs(&c.Raven.URL, "RAVEN_URL", "", "where requests are sent (POST)", "http", "https")
 	s.Duration(&c.Raven.Timeout, "RAVEN_TIMEOUT", raven.DefaultTimeout, time.Millisecond, "bound on one attempt to raven")
 	s.Duration(&c.Interval, "DISPATCH_INTERVAL", dispatch.DefaultInterval, time.Millisecond, "least time between the end of one attempt for a client and the start of the next")
@@ -107,9 +107,14 @@ func DispatchSettings(s *Settings) *Dispatch {
 	s.Int(&inFlight, "MAX_IN_FLIGHT", dispatch.DefaultMaxInFlight, 1, 1_000_000, "most attempts in flight at once, across clients")
 	s.Duration(&c.ShutdownGrace, "SHUTDOWN_GRACE", dispatch.DefaultShutdownGrace, 0, "how long a stopping dispatcher waits for attempts in flight")
 	s.Duration(&c.LeaseTTL, "LEASE_TTL", dispatch.DefaultLeaseTTL, 100*time.Millisecond, "how long a partition lease lives unless renewed; a crashed dispatcher's partitions move after about this plus one interval")
+	s.Int(&recent, "RECENT_DELIVERIES", dispatch.DefaultRecentDeliveries, 0, 10_000_000, "deliveries remembered by id for dispatchctl request (about 150 bytes each); 0 for none")
 	s.String(&c.InstanceID, "INSTANCE_ID", "", "this dispatcher's name in the lease store, unique among live instances; empty for host name plus a random suffix")
 	s.afterParse(func() {
 		c.MaxAttempts, c.MaxInFlight = int(attempts), int(inFlight)
+		c.RecentDeliveries = int(recent)
+		if recent == 0 {
+			c.RecentDeliveries = -1 // none
+		}
 		c.SendTimeout = c.Raven.Timeout
 	})
 	return c
