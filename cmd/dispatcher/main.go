@@ -171,7 +171,7 @@ func runDispatcher(ctx context.Context, c *settings, q *queue.Queue, reg *promet
 	opsCtx, stopOps := context.WithCancel(context.WithoutCancel(ctx))
 	opsDone := make(chan error, 1)
 	go func() {
-		opsDone <- cli.Serve(opsCtx, cli.Server(cli.OpsHandler(reg, ready, adm.Handler(c.ops.Token))), ln, 5*time.Second)
+		opsDone <- cli.Serve(opsCtx, cli.OpsServer(cli.OpsHandler(reg, ready, adm.Handler(c.ops.Token))), ln, 5*time.Second)
 	}()
 	log.Info().Str("raven", c.dispatch.Raven.URL).Stringer("interval", c.dispatch.Interval).Str("instance", c.dispatch.InstanceID).
 		Str("ops", cli.URLFor(ln, "/")).Bool("admin_api", c.ops.Token != "").Msg("dispatching")

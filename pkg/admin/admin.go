@@ -73,8 +73,12 @@ func ServeLanes(q *queue.Queue, d *dispatch.Dispatcher, instance string) (stop f
 			}
 		}
 		if len(lq.Subjects) > 0 || len(lq.IDs) == 0 {
+			limit := lq.Limit
+			if limit <= 0 || limit > 1000 {
+				limit = 1000
+			}
 			var err error
-			if a.Lanes, err = d.Lanes(ctx, lq.Subjects, cmp.Or(lq.Limit, 1000)); err != nil {
+			if a.Lanes, err = d.Lanes(ctx, lq.Subjects, limit); err != nil {
 				return nil, err
 			}
 		}
@@ -157,8 +161,8 @@ func (s *Service) Clients(ctx context.Context, cq ClientsQuery) (ClientsPage, er
 	if cq.Sort != SortBacklog && cq.Sort != SortAge {
 		return ClientsPage{}, invalid("sort %q: use %q or %q", cq.Sort, SortBacklog, SortAge)
 	}
-	if cq.Limit < 1 || cq.Limit > 1000 || cq.Page < 1 {
-		return ClientsPage{}, invalid("limit %d, page %d: limit is 1 to 1000, page from 1", cq.Limit, cq.Page)
+	if cq.Limit < 1 || cq.Limit > 1000 || cq.Page < 1 || cq.Page > 1_000_000 {
+		return ClientsPage{}, invalid("limit %d, page %d: limit is 1 to 1000, page 1 to 1000000", cq.Limit, cq.Page)
 	}
 	backlog, err := s.q.Backlog(ctx)
 	if err != nil {
@@ -183,7 +187,7 @@ func (s *Service) Clients(ctx context.Context, cq ClientsQuery) (ClientsPage, er
 			return cmp.Or(cmp.Compare(b.Backlog, a.Backlog), cmp.Compare(a.ClientID, b.ClientID))
 		})
 	}
-	from := min((cq.Page-1)*cq.Limit, len(all))
+	from := min((cq.Page-1)*cq.Limit, len(all)) // no overflow: page and limit are bounded
 	page.Clients = all[from:min(from+cq.Limit, len(all))]
 	s.heads(ctx, page.Clients)
 	s.describe(ctx, page.Clients)

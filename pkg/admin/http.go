@@ -141,8 +141,8 @@ func (s *Service) Handler(token string) http.Handler {
 		wait := time.Duration(0)
 		if b.Wait != "" {
 			var err error
-			if wait, err = time.ParseDuration(b.Wait); err != nil || wait < 0 || wait > time.Minute {
-				return nil, invalid("wait %q: a duration from 0s to 1m", b.Wait)
+			if wait, err = time.ParseDuration(b.Wait); err != nil || wait < 0 || wait > maxPurgeWait {
+				return nil, invalid("wait %q: a duration from 0s to %s", b.Wait, maxPurgeWait)
 			}
 		}
 		return s.Purge(ctx, b.Client, b.Confirm, by, wait)
@@ -155,6 +155,10 @@ func (s *Service) Handler(token string) http.Handler {
 	})
 	return r
 }
+
+// maxPurgeWait bounds how long a purge call waits, well within the listener's write
+// timeout, so that the answer is never cut off.
+const maxPurgeWait = 30 * time.Second
 
 // by names who made a change through the API, for the steering record and the log.
 func by(r *http.Request) string { return "admin-api " + r.RemoteAddr }

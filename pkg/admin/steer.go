@@ -163,6 +163,10 @@ func (s Steering) WatchSteering(ctx context.Context, fn func(dispatch.SteerChang
 			Interval: time.Duration(e.Steering.Interval), Paused: e.Steering.Paused, PurgeThrough: e.Steering.PurgeThrough}}
 	}
 	cur, stop, err := s.C.Watch(ctx, func(e queue.SteerEvent) { fn(conv(e)) }, func(key string, err error) {
+		if key == "" {
+			s.Log.Error().Err(err).Msg("steering watch lost")
+			return
+		}
 		s.Log.Error().Err(err).Str("key", key).Msg("steering record cannot be read; ignoring it: fix it with dispatchctl")
 	})
 	if err != nil {

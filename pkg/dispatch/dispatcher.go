@@ -576,7 +576,12 @@ func (d *Dispatcher) work(ctx context.Context, job Job, sendBy time.Time) Result
 	}
 	if st.Seq <= job.PurgeThrough {
 		// An operator purged the client's backlog up to here: dead-letter it unsent. No
-		// attempt is made, so the lane's spacing is untouched.
+		// attempt is made, so the lane's spacing is untouched. Like a send, it is only
+		// started while the partition is surely ours.
+		if !sendBy.IsZero() && !d.now().Before(sendBy) {
+			res.Kind = Held
+			return res
+		}
 		if d.finish(ctx, st, request.DeadLetter{Reason: request.ReasonPurged}) != nil {
 			res.Kind = Failed
 			return res
@@ -717,10 +722,10 @@ func (l *loop) steer(c SteerChange) {
 		if iv != l.sched.Interval() {
 			l.d.log.Info().Stringer("interval", iv).Msg("global interval changed")
 		}
-		l.sched.SetInterval(iv)
+		l.sched.SetInterval(iv, l.d.now())
 		return
 	}
-	l.sched.Steer(c.Client, c.Steer)
+	l.sched.Steer(c.Client, c.Steer, l.d.now())
 }
 
 type laneQuery struct {

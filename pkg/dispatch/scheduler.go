@@ -117,39 +117,66 @@ type Scheduler struct {
 	waiting  laneHeap
 	inFlight int
 	steers   map[string]Steer // by client token (the subject's last token)
+	// Fences from interval raises, for clients whose lane was already forgotten: their
+	// last attempt may have ended as late as this. Global, and by client token.
+	raised       time.Time
+	clientRaised map[string]time.Time
 }
 
 // NewScheduler returns an empty Scheduler. rand returns numbers in [0, 1) for jitter.
 func NewScheduler(p Policy, rand func() float64) *Scheduler {
-	return &Scheduler{policy: p, rand: rand, lanes: make(map[string]*lane), steers: make(map[string]Steer)}
+	return &Scheduler{policy: p, rand: rand, lanes: make(map[string]*lane), steers: make(map[string]Steer), clientRaised: make(map[string]time.Time)}
 }
 
 // Interval is the global interval in force.
 func (s *Scheduler) Interval() time.Duration { return s.policy.Interval }
 
-// SetInterval changes the global interval; waiting lanes are rescheduled to it.
-func (s *Scheduler) SetInterval(d time.Duration) {
-	if d <= 0 || d == s.policy.Interval {
+// SetInterval changes the global interval at now; waiting lanes are rescheduled to it.
+//
+// A lane is forgotten once its client's interval has passed since its last attempt, so
+// a raise could let a client without a lane send too soon: its last attempt may have
+// ended as late as now minus the old interval. New lanes wait the new interval after
+// that.
+func (s *Scheduler) SetInterval(d time.Duration, now time.Time) {
+	old := s.policy.Interval
+	if d <= 0 || d == old {
 		return
+	}
+	if d > old {
+		s.raised = later(s.raised, now.Add(-old))
 	}
 	s.policy.Interval = d
 	s.rescheduleWaiting(func(*lane) bool { return true })
 }
 
-// Steer sets how client (a subject's last token) is steered; the zero Steer clears it.
-// A lane waiting is rescheduled to the client's interval; a parked lane is looked at
-// again, so that a resume or a purge takes effect.
-func (s *Scheduler) Steer(client string, st Steer) {
+// Steer sets at now how client (a subject's last token) is steered; the zero Steer
+// clears it. A lane waiting is rescheduled to the client's interval; a parked lane, or
+// one in flight, is looked at again, so that a resume or a purge takes effect. A raise
+// of the client's interval fences a lane made later, as SetInterval does.
+func (s *Scheduler) Steer(client string, st Steer, now time.Time) {
+	old := s.intervalOfClient(client)
 	if st == (Steer{}) {
 		delete(s.steers, client)
 	} else {
 		s.steers[client] = st
 	}
+	if s.intervalOfClient(client) > old {
+		s.clientRaised[client] = later(s.clientRaised[client], now.Add(-old))
+	}
+	for c, f := range s.clientRaised { // drop fences that can no longer matter
+		if f.Add(s.intervalOfClient(c)).Before(now) {
+			delete(s.clientRaised, c)
+		}
+	}
 	mine := func(l *lane) bool { return clientOf(l.subject) == client }
 	for _, l := range s.lanes {
-		if l.parked && mine(l) {
+		switch {
+		case !mine(l):
+		case l.parked:
 			l.parked = false
 			s.schedule(l, l.notBefore)
+		case l.inFlight:
+			l.notified = true // its worker had the old steering: look again
 		}
 	}
 	s.rescheduleWaiting(mine)
@@ -157,10 +184,15 @@ func (s *Scheduler) Steer(client string, st Steer) {
 
 // IntervalOf is the interval in force for subject's client.
 func (s *Scheduler) IntervalOf(subject string) time.Duration {
-	if len(s.steers) > 0 {
-		if st, ok := s.steers[clientOf(subject)]; ok && st.Interval > 0 {
-			return st.Interval
-		}
+	if len(s.steers) == 0 {
+		return s.policy.Interval
+	}
+	return s.intervalOfClient(clientOf(subject))
+}
+
+func (s *Scheduler) intervalOfClient(client string) time.Duration {
+	if st, ok := s.steers[client]; ok && st.Interval > 0 {
+		return st.Interval
 	}
 	return s.policy.Interval
 }
@@ -205,6 +237,10 @@ func (s *Scheduler) Notify(subject string, now, since time.Time) {
 	l := s.lanes[subject]
 	switch {
 	case l == nil:
+		since = later(since, s.raised)
+		if len(s.clientRaised) > 0 {
+			since = later(since, s.clientRaised[clientOf(subject)])
+		}
 		l = &lane{subject: subject, index: -1, since: since}
 		s.lanes[subject] = l
 		s.schedule(l, now)
@@ -280,7 +316,7 @@ func (s *Scheduler) Done(r Result, now time.Time) {
 		// The interval is not added here: schedule adds it, with the interval in force.
 		s.schedule(l, l.lastEnd.Add(max(s.policy.Backoff(r.Attempts, s.rand()), r.RetryAfter)))
 	case Parked:
-		if s.steerOf(l.subject).Paused {
+		if s.steerOf(l.subject).Paused && !l.notified {
 			l.parked, l.notBefore = true, now
 		} else { // resumed while the worker looked
 			s.schedule(l, now)
@@ -416,6 +452,7 @@ func (s *Scheduler) Lane(subject string) (LaneInfo, bool) {
 
 // LaneInfos describes up to limit lanes, in no particular order.
 func (s *Scheduler) LaneInfos(limit int) []LaneInfo {
+	limit = max(limit, 0)
 	out := make([]LaneInfo, 0, min(limit, len(s.lanes)))
 	for _, l := range s.lanes {
 		if len(out) == limit {

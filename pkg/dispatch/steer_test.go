@@ -22,11 +22,11 @@ func TestGlobalIntervalChangeMovesWaitingLanes(t *testing.T) {
 	s.Notify("p.a", t0, time.Time{})
 	deliver(t, s, t0, "p.a")
 
-	s.SetInterval(20 * time.Second) // longer: the waiting lane is pushed back
+	s.SetInterval(20*time.Second, t0) // longer: the waiting lane is pushed back
 	mustNotDue(t, s, t0.Add(20*time.Second-time.Nanosecond))
 	deliver(t, s, t0.Add(20*time.Second), "p.a")
 
-	s.SetInterval(2 * time.Second) // shorter: brought forward
+	s.SetInterval(2*time.Second, t0) // shorter: brought forward
 	mustNotDue(t, s, t0.Add(22*time.Second-time.Nanosecond))
 	mustDue(t, s, t0.Add(22*time.Second), "p.a")
 }
@@ -34,7 +34,7 @@ func TestGlobalIntervalChangeMovesWaitingLanes(t *testing.T) {
 func TestClientIntervalOverridesGlobal(t *testing.T) {
 	t.Parallel()
 	s := dispatch.NewScheduler(policy(), zero)
-	s.Steer("slow", dispatch.Steer{Interval: time.Minute})
+	s.Steer("slow", dispatch.Steer{Interval: time.Minute}, t0.Add(-time.Hour))
 	for _, c := range []string{"p.slow", "p.fast"} {
 		s.Notify(c, t0, time.Time{})
 		deliver(t, s, t0, c)
@@ -48,17 +48,17 @@ func TestClientIntervalOverridesGlobal(t *testing.T) {
 
 	// Clearing the steer brings the client back to the global interval.
 	s2 := dispatch.NewScheduler(policy(), zero)
-	s2.Steer("slow", dispatch.Steer{Interval: time.Minute})
+	s2.Steer("slow", dispatch.Steer{Interval: time.Minute}, t0.Add(-time.Hour))
 	s2.Notify("p.slow", t0, time.Time{})
 	deliver(t, s2, t0, "p.slow")
-	s2.Steer("slow", dispatch.Steer{})
+	s2.Steer("slow", dispatch.Steer{}, t0)
 	mustDue(t, s2, t0.Add(interval), "p.slow")
 }
 
 func TestFenceUsesTheClientsInterval(t *testing.T) {
 	t.Parallel()
 	s := dispatch.NewScheduler(policy(), zero)
-	s.Steer("slow", dispatch.Steer{Interval: time.Minute})
+	s.Steer("slow", dispatch.Steer{Interval: time.Minute}, t0.Add(-time.Hour))
 	s.Notify("p.slow", t0, t0) // taken over at t0: the previous owner may have just sent
 	mustNotDue(t, s, t0.Add(time.Minute-time.Nanosecond))
 	mustDue(t, s, t0.Add(time.Minute), "p.slow")
@@ -69,7 +69,7 @@ func TestPausedLaneParksAndResumesSpaced(t *testing.T) {
 	s := dispatch.NewScheduler(policy(), zero)
 	s.Notify("p.a", t0, time.Time{})
 	deliver(t, s, t0, "p.a")
-	s.Steer("a", dispatch.Steer{Paused: true})
+	s.Steer("a", dispatch.Steer{Paused: true}, t0)
 
 	job := mustDue(t, s, t0.Add(interval), "p.a")
 	if !job.Paused {
@@ -82,7 +82,7 @@ func TestPausedLaneParksAndResumesSpaced(t *testing.T) {
 		t.Fatalf("lane = %+v, %v; want paused", li, ok)
 	}
 
-	s.Steer("a", dispatch.Steer{}) // resume: due at once (the interval has long passed)
+	s.Steer("a", dispatch.Steer{}, t0) // resume: due at once (the interval has long passed)
 	job = mustDue(t, s, t0.Add(time.Hour), "p.a")
 	if job.Paused {
 		t.Fatal("job after resume is still marked paused")
@@ -94,12 +94,12 @@ func TestResumeSoonAfterASendStillWaitsTheInterval(t *testing.T) {
 	s := dispatch.NewScheduler(policy(), zero)
 	s.Notify("p.a", t0, time.Time{})
 	deliver(t, s, t0, "p.a")
-	s.Steer("a", dispatch.Steer{Paused: true})
+	s.Steer("a", dispatch.Steer{Paused: true}, t0)
 	job := mustDue(t, s, t0.Add(interval), "p.a")
 	s.Done(dispatch.Result{Subject: job.Subject, Kind: dispatch.Parked}, t0.Add(interval))
 	// The purge asks for a look; nothing was sent meanwhile, so spacing still counts
 	// from t0.
-	s.Steer("a", dispatch.Steer{Paused: true, PurgeThrough: 9})
+	s.Steer("a", dispatch.Steer{Paused: true, PurgeThrough: 9}, t0)
 	job = mustDue(t, s, t0.Add(interval), "p.a")
 	if !job.Paused || job.PurgeThrough != 9 {
 		t.Fatalf("job = %+v, want paused with purge through 9", job)
@@ -111,7 +111,7 @@ func TestPurgeLeavesSpacingFromTheLastRealAttempt(t *testing.T) {
 	s := dispatch.NewScheduler(policy(), zero)
 	s.Notify("p.a", t0, time.Time{})
 	deliver(t, s, t0, "p.a")
-	s.Steer("a", dispatch.Steer{PurgeThrough: 5})
+	s.Steer("a", dispatch.Steer{PurgeThrough: 5}, t0)
 	now := t0.Add(interval)
 	job := mustDue(t, s, now, "p.a")
 	if job.PurgeThrough != 5 {
@@ -120,4 +120,62 @@ func TestPurgeLeavesSpacingFromTheLastRealAttempt(t *testing.T) {
 	// A purged request is no attempt: the lane is due again at once.
 	s.Done(dispatch.Result{Subject: "p.a", Kind: dispatch.DeadLettered}, now)
 	mustDue(t, s, now, "p.a")
+}
+
+// A client whose lane was forgotten (its interval had passed) may have sent as late as
+// one old interval ago: after a raise, its next request waits the new interval from then.
+func TestRaisedIntervalFencesClientsWithoutALane(t *testing.T) {
+	t.Parallel()
+	for _, raise := range []func(s *dispatch.Scheduler, now time.Time){
+		func(s *dispatch.Scheduler, now time.Time) { s.SetInterval(time.Minute, now) },
+		func(s *dispatch.Scheduler, now time.Time) { s.Steer("a", dispatch.Steer{Interval: time.Minute}, now) },
+	} {
+		s := dispatch.NewScheduler(policy(), zero)
+		s.Notify("p.a", t0, time.Time{})
+		deliver(t, s, t0, "p.a")
+		forgetAt := t0.Add(interval)
+		mustDue(t, s, forgetAt, "p.a")
+		s.Done(dispatch.Result{Subject: "p.a", Kind: dispatch.Empty}, forgetAt)
+		if s.Lanes() != 0 {
+			t.Fatal("the drained lane was kept; the test needs it forgotten")
+		}
+		raiseAt := forgetAt.Add(time.Second)
+		raise(s, raiseAt)
+		s.Notify("p.a", raiseAt, time.Time{})
+		// The last attempt ended at t0; the scheduler only knows it was at least 5s
+		// before the raise, so it waits a minute from raiseAt-5s.
+		mustNotDue(t, s, raiseAt.Add(time.Minute-interval-time.Nanosecond))
+		mustDue(t, s, raiseAt.Add(time.Minute-interval), "p.a")
+	}
+}
+
+// A purge asked for while a paused client's lane is with a worker is not lost when the
+// worker reports the lane parked.
+func TestPurgeWhileAPausedLaneIsInFlight(t *testing.T) {
+	t.Parallel()
+	s := dispatch.NewScheduler(policy(), zero)
+	s.Steer("a", dispatch.Steer{Paused: true}, t0.Add(-time.Hour))
+	s.Notify("p.a", t0, time.Time{})
+	job := mustDue(t, s, t0, "p.a")
+	if !job.Paused || job.PurgeThrough != 0 {
+		t.Fatalf("job %+v", job)
+	}
+	s.Steer("a", dispatch.Steer{Paused: true, PurgeThrough: 7}, t0) // while in flight
+	s.Done(dispatch.Result{Subject: "p.a", Kind: dispatch.Parked}, t0)
+	job = mustDue(t, s, t0, "p.a")
+	if job.PurgeThrough != 7 {
+		t.Fatalf("after the purge was asked for, job %+v, want purge through 7", job)
+	}
+}
+
+func TestLaneInfosWithANonsenseLimit(t *testing.T) {
+	t.Parallel()
+	s := dispatch.NewScheduler(policy(), zero)
+	s.Notify("p.a", t0, time.Time{})
+	if got := s.LaneInfos(-1); len(got) != 0 {
+		t.Fatalf("LaneInfos(-1) = %v", got)
+	}
+	if got := s.LaneInfos(5); len(got) != 1 || got[0].State != dispatch.LaneWaiting {
+		t.Fatalf("LaneInfos(5) = %v", got)
+	}
 }

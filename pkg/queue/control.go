@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -191,7 +192,8 @@ func (c *Control) Clients(ctx context.Context) (map[string]Steering, error) {
 }
 
 // Watch returns every record in force now, then calls fn with each change until stop is
-// called or ctx ends. A record that cannot be read is reported to onBad and skipped.
+// called or ctx ends. A record that cannot be read is reported to onBad and skipped; a
+// watch that ends on its own is reported to onBad with an empty key.
 func (c *Control) Watch(ctx context.Context, fn func(SteerEvent), onBad func(key string, err error)) (current []SteerEvent, stop func(), err error) {
 	w, err := c.kv.WatchAll(ctx)
 	if err != nil {
@@ -225,6 +227,7 @@ func (c *Control) Watch(ctx context.Context, fn func(SteerEvent), onBad func(key
 				return nil, nil, errors.New("control bucket watch closed")
 			}
 			if e == nil { // the current records are all in
+				var stopped atomic.Bool
 				go func() {
 					for e := range w.Updates() {
 						if e == nil {
@@ -234,8 +237,11 @@ func (c *Control) Watch(ctx context.Context, fn func(SteerEvent), onBad func(key
 							fn(ev)
 						}
 					}
+					if ctx.Err() == nil && !stopped.Load() {
+						onBad("", errors.New("the control bucket watch ended: steering changes are no longer seen until restart"))
+					}
 				}()
-				return current, func() { _ = w.Stop() }, nil
+				return current, func() { stopped.Store(true); _ = w.Stop() }, nil
 			}
 			if ev, ok := event(e); ok {
 				current = append(current, ev)

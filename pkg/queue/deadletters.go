@@ -101,10 +101,24 @@ func (q *Queue) Requeue(ctx context.Context, r DeadRecord) (requeued bool, err e
 	if err != nil {
 		return false, err
 	}
-	if err := q.dead.DeleteMsg(ctx, r.Seq); err != nil && !isNotFound(err) {
-		return !dup, fmt.Errorf("request %s is queued again but dead letter %d could not be removed (running the replay again is safe): %w", r.ID, r.Seq, err)
+	// Removing it is retried for a while: past DUPLICATE_WINDOW, a dead letter left
+	// behind would be queued again by the next replay.
+	wait := 100 * time.Millisecond
+	for try := 1; ; try++ {
+		err = q.dead.DeleteMsg(ctx, r.Seq)
+		if err == nil || isNotFound(err) {
+			return !dup, nil
+		}
+		if try == 6 || ctx.Err() != nil {
+			return !dup, fmt.Errorf("request %s is queued again but dead letter %d could not be removed; run the replay again within %s, when it is recognised as queued, or remove it: %w",
+				r.ID, r.Seq, q.cfg.DuplicateWindow, err)
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(wait):
+		}
+		wait *= 2
 	}
-	return !dup, nil
 }
 
 // requeuePublish is Requeue's first step: it publishes r to its client's subject and
@@ -130,7 +144,8 @@ func (q *Queue) requeuePublish(ctx context.Context, r DeadRecord) (duplicate boo
 }
 
 // scan calls fn with each message of s on filter, in order, up to the stream's last
-// sequence when it began, reading through an ordered consumer.
+// sequence when it began, reading through an ordered consumer that the server drops
+// soon after the scan ends.
 func (q *Queue) scan(ctx context.Context, s jetstream.Stream, filter string, headersOnly bool, fn func(jetstream.Msg, *jetstream.MsgMetadata) error) error {
 	info, err := s.Info(ctx)
 	if err != nil {
@@ -141,40 +156,50 @@ func (q *Queue) scan(ctx context.Context, s jetstream.Stream, filter string, hea
 		return nil
 	}
 	cons, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{filter},
-		HeadersOnly:    headersOnly,
-		DeliverPolicy:  jetstream.DeliverAllPolicy,
+		FilterSubjects:    []string{filter},
+		HeadersOnly:       headersOnly,
+		DeliverPolicy:     jetstream.DeliverAllPolicy,
+		InactiveThreshold: 5 * time.Second,
 	})
 	if err != nil {
 		return fmt.Errorf("reading %s: %w", filter, err)
 	}
+	it, err := cons.Messages(jetstream.PullMaxMessages(256))
+	if err != nil {
+		return fmt.Errorf("reading %s: %w", filter, err)
+	}
+	defer it.Stop()
+	if ci := cons.CachedInfo(); ci != nil && ci.NumPending == 0 {
+		return nil // nothing on this filter
+	}
 	for {
-		batch, err := cons.Fetch(256, jetstream.FetchMaxWait(time.Second))
+		m, err := it.Next(jetstream.NextMaxWait(time.Second))
+		if errors.Is(err, nats.ErrTimeout) {
+			// Slow, or what was pending has been deleted meanwhile: ask the server.
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			ci, err := cons.Info(ctx)
+			if err == nil && ci.NumPending == 0 {
+				return nil
+			}
+			continue
+		}
 		if err != nil {
 			return fmt.Errorf("reading %s: %w", filter, err)
 		}
-		n := 0
-		for m := range batch.Messages() {
-			n++
-			md, err := m.Metadata()
-			if err != nil {
-				return err
-			}
-			if md.Sequence.Stream > last {
-				return nil
-			}
-			if err := fn(m, md); err != nil {
-				return err
-			}
-			if md.NumPending == 0 || md.Sequence.Stream == last {
-				return nil
-			}
+		md, err := m.Metadata()
+		if err != nil {
+			return err
 		}
-		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
-			return fmt.Errorf("reading %s: %w", filter, err)
+		if md.Sequence.Stream > last {
+			return nil
 		}
-		if n == 0 {
-			return nil // nothing (more) on this filter
+		if err := fn(m, md); err != nil {
+			return err
+		}
+		if md.NumPending == 0 || md.Sequence.Stream == last {
+			return nil
 		}
 		if ctx.Err() != nil {
 			return ctx.Err()

@@ -82,7 +82,7 @@ func (q *Queue) openExisting(ctx context.Context) (*Queue, error) {
 	if _, err := fmt.Sscanf(cfg.SubjectTransform.Destination, requestPrefix+"{{partition(%d,1)}}", &n); err != nil || n < 1 {
 		return nil, fmt.Errorf("stream %s is partitioned as %q, which this service does not read", RequestStream, cfg.SubjectTransform.Destination)
 	}
-	q.cfg.Partitions, q.cfg.Replicas = n, cfg.Replicas
+	q.cfg.Partitions, q.cfg.Replicas, q.cfg.DuplicateWindow = n, cfg.Replicas, cfg.Duplicates
 	return q, nil
 }
 

@@ -30,6 +30,14 @@ func OpsSettings(s *Settings, def string, withAdmin bool) *Ops {
 	return o
 }
 
+// OpsServer is the operators' listener's HTTP server: like Server, with room for long
+// admin calls (a replay of many dead letters).
+func OpsServer(h http.Handler) *http.Server {
+	srv := Server(h)
+	srv.WriteTimeout = 5 * time.Minute
+	return srv
+}
+
 // NewRegistry returns a Prometheus registry with the Go runtime and process collectors.
 func NewRegistry() *prometheus.Registry {
 	reg := prometheus.NewRegistry()
