@@ -179,7 +179,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 	defer nc.Close()
 	q, err := queue.Open(ctx, nc, queue.Config{}, queue.Existing)
 	if err != nil {
-		fmt.Fprintf(stderr, "dispatchctl: NATS_URL=%s: %v\n", natsCfg.URL, err)
+		fmt.Fprintf(stderr, "dispatchctl: NATS_URL=%s: %v\n", queue.RedactURLs(natsCfg.URL), err)
 		return exitFailed
 	}
 	ctl, err := q.Control(ctx)

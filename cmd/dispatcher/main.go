@@ -15,7 +15,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -32,7 +31,6 @@ import (
 	"github.com/penguinhq/dispatcher/pkg/admin"
 	"github.com/penguinhq/dispatcher/pkg/dispatch"
 	"github.com/penguinhq/dispatcher/pkg/ingest"
-	"github.com/penguinhq/dispatcher/pkg/ledger"
 	"github.com/penguinhq/dispatcher/pkg/queue"
 	"github.com/penguinhq/dispatcher/pkg/raven"
 	"github.com/penguinhq/dispatcher/pkg/request"
@@ -264,25 +262,13 @@ func runStandalone(ctx context.Context, c *settings, log zerolog.Logger) error {
 }
 
 func startDemoRaven(ctx context.Context, c *settings, log zerolog.Logger, start func(func() error)) (string, error) {
-	dlog := log.With().Str("component", "demo-raven").Logger()
-	rec := ledger.New(ledger.Options{Forget: true, OnArrival: func(a ledger.Arrival, gap time.Duration) {
-		ev := dlog.Info().Str("client_id", a.ClientID).Str("request_id", a.ID).Int("attempt", a.Attempt)
-		if gap > 0 {
-			ev = ev.Int64("gap_ms", gap.Milliseconds())
-		} else {
-			ev = ev.Str("gap_ms", "first")
-		}
-		ev.Msg("raven received")
-	}})
 	ln, err := cli.Listen(c.demoAddr, "DEMO_RAVEN_ADDR")
 	if err != nil {
 		return "", err
 	}
-	mux := http.NewServeMux()
-	mux.Handle("POST /", rec)
 	url := cli.URLFor(ln, "/")
-	dlog.Info().Str("url", url).Msg("demo raven listening; set RAVEN_URL to send to a real one")
-	start(func() error { return cli.Serve(ctx, cli.Server(mux), ln, 5*time.Second) })
+	log.Info().Str("component", "demo-raven").Str("url", url).Msg("demo raven listening; set RAVEN_URL to send to a real one")
+	start(func() error { return cli.Serve(ctx, cli.Server(cli.DemoRaven(log, false)), ln, 5*time.Second) })
 	return url, nil
 }
 

@@ -49,8 +49,11 @@ func (r Report) String() string {
 
 // Check compares the record with e: loss (G4), order (G3), spacing (G2), and counts
 // duplicates (G5).
-func (l *Ledger) Check(e Expect) Report {
-	arrivals := l.Arrivals()
+func (l *Ledger) Check(e Expect) Report { return Check(l.Arrivals(), e) }
+
+// Check checks arrivals recorded elsewhere (a recording raven in another process) in the
+// order they arrived, as Ledger.Check does.
+func Check(arrivals []Arrival, e Expect) Report {
 	rep := Report{Arrivals: len(arrivals), MinGap: -1}
 	violate := func(format string, args ...any) {
 		if len(rep.Violations) < 50 {

@@ -2,6 +2,8 @@ package queue
 
 import (
 	"fmt"
+	"net/url"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -15,9 +17,21 @@ import (
 func Connect(url, name string, log zerolog.Logger) (*nats.Conn, error) {
 	nc, err := nats.Connect(url, connectOptions(name, log)...)
 	if err != nil {
-		return nil, fmt.Errorf("connecting to NATS at %s: %w", url, err)
+		return nil, fmt.Errorf("connecting to NATS at %s: %w", RedactURLs(url), err)
 	}
 	return nc, nil
+}
+
+// RedactURLs hides the passwords in a comma-separated list of NATS URLs, for logs and
+// error messages.
+func RedactURLs(urls string) string {
+	parts := strings.Split(urls, ",")
+	for i, p := range parts {
+		if u, err := url.Parse(strings.TrimSpace(p)); err == nil {
+			parts[i] = u.Redacted()
+		}
+	}
+	return strings.Join(parts, ",")
 }
 
 // ConnectInProcess connects to an embedded server without a network socket.

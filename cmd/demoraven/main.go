@@ -1,0 +1,48 @@
+// Command demoraven is a stand-in for raven: it accepts every request and logs each
+// arrival with the gap since that client's previous one, so that the spacing can be
+// watched. With RECORD_ARRIVALS it also lists every arrival at GET /arrivals, which the
+// end-to-end test reads. The docker-compose stack sends to it.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/penguinhq/dispatcher/cmd/internal/cli"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:]); err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(os.Stderr, "demoraven:", err)
+		}
+		os.Exit(2)
+	}
+}
+
+func run(ctx context.Context, args []string) error {
+	s := cli.NewSettings("demoraven", os.Getenv, os.Stderr)
+	logs := cli.LogSettings(s)
+	var addr string
+	var record bool
+	s.String(&addr, "DEMO_RAVEN_ADDR", ":8081", "where the demo raven listens")
+	s.Bool(&record, "RECORD_ARRIVALS", "keep every arrival and list them at GET /arrivals (memory grows with traffic)")
+	if err := s.Parse(args); err != nil {
+		return err
+	}
+	log := logs.Logger(os.Stderr, "demoraven")
+	ln, err := cli.Listen(addr, "DEMO_RAVEN_ADDR")
+	if err != nil {
+		return err
+	}
+	log.Info().Str("url", cli.URLFor(ln, "/")).Bool("record", record).Msg("demo raven listening")
+	return cli.Serve(ctx, cli.Server(cli.DemoRaven(log, record)), ln, 5*time.Second)
+}
