@@ -1,5 +1,5 @@
 # Thin wrappers over the plain commands in the README.
-.PHONY: run test test-race vet fmt ci build bench
+.PHONY: run test test-race vet fmt ci build bench images up down
 
 run: ## the whole service in one process, on an embedded JetStream, with a demo raven
 	go run ./cmd/dispatcher -standalone
@@ -25,3 +25,12 @@ build: ## static binaries in bin/
 
 bench: ## the benchmark table (several minutes); BENCHMARKS.md records one run
 	go run ./cmd/bench
+
+images: ## images FROM scratch, no registry needed (IMAGE_TAG, default dev)
+	bash deployments/images.sh
+
+up: images ## the compose stack: 3-node NATS cluster, 2 ingest, 2 dispatchers, demo raven
+	docker-compose up -d
+
+down: ## stop the compose stack and delete its volumes
+	docker-compose down -v
