@@ -1,0 +1,212 @@
+package integration
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/penguinhq/dispatcher/pkg/ledger"
+)
+
+// composeCmd is how to run Compose here: the docker-compose tool, or the docker CLI's
+// compose plugin; nil when neither is there.
+func composeCmd() []string {
+	if _, err := exec.LookPath("docker-compose"); err == nil {
+		return []string{"docker-compose"}
+	}
+	if exec.Command("docker", "compose", "version").Run() == nil {
+		return []string{"docker", "compose"}
+	}
+	return nil
+}
+
+// composeStack is the repository's docker-compose.yml brought up under its own project
+// name and host ports.
+type composeStack struct {
+	t       *testing.T
+	cmd     []string
+	root    string
+	project string
+	env     []string
+	ports   map[string]string
+}
+
+func (c *composeStack) run(timeout time.Duration, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	full := append(append(append([]string{}, c.cmd[1:]...), "-p", c.project, "-f", filepath.Join(c.root, "docker-compose.yml")), args...)
+	cmd := exec.CommandContext(ctx, c.cmd[0], full...)
+	cmd.Dir, cmd.Env = c.root, c.env
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+func (c *composeStack) must(timeout time.Duration, args ...string) {
+	c.t.Helper()
+	if out, err := c.run(timeout, args...); err != nil {
+		c.t.Fatalf("compose %v: %v\n%s", args, err, out)
+	}
+}
+
+func (c *composeStack) url(port, path string) string {
+	return "http://127.0.0.1:" + c.ports[port] + path
+}
+
+// The compose stack as operators run it: images built with no registry, a 3-node NATS
+// cluster, two ingest and two dispatcher containers, the demo raven recording. Requests
+// for several clients go in through both ingests while one dispatcher container and one
+// NATS container are killed and brought back; at the end the demo raven's record shows
+// nothing lost, order kept, and no gap under the interval.
+func TestComposeStackSurvivesKilledContainers(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: the compose end-to-end test builds images and takes a few minutes")
+	}
+	if _, err := exec.LookPath("docker"); err != nil {
+		t.Skip("no docker CLI here: the compose end-to-end test needs a Docker engine")
+	}
+	if out, err := exec.Command("docker", "info").CombinedOutput(); err != nil {
+		t.Skipf("no Docker engine reachable (docker info: %v): the compose end-to-end test needs one\n%s", err, out)
+	}
+	cmd := composeCmd()
+	if cmd == nil {
+		t.Skip("Docker is here but neither docker-compose nor the docker compose plugin: the compose end-to-end test needs one")
+	}
+	root, err := filepath.Abs("..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const tag, interval = "e2e", 500 * time.Millisecond
+	build := exec.Command("bash", filepath.Join(root, "deployments", "images.sh"))
+	build.Env = append(os.Environ(), "IMAGE_TAG="+tag)
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("make images: %v\n%s", err, out)
+	}
+
+	c := &composeStack{t: t, cmd: cmd, root: root, project: fmt.Sprintf("dispatche2e%d", os.Getpid()), ports: map[string]string{}}
+	c.env = append(os.Environ(), "IMAGE_TAG="+tag, "DISPATCH_INTERVAL="+interval.String(), "RECORD_ARRIVALS=true",
+		"LEASE_TTL=4s", "RAVEN_TIMEOUT=1s", "PARTITIONS=16")
+	for _, p := range []string{"INGEST_PORT", "INGEST2_PORT", "RAVEN_PORT", "NATS_PORT", "DISPATCHER_OPS_PORT", "DISPATCHER2_OPS_PORT"} {
+		addr := freeAddr(t)
+		c.ports[p] = addr[strings.LastIndexByte(addr, ':')+1:]
+		c.env = append(c.env, p+"="+c.ports[p])
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			out, _ := c.run(time.Minute, "logs", "--no-color", "--tail", "60")
+			t.Logf("compose logs:\n%s", out)
+		}
+		if out, err := c.run(3*time.Minute, "down", "-v", "--remove-orphans", "-t", "5"); err != nil {
+			t.Errorf("compose down: %v\n%s", err, out)
+		}
+	})
+	c.must(5*time.Minute, "up", "-d")
+	for _, p := range []string{"INGEST_PORT", "INGEST2_PORT", "DISPATCHER_OPS_PORT", "DISPATCHER2_OPS_PORT"} {
+		waitReady(t, c.url(p, ""))
+	}
+
+	// Penguin: 6 clients, 10 requests each, spread over both ingests and about 8 s, each
+	// with an Idempotency-Key and retried on 503 as a real caller would.
+	const clients, each = 6, 10
+	var mu sync.Mutex
+	var accepted []ledger.Accepted
+	post := func(client string, n int) error {
+		ingest := c.url("INGEST_PORT", "/v1/requests")
+		if n%2 == 1 {
+			ingest = c.url("INGEST2_PORT", "/v1/requests")
+		}
+		body, _ := json.Marshal(map[string]any{"clientId": client, "n": n})
+		deadline := time.Now().Add(time.Minute)
+		for {
+			req, _ := http.NewRequest(http.MethodPost, ingest, bytes.NewReader(body))
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Idempotency-Key", fmt.Sprintf("%s-%d", client, n))
+			resp, err := http.DefaultClient.Do(req)
+			if err == nil {
+				var a struct{ ID, ClientID string }
+				_ = json.NewDecoder(resp.Body).Decode(&a)
+				resp.Body.Close()
+				if resp.StatusCode == http.StatusAccepted {
+					mu.Lock()
+					accepted = append(accepted, ledger.Accepted{ClientID: a.ClientID, ID: a.ID})
+					mu.Unlock()
+					return nil
+				}
+				if resp.StatusCode != http.StatusServiceUnavailable {
+					return fmt.Errorf("post %s/%d: %d", client, n, resp.StatusCode)
+				}
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("post %s/%d: no 202 within a minute (last error %v)", client, n, err)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	errs := make(chan error, clients)
+	for i := range clients {
+		go func() {
+			for n := range each {
+				if err := post(clientName(i), n); err != nil {
+					errs <- err
+					return
+				}
+				time.Sleep(800 * time.Millisecond)
+			}
+			errs <- nil
+		}()
+	}
+
+	time.Sleep(3 * time.Second)
+	c.must(time.Minute, "kill", "dispatcher-1")
+	time.Sleep(2 * time.Second)
+	c.must(time.Minute, "kill", "nats-2")
+	time.Sleep(4 * time.Second)
+	c.must(2*time.Minute, "start", "nats-2", "dispatcher-1")
+	for range clients {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	var arrivals []ledger.Arrival
+	delivered := func() bool {
+		resp, err := http.Get(c.url("RAVEN_PORT", "/arrivals"))
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		arrivals = nil
+		if json.NewDecoder(resp.Body).Decode(&arrivals) != nil {
+			return false
+		}
+		got := map[string]bool{}
+		for _, a := range arrivals {
+			if a.Status < 300 {
+				got[a.ID] = true
+			}
+		}
+		for _, a := range accepted {
+			if !got[a.ID] {
+				return false
+			}
+		}
+		return true
+	}
+	waitFor(t, 3*time.Minute, "every accepted request at the demo raven", delivered)
+	rep := ledger.Check(arrivals, ledger.Expect{Interval: interval, Accepted: accepted, AllowUnacknowledged: true})
+	t.Logf("compose run: %d accepted; %s", len(accepted), rep)
+	for _, v := range rep.Violations {
+		t.Errorf("guarantee broken: %s", v)
+	}
+	if rep.Delivered < clients*each {
+		t.Fatalf("delivered %d distinct requests, want %d", rep.Delivered, clients*each)
+	}
+}
