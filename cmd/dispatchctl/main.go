@@ -171,7 +171,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	nc, err := queue.Connect(natsCfg.URL, "dispatchctl", log)
+	nc, err := natsCfg.Connect("dispatchctl", log)
 	if err != nil {
 		fmt.Fprintln(stderr, "dispatchctl:", err)
 		return exitFailed

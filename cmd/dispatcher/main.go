@@ -101,7 +101,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, _ io.Wr
 	if c.standalone {
 		return runStandalone(ctx, c, log)
 	}
-	nc, err := queue.Connect(c.nats.URL, "dispatcher", log)
+	nc, err := c.nats.Connect("dispatcher", log)
 	if err != nil {
 		return err
 	}
@@ -232,11 +232,14 @@ func runStandalone(ctx context.Context, c *settings, log zerolog.Logger) error {
 	c.ingest.MaxBodyBytes = cli.FitBody(c.ingest.MaxBodyBytes, nc, log)
 	c.ingest.BacklogRetryAfter = c.dispatch.Interval
 	c.ingest.Metrics = ingest.NewMetrics(reg)
-	api, err := ingest.New(c.ingest.Config, q, q, log)
+	ln, err := cli.Listen(c.ingest.Addr, "INGEST_ADDR")
 	if err != nil {
 		return err
 	}
-	ln, err := cli.Listen(c.ingest.Addr, "INGEST_ADDR")
+	if ln, err = c.ingest.Secure(ctx, ln, log); err != nil {
+		return err
+	}
+	api, err := ingest.New(c.ingest.Config, q, q, log)
 	if err != nil {
 		return err
 	}

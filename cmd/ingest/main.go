@@ -46,7 +46,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, _ io.Wr
 	}
 	log := logs.Logger(stderr, "ingest")
 
-	nc, err := queue.Connect(natsCfg.URL, "ingest", log)
+	nc, err := natsCfg.Connect("ingest", log)
 	if err != nil {
 		return err
 	}
@@ -59,11 +59,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, _ io.Wr
 	ingestCfg.BacklogRetryAfter = interval
 	reg := cli.NewRegistry()
 	ingestCfg.Metrics = ingest.NewMetrics(reg)
-	api, err := ingest.New(ingestCfg.Config, q, q, log)
+	ln, err := cli.Listen(ingestCfg.Addr, "INGEST_ADDR")
 	if err != nil {
 		return err
 	}
-	ln, err := cli.Listen(ingestCfg.Addr, "INGEST_ADDR")
+	if ln, err = ingestCfg.Secure(ctx, ln, log); err != nil {
+		return err
+	}
+	api, err := ingest.New(ingestCfg.Config, q, q, log)
 	if err != nil {
 		return err
 	}

@@ -33,6 +33,7 @@ const (
 	DefaultMaxBodyBytes   = 1 << 20
 	DefaultPublishTimeout = 5 * time.Second
 	DefaultBacklogRetry   = 5 * time.Second
+	DefaultMaxPublishing  = 4096
 )
 
 // Config configures the API.
@@ -47,6 +48,12 @@ type Config struct {
 	BacklogRetryAfter time.Duration
 	// Metrics, if not nil, counts requests by outcome and publish latency.
 	Metrics *Metrics
+	// Tokens, if not nil, are the bearer tokens POST /v1/requests requires; nil accepts
+	// requests from anyone.
+	Tokens *Tokens
+	// MaxPublishing bounds the publishes waiting for JetStream at once; past it a request
+	// gets 503 at once instead of queueing in memory. Defaults to 4096.
+	MaxPublishing int
 }
 
 // WithDefaults returns c with zero fields set to their defaults.
@@ -59,6 +66,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.BacklogRetryAfter == 0 {
 		c.BacklogRetryAfter = DefaultBacklogRetry
+	}
+	if c.MaxPublishing == 0 {
+		c.MaxPublishing = DefaultMaxPublishing
 	}
 	return c
 }
@@ -75,15 +85,19 @@ func (c Config) Validate() error {
 	if c.BacklogRetryAfter <= 0 {
 		errs = append(errs, fmt.Errorf("backlog retry-after %s: must be positive", c.BacklogRetryAfter))
 	}
+	if c.MaxPublishing < 1 {
+		errs = append(errs, fmt.Errorf("max publishing %d: must be at least 1", c.MaxPublishing))
+	}
 	return errors.Join(errs...)
 }
 
 // API serves the ingest endpoints.
 type API struct {
-	cfg   Config
-	pub   Publisher
-	ready Readiness
-	log   zerolog.Logger
+	cfg        Config
+	pub        Publisher
+	ready      Readiness
+	log        zerolog.Logger
+	publishing chan struct{} // a slot per publish waiting for JetStream
 }
 
 // New returns the API.
@@ -92,7 +106,8 @@ func New(cfg Config, pub Publisher, ready Readiness, log zerolog.Logger) (*API, 
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &API{cfg: cfg, pub: pub, ready: ready, log: log.With().Str("component", "ingest").Logger()}, nil
+	return &API{cfg: cfg, pub: pub, ready: ready, log: log.With().Str("component", "ingest").Logger(),
+		publishing: make(chan struct{}, cfg.MaxPublishing)}, nil
 }
 
 // Handler returns the routes:
@@ -102,7 +117,7 @@ func New(cfg Config, pub Publisher, ready Readiness, log zerolog.Logger) (*API, 
 //	GET  /readyz       the queue is reachable and its streams are in place
 func (a *API) Handler() http.Handler {
 	r := chi.NewRouter()
-	r.Post("/v1/requests", a.accept)
+	r.Method(http.MethodPost, "/v1/requests", a.authorize(http.HandlerFunc(a.accept)))
 	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
@@ -139,6 +154,15 @@ func (a *API) accept(w http.ResponseWriter, r *http.Request) {
 	if p != nil {
 		a.cfg.Metrics.outcome(p.Code)
 		writeProblem(w, *p)
+		return
+	}
+	select {
+	case a.publishing <- struct{}{}:
+		defer func() { <-a.publishing }()
+	default:
+		a.cfg.Metrics.outcome("overloaded")
+		writeProblem(w, problem{Status: http.StatusServiceUnavailable, Code: "overloaded", RetryAfter: time.Second,
+			Detail: "too many requests are being stored at once; this one was not accepted; retry after the Retry-After delay"})
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), a.cfg.PublishTimeout)

@@ -3,6 +3,7 @@ package queue
 import (
 	"fmt"
 	"net/url"
+	"os"
 	"strings"
 	"time"
 
@@ -11,11 +12,66 @@ import (
 	"github.com/rs/zerolog"
 )
 
-// Connect dials NATS at url (a comma-separated list of servers) and keeps reconnecting
-// for as long as the connection is open: a service rides out a NATS restart instead of
-// exiting. Connection events are logged.
-func Connect(url, name string, log zerolog.Logger) (*nats.Conn, error) {
-	nc, err := nats.Connect(url, connectOptions(name, log)...)
+// Security is how a service proves who it is to NATS and checks the server, beyond a
+// user and password in the URL. Empty fields are not used.
+type Security struct {
+	// CredsFile is a NATS credentials file (a user JWT and its NKey seed).
+	CredsFile string
+	// NKeySeedFile holds an NKey user seed.
+	NKeySeedFile string
+	// CAFile holds the CA certificates the server's certificate must chain to; setting
+	// it (or CertFile) makes the connection use TLS.
+	CAFile string
+	// CertFile and KeyFile are a client certificate, for servers that verify clients.
+	CertFile, KeyFile string
+}
+
+func (s Security) options() ([]nats.Option, error) {
+	var opts []nats.Option
+	if s.CredsFile != "" && s.NKeySeedFile != "" {
+		return nil, fmt.Errorf("NATS_CREDS_FILE and NATS_NKEY_SEED_FILE: give one, not both")
+	}
+	if s.CredsFile != "" {
+		if _, err := os.Stat(s.CredsFile); err != nil {
+			return nil, fmt.Errorf("NATS_CREDS_FILE: %w", err)
+		}
+		opts = append(opts, nats.UserCredentials(s.CredsFile))
+	}
+	if s.NKeySeedFile != "" {
+		opt, err := nats.NkeyOptionFromSeed(s.NKeySeedFile)
+		if err != nil {
+			return nil, fmt.Errorf("NATS_NKEY_SEED_FILE: %w", err)
+		}
+		opts = append(opts, opt)
+	}
+	if (s.CertFile == "") != (s.KeyFile == "") {
+		return nil, fmt.Errorf("NATS_TLS_CERT and NATS_TLS_KEY: give both or neither")
+	}
+	if s.CAFile != "" {
+		if _, err := os.Stat(s.CAFile); err != nil {
+			return nil, fmt.Errorf("NATS_TLS_CA: %w", err)
+		}
+		opts = append(opts, nats.RootCAs(s.CAFile))
+	}
+	if s.CertFile != "" {
+		opts = append(opts, nats.ClientCert(s.CertFile, s.KeyFile))
+	}
+	if s.CAFile != "" || s.CertFile != "" {
+		opts = append(opts, nats.Secure())
+	}
+	return opts, nil
+}
+
+// Connect dials NATS at url (a comma-separated list of servers; a user and password may
+// be given in it) and keeps reconnecting for as long as the connection is open: a
+// service rides out a NATS restart instead of exiting. Connection events are logged;
+// passwords are not.
+func Connect(url, name string, log zerolog.Logger, sec Security) (*nats.Conn, error) {
+	opts, err := sec.options()
+	if err != nil {
+		return nil, err
+	}
+	nc, err := nats.Connect(url, append(connectOptions(name, log), opts...)...)
 	if err != nil {
 		return nil, fmt.Errorf("connecting to NATS at %s: %w", RedactURLs(url), err)
 	}

@@ -22,6 +22,9 @@ type EmbeddedConfig struct {
 	SyncAlways bool
 	// MaxPayload is the largest message the server takes. Defaults to 8 MiB.
 	MaxPayload int32
+	// Configure, if not nil, changes the server options last (tests use it for users and
+	// TLS).
+	Configure func(*server.Options)
 }
 
 // StartEmbedded starts a single-node JetStream server and waits until it accepts
@@ -56,6 +59,9 @@ func StartEmbedded(cfg EmbeddedConfig) (*server.Server, error) {
 			host = "0.0.0.0"
 		}
 		opts.Host, opts.Port = host, p
+	}
+	if cfg.Configure != nil {
+		cfg.Configure(opts)
 	}
 	s, err := server.NewServer(opts)
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/mattn/go-isatty"
+	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 
 	"github.com/penguinhq/dispatcher/pkg/dispatch"
@@ -45,16 +46,27 @@ func (l *Log) Logger(w io.Writer, service string) zerolog.Logger {
 	return zerolog.New(w).Level(level).With().Timestamp().Str("service", service).Logger()
 }
 
-// NATS is where to find NATS.
+// NATS is where to find NATS and how to connect.
 type NATS struct {
 	URL string
+	queue.Security
 }
 
-// NATSSettings registers NATS_URL.
+// NATSSettings registers NATS_URL and the NATS credential and TLS settings.
 func NATSSettings(s *Settings) *NATS {
 	n := &NATS{}
-	s.URLs(&n.URL, "NATS_URL", "nats://127.0.0.1:4222", "NATS server URL, or a comma-separated list of a cluster's servers", "nats", "tls")
+	s.URLs(&n.URL, "NATS_URL", "nats://127.0.0.1:4222", "NATS server URL, or a comma-separated list of a cluster's servers; a user and password may be given in it (nats://user:password@host:4222)", "nats", "tls")
+	s.String(&n.CredsFile, "NATS_CREDS_FILE", "", "NATS credentials file (user JWT and NKey seed)")
+	s.String(&n.NKeySeedFile, "NATS_NKEY_SEED_FILE", "", "file holding a NATS NKey user seed")
+	s.String(&n.CAFile, "NATS_TLS_CA", "", "CA certificates (PEM) NATS servers' certificates must chain to; turns TLS on")
+	s.String(&n.CertFile, "NATS_TLS_CERT", "", "client certificate (PEM) for NATS servers that verify clients; turns TLS on")
+	s.String(&n.KeyFile, "NATS_TLS_KEY", "", "the client certificate's private key (PEM)")
 	return n
+}
+
+// Connect connects to NATS with these settings.
+func (n *NATS) Connect(name string, log zerolog.Logger) (*nats.Conn, error) {
+	return queue.Connect(n.URL, name, log, n.Security)
 }
 
 // QueueSettings registers the stream settings.
@@ -75,14 +87,24 @@ func QueueSettings(s *Settings) *queue.Config {
 type Ingest struct {
 	Addr string
 	ingest.Config
+	TokensFile, Tokens        string
+	TLSCert, TLSKey, ClientCA string
 }
 
 // IngestSettings registers the ingest API settings.
 func IngestSettings(s *Settings) *Ingest {
 	c := &Ingest{}
+	var publishing int64
 	s.String(&c.Addr, "INGEST_ADDR", ":8080", "address the ingest API listens on")
 	s.Int(&c.MaxBodyBytes, "MAX_BODY_BYTES", ingest.DefaultMaxBodyBytes, 1, 64<<20, "largest request body accepted, in bytes")
 	s.Duration(&c.PublishTimeout, "PUBLISH_TIMEOUT", ingest.DefaultPublishTimeout, time.Millisecond, "how long ingest waits for JetStream to acknowledge a request")
+	s.Int(&publishing, "MAX_PUBLISHING", ingest.DefaultMaxPublishing, 1, 1_000_000, "publishes waiting for JetStream at once; past it ingest answers 503 overloaded")
+	s.String(&c.TokensFile, "INGEST_TOKENS_FILE", "", "file of accepted bearer tokens, as hex SHA-256 hashes, one per line; re-read when it changes")
+	s.String(&c.Tokens, "INGEST_TOKEN", "", "accepted bearer token(s), comma-separated; with neither this nor INGEST_TOKENS_FILE, ingest accepts anyone")
+	s.String(&c.TLSCert, "INGEST_TLS_CERT", "", "certificate (PEM) to serve the ingest API over TLS")
+	s.String(&c.TLSKey, "INGEST_TLS_KEY", "", "the certificate's private key (PEM)")
+	s.String(&c.ClientCA, "INGEST_TLS_CLIENT_CA", "", "CA certificates (PEM) client certificates must chain to: turns mutual TLS on")
+	s.afterParse(func() { c.MaxPublishing = int(publishing) })
 	return c
 }
 

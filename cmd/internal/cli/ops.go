@@ -2,16 +2,24 @@ package cli
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
 	"fmt"
+	"net"
 	"net/http"
+	"os"
+	"strings"
 	"time"
 
 	"github.com/go-chi/chi/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/rs/zerolog"
 
 	"github.com/penguinhq/dispatcher/pkg/httpapi"
+	"github.com/penguinhq/dispatcher/pkg/ingest"
 )
 
 // Ops is the operators' listener settings.
@@ -71,3 +79,45 @@ func OpsHandler(reg *prometheus.Registry, ready func(ctx context.Context) error,
 	})
 	return r
 }
+
+// Secure applies the ingest settings' authentication to cfg and ln: the bearer tokens
+// (watched for changes until ctx ends) and TLS, mutual when a client CA is given. It
+// logs a warning when ingest is left open to anyone.
+func (c *Ingest) Secure(ctx context.Context, ln net.Listener, log zerolog.Logger) (net.Listener, error) {
+	if c.TokensFile != "" || c.Tokens != "" {
+		t, err := ingest.NewTokens(c.TokensFile, strings.Split(c.Tokens, ","))
+		if err != nil {
+			return nil, fmt.Errorf("INGEST_TOKENS_FILE / INGEST_TOKEN: %w", err)
+		}
+		c.Config.Tokens = t
+		go t.Watch(ctx, 5*time.Second, log)
+	} else {
+		log.Warn().Msg("ingest accepts requests from anyone: set INGEST_TOKENS_FILE or INGEST_TOKEN to require a bearer token")
+	}
+	if c.TLSCert == "" && c.TLSKey == "" && c.ClientCA == "" {
+		return ln, nil
+	}
+	if c.TLSCert == "" || c.TLSKey == "" {
+		return nil, errors.New("INGEST_TLS_CERT and INGEST_TLS_KEY: give both (INGEST_TLS_CLIENT_CA needs them too)")
+	}
+	cert, err := tls.LoadX509KeyPair(c.TLSCert, c.TLSKey)
+	if err != nil {
+		return nil, fmt.Errorf("INGEST_TLS_CERT / INGEST_TLS_KEY: %w", err)
+	}
+	cfg := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	if c.ClientCA != "" {
+		pem, err := os.ReadFile(c.ClientCA)
+		if err != nil {
+			return nil, fmt.Errorf("INGEST_TLS_CLIENT_CA: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("INGEST_TLS_CLIENT_CA=%q holds no PEM certificate", c.ClientCA)
+		}
+		cfg.ClientCAs, cfg.ClientAuth = pool, tls.RequireAndVerifyClientCert
+	}
+	return tlsListener{tls.NewListener(ln, cfg)}, nil
+}
+
+// tlsListener marks a listener that serves TLS, for URLFor.
+type tlsListener struct{ net.Listener }

@@ -130,5 +130,9 @@ func URLFor(ln net.Listener, path string) string {
 	if addr.IP.IsUnspecified() {
 		host = "127.0.0.1"
 	}
-	return "http://" + net.JoinHostPort(host, fmt.Sprint(addr.Port)) + path
+	scheme := "http://"
+	if _, ok := ln.(tlsListener); ok {
+		scheme = "https://"
+	}
+	return scheme + net.JoinHostPort(host, fmt.Sprint(addr.Port)) + path
 }

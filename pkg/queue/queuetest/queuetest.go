@@ -22,10 +22,16 @@ func Server(t testing.TB) *server.Server {
 // picks a free one). Restarting on the same dir and port finds the same data.
 func ServerAt(t testing.TB, dir, listen string) *server.Server {
 	t.Helper()
+	return ServerWith(t, dir, listen, nil)
+}
+
+// ServerWith is ServerAt with the server options changed by configure (users, TLS).
+func ServerWith(t testing.TB, dir, listen string, configure func(*server.Options)) *server.Server {
+	t.Helper()
 	if listen == "127.0.0.1:0" {
 		listen = "127.0.0.1:-1"
 	}
-	s, err := queue.StartEmbedded(queue.EmbeddedConfig{StoreDir: dir, Listen: listen})
+	s, err := queue.StartEmbedded(queue.EmbeddedConfig{StoreDir: dir, Listen: listen, Configure: configure})
 	if err != nil {
 		t.Fatalf("starting embedded nats: %v", err)
 	}
