@@ -46,11 +46,16 @@ func EncodeClientID(id string) string {
 	return base64.RawURLEncoding.EncodeToString([]byte(id))
 }
 
-// DecodeClientID reverses EncodeClientID.
+// DecodeClientID reverses EncodeClientID. Only the token EncodeClientID makes is
+// accepted: the decoder would skip line breaks, so one clientId could otherwise be read
+// from several tokens.
 func DecodeClientID(token string) (string, error) {
 	b, err := base64.RawURLEncoding.Strict().DecodeString(token)
 	if err != nil {
 		return "", fmt.Errorf("decoding clientId token %q: %w", token, err)
+	}
+	if len(b) == 0 || EncodeClientID(string(b)) != token {
+		return "", fmt.Errorf("decoding clientId token %q: not the canonical token of a clientId", token)
 	}
 	return string(b), nil
 }
