@@ -29,8 +29,10 @@ bench: ## the benchmark table (several minutes); BENCHMARKS.md records one run
 images: ## images FROM scratch, no registry needed (IMAGE_TAG, default dev)
 	bash deployments/images.sh
 
+COMPOSE ?= $(shell command -v docker-compose >/dev/null 2>&1 && echo docker-compose || echo docker compose)
+
 up: images ## the compose stack: 3-node NATS cluster, 2 ingest, 2 dispatchers, demo raven
-	docker-compose up -d
+	$(COMPOSE) up -d
 
 down: ## stop the compose stack and delete its volumes
-	docker-compose down -v
+	$(COMPOSE) down -v

@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # Builds the service's images with no registry: static binaries (CGO_ENABLED=0) built
-# here, including nats-server from its Go module at the version in go.mod, copied into
-# images FROM scratch. Run through `make images`; IMAGE_TAG (default dev) tags them.
+# here for the Docker engine's OS and architecture, including nats-server from its Go
+# module at the version in go.mod, copied into images FROM scratch. Run through `make
+# images`; IMAGE_TAG (default dev) tags them.
+#
+# Needs Go (the version in go.mod) and the modules in the module cache: on an air-gapped
+# host, run `go mod download` once while connected, or copy a module cache over.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -10,32 +14,42 @@ tag="${IMAGE_TAG:-dev}"
 rm -rf "$out"
 mkdir -p "$out"
 
-export CGO_ENABLED=0
+export CGO_ENABLED=0 GOOS=linux
+GOARCH=$(docker version -f '{{.Server.Arch}}')
+export GOARCH
 flags=(-trimpath -ldflags=-s\ -w)
 echo "building static binaries into $out/"
 go build "${flags[@]}" -o "$out/" ./cmd/ingest ./cmd/dispatcher ./cmd/dispatchctl ./cmd/demoraven ./cmd/healthcheck
 nats_version=$(go list -m -f '{{.Version}}' github.com/nats-io/nats-server/v2)
 go build "${flags[@]}" -o "$out/" github.com/nats-io/nats-server/v2
 
-# CA roots for TLS to raven or NATS; an empty file when the host has none.
-if [ -f /etc/ssl/certs/ca-certificates.crt ]; then
-  cp /etc/ssl/certs/ca-certificates.crt "$out/"
-else
-  echo "no /etc/ssl/certs/ca-certificates.crt here: the images will trust no CA" >&2
+# CA roots for TLS to raven or NATS, from the host (Debian/Ubuntu, Fedora/RHEL, Alpine,
+# macOS), or CA_BUNDLE.
+bundle="${CA_BUNDLE:-}"
+for f in /etc/ssl/certs/ca-certificates.crt /etc/pki/tls/certs/ca-bundle.crt /etc/ssl/cert.pem; do
+  [ -z "$bundle" ] && [ -f "$f" ] && bundle=$f
+done
+if [ -n "$bundle" ]; then
+  cp "$bundle" "$out/ca-certificates.crt"
+elif [ "${ALLOW_NO_CA:-}" = 1 ]; then
+  echo "no CA bundle found: the images will trust no CA (TLS to raven or NATS will fail)" >&2
   : > "$out/ca-certificates.crt"
+else
+  echo "no CA bundle found: set CA_BUNDLE=<file>, or ALLOW_NO_CA=1 for images that trust no CA" >&2
+  exit 1
 fi
+mkdir -p "$out/data" # the data directory, owned by the unprivileged user in the images
 
-build() { # image app user version
+build() { # image version
   local log
-  if ! log=$(docker build -f deployments/Dockerfile --build-arg "APP=$2" --build-arg "RUN_AS=$3" \
-      --label "org.opencontainers.image.version=$4" -t "penguin-dispatch/$1:$tag" "$out" 2>&1); then
+  if ! log=$(docker build -f deployments/Dockerfile --build-arg "APP=$1" \
+      --label "org.opencontainers.image.version=$2" -t "penguin-dispatch/$1:$tag" "$out" 2>&1); then
     echo "$log" >&2
     exit 1
   fi
-  echo "built penguin-dispatch/$1:$tag"
+  echo "built penguin-dispatch/$1:$tag ($GOOS/$GOARCH)"
 }
-build ingest ingest 65534:65534 "$tag"
-build dispatcher dispatcher 65534:65534 "$tag"
-build demoraven demoraven 65534:65534 "$tag"
-# nats-server writes JetStream data to a volume created owned by root.
-build nats-server nats-server 0:0 "$nats_version"
+build ingest "$tag"
+build dispatcher "$tag"
+build demoraven "$tag"
+build nats-server "$nats_version"

@@ -5,10 +5,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -37,13 +39,15 @@ type composeStack struct {
 	root    string
 	project string
 	env     []string
+	envFile string // empty: an operator's .env beside the compose file must not steer the test
 	ports   map[string]string
 }
 
 func (c *composeStack) run(timeout time.Duration, args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	full := append(append(append([]string{}, c.cmd[1:]...), "-p", c.project, "-f", filepath.Join(c.root, "docker-compose.yml")), args...)
+	full := append(append(append([]string{}, c.cmd[1:]...), "-p", c.project, "-f", filepath.Join(c.root, "docker-compose.yml"),
+		"--env-file", c.envFile), args...)
 	cmd := exec.CommandContext(ctx, c.cmd[0], full...)
 	cmd.Dir, cmd.Env = c.root, c.env
 	out, err := cmd.CombinedOutput()
@@ -55,6 +59,55 @@ func (c *composeStack) must(timeout time.Duration, args ...string) {
 	if out, err := c.run(timeout, args...); err != nil {
 		c.t.Fatalf("compose %v: %v\n%s", args, err, out)
 	}
+}
+
+// healthy says whether service's container reports healthy.
+func (c *composeStack) healthy(service string) bool {
+	id, err := c.run(time.Minute, "ps", "-q", service)
+	if err != nil || strings.TrimSpace(id) == "" {
+		return false
+	}
+	out, err := exec.Command("docker", "inspect", "-f", "{{.State.Health.Status}}", strings.TrimSpace(id)).Output()
+	return err == nil && strings.TrimSpace(string(out)) == "healthy"
+}
+
+// removeStaleStacks takes down what an earlier run of this test left behind (a run
+// killed by a timeout does not clean up).
+func removeStaleStacks(t *testing.T, c *composeStack) {
+	out, err := exec.Command("docker", "ps", "-a", "--format", `{{.Label "com.docker.compose.project"}}`).Output()
+	if err != nil {
+		return
+	}
+	seen := map[string]bool{}
+	for _, p := range strings.Fields(string(out)) {
+		if strings.HasPrefix(p, "dispatche2e") && p != c.project && !seen[p] {
+			seen[p] = true
+			stale := *c
+			stale.project = p
+			if out, err := stale.run(2*time.Minute, "down", "-v", "--remove-orphans", "-t", "1"); err != nil {
+				t.Logf("removing stale stack %s: %v\n%s", p, err, out)
+			}
+		}
+	}
+}
+
+// scrapeQuiet is scrape for polling: an empty map when the scrape fails.
+func scrapeQuiet(url string) map[string]float64 {
+	out := map[string]float64{}
+	resp, err := http.Get(url)
+	if err != nil {
+		return out
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	for _, line := range strings.Split(string(raw), "\n") {
+		if i := strings.LastIndexByte(line, ' '); i > 0 && !strings.HasPrefix(line, "#") {
+			if v, err := strconv.ParseFloat(line[i+1:], 64); err == nil {
+				out[line[:i]] = v
+			}
+		}
+	}
+	return out
 }
 
 func (c *composeStack) url(port, path string) string {
@@ -91,9 +144,19 @@ func TestComposeStackSurvivesKilledContainers(t *testing.T) {
 		t.Fatalf("make images: %v\n%s", err, out)
 	}
 
-	c := &composeStack{t: t, cmd: cmd, root: root, project: fmt.Sprintf("dispatche2e%d", os.Getpid()), ports: map[string]string{}}
-	c.env = append(os.Environ(), "IMAGE_TAG="+tag, "DISPATCH_INTERVAL="+interval.String(), "RECORD_ARRIVALS=true",
-		"LEASE_TTL=4s", "RAVEN_TIMEOUT=1s", "PARTITIONS=16")
+	const token = "e2e-ingest-token"
+	c := &composeStack{t: t, cmd: cmd, root: root, project: fmt.Sprintf("dispatche2e%d", os.Getpid()), ports: map[string]string{},
+		envFile: filepath.Join(t.TempDir(), "empty.env")}
+	if err := os.WriteFile(c.envFile, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	removeStaleStacks(t, c)
+	// Everything the stack reads is set here: nothing comes from the operator's shell.
+	c.env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"), "DOCKER_HOST=" + os.Getenv("DOCKER_HOST"),
+		"IMAGE_TAG=" + tag, "DISPATCH_INTERVAL=" + interval.String(), "RECORD_ARRIVALS=true",
+		"LEASE_TTL=4s", "RAVEN_TIMEOUT=1s", "PARTITIONS=16", "RAVEN_URL=http://demoraven:8081/", "ADMIN_TOKEN=",
+		"INGEST_TOKEN=" + token, "INGEST_NATS_PASSWORD=e2e-i", "DISPATCHER_NATS_PASSWORD=e2e-d", "OPS_NATS_PASSWORD=e2e-o",
+		"SYS_NATS_PASSWORD=e2e-s"}
 	for _, p := range []string{"INGEST_PORT", "INGEST2_PORT", "RAVEN_PORT", "NATS_PORT", "DISPATCHER_OPS_PORT", "DISPATCHER2_OPS_PORT"} {
 		addr := freeAddr(t)
 		c.ports[p] = addr[strings.LastIndexByte(addr, ':')+1:]
@@ -129,6 +192,7 @@ func TestComposeStackSurvivesKilledContainers(t *testing.T) {
 			req, _ := http.NewRequest(http.MethodPost, ingest, bytes.NewReader(body))
 			req.Header.Set("Content-Type", "application/json")
 			req.Header.Set("Idempotency-Key", fmt.Sprintf("%s-%d", client, n))
+			req.Header.Set("Authorization", "Bearer "+token)
 			resp, err := http.DefaultClient.Do(req)
 			if err == nil {
 				var a struct{ ID, ClientID string }
@@ -166,10 +230,15 @@ func TestComposeStackSurvivesKilledContainers(t *testing.T) {
 
 	time.Sleep(3 * time.Second)
 	c.must(time.Minute, "kill", "dispatcher-1")
-	time.Sleep(2 * time.Second)
+	time.Sleep(time.Second)
 	c.must(time.Minute, "kill", "nats-2")
-	time.Sleep(4 * time.Second)
+	// The kill must matter: dispatcher-2 takes every partition over.
+	waitFor(t, 60*time.Second, "dispatcher-2 to own all 16 partitions", func() bool {
+		return scrapeQuiet(c.url("DISPATCHER2_OPS_PORT", "/metrics"))["dispatch_partitions_owned"] == 16
+	})
 	c.must(2*time.Minute, "start", "nats-2", "dispatcher-1")
+	waitReady(t, c.url("DISPATCHER_OPS_PORT", ""))
+	waitFor(t, 60*time.Second, "nats-2 to be healthy again", func() bool { return c.healthy("nats-2") })
 	for range clients {
 		if err := <-errs; err != nil {
 			t.Fatal(err)

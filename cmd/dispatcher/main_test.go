@@ -72,3 +72,19 @@ func TestSettings(t *testing.T) {
 		})
 	}
 }
+
+// A bad NATS_URL is reported without the password in it.
+func TestSettingsErrorsHidePasswords(t *testing.T) {
+	t.Parallel()
+	_, err := parse(nil, env(map[string]string{"STANDALONE": "1", "NATS_URL": "nats://u:pa55word@n1:4222,http://u:pa55word@n2:4222"}), io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "NATS_URL") {
+		t.Fatalf("err = %v, want one naming NATS_URL", err)
+	}
+	if strings.Contains(err.Error(), "pa55word") {
+		t.Fatalf("the error shows the password: %v", err)
+	}
+	_, err = parse(nil, env(map[string]string{"STANDALONE": "1", "NATS_USER": "u"}), io.Discard)
+	if err != nil {
+		t.Fatalf("NATS_USER alone is checked when connecting, not parsing: %v", err)
+	}
+}

@@ -15,6 +15,9 @@ import (
 // Security is how a service proves who it is to NATS and checks the server, beyond a
 // user and password in the URL. Empty fields are not used.
 type Security struct {
+	// User and Password authenticate with a user name and password (a pair in the URL
+	// works too).
+	User, Password string
 	// CredsFile is a NATS credentials file (a user JWT and its NKey seed).
 	CredsFile string
 	// NKeySeedFile holds an NKey user seed.
@@ -28,6 +31,12 @@ type Security struct {
 
 func (s Security) options() ([]nats.Option, error) {
 	var opts []nats.Option
+	if (s.User == "") != (s.Password == "") {
+		return nil, fmt.Errorf("NATS_USER and NATS_PASSWORD: give both or neither")
+	}
+	if s.User != "" {
+		opts = append(opts, nats.UserInfo(s.User, s.Password))
+	}
 	if s.CredsFile != "" && s.NKeySeedFile != "" {
 		return nil, fmt.Errorf("NATS_CREDS_FILE and NATS_NKEY_SEED_FILE: give one, not both")
 	}

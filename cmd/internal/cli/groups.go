@@ -56,6 +56,8 @@ type NATS struct {
 func NATSSettings(s *Settings) *NATS {
 	n := &NATS{}
 	s.URLs(&n.URL, "NATS_URL", "nats://127.0.0.1:4222", "NATS server URL, or a comma-separated list of a cluster's servers; a user and password may be given in it (nats://user:password@host:4222)", "nats", "tls")
+	s.String(&n.User, "NATS_USER", "", "NATS user name (instead of one in NATS_URL)")
+	s.Secret(&n.Password, "NATS_PASSWORD", "NATS user's password (instead of one in NATS_URL)")
 	s.String(&n.CredsFile, "NATS_CREDS_FILE", "", "NATS credentials file (user JWT and NKey seed)")
 	s.String(&n.NKeySeedFile, "NATS_NKEY_SEED_FILE", "", "file holding a NATS NKey user seed")
 	s.String(&n.CAFile, "NATS_TLS_CA", "", "CA certificates (PEM) NATS servers' certificates must chain to; turns TLS on")
@@ -100,7 +102,7 @@ func IngestSettings(s *Settings) *Ingest {
 	s.Duration(&c.PublishTimeout, "PUBLISH_TIMEOUT", ingest.DefaultPublishTimeout, time.Millisecond, "how long ingest waits for JetStream to acknowledge a request")
 	s.Int(&publishing, "MAX_PUBLISHING", ingest.DefaultMaxPublishing, 1, 1_000_000, "publishes waiting for JetStream at once; past it ingest answers 503 overloaded")
 	s.String(&c.TokensFile, "INGEST_TOKENS_FILE", "", "file of accepted bearer tokens, as hex SHA-256 hashes, one per line; re-read when it changes")
-	s.String(&c.Tokens, "INGEST_TOKEN", "", "accepted bearer token(s), comma-separated; with neither this nor INGEST_TOKENS_FILE, ingest accepts anyone")
+	s.Secret(&c.Tokens, "INGEST_TOKEN", "accepted bearer token(s), comma-separated; with neither this nor INGEST_TOKENS_FILE, ingest accepts anyone")
 	s.String(&c.TLSCert, "INGEST_TLS_CERT", "", "certificate (PEM) to serve the ingest API over TLS")
 	s.String(&c.TLSKey, "INGEST_TLS_KEY", "", "the certificate's private key (PEM)")
 	s.String(&c.ClientCA, "INGEST_TLS_CLIENT_CA", "", "CA certificates (PEM) client certificates must chain to: turns mutual TLS on")

@@ -33,7 +33,7 @@ func OpsSettings(s *Settings, def string, withAdmin bool) *Ops {
 	o := &Ops{}
 	s.String(&o.Addr, "OPS_ADDR", def, "address of the operators' listener: /metrics, /healthz, /readyz"+map[bool]string{true: " and the admin API", false: ""}[withAdmin])
 	if withAdmin {
-		s.String(&o.Token, "ADMIN_TOKEN", "", "bearer token of the admin API on OPS_ADDR; empty turns the admin API off")
+		s.Secret(&o.Token, "ADMIN_TOKEN", "bearer token of the admin API on OPS_ADDR; empty turns the admin API off")
 	}
 	return o
 }

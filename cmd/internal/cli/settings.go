@@ -13,6 +13,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/penguinhq/dispatcher/pkg/queue"
 )
 
 // Settings is a set of settings, each a flag and an environment variable of the same
@@ -27,6 +29,7 @@ type Settings struct {
 type spec struct {
 	env, flag, accepts string
 	check              func(string) error
+	redact             func(string) string // how the value appears in errors; nil: as it is
 }
 
 // NewSettings returns an empty set for the program name, reading variables with getenv.
@@ -98,14 +101,14 @@ func (s *Settings) resolve() error {
 			}
 			source = sp.env
 			if err := s.fs.Set(sp.flag, v); err != nil {
-				errs = append(errs, fmt.Errorf("%s=%q is not valid: it accepts %s", source, v, sp.accepts))
+				errs = append(errs, fmt.Errorf("%s=%q is not valid: it accepts %s", source, sp.shown(v), sp.accepts))
 				continue
 			}
 		}
 		if sp.check != nil {
 			val := s.fs.Lookup(sp.flag).Value.String()
 			if err := sp.check(val); err != nil {
-				errs = append(errs, fmt.Errorf("%s=%q is not valid (%v): it accepts %s", source, val, err, sp.accepts))
+				errs = append(errs, fmt.Errorf("%s=%q is not valid (%v): it accepts %s", source, sp.shown(val), err, sp.accepts))
 			}
 		}
 	}
@@ -116,6 +119,13 @@ func (s *Settings) resolve() error {
 		f()
 	}
 	return nil
+}
+
+func (sp *spec) shown(v string) string {
+	if sp.redact == nil {
+		return v
+	}
+	return sp.redact(v)
 }
 
 // afterParse runs f once every value is read, to copy values into their final types.
@@ -143,11 +153,18 @@ func (s *Settings) URLs(p *string, env, def, usage string, schemes ...string) {
 		for _, one := range strings.Split(v, ",") {
 			u, err := url.Parse(strings.TrimSpace(one))
 			if err != nil || u.Host == "" || !slices.Contains(schemes, u.Scheme) {
-				return fmt.Errorf("%q is not a %s URL", one, strings.Join(schemes, "/"))
+				return fmt.Errorf("%q is not a %s URL (a password in it must be URL-escaped)", queue.RedactURLs(one), strings.Join(schemes, "/"))
 			}
 		}
 		return nil
 	})
+	s.specs[len(s.specs)-1].redact = queue.RedactURLs
+}
+
+// Secret registers a string setting whose value never appears in messages.
+func (s *Settings) Secret(p *string, env, usage string) {
+	s.add(env, usage, "any text", (*stringValue)(p), nil)
+	s.specs[len(s.specs)-1].redact = func(string) string { return "(hidden)" }
 }
 
 // OneOf registers a setting that takes one of a few words.
