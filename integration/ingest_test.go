@@ -59,6 +59,7 @@ func TestBadInputIsRefusedAndNotPublished(t *testing.T) {
 		{"IdempotencyKeyControl", h("Content-Type", jsonCT, "Idempotency-Key", "a\tb"), `{"clientId":"a"}`, 400, "idempotency_key_invalid"},
 		{"IdempotencyKeyTooLong", h("Content-Type", jsonCT, "Idempotency-Key", strings.Repeat("k", 257)), `{"clientId":"a"}`, 400, "idempotency_key_invalid"},
 		{"TooLarge", h("Content-Type", jsonCT), `{"clientId":"a","pad":"` + strings.Repeat("p", 4096) + `"}`, 413, "body_too_large"},
+		{"OneByteOverTheLimit", h("Content-Type", jsonCT), `{"clientId":"a","pad":"` + strings.Repeat("p", 4096-len(`{"clientId":"a","pad":""}`)+1) + `"}`, 413, "body_too_large"},
 		{"NotJSON", h("Content-Type", "text/plain"), `{"clientId":"a"}`, 415, "unsupported_media_type"},
 		{"NoContentType", h(), `{"clientId":"a"}`, 415, "unsupported_media_type"},
 		{"DeeplyNested", h("Content-Type", jsonCT), `{"clientId":"a","x":` + strings.Repeat("[", 20000) + strings.Repeat("]", 20000) + `}`, 413, "body_too_large"},
@@ -76,6 +77,11 @@ func TestBadInputIsRefusedAndNotPublished(t *testing.T) {
 				t.Fatalf("problem %v lacks a useful detail or status", a.Body)
 			}
 		})
+	}
+	// A body exactly at the limit is accepted.
+	atLimit := `{"clientId":"a","pad":"` + strings.Repeat("p", 4096-len(`{"clientId":"a","pad":""}`)) + `"}`
+	if a := s.postRaw(h("Content-Type", jsonCT), []byte(atLimit)); a.Status != 202 {
+		t.Fatalf("a body of exactly the limit (%d bytes): %d %v", len(atLimit), a.Status, a.Body)
 	}
 	// Deep nesting within the size limit is refused by the JSON parser, not a crash.
 	deep := `{"clientId":"a","x":` + strings.Repeat("[", 1990) + strings.Repeat("]", 1990) + `}`

@@ -172,9 +172,10 @@ func (s *Service) handle(fn func(*http.Request) (any, error)) http.HandlerFunc {
 		case errors.Is(err, ErrNotFound):
 			httpapi.WriteProblem(w, httpapi.Problem{Status: http.StatusNotFound, Code: "not_found", Detail: err.Error()})
 		case err != nil:
+			// The cause goes to the log, not to the caller.
 			s.log.Warn().Err(err).Str("path", r.URL.Path).Msg("admin call failed")
 			httpapi.WriteProblem(w, httpapi.Problem{Status: http.StatusServiceUnavailable, Code: "unavailable", RetryAfter: time.Second,
-				Detail: "the queue could not be read or written: " + err.Error()})
+				Detail: "the queue could not be read or written just now; the dispatcher's log says why; retry after the Retry-After delay"})
 		default:
 			httpapi.WriteJSON(w, http.StatusOK, out)
 		}
