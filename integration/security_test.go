@@ -2,8 +2,10 @@ package integration
 
 import (
 	"bufio"
+	"context"
 	"crypto/sha256"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -11,13 +13,17 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/penguinhq/dispatcher/pkg/ingest"
 	"github.com/penguinhq/dispatcher/pkg/queue/queuetest"
+	"github.com/penguinhq/dispatcher/pkg/request"
 )
 
 func hashLine(token string) string {
@@ -236,4 +242,108 @@ func TestSubjectSyntaxInClientIDsIsInert(t *testing.T) {
 	}
 	s.startDispatcher()
 	s.finish(10*time.Second, 0)
+}
+
+// The admin API over TLS with a certificate made in the test: its own token, verified
+// server certificate, nothing in plain text.
+func TestAdminAPIOverTLS(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, options{noStart: true})
+	pki := queuetest.NewPKI(t)
+	ops := freeAddr(t)
+	startProc(t, map[string]string{"NATS_URL": s.srv.ClientURL(), "RAVEN_URL": s.ravenURL, "LEASE_TTL": "2s", "RAVEN_TIMEOUT": "1s",
+		"OPS_ADDR": ops, "OPS_TLS_CERT": pki.ServerCert, "OPS_TLS_KEY": pki.ServerKey, "ADMIN_TOKEN": "admin-secret"})
+	c := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pki.Pool}}, Timeout: 5 * time.Second}
+	base := "https://" + ops
+	waitFor(t, 20*time.Second, "the dispatcher's listener over TLS", func() bool {
+		resp, err := c.Get(base + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == 200
+	})
+	call := func(c *http.Client, url, token string) int {
+		req, _ := http.NewRequest(http.MethodGet, url, nil)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := c.Do(req)
+		if err != nil {
+			return 0
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if code := call(c, base+"/admin/v1/steering", "admin-secret"); code != 200 {
+		t.Fatalf("admin call with the token over TLS: %d", code)
+	}
+	if code := call(c, base+"/admin/v1/steering", "not-it"); code != 401 {
+		t.Fatalf("admin call with a wrong token: %d, want 401", code)
+	}
+	untrusting := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: x509.NewCertPool()}}, Timeout: 5 * time.Second}
+	if code := call(untrusting, base+"/admin/v1/steering", "admin-secret"); code != 0 {
+		t.Fatalf("a client that cannot verify the certificate got %d", code)
+	}
+	if code := call(http.DefaultClient, "http://"+ops+"/admin/v1/steering", "admin-secret"); code == 200 {
+		t.Fatal("the admin API answered over plain HTTP")
+	}
+}
+
+// gatedPublisher holds each publish until the gate opens, then publishes for real.
+type gatedPublisher struct {
+	q       ingest.Publisher
+	gate    chan struct{}
+	waiting *atomic.Int64
+}
+
+func (g gatedPublisher) Publish(ctx context.Context, r request.Request) (request.Receipt, error) {
+	g.waiting.Add(1)
+	select {
+	case <-g.gate:
+	case <-ctx.Done():
+		return request.Receipt{}, ctx.Err()
+	}
+	return g.q.Publish(ctx, r)
+}
+
+// With MAX_PUBLISHING publishes already waiting for JetStream, the next request gets 503
+// overloaded at once (nothing held in memory), and the waiting ones complete.
+func TestPublishesInFlightAreBounded(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, options{noStart: true})
+	gate, waiting := make(chan struct{}), &atomic.Int64{}
+	api, err := ingest.New(ingest.Config{MaxPublishing: 2}, gatedPublisher{q: s.q, gate: gate, waiting: waiting}, s.q, testLog())
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(api.Handler())
+	defer srv.Close()
+	s.ingestURL = srv.URL + "/v1/requests"
+	done := make(chan answer, 2)
+	for i := range 2 {
+		go func() {
+			a, _ := s.tryPost(jsonHeader(), []byte(fmt.Sprintf(`{"clientId":"c%d"}`, i)))
+			done <- a
+		}()
+	}
+	waitFor(t, 5*time.Second, "two publishes to be waiting", func() bool { return waiting.Load() == 2 })
+	if a := s.postRaw(jsonHeader(), []byte(`{"clientId":"third"}`)); a.Status != 503 || a.str("code") != "overloaded" || a.Header.Get("Retry-After") == "" {
+		t.Fatalf("a third request while two publishes wait: %d %v, want 503 overloaded with Retry-After", a.Status, a.Body)
+	}
+	if w := waiting.Load(); w != 2 {
+		t.Fatalf("%d publishes reached the queue, want the third refused before it", w)
+	}
+	close(gate)
+	for range 2 {
+		if a := <-done; a.Status != 202 {
+			t.Fatalf("a waiting publish ended %d %v", a.Status, a.Body)
+		}
+	}
+	if a := s.postRaw(jsonHeader(), []byte(`{"clientId":"after"}`)); a.Status != 202 {
+		t.Fatalf("after the gate opened: %d %v", a.Status, a.Body)
+	}
+	if n := s.queued(); n != 3 {
+		t.Fatalf("%d queued, want the 3 accepted", n)
+	}
 }

@@ -166,6 +166,9 @@ func runDispatcher(ctx context.Context, c *settings, q *queue.Queue, reg *promet
 	if err != nil {
 		return err
 	}
+	if ln, err = c.ops.Secure(ln); err != nil {
+		return err
+	}
 	opsCtx, stopOps := context.WithCancel(context.WithoutCancel(ctx))
 	opsDone := make(chan error, 1)
 	go func() {

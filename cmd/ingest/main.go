@@ -74,6 +74,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, _ io.Wr
 	if err != nil {
 		return err
 	}
+	if opsLn, err = ops.Secure(opsLn); err != nil {
+		return err
+	}
 	// The operators' listener outlives the API by its drain, so that the last requests
 	// are counted in a scrape.
 	opsCtx, stopOps := context.WithCancel(context.WithoutCancel(ctx))

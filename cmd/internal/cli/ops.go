@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -24,14 +23,17 @@ import (
 
 // Ops is the operators' listener settings.
 type Ops struct {
-	Addr  string
-	Token string
+	Addr            string
+	Token           string
+	TLSCert, TLSKey string
 }
 
 // OpsSettings registers OPS_ADDR, and ADMIN_TOKEN when withAdmin.
 func OpsSettings(s *Settings, def string, withAdmin bool) *Ops {
 	o := &Ops{}
 	s.String(&o.Addr, "OPS_ADDR", def, "address of the operators' listener: /metrics, /healthz, /readyz"+map[bool]string{true: " and the admin API", false: ""}[withAdmin])
+	s.String(&o.TLSCert, "OPS_TLS_CERT", "", "certificate (PEM) to serve the operators' listener over TLS")
+	s.String(&o.TLSKey, "OPS_TLS_KEY", "", "the certificate's private key (PEM)")
 	if withAdmin {
 		s.Secret(&o.Token, "ADMIN_TOKEN", "bearer token of the admin API on OPS_ADDR; empty turns the admin API off")
 	}
@@ -94,25 +96,36 @@ func (c *Ingest) Secure(ctx context.Context, ln net.Listener, log zerolog.Logger
 	} else {
 		log.Warn().Msg("ingest accepts requests from anyone: set INGEST_TOKENS_FILE or INGEST_TOKEN to require a bearer token")
 	}
-	if c.TLSCert == "" && c.TLSKey == "" && c.ClientCA == "" {
+	return serveTLS(ln, "INGEST_TLS", c.TLSCert, c.TLSKey, c.ClientCA)
+}
+
+// Secure serves the operators' listener over TLS when OPS_TLS_CERT is set.
+func (o *Ops) Secure(ln net.Listener) (net.Listener, error) {
+	return serveTLS(ln, "OPS_TLS", o.TLSCert, o.TLSKey, "")
+}
+
+// serveTLS wraps ln in TLS with cert and key (none given: ln as it is), requiring client
+// certificates from clientCA when it is given. prefix names the settings in errors.
+func serveTLS(ln net.Listener, prefix, certFile, keyFile, clientCA string) (net.Listener, error) {
+	if certFile == "" && keyFile == "" && clientCA == "" {
 		return ln, nil
 	}
-	if c.TLSCert == "" || c.TLSKey == "" {
-		return nil, errors.New("INGEST_TLS_CERT and INGEST_TLS_KEY: give both (INGEST_TLS_CLIENT_CA needs them too)")
+	if certFile == "" || keyFile == "" {
+		return nil, fmt.Errorf("%s_CERT and %s_KEY: give both (a client CA needs them too)", prefix, prefix)
 	}
-	cert, err := tls.LoadX509KeyPair(c.TLSCert, c.TLSKey)
+	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
 	if err != nil {
-		return nil, fmt.Errorf("INGEST_TLS_CERT / INGEST_TLS_KEY: %w", err)
+		return nil, fmt.Errorf("%s_CERT / %s_KEY: %w", prefix, prefix, err)
 	}
 	cfg := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
-	if c.ClientCA != "" {
-		pem, err := os.ReadFile(c.ClientCA)
+	if clientCA != "" {
+		pem, err := os.ReadFile(clientCA)
 		if err != nil {
-			return nil, fmt.Errorf("INGEST_TLS_CLIENT_CA: %w", err)
+			return nil, fmt.Errorf("%s_CLIENT_CA: %w", prefix, err)
 		}
 		pool := x509.NewCertPool()
 		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("INGEST_TLS_CLIENT_CA=%q holds no PEM certificate", c.ClientCA)
+			return nil, fmt.Errorf("%s_CLIENT_CA=%q holds no PEM certificate", prefix, clientCA)
 		}
 		cfg.ClientCAs, cfg.ClientAuth = pool, tls.RequireAndVerifyClientCert
 	}
