@@ -52,6 +52,7 @@ func TestBadInputIsRefusedAndNotPublished(t *testing.T) {
 		{"ClientIDTooLong", h("Content-Type", jsonCT), `{"clientId":"` + strings.Repeat("x", 129) + `"}`, 400, "client_id_invalid"},
 		{"ClientIDTooLongHeader", h("Content-Type", jsonCT, "X-Client-Id", strings.Repeat("é", 65)), `{}`, 400, "client_id_invalid"},
 		{"ClientIDControlChar", h("Content-Type", jsonCT), `{"clientId":"a\u0001b"}`, 400, "client_id_invalid"},
+		{"ClientIDLoneSurrogate", h("Content-Type", jsonCT), `{"clientId":"a\ud800"}`, 400, "client_id_invalid"},
 		{"ClientIDNewline", h("Content-Type", jsonCT), `{"clientId":"a\nb"}`, 400, "client_id_invalid"},
 		{"ClientIDInvalidUTF8", h("Content-Type", jsonCT), "{\"clientId\":\"a\xffb\"}", 400, "client_id_invalid"},
 		{"ClientIDInvalidUTF8Header", h("Content-Type", jsonCT, "X-Client-Id", "a\xffb"), `{}`, 400, "client_id_invalid"},

@@ -28,7 +28,7 @@ import (
 
 func hashLine(token string) string {
 	sum := sha256.Sum256([]byte(token))
-	return hex.EncodeToString(sum[:])
+	return "sha256:" + hex.EncodeToString(sum[:])
 }
 
 // postWith posts one request for client with the given client and token (empty: none)
@@ -100,13 +100,16 @@ func TestIngestBearerTokensAndRotation(t *testing.T) {
 	if code, _, _ := postWith(t, c, url, "token-A", "bob"); code != 401 {
 		t.Fatalf("the rotated-out token: %d, want 401", code)
 	}
-	// A broken file keeps the tokens in force.
-	if err := os.WriteFile(file, []byte("token-C\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(6 * time.Second)
-	if code, _, _ := postWith(t, c, url, "token-C", "bob"); code != 202 {
-		t.Fatalf("after a broken tokens file, token-C got %d, want 202 (tokens kept)", code)
+	// A broken file, or one left with no token (half written), keeps the tokens in force;
+	// so does a plaintext token pasted in by mistake, which is not taken for a hash.
+	for _, content := range []string{"token-C\n", "# nothing yet\n", strings.Repeat("ab", 32) + "\n"} {
+		if err := os.WriteFile(file, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(6 * time.Second)
+		if code, _, _ := postWith(t, c, url, "token-C", "bob"); code != 202 {
+			t.Fatalf("after a tokens file %q, token-C got %d, want 202 (tokens kept)", content, code)
+		}
 	}
 	out := p.out.String()
 	for _, secret := range []string{"token-A", "token-B", "token-C", "token-X"} {

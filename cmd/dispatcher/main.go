@@ -172,9 +172,9 @@ func runDispatcher(ctx context.Context, c *settings, q *queue.Queue, reg *promet
 	opsCtx, stopOps := context.WithCancel(context.WithoutCancel(ctx))
 	opsDone := make(chan error, 1)
 	go func() {
-		opsDone <- cli.Serve(opsCtx, cli.OpsServer(cli.OpsHandler(reg, ready, adm.Handler(c.ops.Token))), ln, 5*time.Second)
+		opsDone <- cli.Serve(opsCtx, cli.OpsServer(cli.OpsHandler(reg, ready, adm.Handler(c.ops.Token), log)), ln, 5*time.Second)
 	}()
-	log.Info().Str("raven", c.dispatch.Raven.URL).Stringer("interval", c.dispatch.Interval).Str("instance", c.dispatch.InstanceID).
+	log.Info().Str("raven", cli.SafeURL(c.dispatch.Raven.URL)).Stringer("interval", c.dispatch.Interval).Str("instance", c.dispatch.InstanceID).
 		Str("ops", cli.URLFor(ln, "/")).Bool("admin_api", c.ops.Token != "").Msg("dispatching")
 	err = d.Run(ctx)
 	stopOps()
@@ -194,6 +194,9 @@ func runStandalone(ctx context.Context, c *settings, log zerolog.Logger) error {
 		return err
 	}
 	defer func() { ns.Shutdown(); ns.WaitForShutdown() }()
+	if c.nats.User != "" || c.nats.CredsFile != "" || c.nats.NKeySeedFile != "" || c.nats.CAFile != "" || c.nats.CertFile != "" {
+		log.Warn().Msg("standalone uses its embedded NATS in process: the NATS_USER / NATS_*_FILE / NATS_TLS_* settings are ignored, and NATS_LISTEN (if set) takes clients without authentication")
+	}
 	ev := log.Info().Str("data_dir", c.dataDir).Str("sync", c.natsSync)
 	if c.natsListen != "" {
 		ev = ev.Str("nats_url", ns.ClientURL())
@@ -252,7 +255,7 @@ func runStandalone(ctx context.Context, c *settings, log zerolog.Logger) error {
 	dispatchDone := make(chan struct{})
 	start(func() error { defer close(dispatchDone); return runDispatcher(ctx, c, q, reg, log) })
 
-	log.Info().Str("ingest", ingestURL).Str("raven", c.dispatch.Raven.URL).
+	log.Info().Str("ingest", ingestURL).Str("raven", cli.SafeURL(c.dispatch.Raven.URL)).
 		Msgf("standalone ready: try  curl -i -H 'Content-Type: application/json' -d '{\"clientId\":\"alice\",\"n\":1}' %s", ingestURL)
 
 	var errs []error

@@ -76,14 +76,21 @@ func TestSettings(t *testing.T) {
 // A bad NATS_URL is reported without the password in it.
 func TestSettingsErrorsHidePasswords(t *testing.T) {
 	t.Parallel()
-	_, err := parse(nil, env(map[string]string{"STANDALONE": "1", "NATS_URL": "nats://u:pa55word@n1:4222,http://u:pa55word@n2:4222"}), io.Discard)
-	if err == nil || !strings.Contains(err.Error(), "NATS_URL") {
-		t.Fatalf("err = %v, want one naming NATS_URL", err)
+	for _, url := range []string{
+		"nats://u:pa55word@n1:4222,http://u:pa55word@n2:4222", // wrong scheme
+		"nats://u:pa55%zzword@n1:4222",                       // an escape that is not one
+		"nats://u:pa55#word@n1:4222",                          // a character that needs escaping
+		"nats://u:pa55,word@n1:4222",                          // a comma splits the list
+	} {
+		_, err := parse(nil, env(map[string]string{"STANDALONE": "1", "NATS_URL": url}), io.Discard)
+		if err == nil || !strings.Contains(err.Error(), "NATS_URL") {
+			t.Fatalf("NATS_URL=%s: err = %v, want one naming NATS_URL", url, err)
+		}
+		if strings.Contains(err.Error(), "pa55") || strings.Contains(err.Error(), "word@") {
+			t.Fatalf("the error shows the password: %v", err)
+		}
 	}
-	if strings.Contains(err.Error(), "pa55word") {
-		t.Fatalf("the error shows the password: %v", err)
-	}
-	_, err = parse(nil, env(map[string]string{"STANDALONE": "1", "NATS_USER": "u"}), io.Discard)
+	_, err := parse(nil, env(map[string]string{"STANDALONE": "1", "NATS_USER": "u"}), io.Discard)
 	if err != nil {
 		t.Fatalf("NATS_USER alone is checked when connecting, not parsing: %v", err)
 	}

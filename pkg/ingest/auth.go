@@ -2,10 +2,12 @@ package ingest
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -17,16 +19,15 @@ import (
 )
 
 // Tokens is the set of bearer tokens ingest accepts, kept as SHA-256 hashes: from a file
-// of hashes (one per line, re-read when it changes, so tokens rotate without a restart)
-// and from tokens given directly. Safe for concurrent use.
+// of hashes (one "sha256:<hex>" per line, re-read when it changes, so tokens rotate
+// without a restart) and from tokens given directly. Safe for concurrent use.
 type Tokens struct {
 	file  string
 	fixed [][sha256.Size]byte
 
 	mu      sync.RWMutex
 	hashes  [][sha256.Size]byte
-	modTime time.Time
-	size    int64
+	content [sha256.Size]byte // of the file as last read
 }
 
 // NewTokens reads the hashes in file (if not empty) and adds the plain tokens given. It
@@ -42,9 +43,6 @@ func NewTokens(file string, plain []string) (*Tokens, error) {
 	if err := t.Reload(); err != nil {
 		return nil, err
 	}
-	if t.count() == 0 {
-		return nil, fmt.Errorf("no token: the tokens file %q holds none and no token was given", file)
-	}
 	return t, nil
 }
 
@@ -54,21 +52,18 @@ func (t *Tokens) count() int {
 	return len(t.hashes)
 }
 
-// Reload reads the file again. On an error the tokens in force stay as they were.
+// Reload reads the file again. On an error, or a file that leaves no token at all (a
+// half-written file, say), the tokens in force stay as they were.
 func (t *Tokens) Reload() error {
 	hashes := append([][sha256.Size]byte(nil), t.fixed...)
-	var mod time.Time
-	var size int64
+	var content [sha256.Size]byte
 	if t.file != "" {
-		f, err := os.Open(t.file)
+		raw, err := os.ReadFile(t.file)
 		if err != nil {
 			return fmt.Errorf("tokens file: %w", err)
 		}
-		defer f.Close()
-		if st, err := f.Stat(); err == nil {
-			mod, size = st.ModTime(), st.Size()
-		}
-		sc := bufio.NewScanner(f)
+		content = sha256.Sum256(raw)
+		sc := bufio.NewScanner(bytes.NewReader(raw))
 		for n := 1; sc.Scan(); n++ {
 			line := sc.Text()
 			if i := strings.IndexByte(line, '#'); i >= 0 {
@@ -78,20 +73,26 @@ func (t *Tokens) Reload() error {
 			if len(fields) == 0 {
 				continue
 			}
-			h := strings.TrimPrefix(strings.ToLower(fields[0]), "sha256:")
+			h, ok := strings.CutPrefix(fields[0], "sha256:")
 			b, err := hex.DecodeString(h)
-			if err != nil || len(b) != sha256.Size {
+			if !ok || err != nil || len(b) != sha256.Size {
 				// The line is not repeated: it might be a token pasted by mistake.
-				return fmt.Errorf("tokens file %s, line %d: not a hex SHA-256 hash of a token (make one with: printf %%s \"$TOKEN\" | sha256sum)", t.file, n)
+				return fmt.Errorf(`tokens file %s, line %d: not "sha256:" and the hex SHA-256 of a token (make one with: printf 'sha256:%%s\n' "$(printf %%s "$TOKEN" | sha256sum | cut -d' ' -f1)")`, t.file, n)
 			}
 			hashes = append(hashes, [sha256.Size]byte(b))
 		}
 		if err := sc.Err(); err != nil {
 			return fmt.Errorf("tokens file: %w", err)
 		}
+		if len(hashes) == len(t.fixed) {
+			return fmt.Errorf("tokens file %s holds no token (half written?)", t.file)
+		}
+	}
+	if len(hashes) == 0 {
+		return errors.New("no token given")
 	}
 	t.mu.Lock()
-	t.hashes, t.modTime, t.size = hashes, mod, size
+	t.hashes, t.content = hashes, content
 	t.mu.Unlock()
 	return nil
 }
@@ -122,13 +123,13 @@ func (t *Tokens) Watch(ctx context.Context, every time.Duration, log zerolog.Log
 			return
 		case <-tick.C:
 		}
-		st, err := os.Stat(t.file)
+		raw, err := os.ReadFile(t.file)
 		if err != nil {
 			log.Warn().Err(err).Msg("tokens file unreadable; keeping the tokens in force")
 			continue
 		}
 		t.mu.RLock()
-		same := st.ModTime().Equal(t.modTime) && st.Size() == t.size
+		same := sha256.Sum256(raw) == t.content
 		t.mu.RUnlock()
 		if same {
 			continue

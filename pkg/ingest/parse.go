@@ -130,11 +130,26 @@ func clientIDFromBody(body []byte) (string, error) {
 		if err := json.Unmarshal(raw, &id); err != nil {
 			return "", errNoClientID
 		}
+		if replaced(raw, id) {
+			return "", errors.New(`"clientId" holds a \u escape that is not a Unicode character (a lone surrogate)`)
+		}
 	}
 	if !found {
 		return "", errNoClientID
 	}
 	return id, nil
+}
+
+// replaced says whether decoding the JSON string raw into s put in a U+FFFD replacement
+// character that raw did not hold: the decoder replaces a lone surrogate escape, which
+// would make distinct strings one clientId.
+func replaced(raw json.RawMessage, s string) bool {
+	n := strings.Count(s, "\uFFFD")
+	if n == 0 {
+		return false
+	}
+	lower := bytes.ToLower(raw)
+	return n > bytes.Count(raw, []byte("\uFFFD"))+bytes.Count(lower, []byte(`\ufffd`))
 }
 
 func kindOf(raw json.RawMessage) string {

@@ -92,7 +92,13 @@ func Connect(url, name string, log zerolog.Logger, sec Security) (*nats.Conn, er
 func RedactURLs(urls string) string {
 	parts := strings.Split(urls, ",")
 	for i, p := range parts {
-		if u, err := url.Parse(strings.TrimSpace(p)); err == nil {
+		u, err := url.Parse(strings.TrimSpace(p))
+		switch {
+		case err != nil || (u.User == nil && strings.Contains(p, "@")):
+			// Unparsable (a password with a character that needs escaping, or a comma,
+			// splits the URL oddly): show nothing of it.
+			parts[i] = "(a URL that cannot be read, hidden)"
+		default:
 			parts[i] = u.Redacted()
 		}
 	}

@@ -57,7 +57,7 @@ func NewRegistry() *prometheus.Registry {
 
 // OpsHandler serves /metrics from reg, /healthz, /readyz from ready (nil error: ready),
 // and mounts admin (if not nil) under /admin/.
-func OpsHandler(reg *prometheus.Registry, ready func(ctx context.Context) error, admin http.Handler) http.Handler {
+func OpsHandler(reg *prometheus.Registry, ready func(ctx context.Context) error, admin http.Handler, log zerolog.Logger) http.Handler {
 	r := chi.NewRouter()
 	r.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -67,7 +67,10 @@ func OpsHandler(reg *prometheus.Registry, ready func(ctx context.Context) error,
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 		defer cancel()
 		if err := ready(ctx); err != nil {
-			httpapi.WriteProblem(w, httpapi.Problem{Status: http.StatusServiceUnavailable, Code: "not_ready", Detail: err.Error(), RetryAfter: time.Second})
+			// The cause goes to the log, not to whoever asks.
+			log.Warn().Err(err).Msg("not ready")
+			httpapi.WriteProblem(w, httpapi.Problem{Status: http.StatusServiceUnavailable, Code: "not_ready", RetryAfter: time.Second,
+				Detail: "not ready: the queue is not reachable, or the service is starting or stopping; its log says which"})
 			return
 		}
 		httpapi.WriteJSON(w, http.StatusOK, map[string]string{"status": "ready"})

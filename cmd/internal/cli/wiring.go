@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/url"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -121,6 +122,15 @@ func Serve(ctx context.Context, srv *http.Server, ln net.Listener, grace time.Du
 		return err
 	}
 	return nil
+}
+
+// SafeURL is u for logs: scheme, host and path, without credentials or query.
+func SafeURL(u string) string {
+	p, err := url.Parse(u)
+	if err != nil {
+		return "(a URL that cannot be read, hidden)"
+	}
+	return p.Scheme + "://" + p.Host + p.Path
 }
 
 // URLFor turns a listener's address into a URL a local client can use.
