@@ -78,7 +78,7 @@ func TestSettingsErrorsHidePasswords(t *testing.T) {
 	t.Parallel()
 	for _, url := range []string{
 		"nats://u:pa55word@n1:4222,http://u:pa55word@n2:4222", // wrong scheme
-		"nats://u:pa55%zzword@n1:4222",                       // an escape that is not one
+		"nats://u:pa55%zzword@n1:4222",                        // an escape that is not one
 		"nats://u:pa55#word@n1:4222",                          // a character that needs escaping
 		"nats://u:pa55,word@n1:4222",                          // a comma splits the list
 	} {
