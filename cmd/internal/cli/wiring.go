@@ -3,10 +3,14 @@ package cli
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"net"
 	"net/http"
 	"net/url"
+	"os"
+	"os/signal"
+	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -145,4 +149,19 @@ func URLFor(ln net.Listener, path string) string {
 		scheme = "https://"
 	}
 	return scheme + net.JoinHostPort(host, fmt.Sprint(addr.Port)) + path
+}
+
+// Main runs a service binary: run gets a context that ends on SIGINT or SIGTERM (the
+// graceful stop), and an error from it ends the process with status 2 after printing it
+// (-h prints the usage and nothing more).
+func Main(name string, run func(ctx context.Context) error) {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx)
+	stop()
+	if err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(os.Stderr, name+":", err)
+		}
+		os.Exit(2)
+	}
 }
