@@ -26,9 +26,6 @@ import (
 // error text says what to change.
 var ErrInvalid = errors.New("invalid")
 
-// ErrNotFound marks a request id or client that is nowhere to be found.
-var ErrNotFound = errors.New("not found")
-
 func invalid(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, args...))
 }

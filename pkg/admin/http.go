@@ -169,8 +169,6 @@ func (s *Service) handle(fn func(*http.Request) (any, error)) http.HandlerFunc {
 		switch {
 		case errors.Is(err, ErrInvalid):
 			httpapi.WriteProblem(w, httpapi.Problem{Status: http.StatusBadRequest, Code: "invalid", Detail: err.Error()})
-		case errors.Is(err, ErrNotFound):
-			httpapi.WriteProblem(w, httpapi.Problem{Status: http.StatusNotFound, Code: "not_found", Detail: err.Error()})
 		case err != nil:
 			// The cause goes to the log, not to the caller.
 			s.log.Warn().Err(err).Str("path", r.URL.Path).Msg("admin call failed")

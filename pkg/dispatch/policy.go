@@ -97,12 +97,6 @@ func (p Policy) Backoff(attempt int, rnd float64) time.Duration {
 	return b - time.Duration(float64(b)*p.Jitter*rnd)
 }
 
-// RetryDelay is how long after a failed attempt ended the next attempt may start: the
-// longest of the interval, the backoff and raven's Retry-After.
-func (p Policy) RetryDelay(attempt int, retryAfter time.Duration, rnd float64) time.Duration {
-	return max(p.Interval, p.Backoff(attempt, rnd), retryAfter)
-}
-
 // GiveUp says whether a request that just failed transiently on its attempt-th try should
 // be dead-lettered, and why; the reason is empty when it should be retried.
 func (p Policy) GiveUp(attempt int, acceptedAt, now time.Time) string {

@@ -172,9 +172,6 @@ func TestJitterBounds(t *testing.T) {
 			}
 			seenLow = seenLow || b < lo+(full-lo)/4
 			seenHigh = seenHigh || b > full-(full-lo)/4
-			if d := p.RetryDelay(attempt, 0, x); d < p.Interval {
-				t.Fatalf("retry delay %s below the interval", d)
-			}
 		}
 		if !seenLow || !seenHigh {
 			t.Fatalf("attempt %d: jitter does not spread over its range", attempt)
