@@ -5,12 +5,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -89,25 +87,6 @@ func removeStaleStacks(t *testing.T, c *composeStack) {
 			}
 		}
 	}
-}
-
-// scrapeQuiet is scrape for polling: an empty map when the scrape fails.
-func scrapeQuiet(url string) map[string]float64 {
-	out := map[string]float64{}
-	resp, err := http.Get(url)
-	if err != nil {
-		return out
-	}
-	defer resp.Body.Close()
-	raw, _ := io.ReadAll(resp.Body)
-	for _, line := range strings.Split(string(raw), "\n") {
-		if i := strings.LastIndexByte(line, ' '); i > 0 && !strings.HasPrefix(line, "#") {
-			if v, err := strconv.ParseFloat(line[i+1:], 64); err == nil {
-				out[line[:i]] = v
-			}
-		}
-	}
-	return out
 }
 
 func (c *composeStack) url(port, path string) string {

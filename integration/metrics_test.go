@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"strconv"
@@ -19,13 +20,30 @@ import (
 // scrape reads a Prometheus text exposition into "name{labels}" -> value.
 func scrape(t *testing.T, url string) map[string]float64 {
 	t.Helper()
-	resp, err := http.Get(url)
+	m, err := readMetrics(url)
 	if err != nil {
 		t.Fatalf("scraping %s: %v", url, err)
 	}
+	return m
+}
+
+// scrapeQuiet is scrape for polling: an empty map when the scrape fails.
+func scrapeQuiet(url string) map[string]float64 {
+	m, err := readMetrics(url)
+	if err != nil {
+		return map[string]float64{}
+	}
+	return m
+}
+
+func readMetrics(url string) (map[string]float64, error) {
+	resp, err := http.Get(url)
+	if err != nil {
+		return nil, err
+	}
 	defer resp.Body.Close()
 	if resp.StatusCode != 200 {
-		t.Fatalf("scraping %s: %d", url, resp.StatusCode)
+		return nil, fmt.Errorf("status %d", resp.StatusCode)
 	}
 	out := map[string]float64{}
 	sc := bufio.NewScanner(resp.Body)
@@ -37,11 +55,11 @@ func scrape(t *testing.T, url string) map[string]float64 {
 		i := strings.LastIndexByte(line, ' ')
 		v, err := strconv.ParseFloat(line[i+1:], 64)
 		if err != nil {
-			t.Fatalf("scraping %s: line %q: %v", url, line, err)
+			return nil, fmt.Errorf("line %q: %w", line, err)
 		}
 		out[line[:i]] = v
 	}
-	return out
+	return out, sc.Err()
 }
 
 func metric(t *testing.T, m map[string]float64, key string) float64 {

@@ -187,8 +187,10 @@ func New(cfg Config, src Source, snd Sender, log zerolog.Logger) (*Dispatcher, e
 		return nil, err
 	}
 	log = log.With().Str("component", "dispatch").Str("instance", cfg.InstanceID).Logger()
-	return &Dispatcher{cfg: cfg, src: src, snd: snd, log: log, now: time.Now, rand: rand.Float64,
-		queries: make(chan laneQuery), recent: newRecent(cfg.RecentDeliveries)}, nil
+	d := &Dispatcher{cfg: cfg, src: src, snd: snd, log: log, now: time.Now, rand: rand.Float64,
+		queries: make(chan laneQuery), recent: newRecent(cfg.RecentDeliveries)}
+	cfg.Metrics.watch(d)
+	return d, nil
 }
 
 // Running says whether Run is dispatching: it has its steering and watch in place and
@@ -322,7 +324,6 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		d.lanes.Store(int64(l.sched.Lanes()))
 		d.inFlight.Store(int64(l.sched.InFlight()))
 		d.owned.Store(int64(len(l.owned)))
-		d.cfg.Metrics.loop(l.sched.Lanes(), l.sched.InFlight(), len(l.owned))
 		if next, ok := l.sched.Next(); ok && l.sched.InFlight() < d.cfg.MaxInFlight {
 			timer.Reset(max(next.Sub(d.now()), 0))
 		} else {

@@ -16,9 +16,7 @@ type Metrics struct {
 	attemptTime prometheus.Histogram
 	gap         prometheus.Histogram
 	deadLetters *prometheus.CounterVec
-	lanes       prometheus.Gauge
-	inFlight    prometheus.Gauge
-	owned       prometheus.Gauge
+	reg         prometheus.Registerer
 }
 
 // Outcomes of an attempt, as the "outcome" label of dispatch_attempts_total.
@@ -55,33 +53,29 @@ func NewMetrics(reg prometheus.Registerer, interval time.Duration) *Metrics {
 			Name: "dispatch_dead_letters_total",
 			Help: "Requests moved to the dead-letter stream, by reason: permanent, attempts-exhausted, age-exhausted, undecodable, purged.",
 		}, []string{"reason"}),
-		lanes: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "dispatch_active_lanes",
-			Help: "Clients this instance holds a lane for: with a backlog, or sent to within the interval.",
-		}),
-		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "dispatch_in_flight",
-			Help: "Attempts in flight on this instance.",
-		}),
-		owned: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "dispatch_partitions_owned",
-			Help: "Partitions this instance owns and sends for.",
-		}),
 	}
-	reg.MustRegister(m.attempts, m.attemptTime, m.gap, m.deadLetters, m.lanes, m.inFlight, m.owned)
+	m.reg = reg
+	reg.MustRegister(m.attempts, m.attemptTime, m.gap, m.deadLetters)
 	for _, o := range []string{OutcomeDelivered, OutcomeTransient, OutcomePermanent} {
 		m.attempts.WithLabelValues(o)
 	}
 	return m
 }
 
-func (m *Metrics) loop(lanes, inFlight, owned int) {
+// watch registers the gauges read from d's Stats at each scrape, so that the send loop
+// does no metrics work for them.
+func (m *Metrics) watch(d *Dispatcher) {
 	if m == nil {
 		return
 	}
-	m.lanes.Set(float64(lanes))
-	m.inFlight.Set(float64(inFlight))
-	m.owned.Set(float64(owned))
+	gauge := func(name, help string, v func(Stats) int) prometheus.Collector {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, func() float64 { return float64(v(d.Stats())) })
+	}
+	m.reg.MustRegister(
+		gauge("dispatch_active_lanes", "Clients this instance holds a lane for: with a backlog, or sent to within the interval.", func(s Stats) int { return s.Lanes }),
+		gauge("dispatch_in_flight", "Attempts in flight on this instance.", func(s Stats) int { return s.InFlight }),
+		gauge("dispatch_partitions_owned", "Partitions this instance owns and sends for.", func(s Stats) int { return s.Owned }),
+	)
 }
 
 func (m *Metrics) attempt(start, end, prevEnd time.Time, err error) {

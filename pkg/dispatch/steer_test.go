@@ -95,6 +95,19 @@ func TestResumeSoonAfterASendStillWaitsTheInterval(t *testing.T) {
 	s.Notify("p.a", t0, time.Time{})
 	deliver(t, s, t0, "p.a")
 	s.Steer("a", dispatch.Steer{Paused: true}, t0)
+	s.Steer("a", dispatch.Steer{}, t0.Add(time.Second)) // resumed before the interval passed
+	mustNotDue(t, s, t0.Add(interval-time.Nanosecond))
+	mustDue(t, s, t0.Add(interval), "p.a")
+}
+
+// A purge asked for while a client is paused and its lane parked has the lane looked at
+// again, still marked paused; nothing was sent, so spacing counts from the last send.
+func TestPurgeOfAParkedLaneLooksAgain(t *testing.T) {
+	t.Parallel()
+	s := dispatch.NewScheduler(policy(), zero)
+	s.Notify("p.a", t0, time.Time{})
+	deliver(t, s, t0, "p.a")
+	s.Steer("a", dispatch.Steer{Paused: true}, t0)
 	job := mustDue(t, s, t0.Add(interval), "p.a")
 	s.Done(dispatch.Result{Subject: job.Subject, Kind: dispatch.Parked}, t0.Add(interval))
 	// The purge asks for a look; nothing was sent meanwhile, so spacing still counts
