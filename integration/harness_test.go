@@ -26,6 +26,7 @@ import (
 
 	"github.com/penguinhq/dispatcher/pkg/admin"
 	"github.com/penguinhq/dispatcher/pkg/dispatch"
+	"github.com/penguinhq/dispatcher/pkg/faultnet"
 	"github.com/penguinhq/dispatcher/pkg/ingest"
 	"github.com/penguinhq/dispatcher/pkg/ledger"
 	"github.com/penguinhq/dispatcher/pkg/queue"
@@ -49,25 +50,32 @@ type options struct {
 	respond  func(ledger.Arrival) ledger.Response
 	noStart  bool   // do not start the dispatcher
 	natsURL  string // use this NATS (a cluster) instead of starting a server
+	// ravenProxy puts a fault proxy between the dispatcher and raven (stack.ravenProxy).
+	ravenProxy bool
 }
 
 // stack is one service on one embedded NATS server, with a recording raven.
 type stack struct {
-	t         testing.TB
-	opts      options
-	srv       *server.Server
-	natsDir   string
-	natsAddr  string
-	nc        *nats.Conn
-	q         *queue.Queue
-	ledger    *ledger.Ledger
-	ravenURL  string
-	ingestURL string
+	t          testing.TB
+	opts       options
+	srv        *server.Server
+	natsDir    string
+	natsAddr   string
+	nc         *nats.Conn
+	q          *queue.Queue
+	ledger     *ledger.Ledger
+	ravenURL   string
+	ravenProxy *faultnet.Proxy // with options.ravenProxy
+	ingestURL  string
 
 	mu          sync.Mutex
 	accepted    []ledger.Accepted
 	unavailable int             // 503 answers: their requests may have been stored all the same
 	replayed    map[string]bool // ids replayed from the dead-letter stream
+
+	// attemptsOnce makes the ledger check that no attempt arrived twice: for tests in
+	// which one dispatcher runs throughout.
+	attemptsOnce bool
 
 	stopDispatch func()
 	metrics      *prometheus.Registry // the running dispatcher's
@@ -97,9 +105,19 @@ func newStack(t testing.TB, o options) *stack {
 	}
 	s.q = q
 	s.ledger = ledger.New(ledger.Options{Respond: o.respond})
-	rs := httptest.NewServer(s.ledger)
+	rs := httptest.NewUnstartedServer(s.ledger)
+	rs.Config.ConnContext = s.ledger.ConnContext
+	rs.Start()
 	t.Cleanup(rs.Close)
 	s.ravenURL = rs.URL
+	if o.ravenProxy {
+		p, err := faultnet.New(strings.TrimPrefix(rs.URL, "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(p.Close)
+		s.ravenProxy, s.ravenURL = p, "http://"+p.Addr()
+	}
 
 	api, err := ingest.New(ingest.Config{MaxBodyBytes: 4096, BacklogRetryAfter: o.interval}, q, q, testLog())
 	if err != nil {
@@ -305,7 +323,8 @@ func (s *stack) check(maxDuplicates int) ledger.Report {
 	accepted := append([]ledger.Accepted(nil), s.accepted...)
 	unavailable := s.unavailable
 	s.mu.Unlock()
-	rep := s.ledger.Check(ledger.Expect{Interval: s.opts.interval, Accepted: accepted, Dead: s.dead(), Replayed: s.replayed, AllowUnacknowledged: unavailable > 0})
+	rep := s.ledger.Check(ledger.Expect{Interval: s.opts.interval, Accepted: accepted, Dead: s.dead(), Replayed: s.replayed,
+		AllowUnacknowledged: unavailable > 0, AttemptsOnce: s.attemptsOnce})
 	s.t.Logf("ledger: %s", rep)
 	for _, v := range rep.Violations {
 		s.t.Errorf("guarantee broken: %s", v)

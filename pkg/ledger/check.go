@@ -28,7 +28,21 @@ type Expect struct {
 	// may still have been stored, and is then delivered (a caller would retry with the
 	// same Idempotency-Key).
 	AllowUnacknowledged bool
+	// AttemptsOnce requires each attempt number of a request to arrive once at most: true
+	// of a run in which one dispatcher held every client throughout (a new owner numbers
+	// its attempts from 1 again). It catches an attempt sent twice on the wire.
+	AttemptsOnce bool
+	// Explained, if not nil, holds the ids whose duplicate delivery has a cause on record
+	// (a dispatcher reported that the removal of the delivered request did not land, or
+	// was killed while it could not have landed); a duplicate of any other id is a
+	// violation.
+	Explained map[string]bool
 }
+
+// HangUpSlack is how much later than the sender raven may notice that the sender hung
+// up (a timed-out attempt): the end-to-start gap after such an attempt is checked
+// against the interval less this.
+const HangUpSlack = 20 * time.Millisecond
 
 // Report is the outcome of a Check.
 type Report struct {
@@ -36,6 +50,7 @@ type Report struct {
 	Delivered      int           // distinct ids answered 2xx
 	Dead           int           // accepted ids found dead-lettered
 	Duplicates     int           // 2xx answers for an id beyond its first
+	DuplicateIDs   []string      // the ids delivered more than once
 	Unacknowledged int           // distinct ids that arrived but were never seen accepted
 	MinGap         time.Duration // least start-to-start gap between two attempts of one client; -1 if none
 	Violations     []string      // each broken guarantee, in words
@@ -74,7 +89,17 @@ func Check(arrivals []Arrival, e Expect) Report {
 	delivered := map[string]int{}
 	byClient := map[string][]Arrival{}
 	unknown := map[string]bool{}
+	type try struct {
+		id      string
+		attempt int
+	}
+	tries := map[try]int{}
 	for _, a := range arrivals {
+		if e.AttemptsOnce && a.Attempt > 0 {
+			if tries[try{a.ID, a.Attempt}]++; tries[try{a.ID, a.Attempt}] == 2 {
+				violate("attempt %d of %s (client %q) arrived more than once: sent again without the dispatcher knowing", a.Attempt, a.ID, a.ClientID)
+			}
+		}
 		byClient[a.ClientID] = append(byClient[a.ClientID], a)
 		if _, known := index[a.ID]; !known && !unknown[a.ID] {
 			unknown[a.ID] = true
@@ -98,10 +123,15 @@ func Check(arrivals []Arrival, e Expect) Report {
 				if gap < e.Interval {
 					violate("client %q: attempts %s and %s started %s apart, below the interval %s", client, prev.ID, a.ID, gap, e.Interval)
 				}
-				if !prev.Aborted {
-					if since := a.Start.Sub(prev.End); since < e.Interval {
-						violate("client %q: attempt of %s started %s after the previous attempt ended, below the interval %s", client, a.ID, since, e.Interval)
-					}
+				since, least := a.Start.Sub(prev.End), e.Interval
+				if prev.Aborted {
+					least -= HangUpSlack
+				}
+				switch {
+				case since < 0:
+					violate("client %q: attempt of %s started while attempt %d of %s was in flight (G5)", client, a.ID, prev.Attempt, prev.ID)
+				case since < least:
+					violate("client %q: attempt of %s started %s after the previous attempt ended, below the interval %s", client, a.ID, since, e.Interval)
 				}
 			}
 			k, known := index[a.ID]
@@ -123,6 +153,12 @@ func Check(arrivals []Arrival, e Expect) Report {
 			if ok(a) {
 				if delivered[a.ID] > 0 {
 					rep.Duplicates++
+					if delivered[a.ID] == 1 {
+						rep.DuplicateIDs = append(rep.DuplicateIDs, a.ID)
+						if e.Explained != nil && !e.Explained[a.ID] {
+							violate("client %q: %s delivered again with no removal failure on record to explain it", client, a.ID)
+						}
+					}
 				}
 				delivered[a.ID]++
 				done[a.ID] = true

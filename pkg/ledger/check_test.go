@@ -13,7 +13,7 @@ var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
 func at(client, id string, ms int, status int) Arrival {
 	start := t0.Add(time.Duration(ms) * time.Millisecond)
-	return Arrival{ClientID: client, ID: id, Start: start, End: start.Add(time.Millisecond), Status: status}
+	return Arrival{ClientID: client, ID: id, Start: start, End: start.Add(time.Millisecond), Status: status, StatusSent: true}
 }
 
 func check(arrivals []Arrival, accepted []Accepted, dead map[string]bool) Report {
@@ -89,5 +89,42 @@ func TestCheckAllowsUnacknowledgedWhenAsked(t *testing.T) {
 	r := l.Check(Expect{Interval: 100 * time.Millisecond, AllowUnacknowledged: true})
 	if len(r.Violations) != 0 || r.Unacknowledged != 1 {
 		t.Fatalf("report %v %v, want one unacknowledged arrival and no violation", r, r.Violations)
+	}
+}
+
+func TestCheckCatchesTwoInFlight(t *testing.T) {
+	a1 := at("a", "1", 0, 200)
+	a1.End = a1.Start.Add(300 * time.Millisecond)
+	wantViolation(t, check([]Arrival{a1, at("a", "2", 150, 200)}, acc("a", "1", "a", "2"), nil), "in flight")
+}
+
+func TestCheckMeasuresFromAHangUp(t *testing.T) {
+	// The sender hung up at 100 ms (raven noticed then) and tried again 60 ms later.
+	a1 := at("a", "1", 0, 200)
+	a1.End, a1.Aborted, a1.StatusSent = a1.Start.Add(100*time.Millisecond), true, false
+	wantViolation(t, check([]Arrival{a1, at("a", "1", 160, 200)}, acc("a", "1"), nil), "after the previous attempt ended")
+	// Noticed a little late: within the slack.
+	a2 := at("a", "1", 210-int(HangUpSlack/time.Millisecond)/2, 200)
+	if r := check([]Arrival{a1, a2}, acc("a", "1"), nil); len(r.Violations) != 0 {
+		t.Fatalf("a retry one interval after a hang-up, within the slack: %v", r.Violations)
+	}
+}
+
+func TestCheckCatchesAnAttemptSentTwice(t *testing.T) {
+	a1, a2 := at("a", "1", 0, 503), at("a", "1", 200, 200)
+	a1.Attempt, a2.Attempt = 2, 2
+	l := New(Options{})
+	l.arrivals = []Arrival{a1, a2}
+	r := l.Check(Expect{Interval: 100 * time.Millisecond, Accepted: acc("a", "1"), AttemptsOnce: true})
+	wantViolation(t, r, "more than once")
+}
+
+func TestCheckCatchesAnUnexplainedDuplicate(t *testing.T) {
+	l := New(Options{})
+	l.arrivals = []Arrival{at("a", "1", 0, 200), at("a", "1", 200, 200), at("a", "2", 400, 200), at("a", "2", 600, 200)}
+	r := l.Check(Expect{Interval: 100 * time.Millisecond, Accepted: acc("a", "1", "a", "2"), Explained: map[string]bool{"1": true}})
+	wantViolation(t, r, "2 delivered again")
+	if len(r.Violations) != 1 || r.Duplicates != 2 || len(r.DuplicateIDs) != 2 {
+		t.Fatalf("report %v %v: want two duplicates, one explained", r, r.Violations)
 	}
 }

@@ -8,11 +8,14 @@
 package ledger
 
 import (
+	"context"
 	"io"
+	"net"
 	"net/http"
 	"sort"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -22,20 +25,51 @@ type Arrival struct {
 	ID       string
 	Attempt  int
 	Start    time.Time // when the request arrived
-	End      time.Time // when the answer was written
-	Status   int
-	Aborted  bool // the sender gave up before the answer was written
+	// End is when the exchange ended on raven's side: the answer written, the connection
+	// dropped or reset, or the sender seen hanging up.
+	End     time.Time
+	Status  int
+	Aborted bool // the sender hung up before raven had finished its answer
+	// StatusSent says the status line reached the sender: the sender knows the outcome.
+	StatusSent bool
+	// Fault is how raven misbehaved on this arrival, if it did.
+	Fault Fault `json:",omitempty"`
+	// OnConn numbers the request on its connection: 1 for the first request of a fresh
+	// connection, more on a reused keep-alive one. Zero when the server was not set up
+	// with ConnContext.
+	OnConn int `json:",omitempty"`
 	// Header and Body are what arrived; not kept with Options.Forget.
-	Header http.Header
-	Body   []byte
+	Header http.Header `json:",omitempty"`
+	Body   []byte      `json:",omitempty"`
 }
 
 // Response is what the ledger answers one arrival with.
 type Response struct {
 	Status     int           // defaults to 200
 	RetryAfter string        // Retry-After header, if any
+	Location   string        // Location header, if any (for a 3xx)
 	Delay      time.Duration // how long to take before answering
+	// Fault, if not zero, misbehaves instead of (or while) answering.
+	Fault Fault
 }
+
+// Fault is a way raven (or a proxy in front of it) misbehaves on one request.
+type Fault int
+
+// The faults a Response can ask for.
+const (
+	// Drop reads the whole request, then closes the connection without an answer.
+	Drop Fault = iota + 1
+	// Reset reads only the request's headers, then resets the connection (TCP RST).
+	Reset
+	// StallBody sends the status and headers, then no body until the sender hangs up.
+	StallBody
+	// HugeBody answers with a body of HugeBodyBytes.
+	HugeBody
+)
+
+// HugeBodyBytes is the size of a HugeBody answer.
+const HugeBodyBytes = 256 << 20
 
 // Options configure a Ledger.
 type Options struct {
@@ -61,6 +95,14 @@ func New(opts Options) *Ledger {
 	return &Ledger{opts: opts, last: make(map[string]time.Time)}
 }
 
+type connKey struct{}
+
+// ConnContext numbers the requests of each connection (Arrival.OnConn): set it as the
+// http.Server's ConnContext.
+func (l *Ledger) ConnContext(ctx context.Context, _ net.Conn) context.Context {
+	return context.WithValue(ctx, connKey{}, new(atomic.Int32))
+}
+
 // ServeHTTP records one arrival and answers it.
 func (l *Ledger) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	a := Arrival{
@@ -69,12 +111,8 @@ func (l *Ledger) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		Start:    time.Now(),
 	}
 	a.Attempt, _ = strconv.Atoi(r.Header.Get("X-Dispatch-Attempt"))
-	// Reading the body to its end lets the server notice when the sender hangs up.
-	if l.opts.Forget {
-		_, _ = io.Copy(io.Discard, r.Body)
-	} else {
-		a.Header = r.Header.Clone()
-		a.Body, _ = io.ReadAll(r.Body)
+	if n, ok := r.Context().Value(connKey{}).(*atomic.Int32); ok {
+		a.OnConn = int(n.Add(1))
 	}
 	resp := Response{Status: http.StatusOK}
 	if l.opts.Respond != nil {
@@ -83,19 +121,22 @@ func (l *Ledger) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			resp.Status = http.StatusOK
 		}
 	}
-	if resp.Delay > 0 {
-		select {
-		case <-time.After(resp.Delay):
-		case <-r.Context().Done():
-			a.Aborted = true
+	a.Status, a.Fault = resp.Status, resp.Fault
+	if resp.Fault == Reset {
+		reset(w)
+	} else {
+		// Reading the body to its end lets the server notice when the sender hangs up.
+		if l.opts.Forget {
+			_, _ = io.Copy(io.Discard, r.Body)
+		} else {
+			a.Header = r.Header.Clone()
+			a.Body, _ = io.ReadAll(r.Body)
 		}
+		l.answer(w, r, resp, &a)
 	}
-	if resp.RetryAfter != "" {
-		w.Header().Set("Retry-After", resp.RetryAfter)
+	if a.End.IsZero() {
+		a.End = time.Now()
 	}
-	a.Status = resp.Status
-	a.End = time.Now()
-	w.WriteHeader(resp.Status)
 
 	l.mu.Lock()
 	prev, seen := l.last[a.ClientID]
@@ -111,6 +152,64 @@ func (l *Ledger) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		l.opts.OnArrival(a, gap)
 	}
+}
+
+// answer waits resp.Delay, then answers as resp says, noting on a what happened.
+func (l *Ledger) answer(w http.ResponseWriter, r *http.Request, resp Response, a *Arrival) {
+	if resp.Delay > 0 {
+		select {
+		case <-time.After(resp.Delay):
+		case <-r.Context().Done():
+			a.Aborted, a.End = true, time.Now()
+			return
+		}
+	}
+	if resp.Fault == Drop {
+		if conn, _, err := http.NewResponseController(w).Hijack(); err == nil {
+			_ = conn.Close()
+		}
+		return
+	}
+	if resp.RetryAfter != "" {
+		w.Header().Set("Retry-After", resp.RetryAfter)
+	}
+	if resp.Location != "" {
+		w.Header().Set("Location", resp.Location)
+	}
+	if resp.Fault == HugeBody {
+		w.Header().Set("Content-Length", strconv.Itoa(HugeBodyBytes))
+	}
+	a.End = time.Now()
+	w.WriteHeader(resp.Status)
+	if err := http.NewResponseController(w).Flush(); err == nil {
+		a.StatusSent = true
+	}
+	switch resp.Fault {
+	case StallBody:
+		<-r.Context().Done()
+		a.Aborted, a.End = true, time.Now()
+	case HugeBody:
+		chunk := make([]byte, 64<<10)
+		for sent := 0; sent < HugeBodyBytes; sent += len(chunk) {
+			if _, err := w.Write(chunk); err != nil {
+				a.Aborted = true
+				break
+			}
+		}
+		a.End = time.Now()
+	}
+}
+
+// reset closes the request's connection with a TCP reset, without reading its body.
+func reset(w http.ResponseWriter) {
+	conn, _, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		return
+	}
+	if tc, ok := conn.(*net.TCPConn); ok {
+		_ = tc.SetLinger(0) // close sends RST, not FIN
+	}
+	_ = conn.Close()
 }
 
 // Arrivals returns a copy of every arrival so far, in the order they arrived.
@@ -135,4 +234,5 @@ func (l *Ledger) Delivered() int {
 	return len(ids)
 }
 
-func ok(a Arrival) bool { return a.Status >= 200 && a.Status < 300 && !a.Aborted }
+// ok says raven accepted the request and the sender heard so.
+func ok(a Arrival) bool { return a.Status >= 200 && a.Status < 300 && a.StatusSent }

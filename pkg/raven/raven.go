@@ -9,6 +9,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -72,6 +73,18 @@ func New(cfg Config) (*Client, error) {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.MaxIdleConns = cfg.MaxConns
 	tr.MaxIdleConnsPerHost = cfg.MaxConns
+	dialer := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
+	tr.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		conn, err := dialer.DialContext(ctx, network, addr)
+		if tc, ok := conn.(*net.TCPConn); ok {
+			// Closing a connection resets it. An attempt that timed out or was cancelled
+			// then ends for raven too: the request bytes raven has not read yet are
+			// discarded by its TCP stack, instead of being read (and acted on) after the
+			// dispatcher counted the attempt failed and scheduled the next one.
+			_ = tc.SetLinger(0)
+		}
+		return conn, err
+	}
 	return &Client{cfg: cfg, http: &http.Client{
 		Transport: tr,
 		Timeout:   cfg.Timeout,
@@ -86,6 +99,13 @@ func (c *Client) Send(ctx context.Context, st request.Stored, attempt int) error
 	if err != nil {
 		return &PermanentError{Err: fmt.Errorf("building request: %w", err)}
 	}
+	// One attempt is one exchange on the wire. With GetBody set (NewRequest sets it for a
+	// bytes reader), net/http takes a POST carrying an Idempotency-Key for replayable and
+	// sends it again by itself when a reused connection fails before the answer: a second
+	// attempt, moments after the first, that the dispatcher neither spaced nor counted.
+	// Without GetBody the body cannot be rewound, so neither HTTP/1 nor HTTP/2 sends it
+	// twice; a failed exchange comes back as an error and the scheduler decides the retry.
+	req.GetBody = nil
 	if st.ContentType != "" {
 		req.Header.Set("Content-Type", st.ContentType)
 	}

@@ -3,8 +3,11 @@ package raven_test
 import (
 	"context"
 	"errors"
+	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -70,5 +73,155 @@ func TestSendHeadersAndRedirects(t *testing.T) {
 	}
 	if _, err := raven.New(raven.Config{URL: "ftp://x"}); err == nil {
 		t.Fatal("an ftp URL was accepted")
+	}
+}
+
+// dropServer answers 204, except that a request for which drop says so is read whole
+// and then its connection is closed without an answer. It counts the requests that
+// arrived, and numbers each one within its connection (1 for a connection's first).
+func dropServer(t *testing.T, drop func(onConn int) bool) (*httptest.Server, *atomic.Int32) {
+	t.Helper()
+	var arrivals atomic.Int32
+	type connKey struct{}
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		arrivals.Add(1)
+		_, _ = io.Copy(io.Discard, r.Body)
+		n := r.Context().Value(connKey{}).(*atomic.Int32).Add(1)
+		if !drop(int(n)) {
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+		conn, _, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			t.Errorf("hijack: %v", err)
+			return
+		}
+		_ = conn.Close()
+	}))
+	srv.Config.ConnContext = func(ctx context.Context, _ net.Conn) context.Context {
+		return context.WithValue(ctx, connKey{}, new(atomic.Int32))
+	}
+	srv.Start()
+	t.Cleanup(srv.Close)
+	return srv, &arrivals
+}
+
+// A connection closed after the request was read, with no answer, is one failed attempt:
+// the client must not send the request again by itself, neither on a reused keep-alive
+// connection (where net/http would, for a POST with an Idempotency-Key) nor on a fresh
+// one (G2, G5: every attempt is one exchange the dispatcher spaces and counts).
+func TestDroppedConnectionIsOneAttempt(t *testing.T) {
+	t.Parallel()
+	st := request.Stored{Request: request.Request{ID: "id1", ClientID: "alice", ContentType: "application/json", Body: []byte(`{"n":1}`)}}
+	t.Run("ReusedConnection", func(t *testing.T) {
+		t.Parallel()
+		srv, arrivals := dropServer(t, func(onConn int) bool { return onConn > 1 })
+		c, err := raven.New(raven.Config{URL: srv.URL})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Each round: an answered request opens a connection, and the next one reuses it
+		// and is dropped.
+		for round := 1; round <= 3; round++ {
+			if err := c.Send(context.Background(), st, 2*round-1); err != nil {
+				t.Fatalf("round %d, answered attempt: %v", round, err)
+			}
+			var tr *raven.TransientError
+			if err := c.Send(context.Background(), st, 2*round); !errors.As(err, &tr) {
+				t.Fatalf("round %d, attempt on a dropped reused connection: %v, want a transient failure", round, err)
+			}
+			if got := int(arrivals.Load()); got != 2*round {
+				t.Fatalf("after %d attempts raven saw %d requests: the client sent one again by itself", 2*round, got)
+			}
+		}
+	})
+	t.Run("FreshConnection", func(t *testing.T) {
+		t.Parallel()
+		srv, arrivals := dropServer(t, func(int) bool { return true })
+		c, err := raven.New(raven.Config{URL: srv.URL})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var tr *raven.TransientError
+		if err := c.Send(context.Background(), st, 1); !errors.As(err, &tr) {
+			t.Fatalf("dropped connection: %v, want a transient failure", err)
+		}
+		if got := arrivals.Load(); got != 1 {
+			t.Fatalf("raven saw %d requests for one attempt", got)
+		}
+	})
+	t.Run("HTTP2", func(t *testing.T) {
+		t.Parallel()
+		var arrivals atomic.Int32
+		var srv *httptest.Server
+		srv = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			n := arrivals.Add(1)
+			_, _ = io.Copy(io.Discard, r.Body)
+			if r.ProtoMajor != 2 {
+				t.Errorf("request over %s, want HTTP/2", r.Proto)
+			}
+			if n > 1 {
+				srv.CloseClientConnections() // the whole request read, then the connection goes
+				return
+			}
+			w.WriteHeader(http.StatusNoContent)
+		}))
+		srv.EnableHTTP2 = true
+		srv.StartTLS()
+		t.Cleanup(srv.Close)
+		c, err := raven.New(raven.Config{URL: srv.URL})
+		if err != nil {
+			t.Fatal(err)
+		}
+		raven.TrustForTest(c, srv.Client().Transport.(*http.Transport).TLSClientConfig.RootCAs)
+		if err := c.Send(context.Background(), st, 1); err != nil {
+			t.Fatalf("first attempt: %v", err)
+		}
+		var tr *raven.TransientError
+		if err := c.Send(context.Background(), st, 2); !errors.As(err, &tr) {
+			t.Fatalf("dropped HTTP/2 connection: %v, want a transient failure", err)
+		}
+		if got := arrivals.Load(); got != 2 {
+			t.Fatalf("raven saw %d requests for 2 attempts", got)
+		}
+	})
+}
+
+// An attempt that times out while raven has not read the request yet (accepted, then
+// stalled) must not reach raven's application later: the client resets the connection,
+// and the request bytes waiting in raven's socket are discarded.
+func TestTimedOutAttemptNeverReachesAStalledRaven(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	read := make(chan error, 1)
+	stalled := make(chan struct{})
+	go func() {
+		conn, err := ln.Accept()
+		if err != nil {
+			read <- err
+			return
+		}
+		defer conn.Close()
+		<-stalled // raven wakes up after the client gave up
+		_, err = io.ReadAll(conn)
+		read <- err
+	}()
+	c, err := raven.New(raven.Config{URL: "http://" + ln.Addr().String(), Timeout: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := request.Stored{Request: request.Request{ID: "id1", ClientID: "alice", Body: []byte(`{}`)}}
+	var tr *raven.TransientError
+	if err := c.Send(context.Background(), st, 1); !errors.As(err, &tr) {
+		t.Fatalf("stalled raven: %v, want a transient failure", err)
+	}
+	time.Sleep(50 * time.Millisecond) // let the close reach raven's side
+	close(stalled)
+	if err := <-read; err == nil {
+		t.Fatal("raven read the whole timed-out request after the client gave up: the close was not a reset")
 	}
 }
