@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the service's images with no registry: static binaries (CGO_ENABLED=0) built
-# here for the Docker engine's OS and architecture, including nats-server from its Go
-# module at the version in go.mod, copied into images FROM scratch. Run through `make
+# here for the Docker engine's OS and architecture, including natsnode (nats-server from
+# its Go module at the version in go.mod, with the store guard), copied into images FROM
+# scratch. Run through `make
 # images`; IMAGE_TAG (default dev) tags them.
 #
 # Needs Go (the version in go.mod) and the modules in the module cache: on an air-gapped
@@ -19,9 +20,8 @@ GOARCH=$(docker version -f '{{.Server.Arch}}')
 export GOARCH
 flags=(-trimpath -ldflags=-s\ -w)
 echo "building static binaries into $out/"
-go build "${flags[@]}" -o "$out/" ./cmd/ingest ./cmd/dispatcher ./cmd/dispatchctl ./cmd/demoraven ./cmd/healthcheck
+go build "${flags[@]}" -o "$out/" ./cmd/ingest ./cmd/dispatcher ./cmd/dispatchctl ./cmd/demoraven ./cmd/healthcheck ./cmd/natsnode
 nats_version=$(go list -m -f '{{.Version}}' github.com/nats-io/nats-server/v2)
-go build "${flags[@]}" -o "$out/" github.com/nats-io/nats-server/v2
 
 # CA roots for TLS to raven or NATS, from the host (Debian/Ubuntu, Fedora/RHEL, Alpine,
 # macOS), or CA_BUNDLE.
@@ -52,4 +52,4 @@ build() { # image version
 build ingest "$tag"
 build dispatcher "$tag"
 build demoraven "$tag"
-build nats-server "$nats_version"
+build natsnode "$nats_version"

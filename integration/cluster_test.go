@@ -2,12 +2,11 @@ package integration
 
 import (
 	"context"
-	"fmt"
-	"net/http"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/penguinhq/dispatcher/pkg/ledger"
 	"github.com/penguinhq/dispatcher/pkg/queue"
@@ -25,7 +24,13 @@ type clusterStack struct {
 
 func newClusterStack(t *testing.T, o options) *clusterStack {
 	t.Helper()
-	c := queuetest.NewCluster(t, 3)
+	return newClusterStackWith(t, o, queuetest.ClusterOptions{})
+}
+
+// newClusterStackWith is newClusterStack on a cluster built with co.
+func newClusterStackWith(t *testing.T, o options, co queuetest.ClusterOptions) *clusterStack {
+	t.Helper()
+	c := queuetest.NewClusterWith(t, 3, co)
 	o.natsURL = c.URL()
 	o.queue.Replicas = 3
 	o.noStart = true
@@ -49,6 +54,32 @@ func (c *clusterStack) startDispatcher(id string) *proc {
 	return startProc(c.t, env)
 }
 
+// replicasCurrent counts the nodes that hold a current copy of stream: its leader and
+// the followers that are caught up and online.
+func (c *clusterStack) replicasCurrent(stream string) int {
+	js, err := jetstream.New(c.nc)
+	if err != nil {
+		return 0
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	st, err := js.Stream(ctx, stream)
+	if err != nil {
+		return 0
+	}
+	info, err := st.Info(ctx)
+	if err != nil || info.Cluster == nil || info.Cluster.Leader == "" {
+		return 0
+	}
+	n := 1
+	for _, r := range info.Cluster.Replicas {
+		if r.Current && !r.Offline {
+			n++
+		}
+	}
+	return n
+}
+
 // owners counts the partitions each instance holds.
 func (c *clusterStack) owners() map[string]int {
 	c.t.Helper()
@@ -61,39 +92,6 @@ func (c *clusterStack) owners() map[string]int {
 		counts[id]++
 	}
 	return counts
-}
-
-// feed posts requests for clients from four goroutines, each pausing between posts,
-// until the returned stop is called (or the test ends); each client's posts are
-// sequential. Ingest must answer 202 or 503 only.
-func (c *clusterStack) feed(clients int, pause time.Duration) (stop func()) {
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	for g := range 4 {
-		wg.Go(func() {
-			for n := 0; ; n++ {
-				select {
-				case <-done:
-					return
-				case <-time.After(pause):
-				}
-				client := clientName(g + 4*(n%(clients/4)))
-				a, err := c.tryPost(jsonHeader(), fmt.Appendf(nil, `{"clientId":%q,"n":%d}`, client, n))
-				if err != nil {
-					c.t.Errorf("post during the run: %v", err)
-					return
-				}
-				if a.Status != http.StatusAccepted && a.Status != http.StatusServiceUnavailable {
-					c.t.Errorf("post during the run: %d %v, want 202 or 503", a.Status, a.Body)
-					return
-				}
-			}
-		})
-	}
-	var once sync.Once
-	stop = func() { once.Do(func() { close(done); wg.Wait() }) }
-	c.t.Cleanup(stop)
-	return stop
 }
 
 // Several dispatcher processes share the partitions evenly through leases; one is killed

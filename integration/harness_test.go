@@ -294,6 +294,39 @@ func (s *stack) queued() int {
 	return n
 }
 
+// feed posts requests for clients from four goroutines, each pausing between posts,
+// until the returned stop is called (or the test ends); each client's posts are
+// sequential. Ingest must answer 202 or 503 only; the 503s are counted (stack.unavailable).
+func (s *stack) feed(clients int, pause time.Duration) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Go(func() {
+			for n := 0; ; n++ {
+				select {
+				case <-done:
+					return
+				case <-time.After(pause):
+				}
+				client := clientName(g + 4*(n%(clients/4)))
+				a, err := s.tryPost(jsonHeader(), fmt.Appendf(nil, `{"clientId":%q,"n":%d}`, client, n))
+				if err != nil {
+					s.t.Errorf("post during the run: %v", err)
+					return
+				}
+				if a.Status != http.StatusAccepted && a.Status != http.StatusServiceUnavailable {
+					s.t.Errorf("post during the run: %d %v, want 202 or 503", a.Status, a.Body)
+					return
+				}
+			}
+		})
+	}
+	var once sync.Once
+	stop = func() { once.Do(func() { close(done); wg.Wait() }) }
+	s.t.Cleanup(stop)
+	return stop
+}
+
 // waitFor polls cond until it holds or the deadline passes.
 func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
@@ -319,17 +352,29 @@ func (s *stack) finish(timeout time.Duration, maxDuplicates int) ledger.Report {
 
 func (s *stack) check(maxDuplicates int) ledger.Report {
 	s.t.Helper()
+	return s.checkLedger(maxDuplicates, nil)
+}
+
+// checkExplained checks the ledger, requiring every duplicate delivery to be explained by
+// a removal failure in the dispatchers' logs.
+func (s *stack) checkExplained(logs ...string) ledger.Report {
+	s.t.Helper()
+	return s.checkLedger(-1, explained(logs...))
+}
+
+func (s *stack) checkLedger(maxDuplicates int, explained map[string]bool) ledger.Report {
+	s.t.Helper()
 	s.mu.Lock()
 	accepted := append([]ledger.Accepted(nil), s.accepted...)
 	unavailable := s.unavailable
 	s.mu.Unlock()
 	rep := s.ledger.Check(ledger.Expect{Interval: s.opts.interval, Accepted: accepted, Dead: s.dead(), Replayed: s.replayed,
-		AllowUnacknowledged: unavailable > 0, AttemptsOnce: s.attemptsOnce})
+		AllowUnacknowledged: unavailable > 0, AttemptsOnce: s.attemptsOnce, Explained: explained})
 	s.t.Logf("ledger: %s", rep)
 	for _, v := range rep.Violations {
 		s.t.Errorf("guarantee broken: %s", v)
 	}
-	if rep.Duplicates > maxDuplicates {
+	if maxDuplicates >= 0 && rep.Duplicates > maxDuplicates {
 		s.t.Errorf("%d duplicate deliveries, want at most %d", rep.Duplicates, maxDuplicates)
 	}
 	return rep

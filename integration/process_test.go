@@ -21,7 +21,7 @@ import (
 	"github.com/penguinhq/dispatcher/pkg/queue/queuetest"
 )
 
-var dispatcherBin, ingestBin, ctlBin string
+var dispatcherBin, ingestBin, ctlBin, natsnodeBin string
 
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "dispatcher-bin-")
@@ -30,8 +30,10 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	dispatcherBin, ingestBin, ctlBin = filepath.Join(dir, "dispatcher"), filepath.Join(dir, "ingest"), filepath.Join(dir, "dispatchctl")
+	natsnodeBin = filepath.Join(dir, "natsnode")
 	build := exec.Command("go", "build", "-o", dir, "github.com/penguinhq/dispatcher/cmd/dispatcher",
-		"github.com/penguinhq/dispatcher/cmd/ingest", "github.com/penguinhq/dispatcher/cmd/dispatchctl")
+		"github.com/penguinhq/dispatcher/cmd/ingest", "github.com/penguinhq/dispatcher/cmd/dispatchctl",
+		"github.com/penguinhq/dispatcher/cmd/natsnode")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "building the binaries:", err)
@@ -96,6 +98,15 @@ func startBin(t testing.TB, bin string, env map[string]string, args ...string) *
 	return p
 }
 
+// send sends sig and returns at once (SIGSTOP, SIGCONT).
+func (p *proc) send(sig syscall.Signal) {
+	p.t.Helper()
+	if err := p.cmd.Process.Signal(sig); err != nil {
+		p.t.Fatalf("sending %s to pid %d: %v", sig, p.cmd.Process.Pid, err)
+	}
+}
+
+// signal sends sig and waits for the process to exit.
 func (p *proc) signal(sig syscall.Signal) {
 	select {
 	case <-p.done:

@@ -34,11 +34,12 @@ func startNode(ctx context.Context, syncAlways bool, cfg queue.Config) (*node, e
 	if err != nil {
 		return nil, err
 	}
-	srv, err := queue.StartEmbedded(queue.EmbeddedConfig{StoreDir: dir, SyncAlways: syncAlways})
+	emb, err := queue.StartEmbedded(queue.EmbeddedConfig{StoreDir: dir, SyncAlways: syncAlways}, zerolog.Nop())
 	if err != nil {
 		os.RemoveAll(dir)
 		return nil, err
 	}
+	srv := emb.Server()
 	nc, err := queue.ConnectInProcess(srv, "bench", zerolog.Nop())
 	if err != nil {
 		srv.Shutdown()

@@ -119,6 +119,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, _ io.Wr
 // listener (metrics, health, admin API) until ctx ends and the dispatcher has drained.
 // The listener stays up while the dispatcher drains, /readyz saying it is not ready.
 func runDispatcher(ctx context.Context, c *settings, q *queue.Queue, reg *prometheus.Registry, log zerolog.Logger) error {
+	if c.dispatch.InstanceID == "" {
+		c.dispatch.InstanceID = "standalone"
+	}
+	c.dispatch.Raven.UserAgent = "dispatcher/" + c.dispatch.InstanceID
 	rc, err := raven.New(c.dispatch.Raven)
 	if err != nil {
 		return fmt.Errorf("RAVEN_URL / RAVEN_TIMEOUT: %w", err)
@@ -129,14 +133,14 @@ func runDispatcher(ctx context.Context, c *settings, q *queue.Queue, reg *promet
 	}
 	c.dispatch.Steering = admin.Steering{C: ctl, Log: log}
 	c.dispatch.Metrics = dispatch.NewMetrics(reg, c.dispatch.Interval)
-	reg.MustRegister(queue.NewCollector(q))
+	reg.MustRegister(queue.NewCollector(q), q.WritesCollector())
 	d, err := dispatch.New(c.dispatch.Config, q, rc, log)
 	if err != nil {
 		return err
 	}
-	if c.dispatch.InstanceID == "" {
-		c.dispatch.InstanceID = "standalone"
-	}
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	go q.WatchWrites(watchCtx, 0, log)
 	stopLanes, err := admin.ServeLanes(q, d, c.dispatch.InstanceID)
 	if err != nil {
 		return err
@@ -179,11 +183,17 @@ func runStandalone(ctx context.Context, c *settings, log zerolog.Logger) error {
 	if err := os.MkdirAll(storeDir, 0o750); err != nil {
 		return fmt.Errorf("DATA_DIR=%q: %w", c.dataDir, err)
 	}
-	ns, err := queue.StartEmbedded(queue.EmbeddedConfig{StoreDir: storeDir, Listen: c.natsListen, SyncAlways: c.natsSync == "always"})
+	ns, err := queue.StartEmbedded(queue.EmbeddedConfig{StoreDir: storeDir, Listen: c.natsListen, SyncAlways: c.natsSync == "always"}, log)
 	if err != nil {
 		return err
 	}
-	defer func() { ns.Shutdown(); ns.WaitForShutdown() }()
+	defer ns.Shutdown()
+	// The guard brings the store back by itself after its disk was full (restarting the
+	// server in place); it stops before the server does.
+	guardCtx, stopGuard := context.WithCancel(context.WithoutCancel(ctx))
+	guardDone := make(chan struct{})
+	go func() { defer close(guardDone); ns.Guard.Run(guardCtx, 0) }()
+	defer func() { stopGuard(); <-guardDone }()
 	if c.nats.User != "" || c.nats.CredsFile != "" || c.nats.NKeySeedFile != "" || c.nats.CAFile != "" || c.nats.CertFile != "" {
 		log.Warn().Msg("standalone uses its embedded NATS in process: the NATS_USER / NATS_*_FILE / NATS_TLS_* settings are ignored, and NATS_LISTEN (if set) takes clients without authentication")
 	}
@@ -202,6 +212,7 @@ func runStandalone(ctx context.Context, c *settings, log zerolog.Logger) error {
 	if err != nil {
 		return err
 	}
+	q.UseGuard(ns.Guard)
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -225,6 +236,7 @@ func runStandalone(ctx context.Context, c *settings, log zerolog.Logger) error {
 	}
 
 	reg := cli.NewRegistry()
+	reg.MustRegister(ns.Guard.Collector())
 	c.ingest.MaxBodyBytes = cli.FitBody(c.ingest.MaxBodyBytes, nc, log)
 	c.ingest.BacklogRetryAfter = c.dispatch.Interval
 	c.ingest.Metrics = ingest.NewMetrics(reg)

@@ -47,6 +47,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, _ io.Wr
 	ingestCfg.MaxBodyBytes = cli.FitBody(ingestCfg.MaxBodyBytes, nc, log)
 	ingestCfg.BacklogRetryAfter = interval
 	reg := cli.NewRegistry()
+	reg.MustRegister(q.WritesCollector())
+	go q.WatchWrites(ctx, 0, log)
 	ingestCfg.Metrics = ingest.NewMetrics(reg)
 	ln, err := cli.Listen(ingestCfg.Addr, "INGEST_ADDR")
 	if err != nil {

@@ -296,13 +296,14 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		close(leaserDone)
 		now := d.now()
 		for p := range d.src.Partitions() {
-			l.acquire(p, now, time.Time{})
+			l.acquire(p, now, time.Time{}, time.Time{})
 		}
 		d.log.Info().Int("partitions", d.src.Partitions()).Stringer("fence", l.sched.Interval()).Msg("dispatcher owns every partition; first sends wait one interval")
 	} else {
 		lm = &leaser{store: d.cfg.Leases, id: d.cfg.InstanceID, partitions: d.src.Partitions(),
 			ttl: d.cfg.LeaseTTL, margin: d.cfg.leaseMargin(), every: d.cfg.leaseEvery(),
-			events: events, log: d.log, held: map[int]*holding{}, drained: make(chan drained, d.src.Partitions())}
+			events: events, log: d.log, held: map[int]*holding{}, drained: make(chan drained, d.src.Partitions()),
+			seen: map[int]time.Time{}}
 		lctx, cancelLeaser := context.WithCancel(ctx)
 		defer cancelLeaser()
 		go func() { defer close(leaserDone); lm.run(lctx) }()
@@ -402,8 +403,10 @@ func (l *loop) lister(ctx context.Context) {
 	}
 }
 
-func (l *loop) acquire(p int, now, validUntil time.Time) {
-	part := &partition{since: now, validUntil: validUntil}
+// acquire makes partition p ours from now, or from notBefore if that is later (see the
+// leaser's fencing); the scheduler adds the interval.
+func (l *loop) acquire(p int, now, validUntil, notBefore time.Time) {
+	part := &partition{since: later(now, notBefore), validUntil: validUntil}
 	if old := l.owned[p]; old != nil {
 		part.inFlight = old.inFlight // results of an earlier tenure still on their way
 	}
@@ -430,7 +433,7 @@ func (l *loop) ownership(e ownEvent) {
 	part := l.owned[e.partition]
 	switch e.kind {
 	case ownAcquired:
-		l.acquire(e.partition, now, e.validUntil)
+		l.acquire(e.partition, now, e.validUntil, e.notBefore)
 	case ownRenewed:
 		if part != nil {
 			part.validUntil = e.validUntil
@@ -640,7 +643,7 @@ func (d *Dispatcher) work(ctx context.Context, job Job, sendBy time.Time) Result
 	var perm interface{ Permanent() bool }
 	switch {
 	case err == nil:
-		if err := d.retry(ctx, func() error { return d.src.Delete(ctx, st.Seq) }); err != nil {
+		if d.remove(ctx, st, sendBy) != nil {
 			res.Kind = Failed // shutting down; the request stays and is sent again later
 			return res
 		}
@@ -658,7 +661,7 @@ func (d *Dispatcher) work(ctx context.Context, job Job, sendBy time.Time) Result
 				res.RetryAfter = ra.RetryAfter()
 			}
 			res.Kind, res.Seq, res.Attempts, res.FirstAttempt = Retry, st.Seq, attempt, first
-			about(d.log.Info()).Err(err).Dur("retry_after", res.RetryAfter).Msg("attempt failed; will retry")
+			about(d.log.Info()).Err(err).Dur("retry_after", res.RetryAfter).Msg(LogAttemptFailed)
 			return res
 		}
 	}
@@ -673,6 +676,47 @@ func (d *Dispatcher) work(ctx context.Context, job Job, sendBy time.Time) Result
 	about(d.log.Warn()).Str("reason", why.Reason).Int("last_status", why.LastStatus).Msg("request dead-lettered")
 	res.Kind = DeadLettered
 	return res
+}
+
+// LogRemovalFailed is the message of the log line, with the request's request_id, that
+// says a delivered request could not be removed from the queue at once: until its removal
+// lands, it may be sent again. LogRemovalLate says the removal landed, but only after the
+// partition's lease could have lapsed (the process was paused, or the store slow), so
+// that another instance may have sent it again meanwhile. Every duplicate raven sees
+// follows one of these lines, or a dispatcher killed between raven's answer and the
+// removal.
+//
+// LogAttemptFailed says an attempt failed and will be retried. When it failed without an
+// answer from raven (a timeout), raven may have accepted it all the same: the retry is
+// then a duplicate, the other cause that G5 names.
+const (
+	LogAttemptFailed = "attempt failed; will retry"
+	LogRemovalFailed = "raven accepted the request but removing it from the queue failed; retrying, and until it lands the request may be sent again"
+	LogRemovalLate   = "delivered request removed from the queue only after the partition's lease could have lapsed; another instance may have sent it again"
+)
+
+// remove deletes a delivered request from the queue, retrying until it lands or ctx ends
+// (shutdown). A failure, or a removal that lands after the lease could have lapsed
+// (sendBy, zero without leases), is logged with the request's id and counted: these are
+// what make a duplicate possible.
+func (d *Dispatcher) remove(ctx context.Context, st request.Stored, sendBy time.Time) error {
+	err := d.src.Delete(ctx, st.Seq)
+	if err == nil {
+		if !sendBy.IsZero() && d.now().After(sendBy.Add(d.cfg.leaseMargin())) {
+			d.cfg.Metrics.removalFailed()
+			d.log.Warn().Str("client_id", st.ClientID).Str("request_id", st.ID).Msg(LogRemovalLate)
+		}
+		return nil
+	}
+	d.cfg.Metrics.removalFailed()
+	d.log.Warn().Err(err).Str("client_id", st.ClientID).Str("request_id", st.ID).Msg(LogRemovalFailed)
+	if err := d.retry(ctx, func() error { return d.src.Delete(ctx, st.Seq) }); err != nil {
+		d.cfg.Metrics.unremoved()
+		d.log.Warn().Str("client_id", st.ClientID).Str("request_id", st.ID).Msg("delivered request left in the queue at shutdown: it will be sent again")
+		return err
+	}
+	d.log.Info().Str("client_id", st.ClientID).Str("request_id", st.ID).Msg("delivered request removed from the queue after retrying")
+	return nil
 }
 
 // finish moves st to the dead-letter stream, then removes it from the queue, retrying
@@ -695,7 +739,9 @@ func (d *Dispatcher) retry(ctx context.Context, op func() error) error {
 		if err == nil {
 			return nil
 		}
-		d.log.Warn().Err(err).Dur("retry_in", wait).Msg("queue operation failed")
+		// Debug: the queue logs once when its store stops taking writes, and NATS when
+		// the connection drops; a line per retry would say the same many times.
+		d.log.Debug().Err(err).Dur("retry_in", wait).Msg("queue operation failed")
 		select {
 		case <-ctx.Done():
 			return ctx.Err()

@@ -16,6 +16,8 @@ type Metrics struct {
 	attemptTime prometheus.Histogram
 	gap         prometheus.Histogram
 	deadLetters *prometheus.CounterVec
+	removals    prometheus.Counter
+	leftOver    prometheus.Counter
 	reg         prometheus.Registerer
 }
 
@@ -53,9 +55,17 @@ func NewMetrics(reg prometheus.Registerer, interval time.Duration) *Metrics {
 			Name: "dispatch_dead_letters_total",
 			Help: "Requests moved to the dead-letter stream, by reason: permanent, attempts-exhausted, age-exhausted, undecodable, purged.",
 		}, []string{"reason"}),
+		removals: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "dispatch_removal_failures_total",
+			Help: "Requests raven accepted whose removal from the queue failed at the first try (the store did not take writes, NATS was unreachable), or landed only after the partition's lease could have lapsed (the process was paused). Until the removal lands, or when it lands late, the request may be sent again; the log names each.",
+		}),
+		leftOver: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "dispatch_unremoved_total",
+			Help: "Requests raven accepted that this instance stopped before removing from the queue: each will be sent again, a duplicate raven can drop by its Idempotency-Key.",
+		}),
 	}
 	m.reg = reg
-	reg.MustRegister(m.attempts, m.attemptTime, m.gap, m.deadLetters)
+	reg.MustRegister(m.attempts, m.attemptTime, m.gap, m.deadLetters, m.removals, m.leftOver)
 	for _, o := range []string{OutcomeDelivered, OutcomeTransient, OutcomePermanent} {
 		m.attempts.WithLabelValues(o)
 	}
@@ -100,6 +110,18 @@ func (m *Metrics) attempt(start, end, prevEnd time.Time, err error) {
 func (m *Metrics) delivered() {
 	if m != nil {
 		m.attempts.WithLabelValues(OutcomeDelivered).Inc()
+	}
+}
+
+func (m *Metrics) removalFailed() {
+	if m != nil {
+		m.removals.Inc()
+	}
+}
+
+func (m *Metrics) unremoved() {
+	if m != nil {
+		m.leftOver.Inc()
 	}
 }
 

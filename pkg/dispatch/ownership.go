@@ -5,6 +5,7 @@ import (
 	"hash/fnv"
 	"maps"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -26,8 +27,9 @@ type LeaseStore interface {
 	Release(ctx context.Context, p int, rev uint64) error
 	// ReleaseAll gives up every lease held by owner, at whatever revision.
 	ReleaseAll(ctx context.Context, owner string) (int, error)
-	// WatchReleases calls fn when any lease is released.
-	WatchReleases(ctx context.Context, fn func()) (stop func(), err error)
+	// WatchLeases calls fn with every lease taken, renewed or released, the leases in
+	// place first (partition -1: an instance's heartbeat or leaving).
+	WatchLeases(ctx context.Context, fn func(partition int, owner string, released bool)) (stop func(), err error)
 }
 
 type ownKind int
@@ -43,6 +45,7 @@ type ownEvent struct {
 	kind       ownKind
 	partition  int
 	validUntil time.Time
+	notBefore  time.Time // acquired: no attempt before this (zero: no wait beyond the fence)
 	done       chan struct{}
 }
 
@@ -54,6 +57,15 @@ type ownEvent struct {
 // takes the partition next does so after the expiry (or after this instance drained and
 // released it) and then waits one full interval before its first attempt. Neither step
 // compares clocks between hosts.
+//
+// The expiry is the one step the instances do not time themselves: the store removes a
+// lease by its own wall clock, and a jump of that clock can remove it early, while its
+// holder still sends. So the successor also times it: every instance watches the leases,
+// and one that takes a partition whose last renewal (by another instance) it saw at o
+// starts no attempt there before o+ttl, by its own monotonic clock. The holder sent that
+// renewal before o, so it has stopped by then. After a normal expiry this adds nothing
+// (the expiry is at about o+ttl already); a partition released on purpose was drained
+// first and needs no wait.
 type leaser struct {
 	store      LeaseStore
 	id         string
@@ -66,6 +78,39 @@ type leaser struct {
 
 	held    map[int]*holding
 	drained chan drained
+
+	seenMu      sync.Mutex
+	seen        map[int]time.Time // when another instance's lease on a partition was last seen
+	watchFailed bool              // no watch: nothing is known of others' renewals
+}
+
+// saw notes a change to a lease seen in the store.
+func (m *leaser) saw(p int, owner string, released bool) {
+	if p < 0 || owner == m.id {
+		return
+	}
+	m.seenMu.Lock()
+	defer m.seenMu.Unlock()
+	if released {
+		delete(m.seen, p) // handed back drained: nothing of its holder's is in flight
+	} else {
+		m.seen[p] = time.Now()
+	}
+}
+
+// notBefore is the earliest this instance may start attempts in partition p, just taken
+// over: a full TTL after the last renewal by another instance that it saw, since the
+// store's clock may have removed that lease early.
+func (m *leaser) notBefore(p int) time.Time {
+	m.seenMu.Lock()
+	defer m.seenMu.Unlock()
+	if m.watchFailed {
+		return time.Now().Add(m.ttl)
+	}
+	if o, ok := m.seen[p]; ok {
+		return o.Add(m.ttl)
+	}
+	return time.Time{}
 }
 
 // holding is one acquisition of a partition's lease, until it is lost or handed back.
@@ -88,9 +133,16 @@ func (m *leaser) run(ctx context.Context) {
 		default:
 		}
 	}
-	stop, err := m.store.WatchReleases(ctx, poke)
+	stop, err := m.store.WatchLeases(ctx, func(p int, owner string, released bool) {
+		m.saw(p, owner, released)
+		if released {
+			poke()
+		}
+	})
 	if err != nil {
-		m.log.Warn().Err(err).Msg("cannot watch lease releases; relying on the renewal rounds")
+		// Without the watch, the partitions taken over wait out a whole TTL (notBefore).
+		m.log.Warn().Err(err).Msg("cannot watch the leases; relying on the renewal rounds")
+		m.watchFailed = true
 	} else {
 		defer stop()
 	}
@@ -230,7 +282,7 @@ func (m *leaser) acquire(ctx context.Context, share, instances int) {
 			case r.ok:
 				m.held[r.p] = &holding{rev: r.rev}
 				m.log.Info().Int("partition", r.p).Int("share", share).Int("instances", instances).Msg("partition acquired")
-				m.emit(ctx, ownEvent{kind: ownAcquired, partition: r.p, validUntil: r.sent.Add(m.ttl - m.margin)})
+				m.emit(ctx, ownEvent{kind: ownAcquired, partition: r.p, validUntil: r.sent.Add(m.ttl - m.margin), notBefore: m.notBefore(r.p)})
 			}
 		}
 		if failed {

@@ -3,10 +3,14 @@
 package httpapi
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
+
+	"github.com/rs/zerolog"
 )
 
 // Problem is an RFC 9457 problem detail. Code is a stable, machine-readable name for the
@@ -37,4 +41,33 @@ func WriteJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(v)
+}
+
+// Ready answers /readyz: 200 while check passes, else 503 not_ready with detail. The
+// cause goes to the log, not to whoever asks, and only when readiness changes (a probe
+// every second must not write a line every second; the part that failed logs its own
+// changes of cause).
+func Ready(check func(ctx context.Context) error, detail string, log zerolog.Logger) http.Handler {
+	var mu sync.Mutex
+	notReady := false
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		defer cancel()
+		err := check(ctx)
+		mu.Lock()
+		switch {
+		case err != nil && !notReady:
+			notReady = true
+			log.Warn().Err(err).Msg("not ready")
+		case err == nil && notReady:
+			notReady = false
+			log.Info().Msg("ready again")
+		}
+		mu.Unlock()
+		if err != nil {
+			WriteProblem(w, Problem{Status: http.StatusServiceUnavailable, Code: "not_ready", RetryAfter: time.Second, Detail: detail})
+			return
+		}
+		WriteJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+	})
 }

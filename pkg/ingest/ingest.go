@@ -14,6 +14,7 @@ import (
 	"github.com/go-chi/chi/v5"
 	"github.com/rs/zerolog"
 
+	"github.com/penguinhq/dispatcher/pkg/httpapi"
 	"github.com/penguinhq/dispatcher/pkg/request"
 )
 
@@ -121,7 +122,7 @@ func (a *API) Handler() http.Handler {
 	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
-	r.Get("/readyz", a.readyz)
+	r.Method(http.MethodGet, "/readyz", httpapi.Ready(a.ready.Ready, "the queue is not reachable, its streams are not in place, or its store does not take writes; the log says which", a.log))
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, problem{Status: http.StatusNotFound, Code: "not_found", Detail: fmt.Sprintf("no route %s %s; requests go to POST /v1/requests", r.Method, r.URL.Path)})
 	})
@@ -129,17 +130,6 @@ func (a *API) Handler() http.Handler {
 		writeProblem(w, problem{Status: http.StatusMethodNotAllowed, Code: "method_not_allowed", Detail: fmt.Sprintf("%s is not allowed on %s", r.Method, r.URL.Path)})
 	})
 	return r
-}
-
-func (a *API) readyz(w http.ResponseWriter, r *http.Request) {
-	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
-	defer cancel()
-	if err := a.ready.Ready(ctx); err != nil {
-		a.log.Warn().Err(err).Msg("not ready")
-		writeProblem(w, problem{Status: http.StatusServiceUnavailable, Code: "not_ready", Detail: "the queue is not reachable or its streams are not in place", RetryAfter: time.Second})
-		return
-	}
-	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 }
 
 type accepted struct {
@@ -173,11 +163,10 @@ func (a *API) accept(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		p := publishProblem(err, a.cfg.BacklogRetryAfter)
 		a.cfg.Metrics.outcome(p.Code)
-		ev := a.log.Debug()
-		if p.Status == http.StatusServiceUnavailable {
-			ev = a.log.Warn()
-		}
-		ev.Err(err).Str("client_id", req.ClientID).Str("request_id", req.ID).Int("status", p.Status).Msg("request refused")
+		// Debug, like every refusal: while the queue is unavailable every request would
+		// log the same line. The queue logs once when its store stops taking writes, NATS
+		// when the connection drops, and the outcomes are counted.
+		a.log.Debug().Err(err).Str("client_id", req.ClientID).Str("request_id", req.ID).Int("status", p.Status).Msg("request refused")
 		writeProblem(w, p)
 		return
 	}

@@ -39,11 +39,6 @@ type Expect struct {
 	Explained map[string]bool
 }
 
-// HangUpSlack is how much later than the sender raven may notice that the sender hung
-// up (a timed-out attempt): the end-to-start gap after such an attempt is checked
-// against the interval less this.
-const HangUpSlack = 20 * time.Millisecond
-
 // Report is the outcome of a Check.
 type Report struct {
 	Arrivals       int
@@ -53,13 +48,16 @@ type Report struct {
 	DuplicateIDs   []string      // the ids delivered more than once
 	Unacknowledged int           // distinct ids that arrived but were never seen accepted
 	MinGap         time.Duration // least start-to-start gap between two attempts of one client; -1 if none
-	Violations     []string      // each broken guarantee, in words
+	Lost           int           // accepted ids neither delivered nor dead-lettered (G4)
+	ShortGaps      int           // gaps between two attempts of one client below the interval (G2)
+	MaxInFlight    int           // most attempts of one client that raven had in hand at once (G5: 1)
+	Violations     []string      // each broken guarantee, in words (the first 50)
 }
 
 // String is a one-line summary.
 func (r Report) String() string {
-	return fmt.Sprintf("arrivals=%d delivered=%d dead=%d duplicates=%d unacknowledged=%d min_gap=%s violations=%d",
-		r.Arrivals, r.Delivered, r.Dead, r.Duplicates, r.Unacknowledged, r.MinGap, len(r.Violations))
+	return fmt.Sprintf("arrivals=%d delivered=%d dead=%d duplicates=%d unacknowledged=%d min_gap=%s lost=%d short_gaps=%d max_in_flight=%d violations=%d",
+		r.Arrivals, r.Delivered, r.Dead, r.Duplicates, r.Unacknowledged, r.MinGap, r.Lost, r.ShortGaps, r.MaxInFlight, len(r.Violations))
 }
 
 // Check compares the record with e: loss (G4), order (G3), spacing (G2), and counts
@@ -111,6 +109,7 @@ func Check(arrivals []Arrival, e Expect) Report {
 	rep.Unacknowledged = len(unknown)
 
 	for client, as := range byClient {
+		rep.MaxInFlight = max(rep.MaxInFlight, mostAtOnce(as))
 		done := map[string]bool{}
 		pos := 0
 		for i, a := range as {
@@ -121,16 +120,19 @@ func Check(arrivals []Arrival, e Expect) Report {
 					rep.MinGap = gap
 				}
 				if gap < e.Interval {
+					rep.ShortGaps++
 					violate("client %q: attempts %s and %s started %s apart, below the interval %s", client, prev.ID, a.ID, gap, e.Interval)
 				}
-				since, least := a.Start.Sub(prev.End), e.Interval
-				if prev.Aborted {
-					least -= HangUpSlack
-				}
-				switch {
+				// An attempt the sender hung up on ended when the sender hung up; raven
+				// learns that only later, by an amount it cannot know, so after such an
+				// attempt only the start-to-start gap is checked. Every other end is
+				// raven's own: its answer, or the connection it dropped or reset.
+				switch since := a.Start.Sub(prev.End); {
+				case prev.Aborted:
 				case since < 0:
 					violate("client %q: attempt of %s started while attempt %d of %s was in flight (G5)", client, a.ID, prev.Attempt, prev.ID)
-				case since < least:
+				case since < e.Interval:
+					rep.ShortGaps++
 					violate("client %q: attempt of %s started %s after the previous attempt ended, below the interval %s", client, a.ID, since, e.Interval)
 				}
 			}
@@ -173,6 +175,7 @@ func Check(arrivals []Arrival, e Expect) Report {
 		case delivered[a.ID] > 0:
 		case e.Dead[a.ID]:
 		default:
+			rep.Lost++
 			violate("request %s (client %q) was accepted but neither delivered nor dead-lettered", a.ID, a.ClientID)
 		}
 	}
@@ -183,4 +186,21 @@ func Check(arrivals []Arrival, e Expect) Report {
 		}
 	}
 	return rep
+}
+
+// mostAtOnce is the most of one client's arrivals (in start order) that overlap in time.
+func mostAtOnce(as []Arrival) int {
+	most := 0
+	var ends []time.Time // ends of the arrivals still in hand
+	for _, a := range as {
+		kept := ends[:0]
+		for _, end := range ends {
+			if end.After(a.Start) {
+				kept = append(kept, end)
+			}
+		}
+		ends = append(kept, a.End)
+		most = max(most, len(ends))
+	}
+	return most
 }

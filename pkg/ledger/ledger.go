@@ -84,10 +84,11 @@ type Options struct {
 
 // Ledger is an http.Handler that records arrivals.
 type Ledger struct {
-	opts     Options
-	mu       sync.Mutex
-	arrivals []Arrival
-	last     map[string]time.Time
+	opts          Options
+	mu            sync.Mutex
+	arrivals      []Arrival
+	last          map[string]time.Time
+	lastDelivered time.Time
 }
 
 // New returns an empty Ledger.
@@ -141,6 +142,9 @@ func (l *Ledger) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	l.mu.Lock()
 	prev, seen := l.last[a.ClientID]
 	l.last[a.ClientID] = a.Start
+	if ok(a) && a.Start.After(l.lastDelivered) {
+		l.lastDelivered = a.Start
+	}
 	if !l.opts.Forget {
 		l.arrivals = append(l.arrivals, a)
 	}
@@ -219,6 +223,14 @@ func (l *Ledger) Arrivals() []Arrival {
 	l.mu.Unlock()
 	sort.SliceStable(out, func(i, j int) bool { return out[i].Start.Before(out[j].Start) })
 	return out
+}
+
+// LastDelivered is when the latest attempt that raven accepted (and the sender heard so)
+// arrived; zero before the first.
+func (l *Ledger) LastDelivered() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.lastDelivered
 }
 
 // Delivered counts the distinct ids answered 2xx so far.

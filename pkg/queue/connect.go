@@ -7,7 +7,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 )
@@ -105,8 +104,9 @@ func RedactURLs(urls string) string {
 	return strings.Join(parts, ",")
 }
 
-// ConnectInProcess connects to an embedded server without a network socket.
-func ConnectInProcess(s *server.Server, name string, log zerolog.Logger) (*nats.Conn, error) {
+// ConnectInProcess connects to an embedded server without a network socket. Given a
+// Node, the connection follows the node's restarts.
+func ConnectInProcess(s nats.InProcessConnProvider, name string, log zerolog.Logger) (*nats.Conn, error) {
 	nc, err := nats.Connect("", append(connectOptions(name, log), nats.InProcessServer(s))...)
 	if err != nil {
 		return nil, fmt.Errorf("connecting to embedded NATS: %w", err)

@@ -4,9 +4,9 @@ import (
 	"fmt"
 	"net"
 	"strconv"
-	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/rs/zerolog"
 )
 
 // EmbeddedConfig configures an in-process nats-server with JetStream.
@@ -28,49 +28,51 @@ type EmbeddedConfig struct {
 }
 
 // StartEmbedded starts a single-node JetStream server and waits until it accepts
-// connections. Shut it down with Shutdown and WaitForShutdown.
-func StartEmbedded(cfg EmbeddedConfig) (*server.Server, error) {
+// connections. Shut it down with Shutdown; run its Guard to have it recover by itself
+// from a full disk.
+func StartEmbedded(cfg EmbeddedConfig, log zerolog.Logger) (*Node, error) {
 	if cfg.StoreDir == "" {
 		return nil, fmt.Errorf("embedded nats: store dir is required")
 	}
 	if cfg.MaxPayload == 0 {
 		cfg.MaxPayload = 8 << 20
 	}
-	opts := &server.Options{
-		ServerName: "dispatcher-embedded",
-		JetStream:  true,
-		StoreDir:   cfg.StoreDir,
-		MaxPayload: cfg.MaxPayload,
-		NoLog:      true,
-		NoSigs:     true,
-		SyncAlways: cfg.SyncAlways,
-		DontListen: cfg.Listen == "",
-	}
+	var host string
+	port := -1
 	if cfg.Listen != "" {
-		host, port, err := net.SplitHostPort(cfg.Listen)
+		h, p, err := net.SplitHostPort(cfg.Listen)
 		if err != nil {
 			return nil, fmt.Errorf("embedded nats: listen address %q: %w", cfg.Listen, err)
 		}
-		p, err := strconv.Atoi(port)
-		if err != nil {
-			return nil, fmt.Errorf("embedded nats: listen port %q: %w", port, err)
+		if port, err = strconv.Atoi(p); err != nil {
+			return nil, fmt.Errorf("embedded nats: listen port %q: %w", p, err)
 		}
+		host = h
 		if host == "" {
 			host = "0.0.0.0"
 		}
-		opts.Host, opts.Port = host, p
 	}
-	if cfg.Configure != nil {
-		cfg.Configure(opts)
+	options := func() (*server.Options, error) {
+		opts := &server.Options{
+			ServerName: "dispatcher-embedded",
+			JetStream:  true,
+			StoreDir:   cfg.StoreDir,
+			MaxPayload: cfg.MaxPayload,
+			NoLog:      true,
+			NoSigs:     true,
+			SyncAlways: cfg.SyncAlways,
+			DontListen: cfg.Listen == "",
+			Host:       host,
+			Port:       port,
+		}
+		if cfg.Configure != nil {
+			cfg.Configure(opts)
+		}
+		return opts, nil
 	}
-	s, err := server.NewServer(opts)
+	n, err := StartNode(options, nil, log)
 	if err != nil {
 		return nil, fmt.Errorf("embedded nats: %w", err)
 	}
-	go s.Start()
-	if !s.ReadyForConnections(30 * time.Second) {
-		s.Shutdown()
-		return nil, fmt.Errorf("embedded nats: not ready within 30s (store dir %s)", cfg.StoreDir)
-	}
-	return s, nil
+	return n, nil
 }

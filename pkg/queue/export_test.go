@@ -6,3 +6,6 @@ import "context"
 func (q *Queue) RequeuePublishOnly(r DeadRecord) (bool, error) {
 	return q.requeuePublish(context.Background(), r)
 }
+
+// ProbeWrite is one test write, as WatchWrites makes them.
+func (q *Queue) ProbeWrite() error { return q.probeWrite(context.Background()) }

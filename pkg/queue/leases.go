@@ -148,18 +148,27 @@ func (l *Leases) ReleaseAll(ctx context.Context, owner string) (int, error) {
 	return n, errors.Join(errs...)
 }
 
-// WatchReleases calls fn whenever a lease is released or an instance leaves, so that the
-// others can rebalance at once instead of at their next round.
-func (l *Leases) WatchReleases(ctx context.Context, fn func()) (stop func(), err error) {
-	w, err := l.kv.Watch(ctx, ">", jetstream.UpdatesOnly())
+// WatchLeases calls fn with every change to a lease, the leases in place first: the
+// partition, the owner named, and whether the lease was released (deleted) rather than
+// taken or renewed. partition is -1 for an instance's heartbeat or its leaving. A lease
+// that expires makes no call: the store removes it without a trace.
+func (l *Leases) WatchLeases(ctx context.Context, fn func(partition int, owner string, released bool)) (stop func(), err error) {
+	w, err := l.kv.Watch(ctx, ">")
 	if err != nil {
 		return nil, fmt.Errorf("watching leases: %w", err)
 	}
 	go func() {
 		for e := range w.Updates() {
-			if e != nil && e.Operation() != jetstream.KeyValuePut {
-				fn()
+			if e == nil {
+				continue // the end of the leases in place
 			}
+			p := -1
+			if rest, ok := strings.CutPrefix(e.Key(), leaseKeyPrefix); ok {
+				if n, err := strconv.Atoi(rest); err == nil {
+					p = n
+				}
+			}
+			fn(p, string(e.Value()), e.Operation() != jetstream.KeyValuePut)
 		}
 	}()
 	return func() { _ = w.Stop() }, nil

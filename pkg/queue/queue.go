@@ -10,17 +10,20 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
 
 	"github.com/penguinhq/dispatcher/pkg/request"
 )
 
 // Queue is the request and dead-letter streams, opened on one connection.
 type Queue struct {
-	nc   *nats.Conn
-	js   jetstream.JetStream
-	cfg  Config
-	reqs jetstream.Stream
-	dead jetstream.Stream
+	nc     *nats.Conn
+	js     jetstream.JetStream
+	cfg    Config
+	reqs   jetstream.Stream
+	dead   jetstream.Stream
+	writes writeHealth
+	guard  *StoreGuard // set by UseGuard when the server runs in this process
 }
 
 // Ensure says what Open does with the streams.
@@ -48,7 +51,7 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config, ensure Ensure) (*Queue
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: %w", err)
 	}
-	q := &Queue{nc: nc, js: js, cfg: cfg}
+	q := &Queue{nc: nc, js: js, cfg: cfg, writes: writeHealth{log: zerolog.Nop()}}
 	if ensure == Existing {
 		return q.openExisting(ctx)
 	}
@@ -166,7 +169,8 @@ func (q *Queue) ensure(ctx context.Context, cfg jetstream.StreamConfig, ensure E
 	return s, nil
 }
 
-// Ready reports whether JetStream answers and both streams are in place.
+// Ready reports whether JetStream answers, both streams are in place and the store
+// takes writes (WriteErr).
 func (q *Queue) Ready(ctx context.Context) error {
 	if !q.nc.IsConnected() {
 		return fmt.Errorf("not connected to NATS (%s)", q.nc.Status())
@@ -175,6 +179,9 @@ func (q *Queue) Ready(ctx context.Context) error {
 		if _, err := q.js.Stream(ctx, name); err != nil {
 			return fmt.Errorf("stream %s: %w", name, err)
 		}
+	}
+	if err := q.WriteErr(); err != nil {
+		return fmt.Errorf("the store does not take writes: %w", err)
 	}
 	return nil
 }
@@ -187,6 +194,12 @@ func (q *Queue) Publish(ctx context.Context, r request.Request) (request.Receipt
 		// Fail at once rather than wait out the timeout in the reconnect buffer.
 		return request.Receipt{}, fmt.Errorf("%w: not connected to NATS (%s)", request.ErrUnavailable, q.nc.Status())
 	}
+	if err := q.WriteErr(); err != nil {
+		// Fail at once too: a store that cannot write does not answer a publish at all,
+		// and the caller would wait out the whole timeout to hear 503. The test writes
+		// (WatchWrites) find out when it takes writes again.
+		return request.Receipt{}, fmt.Errorf("%w: the store does not take writes: %w", request.ErrUnavailable, err)
+	}
 	msg := nats.NewMsg(requestPrefix + request.EncodeClientID(r.ClientID))
 	msg.Header.Set(request.HeaderID, r.ID)
 	if r.ContentType != "" {
@@ -195,8 +208,11 @@ func (q *Queue) Publish(ctx context.Context, r request.Request) (request.Receipt
 	msg.Data = r.Body
 	ack, err := q.js.PublishMsg(ctx, msg, jetstream.WithMsgID(r.ID), jetstream.WithExpectStream(RequestStream))
 	if err != nil {
-		return request.Receipt{}, classifyPublishError(err)
+		err = classifyPublishError(err)
+		q.writes.note(err)
+		return request.Receipt{}, err
 	}
+	q.writes.note(nil)
 	return request.Receipt{Seq: ack.Sequence, Duplicate: ack.Duplicate}, nil
 }
 
@@ -299,15 +315,20 @@ func (q *Queue) Head(ctx context.Context, subject string) (st request.Stored, ok
 func (q *Queue) Delete(ctx context.Context, seq uint64) error {
 	err := q.reqs.DeleteMsg(ctx, seq)
 	if err != nil && !isNotFound(err) {
+		q.writes.note(err)
 		return fmt.Errorf("deleting request %d: %w", seq, err)
 	}
+	q.writes.note(nil)
 	return nil
 }
 
 func isNotFound(err error) bool {
-	// nats.go flattens the server's answer into the text of ErrMsgDeleteUnsuccessful.
+	// nats.go flattens the server's answer into the text of ErrMsgDeleteUnsuccessful: "no
+	// message found" for a sequence before the first, JSSequenceNotFoundErrF (10043) for
+	// one deleted already further in.
 	return errors.Is(err, jetstream.ErrMsgNotFound) ||
-		(errors.Is(err, jetstream.ErrMsgDeleteUnsuccessful) && strings.Contains(err.Error(), "no message found"))
+		(errors.Is(err, jetstream.ErrMsgDeleteUnsuccessful) &&
+			(strings.Contains(err.Error(), "no message found") || strings.Contains(err.Error(), "err_code=10043")))
 }
 
 // DeadLetter writes st to the dead-letter stream with headers saying why. It does not
@@ -339,7 +360,9 @@ func (q *Queue) DeadLetter(ctx context.Context, st request.Stored, why request.D
 	// The message id names this stored copy, not the request: a request replayed and
 	// dead-lettered again within the window must not be taken for a duplicate.
 	msgID := st.ID + ":" + strconv.FormatUint(st.Seq, 10)
-	if _, err := q.js.PublishMsg(ctx, msg, jetstream.WithMsgID(msgID), jetstream.WithExpectStream(DeadLetterStream)); err != nil {
+	_, err = q.js.PublishMsg(ctx, msg, jetstream.WithMsgID(msgID), jetstream.WithExpectStream(DeadLetterStream))
+	q.writes.note(err)
+	if err != nil {
 		return fmt.Errorf("dead-lettering request %s: %w", st.ID, err)
 	}
 	return nil

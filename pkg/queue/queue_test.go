@@ -82,6 +82,28 @@ func TestHeadDeleteInOrder(t *testing.T) {
 	}
 }
 
+// Deleting a request that is already gone is not an error wherever it was in the stream:
+// a removal whose answer was lost is retried, and two instances may both remove a
+// request during a takeover. The server answers differently for the first message
+// ("no message found") and for one in the middle ("sequence not found"); a dispatcher
+// that took the latter for a failure retried the removal for ever.
+func TestDeleteTwiceAnywhere(t *testing.T) {
+	t.Parallel()
+	q := open(t, queue.Config{})
+	ctx := context.Background()
+	var seqs []uint64
+	for i := range 5 {
+		seqs = append(seqs, publish(t, q, "alice", fmt.Sprint("a", i)).Seq)
+	}
+	for _, seq := range []uint64{seqs[2], seqs[0], seqs[4]} {
+		for try := range 2 {
+			if err := q.Delete(ctx, seq); err != nil {
+				t.Fatalf("deleting sequence %d, try %d: %v", seq, try+1, err)
+			}
+		}
+	}
+}
+
 func TestHostileClientIDsStayApart(t *testing.T) {
 	t.Parallel()
 	q := open(t, queue.Config{})
@@ -206,7 +228,11 @@ func TestLeases(t *testing.T) {
 		t.Fatalf("renew with a stale revision: ok=%v err=%v, want lost", ok, err)
 	}
 	released := make(chan struct{}, 1)
-	stop, err := l.WatchReleases(ctx, func() { released <- struct{}{} })
+	stop, err := l.WatchLeases(ctx, func(p int, _ string, rel bool) {
+		if p == 3 && rel {
+			released <- struct{}{}
+		}
+	})
 	if err != nil {
 		t.Fatal(err)
 	}

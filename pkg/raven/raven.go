@@ -33,6 +33,9 @@ type Config struct {
 	Timeout time.Duration
 	// MaxConns caps idle and open connections to raven. Defaults to 1024.
 	MaxConns int
+	// UserAgent is sent with every attempt, so that raven (and whoever reads its logs)
+	// can tell which dispatcher instance sent it. Defaults to "dispatcher".
+	UserAgent string
 }
 
 // WithDefaults returns c with zero fields set to their defaults.
@@ -42,6 +45,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.MaxConns == 0 {
 		c.MaxConns = 1024
+	}
+	if c.UserAgent == "" {
+		c.UserAgent = "dispatcher"
 	}
 	return c
 }
@@ -112,6 +118,7 @@ func (c *Client) Send(ctx context.Context, st request.Stored, attempt int) error
 	req.Header.Set(request.HeaderIdempotencyKey, st.ID)
 	req.Header.Set(request.HeaderClientID, st.ClientID)
 	req.Header.Set(request.HeaderAttempt, strconv.Itoa(attempt))
+	req.Header.Set("User-Agent", c.cfg.UserAgent)
 	resp, err := c.http.Do(req)
 	if err != nil {
 		return &TransientError{Err: err}

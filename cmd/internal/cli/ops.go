@@ -63,18 +63,8 @@ func OpsHandler(reg *prometheus.Registry, ready func(ctx context.Context) error,
 	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		httpapi.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
-	r.Get("/readyz", func(w http.ResponseWriter, r *http.Request) {
-		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
-		defer cancel()
-		if err := ready(ctx); err != nil {
-			// The cause goes to the log, not to whoever asks.
-			log.Warn().Err(err).Msg("not ready")
-			httpapi.WriteProblem(w, httpapi.Problem{Status: http.StatusServiceUnavailable, Code: "not_ready", RetryAfter: time.Second,
-				Detail: "not ready: the queue is not reachable, or the service is starting or stopping; its log says which"})
-			return
-		}
-		httpapi.WriteJSON(w, http.StatusOK, map[string]string{"status": "ready"})
-	})
+	r.Method(http.MethodGet, "/readyz", httpapi.Ready(ready,
+		"not ready: the queue is not reachable or does not take writes, or the service is starting or stopping; its log says which", log))
 	if admin != nil {
 		r.Mount("/admin", admin)
 	}

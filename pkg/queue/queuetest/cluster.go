@@ -1,6 +1,7 @@
 package queuetest
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"path/filepath"
@@ -9,40 +10,92 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/rs/zerolog"
+
+	"github.com/penguinhq/dispatcher/pkg/faultnet"
+	"github.com/penguinhq/dispatcher/pkg/queue"
 )
 
 // Cluster is an in-process JetStream cluster on loopback. nats-server's own cluster helpers
-// live in its _test.go files and cannot be imported; this is the project's own.
+// live in its _test.go files and cannot be imported; this is the project's own. Each node
+// runs with a store guard, as cmd/natsnode runs a production node.
 type Cluster struct {
-	t       testing.TB
-	opts    []*server.Options
-	Servers []*server.Server // nil while a node is stopped
+	t      testing.TB
+	opts   []*server.Options
+	Nodes  []*queue.Node       // nil while a node is stopped
+	stops  []func()            // stop each running node's guard
+	routes [][]*faultnet.Proxy // routes[i][j]: node i's connection to node j, with ProxyRoutes
+}
+
+// ClusterOptions change how NewClusterWith builds the cluster.
+type ClusterOptions struct {
+	// StoreDirs, if not nil, holds each node's store dir (a small file system a test can
+	// fill, say); by default each node stores under a temp dir of its own.
+	StoreDirs []string
+	// ProxyRoutes sends the connections between nodes through fault proxies, so that a
+	// test can cut a node off from the others while it keeps running (Partition).
+	ProxyRoutes bool
 }
 
 // NewCluster starts n JetStream nodes routed to each other and waits for a meta leader.
 // Every node stops when the test ends.
 func NewCluster(t testing.TB, n int) *Cluster {
 	t.Helper()
+	return NewClusterWith(t, n, ClusterOptions{})
+}
+
+// NewClusterWith is NewCluster with options.
+func NewClusterWith(t testing.TB, n int, o ClusterOptions) *Cluster {
+	t.Helper()
 	clientPorts, routePorts := freePorts(t, n), freePorts(t, n)
-	var routes []string
-	for _, p := range routePorts {
-		routes = append(routes, fmt.Sprintf("nats-route://127.0.0.1:%d", p))
-	}
 	base := t.TempDir()
-	c := &Cluster{t: t, Servers: make([]*server.Server, n)}
+	c := &Cluster{t: t, Nodes: make([]*queue.Node, n), stops: make([]func(), n)}
+	if o.ProxyRoutes {
+		c.routes = make([][]*faultnet.Proxy, n)
+		for i := range n {
+			c.routes[i] = make([]*faultnet.Proxy, n)
+			for j := range n {
+				if i == j {
+					continue
+				}
+				p, err := faultnet.New(fmt.Sprintf("127.0.0.1:%d", routePorts[j]))
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(p.Close)
+				c.routes[i][j] = p
+			}
+		}
+	}
 	for i := range n {
+		var routes []string
+		for j, p := range routePorts {
+			switch {
+			case c.routes == nil:
+				routes = append(routes, fmt.Sprintf("nats-route://127.0.0.1:%d", p))
+			case i != j:
+				routes = append(routes, "nats-route://"+c.routes[i][j].Addr())
+			}
+		}
+		dir := filepath.Join(base, fmt.Sprintf("n%d", i+1))
+		if o.StoreDirs != nil {
+			dir = o.StoreDirs[i]
+		}
 		c.opts = append(c.opts, &server.Options{
 			ServerName: fmt.Sprintf("n%d", i+1),
 			Host:       "127.0.0.1",
 			Port:       clientPorts[i],
 			JetStream:  true,
-			StoreDir:   filepath.Join(base, fmt.Sprintf("n%d", i+1)),
+			StoreDir:   dir,
 			NoLog:      true,
 			NoSigs:     true,
 			Cluster: server.ClusterOpts{
 				Name: "dispatch-test",
 				Host: "127.0.0.1",
 				Port: routePorts[i],
+				// With proxied routes, a node must not learn the others' direct route
+				// addresses from gossip and go round the proxies.
+				NoAdvertise: o.ProxyRoutes,
 			},
 			Routes: server.RoutesFromStr(strings.Join(routes, ",")),
 		})
@@ -51,7 +104,7 @@ func NewCluster(t testing.TB, n int) *Cluster {
 		c.Start(i)
 	}
 	t.Cleanup(func() {
-		for i := range c.Servers {
+		for i := range c.Nodes {
 			c.Stop(i)
 		}
 	})
@@ -77,32 +130,67 @@ func freePorts(t testing.TB, n int) []int {
 	return ports
 }
 
-// Start starts node i (again), on its own port and files.
+// Start starts node i (again), on its own port and files, with its store guard.
 func (c *Cluster) Start(i int) {
 	c.t.Helper()
-	if c.Servers[i] != nil {
+	if c.Nodes[i] != nil {
 		return
 	}
-	o := *c.opts[i]
-	s, err := server.NewServer(&o)
+	base := c.opts[i]
+	n, err := queue.StartNode(func() (*server.Options, error) { o := *base; return &o, nil }, nil, zerolog.Nop())
 	if err != nil {
 		c.t.Fatalf("node %d: %v", i, err)
 	}
-	go s.Start()
-	if !s.ReadyForConnections(30 * time.Second) {
-		c.t.Fatalf("node %d not ready", i)
-	}
-	c.Servers[i] = s
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); n.Guard.Run(ctx, 100*time.Millisecond) }()
+	c.Nodes[i], c.stops[i] = n, func() { cancel(); <-done }
 }
 
 // Stop shuts node i down, as a crash of that node would look to the others.
 func (c *Cluster) Stop(i int) {
-	if s := c.Servers[i]; s != nil {
-		s.Shutdown()
-		s.WaitForShutdown()
-		c.Servers[i] = nil
+	if n := c.Nodes[i]; n != nil {
+		c.stops[i]()
+		n.Shutdown()
+		c.Nodes[i] = nil
 	}
 }
+
+// Server is node i's server running now; nil while the node is stopped.
+func (c *Cluster) Server(i int) *server.Server {
+	if c.Nodes[i] == nil {
+		return nil
+	}
+	return c.Nodes[i].Server()
+}
+
+// Partition cuts node i off from the other nodes, both ways, while it keeps running and
+// serving its clients: bytes between them stop (a blackhole, as a network partition
+// drops packets) until Heal. Needs ProxyRoutes.
+func (c *Cluster) Partition(i int) {
+	c.eachRoute(i, (*faultnet.Proxy).Blackhole)
+}
+
+// Heal undoes Partition(i).
+func (c *Cluster) Heal(i int) {
+	c.eachRoute(i, (*faultnet.Proxy).Heal)
+}
+
+func (c *Cluster) eachRoute(i int, f func(*faultnet.Proxy)) {
+	c.t.Helper()
+	if c.routes == nil {
+		c.t.Fatal("the cluster was not built with ProxyRoutes")
+	}
+	for j := range c.routes {
+		if j != i {
+			f(c.routes[i][j])
+			f(c.routes[j][i])
+		}
+	}
+}
+
+// StoreDir is node i's store dir.
+func (c *Cluster) StoreDir(i int) string { return c.opts[i].StoreDir }
 
 // URL lists every node's client URL, comma-separated, as NATS_URL takes it.
 func (c *Cluster) URL() string {
@@ -118,15 +206,15 @@ func (c *Cluster) URL() string {
 func (c *Cluster) WaitForMetaLeader() {
 	c.t.Helper()
 	running := 0
-	for _, s := range c.Servers {
-		if s != nil {
+	for _, n := range c.Nodes {
+		if n != nil {
 			running++
 		}
 	}
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
-		for _, s := range c.Servers {
-			if s != nil && s.JetStreamIsLeader() && len(s.JetStreamClusterPeers()) >= running {
+		for i := range c.Nodes {
+			if s := c.Server(i); s != nil && s.JetStreamIsLeader() && len(s.JetStreamClusterPeers()) >= running {
 				return
 			}
 		}
@@ -137,8 +225,8 @@ func (c *Cluster) WaitForMetaLeader() {
 
 // StreamLeader returns the index of the node leading stream, or -1.
 func (c *Cluster) StreamLeader(stream string) int {
-	for i, s := range c.Servers {
-		if s != nil && s.JetStreamIsStreamLeader(server.DEFAULT_GLOBAL_ACCOUNT, stream) {
+	for i := range c.Nodes {
+		if s := c.Server(i); s != nil && s.JetStreamIsStreamLeader(server.DEFAULT_GLOBAL_ACCOUNT, stream) {
 			return i
 		}
 	}

@@ -3,10 +3,13 @@
 package queuetest
 
 import (
+	"context"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
 
 	"github.com/penguinhq/dispatcher/pkg/queue"
 )
@@ -28,14 +31,31 @@ func ServerAt(t testing.TB, dir, listen string) *server.Server {
 // ServerWith is ServerAt with the server options changed by configure (users, TLS).
 func ServerWith(t testing.TB, dir, listen string, configure func(*server.Options)) *server.Server {
 	t.Helper()
+	return start(t, dir, listen, configure).Server()
+}
+
+// GuardedServerAt is ServerAt with the store guard running, as the standalone binary
+// runs it: JetStream comes back by itself after the store's file system was full.
+func GuardedServerAt(t testing.TB, dir, listen string) *queue.Node {
+	t.Helper()
+	e := start(t, dir, listen, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); e.Guard.Run(ctx, 100*time.Millisecond) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return e
+}
+
+func start(t testing.TB, dir, listen string, configure func(*server.Options)) *queue.Node {
+	t.Helper()
 	if listen == "127.0.0.1:0" {
 		listen = "127.0.0.1:-1"
 	}
-	s, err := queue.StartEmbedded(queue.EmbeddedConfig{StoreDir: dir, Listen: listen, Configure: configure})
+	s, err := queue.StartEmbedded(queue.EmbeddedConfig{StoreDir: dir, Listen: listen, Configure: configure}, zerolog.Nop())
 	if err != nil {
 		t.Fatalf("starting embedded nats: %v", err)
 	}
-	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	t.Cleanup(s.Shutdown)
 	return s
 }
 

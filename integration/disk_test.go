@@ -1,0 +1,216 @@
+package integration
+
+import (
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/penguinhq/dispatcher/pkg/dispatch"
+	"github.com/penguinhq/dispatcher/pkg/ledger"
+	"github.com/penguinhq/dispatcher/pkg/queue"
+	"github.com/penguinhq/dispatcher/pkg/queue/queuetest"
+)
+
+// status is the HTTP status of a GET, 0 when there was no answer.
+func status(url string) int {
+	resp, err := http.Get(url)
+	if err != nil {
+		return 0
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// explained lists the ids whose duplicate delivery a dispatcher's log explains: it could
+// not remove them at once after raven accepted them, or removed them late, or gave up
+// waiting for raven's answer to an attempt (which raven may have accepted all the same).
+func explained(logs ...string) map[string]bool {
+	ids := map[string]bool{}
+	for _, out := range logs {
+		for _, msg := range []string{dispatch.LogRemovalFailed, dispatch.LogRemovalLate, dispatch.LogAttemptFailed} {
+			for _, l := range logLines(out, msg) {
+				id, _ := l["request_id"].(string)
+				cause, _ := l["error"].(string)
+				if msg == dispatch.LogAttemptFailed && !strings.Contains(cause, "Timeout") && !strings.Contains(cause, "deadline") {
+					continue
+				}
+				ids[id] = id != ""
+			}
+		}
+	}
+	return ids
+}
+
+// The standalone process's store fills up (its DATA_DIR is a small file system, filled
+// by another file) under a steady load, and space is freed again. While the store cannot
+// write, ingest answers 503 and /readyz on both listeners says not ready, the cause is
+// logged once, and dispatch_queue_writable is 0. Within 10 s of the space coming back it
+// accepts and delivers again by itself, with no restart: nothing accepted is lost, and a
+// request is delivered twice only if the dispatcher logged that its removal failed.
+func TestStandaloneDiskFullRecoversByItself(t *testing.T) {
+	t.Parallel()
+	dataDir := tmpfs(t, 48<<20)
+	const interval = 200 * time.Millisecond
+	s := newStack(t, options{interval: interval, noStart: true})
+	ingestAddr, natsAddr, opsAddr := freeAddr(t), freeAddr(t), freeAddr(t)
+	p := startProc(t, map[string]string{"DATA_DIR": dataDir, "INGEST_ADDR": ingestAddr, "NATS_LISTEN": natsAddr,
+		"OPS_ADDR": opsAddr, "RAVEN_URL": s.ravenURL, "DISPATCH_INTERVAL": interval.String()}, "-standalone")
+	base, ops := "http://"+ingestAddr, "http://"+opsAddr
+	waitReady(t, base)
+	s.useQueueAt("nats://" + natsAddr)
+	s.ingestURL = base + "/v1/requests"
+	stopFeed := s.feed(16, 10*time.Millisecond)
+	waitFor(t, 20*time.Second, "deliveries before the fault", func() bool { return s.ledger.Delivered() >= 20 })
+
+	free := fill(t, dataDir)
+	waitFor(t, 10*time.Second, "both listeners to say not ready", func() bool {
+		return status(ops+"/readyz") == http.StatusServiceUnavailable && status(base+"/readyz") == http.StatusServiceUnavailable
+	})
+	if v := metric(t, scrape(t, ops+"/metrics"), "dispatch_queue_writable"); v != 0 {
+		t.Errorf("dispatch_queue_writable = %v while the disk is full, want 0", v)
+	}
+	time.Sleep(3 * time.Second)
+	s.mu.Lock()
+	acceptedWhileFull := len(s.accepted)
+	s.mu.Unlock()
+	time.Sleep(2 * time.Second)
+	s.mu.Lock()
+	if n := len(s.accepted); n != acceptedWhileFull {
+		t.Errorf("%d requests accepted while the disk was full", n-acceptedWhileFull)
+	}
+	s.mu.Unlock()
+
+	free()
+	freedAt := time.Now()
+	waitFor(t, 10*time.Second, "the service to accept and be ready again, by itself, within 10 s", func() bool {
+		s.mu.Lock()
+		n := len(s.accepted)
+		s.mu.Unlock()
+		return n > acceptedWhileFull && status(ops+"/readyz") == http.StatusOK && status(base+"/readyz") == http.StatusOK
+	})
+	t.Logf("recovered %s after the space came back", time.Since(freedAt).Round(time.Millisecond))
+	if v := metric(t, scrape(t, ops+"/metrics"), "dispatch_nats_restarts_total"); v < 1 {
+		t.Errorf("dispatch_nats_restarts_total = %v, want the guard to have restarted the server", v)
+	}
+	time.Sleep(time.Second)
+	stopFeed()
+
+	waitFor(t, 60*time.Second, "every accepted request to be delivered", func() bool {
+		return s.queued() == 0 && s.ledger.Delivered()+len(s.dead()) >= s.acceptedCount()
+	})
+	out := p.out.String()
+	rep := s.ledger.Check(ledger.Expect{Interval: interval, Accepted: s.accepted, Dead: s.dead(), AllowUnacknowledged: true, Explained: explained(out)})
+	t.Logf("ledger: %s", rep)
+	for _, v := range rep.Violations {
+		t.Errorf("guarantee broken: %s", v)
+	}
+	if n := len(logLines(out, "the JetStream store cannot take writes")); n != 1 {
+		t.Errorf("the cause was logged %d times, want once", n)
+	}
+	if n := strings.Count(out, `"not ready"`); n > 2 {
+		t.Errorf("not ready logged %d times, want once per listener", n)
+	}
+}
+
+// The disk of the node leading the request stream fills up under load, and is freed
+// again. The node's JetStream shuts itself down (nats-server does so when its store cannot
+// write), the stream moves to a healthy node and the service goes on; within 10 s of the
+// space coming back, the node's store guard has JetStream running again and the node is
+// a current replica of the request stream once more, without a restart. The ledger
+// check holds throughout.
+func TestClusterNodeDiskFullRecoversByItself(t *testing.T) {
+	dirs := []string{tmpfs(t, 64<<20), tmpfs(t, 64<<20), tmpfs(t, 64<<20)}
+	c := newClusterStackWith(t, options{interval: 200 * time.Millisecond}, queuetest.ClusterOptions{StoreDirs: dirs})
+	a, b := c.startDispatcher("a"), c.startDispatcher("b")
+	stopFeed := c.feed(16, 20*time.Millisecond)
+	waitFor(t, 30*time.Second, "deliveries before the fault", func() bool { return c.ledger.Delivered() >= 20 })
+
+	leader := c.cluster.StreamLeader(queue.RequestStream)
+	if leader < 0 {
+		t.Fatal("no request stream leader")
+	}
+	free := fill(t, dirs[leader])
+	waitFor(t, 20*time.Second, "the full node's guard to see the fault", func() bool { return c.cluster.Nodes[leader].Guard.Err() != nil })
+	filledAt := time.Now()
+	waitFor(t, 30*time.Second, "deliveries while the node's disk is full", func() bool {
+		for _, a := range c.ledger.Arrivals() {
+			if a.Start.After(filledAt.Add(2 * time.Second)) {
+				return true
+			}
+		}
+		return false
+	})
+	free()
+	freedAt := time.Now()
+	waitFor(t, 10*time.Second, "the node to be a current replica again, by itself, within 10 s", func() bool {
+		return c.cluster.Nodes[leader].Guard.Err() == nil && c.cluster.Server(leader).JetStreamEnabled() && c.replicasCurrent(queue.RequestStream) == 3
+	})
+	t.Logf("node %d recovered %s after the space came back (guard restarts: %d)", leader+1,
+		time.Since(freedAt).Round(time.Millisecond), c.cluster.Nodes[leader].Guard.Restarts())
+	time.Sleep(time.Second)
+	stopFeed()
+	waitFor(t, 90*time.Second, "every accepted request to be delivered", func() bool {
+		return c.queued() == 0 && c.ledger.Delivered()+len(c.dead()) >= c.acceptedCount()
+	})
+	a.signal(syscall.SIGTERM)
+	b.signal(syscall.SIGTERM)
+	c.checkExplained(a.out.String(), b.out.String())
+}
+
+// natsnode (the compose stack's NATS node: nats-server with the store guard) runs with
+// accounts as deployments/nats/nats.conf sets them up, its store on a small file system,
+// and the ingest binary in front of it. The disk fills: ingest's /readyz says not ready
+// (it learns so from its own test writes, the server being another process) and requests
+// get 503; the space comes back: within 10 s the node has JetStream running again for
+// the account and ingest is ready and accepting, neither restarted.
+func TestNatsNodeWithAccountsRecoversByItself(t *testing.T) {
+	t.Parallel()
+	store := tmpfs(t, 48<<20)
+	natsAddr, ingestAddr, opsAddr := freeAddr(t), freeAddr(t), freeAddr(t)
+	host, port, _ := strings.Cut(natsAddr, ":")
+	conf := filepath.Join(t.TempDir(), "nats.conf")
+	if err := os.WriteFile(conf, []byte(`
+listen: `+host+`:`+port+`
+jetstream { store_dir: "`+store+`" }
+accounts {
+  DISPATCH { jetstream: enabled, users: [ { user: ingest, password: secret } ] }
+  SYS { users: [ { user: sys, password: sys } ] }
+}
+system_account: SYS
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	node := startBin(t, natsnodeBin, nil, "-c", conf)
+	startBin(t, ingestBin, map[string]string{"NATS_URL": "nats://" + natsAddr, "NATS_USER": "ingest", "NATS_PASSWORD": "secret",
+		"INGEST_ADDR": ingestAddr, "OPS_ADDR": opsAddr})
+	base, ops := "http://"+ingestAddr, "http://"+opsAddr
+	waitReady(t, base)
+	s := &stack{t: t, ingestURL: base + "/v1/requests"}
+	s.post("alice", 1)
+
+	free := fill(t, store)
+	// The store takes writes while the pages it has hold room; the first that fails
+	// breaks it.
+	waitFor(t, 30*time.Second, "a request refused for want of space", func() bool {
+		a, err := s.tryPost(jsonHeader(), []byte(`{"clientId":"alice","pad":"`+strings.Repeat("x", 4000)+`"}`))
+		return err == nil && a.Status == http.StatusServiceUnavailable
+	})
+	waitFor(t, 10*time.Second, "ingest to say not ready", func() bool { return status(ops+"/readyz") == http.StatusServiceUnavailable })
+	if a := s.postRaw(jsonHeader(), []byte(`{"clientId":"alice"}`)); a.Status != http.StatusServiceUnavailable {
+		t.Fatalf("a request while the disk is full: %d %v, want 503", a.Status, a.Body)
+	}
+	free()
+	freedAt := time.Now()
+	waitFor(t, 10*time.Second, "ingest to accept again, by itself, within 10 s", func() bool {
+		a, err := s.tryPost(jsonHeader(), []byte(`{"clientId":"alice"}`))
+		return err == nil && a.Status == http.StatusAccepted && status(ops+"/readyz") == http.StatusOK
+	})
+	t.Logf("recovered %s after the space came back", time.Since(freedAt).Round(time.Millisecond))
+	if len(logLines(node.out.String(), "the store's file system takes writes again")) == 0 {
+		t.Errorf("natsnode did not say it restarted the server; output:\n%s", node.out)
+	}
+}

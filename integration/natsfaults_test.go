@@ -1,0 +1,328 @@
+package integration
+
+import (
+	"context"
+	"net/http"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/penguinhq/dispatcher/pkg/faultnet"
+	"github.com/penguinhq/dispatcher/pkg/ledger"
+	"github.com/penguinhq/dispatcher/pkg/queue"
+	"github.com/penguinhq/dispatcher/pkg/queue/queuetest"
+)
+
+// natsFaults are the two ways a link to NATS fails: the peer gone (connections reset,
+// new ones refused) and a partition (bytes stop, nobody is told).
+var natsFaults = []struct {
+	name  string
+	apply func(*faultnet.Proxy)
+}{
+	{"Cut", (*faultnet.Proxy).Refuse},
+	{"Blackhole", (*faultnet.Proxy).Blackhole},
+}
+
+// proxyTo puts a fault proxy in front of addr for the test.
+func proxyTo(t *testing.T, addr string) *faultnet.Proxy {
+	t.Helper()
+	p, err := faultnet.New(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	return p
+}
+
+// arrivedAfter says whether raven saw an attempt start after t.
+func (s *stack) arrivedAfter(t time.Time) bool {
+	for _, a := range s.ledger.Arrivals() {
+		if a.Start.After(t) {
+			return true
+		}
+	}
+	return false
+}
+
+// The dispatcher process's link to NATS fails for 10 s under load (ingest's does not),
+// and comes back. While it is down the dispatcher says it is not ready; within a few
+// seconds of its return dispatch resumes by itself; nothing accepted is lost, spacing and
+// order hold, and a duplicate only follows a removal failure the dispatcher logged.
+func TestDispatcherLinkToNATSFails(t *testing.T) {
+	t.Parallel()
+	for _, fault := range natsFaults {
+		t.Run(fault.name, func(t *testing.T) {
+			t.Parallel()
+			s := newStack(t, options{interval: 200 * time.Millisecond, noStart: true})
+			proxy := proxyTo(t, s.natsAddr)
+			opsAddr := freeAddr(t)
+			p := startProc(t, map[string]string{"NATS_URL": "nats://" + proxy.Addr(), "RAVEN_URL": s.ravenURL,
+				"DISPATCH_INTERVAL": "200ms", "LEASE_TTL": "2s", "RAVEN_TIMEOUT": "500ms", "OPS_ADDR": opsAddr, "INSTANCE_ID": "d1"})
+			ops := "http://" + opsAddr
+			stopFeed := s.feed(16, 20*time.Millisecond)
+			waitFor(t, 20*time.Second, "deliveries before the fault", func() bool { return s.ledger.Delivered() >= 20 })
+
+			fault.apply(proxy)
+			waitFor(t, 10*time.Second, "the dispatcher to say not ready", func() bool { return status(ops+"/readyz") == http.StatusServiceUnavailable })
+			time.Sleep(10 * time.Second)
+			proxy.Heal()
+			healedAt := time.Now()
+			waitFor(t, 30*time.Second, "dispatch to resume by itself", func() bool { return s.arrivedAfter(healedAt) })
+			waitFor(t, 30*time.Second, "the dispatcher to be ready again", func() bool { return status(ops+"/readyz") == http.StatusOK })
+			t.Logf("resumed %s after the link came back", time.Since(healedAt).Round(time.Millisecond))
+			stopFeed()
+			waitFor(t, 60*time.Second, "every accepted request to be delivered", func() bool {
+				return s.queued() == 0 && s.ledger.Delivered()+len(s.dead()) >= s.acceptedCount()
+			})
+			p.signal(syscall.SIGTERM)
+			s.checkExplained(p.out.String())
+		})
+	}
+}
+
+// Ingest's link to NATS fails while requests are being published through it, and comes
+// back. Every caller hears 202 or 503, and every 202 is delivered: never a 202 for a
+// request that was lost. (A 503 whose publish was stored after all is delivered too; the
+// caller's retry with the same Idempotency-Key would find it.)
+func TestIngestLinkToNATSFailsMidPublish(t *testing.T) {
+	t.Parallel()
+	for _, fault := range natsFaults {
+		t.Run(fault.name, func(t *testing.T) {
+			t.Parallel()
+			s := newStack(t, options{interval: 100 * time.Millisecond})
+			proxy := proxyTo(t, s.natsAddr)
+			addr := freeAddr(t)
+			startBin(t, ingestBin, map[string]string{"NATS_URL": "nats://" + proxy.Addr(), "INGEST_ADDR": addr, "PUBLISH_TIMEOUT": "2s"})
+			waitReady(t, "http://"+addr)
+			s.ingestURL = "http://" + addr + "/v1/requests"
+			stopFeed := s.feed(16, 2*time.Millisecond)
+			waitFor(t, 20*time.Second, "requests accepted before the fault", func() bool { return s.acceptedCount() >= 50 })
+			fault.apply(proxy)
+			time.Sleep(4 * time.Second)
+			proxy.Heal()
+			healedAt := s.acceptedCount()
+			waitFor(t, 30*time.Second, "requests accepted again after the link came back", func() bool { return s.acceptedCount() > healedAt+20 })
+			stopFeed()
+			s.mu.Lock()
+			refused := s.unavailable
+			s.mu.Unlock()
+			if refused == 0 {
+				t.Fatal("no request was refused while the link was down: the fault was not exercised")
+			}
+			rep := s.finish(60*time.Second, 0)
+			t.Logf("accepted %d, refused with 503 %d, delivered %d (of them never acknowledged %d)", s.acceptedCount(), refused, rep.Delivered, rep.Unacknowledged)
+		})
+	}
+}
+
+// One node of a 3-node cluster (the request stream's leader) is cut off from the other
+// two for 10 s while it keeps running, clients still connected to it, then the partition
+// heals. The majority goes on; the node catches up; the ledger check holds, with every
+// duplicate explained.
+func TestClusterNodePartitioned(t *testing.T) {
+	c := newClusterStackWith(t, options{interval: 200 * time.Millisecond}, queuetest.ClusterOptions{ProxyRoutes: true})
+	a, b := c.startDispatcher("a"), c.startDispatcher("b")
+	stopFeed := c.feed(16, 20*time.Millisecond)
+	waitFor(t, 30*time.Second, "deliveries before the fault", func() bool { return c.ledger.Delivered() >= 20 })
+	leader := c.cluster.StreamLeader(queue.RequestStream)
+	if leader < 0 {
+		t.Fatal("no request stream leader")
+	}
+	c.cluster.Partition(leader)
+	cutAt := time.Now()
+	waitFor(t, 30*time.Second, "deliveries while the node is cut off", func() bool { return c.arrivedAfter(cutAt.Add(5 * time.Second)) })
+	time.Sleep(time.Until(cutAt.Add(10 * time.Second)))
+	c.cluster.Heal(leader)
+	healedAt := time.Now()
+	waitFor(t, 30*time.Second, "the node to be a current replica again", func() bool { return c.replicasCurrent(queue.RequestStream) == 3 })
+	t.Logf("node %d current again %s after the partition healed", leader+1, time.Since(healedAt).Round(time.Millisecond))
+	time.Sleep(time.Second)
+	stopFeed()
+	waitFor(t, 90*time.Second, "every accepted request to be delivered", func() bool {
+		return c.queued() == 0 && c.ledger.Delivered()+len(c.dead()) >= c.acceptedCount()
+	})
+	a.signal(syscall.SIGTERM)
+	b.signal(syscall.SIGTERM)
+	c.checkExplained(a.out.String(), b.out.String())
+}
+
+// A dispatcher is paused (SIGSTOP) for longer than its lease while sending, another takes
+// its partitions over, and it is resumed. Woken up, it must not start a single attempt in
+// a partition it lost (the zombie the fencing exists for): its timers fire and its
+// workers find their lease lapsed by their own clock. Later it takes a share back
+// through the leases, legitimately.
+func TestDispatcherPausedPastItsLease(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, options{interval: 200 * time.Millisecond, noStart: true,
+		respond: func(ledger.Arrival) ledger.Response { return ledger.Response{Delay: 50 * time.Millisecond} }})
+	env := map[string]string{"NATS_URL": s.srv.ClientURL(), "RAVEN_URL": s.ravenURL, "DISPATCH_INTERVAL": "200ms",
+		"LEASE_TTL": "2s", "RAVEN_TIMEOUT": "500ms"}
+	withID := func(id string) map[string]string {
+		e := map[string]string{"INSTANCE_ID": id}
+		for k, v := range env {
+			e[k] = v
+		}
+		return e
+	}
+	a := startProc(t, withID("a"))
+	b := startProc(t, withID("b"))
+	stopFeed := s.feed(32, 10*time.Millisecond)
+	sentBy := func(id string, after time.Time) []ledger.Arrival {
+		var out []ledger.Arrival
+		for _, x := range s.ledger.Arrivals() {
+			if x.Header.Get("User-Agent") == "dispatcher/"+id && x.Start.After(after) {
+				out = append(out, x)
+			}
+		}
+		return out
+	}
+	waitFor(t, 30*time.Second, "both instances sending", func() bool {
+		return len(sentBy("a", time.Time{})) > 10 && len(sentBy("b", time.Time{})) > 10
+	})
+	a.send(syscall.SIGSTOP)
+	stoppedAt := time.Now()
+	time.Sleep(5 * time.Second) // past a's 2 s lease: b takes its partitions over
+	if len(sentBy("b", stoppedAt.Add(3*time.Second))) == 0 {
+		t.Fatal("b sent nothing while a was paused")
+	}
+	resumedAt := time.Now()
+	a.send(syscall.SIGCONT)
+	time.Sleep(3 * time.Second)
+	// Every attempt a started after it was paused (but for one whose bytes were already
+	// on the wire) must be in a partition it acquired again after it was resumed, at
+	// least an interval after that acquisition.
+	acquired := map[int][]time.Time{}
+	for _, l := range logLines(a.out.String(), "partition acquired") {
+		at, _ := time.Parse(time.RFC3339Nano, l["time"].(string))
+		if p, ok := l["partition"].(float64); ok && at.After(resumedAt) {
+			acquired[int(p)] = append(acquired[int(p)], at)
+		}
+	}
+	for _, x := range sentBy("a", stoppedAt.Add(20*time.Millisecond)) {
+		subj, _, ok, err := s.q.ClientSubject(context.Background(), x.ClientID)
+		if err != nil || !ok {
+			t.Fatalf("partition of %s: %v (queued: %v)", x.ClientID, err, ok)
+		}
+		p, _ := queue.PartitionOf(subj)
+		legit := false
+		for _, at := range acquired[p] {
+			legit = legit || !x.Start.Before(at.Add(200*time.Millisecond-5*time.Millisecond))
+		}
+		if !legit {
+			t.Errorf("a started an attempt for %s (partition %d) at %s, %s after it was resumed, without having acquired the partition again an interval before",
+				x.ClientID, p, x.Start.Format(time.StampMicro), x.Start.Sub(resumedAt))
+		}
+	}
+	stopFeed()
+	waitFor(t, 60*time.Second, "every accepted request to be delivered", func() bool {
+		return s.queued() == 0 && s.ledger.Delivered()+len(s.dead()) >= s.acceptedCount()
+	})
+	a.signal(syscall.SIGTERM)
+	b.signal(syscall.SIGTERM)
+	s.checkExplained(a.out.String(), b.out.String())
+}
+
+// The lease store's clock jumps forward: it removes every lease and heartbeat early,
+// while their holders still hold them by their own clocks and go on sending. Simulated by
+// removing those entries from the lease bucket's stream without a trace, which is what an
+// expiry does. Both instances race to take partitions again, and some change hands: the
+// new holder must not send there before the old one could have stopped, a TTL after the
+// last renewal it saw. (Without that wait this test fails with gaps below the interval.)
+func TestLeasesRemovedEarlyByTheStoresClock(t *testing.T) {
+	t.Parallel()
+	const ttl = 3 * time.Second
+	s := newStack(t, options{interval: 200 * time.Millisecond, noStart: true,
+		respond: func(ledger.Arrival) ledger.Response { return ledger.Response{Delay: 20 * time.Millisecond} }})
+	env := map[string]string{"NATS_URL": s.srv.ClientURL(), "RAVEN_URL": s.ravenURL, "DISPATCH_INTERVAL": "200ms",
+		"LEASE_TTL": ttl.String(), "RAVEN_TIMEOUT": "500ms"}
+	withID := func(id string) map[string]string {
+		e := map[string]string{"INSTANCE_ID": id}
+		for k, v := range env {
+			e[k] = v
+		}
+		return e
+	}
+	const clients = 48
+	for c := range clients {
+		for n := range 60 {
+			s.post(clientName(c), n)
+		}
+	}
+	a := startProc(t, withID("a"))
+	b := startProc(t, withID("b"))
+	leases, err := s.q.Leases(context.Background(), ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	owners := func() map[int]string {
+		o, err := leases.Owners(context.Background())
+		if err != nil {
+			return nil
+		}
+		return o
+	}
+	waitFor(t, 30*time.Second, "a and b to share the partitions", func() bool {
+		o := owners()
+		n := 0
+		for _, id := range o {
+			if id == "a" {
+				n++
+			}
+		}
+		return n == 32 && len(o) == 64
+	})
+	// Partitions taken, after the removal, by the instance that did not hold them before.
+	moved := 0
+	for try := 0; try < 5 && moved == 0; try++ {
+		before := owners()
+		removedAt := time.Now()
+		expireEarly(t, s)
+		time.Sleep(3 * time.Second)
+		for id, p := range map[string]*proc{"a": a, "b": b} {
+			for _, l := range logLines(p.out.String(), "partition acquired") {
+				at, _ := time.Parse(time.RFC3339Nano, l["time"].(string))
+				if n, ok := l["partition"].(float64); ok && at.After(removedAt) && before[int(n)] != id {
+					moved++
+				}
+			}
+		}
+	}
+	if moved == 0 {
+		t.Fatal("no partition changed hands after the leases were removed five times")
+	}
+	t.Logf("%d partitions changed hands", moved)
+	waitFor(t, 120*time.Second, "every accepted request to be delivered", func() bool {
+		return s.queued() == 0 && s.ledger.Delivered()+len(s.dead()) >= s.acceptedCount()
+	})
+	a.signal(syscall.SIGTERM)
+	b.signal(syscall.SIGTERM)
+	s.checkExplained(a.out.String(), b.out.String())
+}
+
+// expireEarly removes every lease and heartbeat from the lease bucket's stream as an
+// expiry would, without a trace.
+func expireEarly(t *testing.T, s *stack) {
+	t.Helper()
+	ctx := context.Background()
+	js, err := jetstream.New(s.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := js.Stream(ctx, "KV_"+queue.LeaseBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(ctx, jetstream.WithSubjectFilter("$KV."+queue.LeaseBucket+".>"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for subj := range info.State.Subjects {
+		// A purge of the subject, not a KV delete: no marker, no watch event, as when the
+		// stream's age limit removes it. (KV streams refuse single deletes.)
+		if err := st.Purge(ctx, jetstream.WithPurgeSubject(subj)); err != nil {
+			t.Fatalf("removing %s: %v", subj, err)
+		}
+	}
+}

@@ -1,0 +1,189 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+)
+
+// Defaults for StoreGuard.
+const (
+	DefaultGuardEvery   = 500 * time.Millisecond
+	guardProbeEvery     = 2 * time.Second // how often the file system is tried while all is well
+	guardRestartBackoff = 5 * time.Second // least time between two restarts of JetStream
+	guardProbeBytes     = 64 << 10
+)
+
+// StoreGuard watches the JetStream store of a Node, and brings it back by itself after
+// the store's file system was full.
+//
+// nats-server treats a failed write as fatal until it restarts: a stream that could not
+// write keeps answering with that error (a single server), or the server shuts
+// JetStream down (a cluster node). Freeing space changes neither. The guard sees both
+// (the server's own health check, and a small test write of its own to the store's file
+// system, which also finds a full disk before JetStream tries to write), and once a test
+// write succeeds again, it restarts the server in place: the streams are read back from
+// disk, and a cluster node rejoins its peers. Nothing acknowledged is lost: only writes
+// that failed were not stored, and those were never acknowledged.
+type StoreGuard struct {
+	node     *Node
+	probe    string // the test file
+	log      zerolog.Logger
+	restarts atomic.Int64
+	broken   atomic.Bool // err != nil, read without the lock
+
+	mu          sync.Mutex
+	err         error     // why the store cannot write, nil when it can
+	since       time.Time // when err began
+	lastRestart time.Time
+	lastProbe   time.Time
+}
+
+func newGuard(n *Node, storeDir string, log zerolog.Logger) *StoreGuard {
+	return &StoreGuard{node: n, probe: filepath.Join(storeDir, ".store-probe"),
+		log: log.With().Str("component", "store-guard").Logger()}
+}
+
+// Err says why the store cannot take writes now; nil when it can.
+func (g *StoreGuard) Err() error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.err
+}
+
+// Restarts is how many times the guard restarted the server.
+func (g *StoreGuard) Restarts() int64 { return g.restarts.Load() }
+
+// Run checks the store every interval (DefaultGuardEvery if zero) until ctx ends.
+func (g *StoreGuard) Run(ctx context.Context, every time.Duration) {
+	if every <= 0 {
+		every = DefaultGuardEvery
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		g.Check()
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// Check looks at the store once, restarts the server when its JetStream failed and the
+// file system takes writes again, and logs when the store's state changes.
+func (g *StoreGuard) Check() {
+	broken := g.jetStreamFault()
+	g.mu.Lock()
+	failing := g.err != nil
+	probeDue := failing || broken != nil || time.Since(g.lastProbe) >= guardProbeEvery
+	g.mu.Unlock()
+
+	var diskErr error
+	if probeDue {
+		diskErr = g.tryWrite()
+	}
+	if broken != nil && diskErr == nil && g.restartDue() {
+		g.restart(broken)
+		broken = g.jetStreamFault()
+	}
+	cause := broken
+	if diskErr != nil {
+		cause = diskErr
+	}
+	g.setState(cause, probeDue)
+}
+
+// jetStreamFault asks the server whether JetStream is shut down or a stream has a write
+// error.
+func (g *StoreGuard) jetStreamFault() error {
+	s := g.node.Server()
+	if !s.JetStreamEnabled() {
+		return errors.New("JetStream is shut down on this server (it does so when its store cannot write)")
+	}
+	h := s.Healthz(&server.HealthzOptions{Details: true})
+	for _, e := range h.Errors {
+		if strings.Contains(e.Error, "write error") {
+			return errors.New(e.Error)
+		}
+	}
+	return nil
+}
+
+// tryWrite writes, syncs and removes a small file beside the store.
+func (g *StoreGuard) tryWrite() error {
+	g.mu.Lock()
+	g.lastProbe = time.Now()
+	g.mu.Unlock()
+	f, err := os.OpenFile(g.probe, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+	if err != nil {
+		return fmt.Errorf("store file system: %w", err)
+	}
+	_, err = f.Write(make([]byte, guardProbeBytes))
+	if err == nil {
+		err = f.Sync()
+	}
+	err = errors.Join(err, f.Close())
+	_ = os.Remove(g.probe)
+	if err != nil {
+		return fmt.Errorf("store file system: %w", err)
+	}
+	return nil
+}
+
+func (g *StoreGuard) restartDue() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return time.Since(g.lastRestart) >= guardRestartBackoff
+}
+
+// restart starts the server anew, on the same options and files.
+func (g *StoreGuard) restart(cause error) {
+	g.mu.Lock()
+	g.lastRestart = time.Now()
+	g.mu.Unlock()
+	g.log.Warn().Err(cause).Msg("the store's file system takes writes again; restarting the NATS server in place to clear its write error")
+	if err := g.node.Restart(); err != nil {
+		g.log.Error().Err(err).Msg("restarting the NATS server failed; will try again")
+		return
+	}
+	g.restarts.Add(1)
+}
+
+// setState records the store's state and logs a change: once when it stops taking
+// writes (with the cause), once when it takes them again.
+func (g *StoreGuard) setState(cause error, probed bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	switch {
+	case cause != nil && g.err == nil:
+		g.err, g.since = cause, time.Now()
+		g.broken.Store(true)
+		g.log.Error().Err(cause).Msg("the JetStream store cannot take writes; not ready until it can (the server is restarted by itself once the file system takes writes again)")
+	case cause != nil:
+		g.err = cause
+	case g.err != nil && probed:
+		g.log.Info().Dur("after", time.Since(g.since)).Int64("restarts", g.restarts.Load()).Msg("the JetStream store takes writes again")
+		g.err = nil
+		g.broken.Store(false)
+	}
+}
+
+// Collector counts the guard's restarts of JetStream, for Prometheus.
+func (g *StoreGuard) Collector() prometheus.Collector {
+	return prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "dispatch_nats_restarts_total",
+		Help: "Times the embedded NATS server was restarted in place by the store guard, after its store could not write (a full disk) and took writes again.",
+	}, func() float64 { return float64(g.restarts.Load()) })
+}
