@@ -1,0 +1,360 @@
+// Command soak runs the whole service as separate processes (a 3-node NATS cluster of
+// natsnodes, 2 ingests, 3 dispatchers) under penguin-like load, and applies a seeded
+// schedule of every fault the service is tested against, one at a time, timing each
+// recovery. At the end it waits for the backlog to drain, checks what the recording raven
+// received against the guarantees, and prints one table. It exits 1 when a guarantee
+// broke or a fault was not recovered from.
+//
+//	go run ./cmd/soak -for 30m -seed 7
+//
+// The disk-full fault needs root (each node's store is a small tmpfs); without it that
+// fault is left out, and the run says so.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/penguinhq/dispatcher/pkg/dispatch"
+	"github.com/penguinhq/dispatcher/pkg/faultnet"
+	"github.com/penguinhq/dispatcher/pkg/ledger"
+	"github.com/penguinhq/dispatcher/pkg/queue"
+)
+
+func main() {
+	if err := runSoak(os.Args[1:], os.Stdout); err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(os.Stderr, "soak:", err)
+		}
+		os.Exit(1)
+	}
+}
+
+type flags struct {
+	duration, interval time.Duration
+	seed               uint64
+	clients            int
+	bin, keep          string
+	recoveryBound      time.Duration
+}
+
+func parseFlags(args []string, out io.Writer) (flags, error) {
+	var f flags
+	fs := flag.NewFlagSet("soak", flag.ContinueOnError)
+	fs.SetOutput(out)
+	fs.DurationVar(&f.duration, "for", time.Minute, "how long faults are applied (the drain at the end comes on top)")
+	fs.Uint64Var(&f.seed, "seed", uint64(time.Now().UnixNano()), "seed of the fault schedule and the load; the run prints it")
+	fs.DurationVar(&f.interval, "interval", 500*time.Millisecond, "DISPATCH_INTERVAL of the run")
+	fs.IntVar(&f.clients, "clients", 40, "penguin clients posting at once")
+	fs.StringVar(&f.bin, "bin", "", "directory with built natsnode, ingest and dispatcher binaries (default: build them)")
+	fs.StringVar(&f.keep, "keep", "", "keep the logs and stores here instead of a temporary directory")
+	fs.DurationVar(&f.recoveryBound, "recovery-bound", 90*time.Second, "longest a recovery may take before the fault counts as not recovered from")
+	if err := fs.Parse(args); err != nil {
+		return f, err
+	}
+	return f, nil
+}
+
+func runSoak(args []string, out io.Writer) error {
+	f, err := parseFlags(args, out)
+	if err != nil {
+		return err
+	}
+	dir := f.keep
+	if dir == "" {
+		if dir, err = os.MkdirTemp("", "soak-"); err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+	} else if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	bin := f.bin
+	if bin == "" {
+		bin = filepath.Join(dir, "bin")
+		fmt.Fprintln(out, "building natsnode, ingest and dispatcher")
+		cmd := exec.Command("go", "build", "-o", bin+"/", "./cmd/natsnode", "./cmd/ingest", "./cmd/dispatcher")
+		cmd.Stdout, cmd.Stderr = out, out
+		if err := cmd.Run(); err != nil {
+			return fmt.Errorf("building the binaries (run from the repository): %w", err)
+		}
+	}
+
+	s := &soak{run: run{dir: dir, ingestBin: filepath.Join(bin, "ingest"), dispatchBin: filepath.Join(bin, "dispatcher"),
+		interval: f.interval, ravenTimeout: time.Second, leaseTTL: 3 * time.Second},
+		rng: rand.New(rand.NewPCG(f.seed, f.seed>>1|1)), stats: map[string]*faultStat{}}
+	tmpfsSize := 0
+	if s.diskFaults = canMount(); s.diskFaults {
+		tmpfsSize = 512 << 20
+	} else {
+		fmt.Fprintln(out, "not root: the disk-full fault is left out (it mounts a small tmpfs per node)")
+	}
+	fmt.Fprintf(out, "soak: seed %d, faults for %s, interval %s, %d clients, logs in %s\n", f.seed, f.duration, f.interval, f.clients, dir)
+
+	s.c, err = startCluster(dir, filepath.Join(bin, "natsnode"), tmpfsSize)
+	if s.c != nil {
+		defer s.c.close()
+	}
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	q, err := s.c.openQueue(ctx, queue.Config{Replicas: 3})
+	cancel()
+	if err != nil {
+		return err
+	}
+	if s.leases, err = q.Leases(context.Background(), s.leaseTTL); err != nil {
+		return err
+	}
+
+	s.raven = ledger.New(ledger.Options{Respond: s.respond})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	ravenSrv := &http.Server{Handler: s.raven, ConnContext: s.raven.ConnContext}
+	go func() { _ = ravenSrv.Serve(ln) }()
+	defer ravenSrv.Close()
+	if s.ravenProxy, err = faultnet.New(ln.Addr().String()); err != nil {
+		return err
+	}
+	defer s.ravenProxy.Close()
+	s.ravenURL = "http://" + s.ravenProxy.Addr()
+
+	var bases []string
+	for slot := range 2 {
+		i, err := s.startIngest(s.c, slot+1)
+		if err != nil {
+			return err
+		}
+		s.ingests = append(s.ingests, i)
+		bases = append(bases, "http://"+i.addr)
+	}
+	for slot := range 3 {
+		d, err := s.startDispatcher(s.c, slot, 1)
+		if err != nil {
+			return err
+		}
+		s.dispatchers = append(s.dispatchers, d)
+	}
+	defer func() {
+		for _, sv := range append(append([]*service{}, s.dispatchers...), s.ingests...) {
+			sv.close()
+		}
+	}()
+	if err := waitUntil(time.Minute, func() bool {
+		for _, sv := range append(append([]*service{}, s.dispatchers...), s.ingests...) {
+			if !sv.p.ready() {
+				return false
+			}
+		}
+		return true
+	}); err != nil {
+		return fmt.Errorf("the services did not become ready: %w", err)
+	}
+
+	s.start = time.Now()
+	s.load = startLoad(bases, f.clients, f.interval, f.seed)
+	time.Sleep(3 * time.Second) // a backlog before the first fault
+	kinds := s.kinds()
+	for time.Since(s.start) < f.duration {
+		if err := s.faultRound(kinds, f.recoveryBound); err != nil {
+			return err
+		}
+		time.Sleep(time.Duration(500+s.rng.IntN(1500)) * time.Millisecond)
+	}
+	s.load.halt()
+	fmt.Fprintf(out, "[%6.1fs] load stopped; waiting for the backlog to drain\n", time.Since(s.start).Seconds())
+
+	delivered := func() map[string]bool {
+		ids := map[string]bool{}
+		for _, a := range s.raven.Arrivals() {
+			if a.Status >= 200 && a.Status < 300 && a.StatusSent {
+				ids[a.ID] = true
+			}
+		}
+		return ids
+	}
+	var dead map[string]bool
+	drained := waitUntil(5*time.Minute, func() bool {
+		st, err := q.Stats(context.Background())
+		if err != nil || st.Requests != 0 {
+			return false
+		}
+		dead = deadLetters(q)
+		got := delivered()
+		s.load.mu.Lock()
+		defer s.load.mu.Unlock()
+		for _, a := range s.load.accepted {
+			if !got[a.ID] && !dead[a.ID] {
+				return false
+			}
+		}
+		return true
+	})
+	drainedAt := time.Since(s.start)
+	for _, d := range s.dispatchers {
+		d.p.stop(syscall.SIGTERM, 20*time.Second)
+	}
+	dead = deadLetters(q)
+
+	causes := s.explain()
+	explained := map[string]bool{}
+	for id := range causes {
+		explained[id] = true
+	}
+	s.load.mu.Lock()
+	accepted := append([]ledger.Accepted(nil), s.load.accepted...)
+	statuses, retries, unexpected := s.load.statuses, s.load.retries, s.load.unexpected
+	s.load.mu.Unlock()
+	rep := ledger.Check(s.raven.Arrivals(), ledger.Expect{Interval: f.interval, Accepted: accepted, Dead: dead,
+		AllowUnacknowledged: true, Explained: explained})
+
+	failed := s.report(out, f, rep, causes, len(accepted), statuses, retries, unexpected, drainedAt)
+	if drained != nil {
+		fmt.Fprintf(out, "the backlog did not drain within 5 minutes after the load stopped\n")
+		failed = true
+	}
+	if failed {
+		fmt.Fprintf(out, "FAILED (logs: %s; rerun with -seed %d)\n", dir, f.seed)
+		if f.keep == "" {
+			keep := filepath.Join(os.TempDir(), fmt.Sprintf("soak-failed-%d", f.seed))
+			if err := os.Rename(dir, keep); err == nil {
+				fmt.Fprintf(out, "logs kept in %s\n", keep)
+			}
+		}
+		return errors.New("a guarantee broke or a fault was not recovered from")
+	}
+	fmt.Fprintln(out, "PASSED")
+	return nil
+}
+
+func deadLetters(q *queue.Queue) map[string]bool {
+	recs, err := q.DeadLetters(context.Background())
+	ids := map[string]bool{}
+	if err != nil {
+		return ids
+	}
+	for _, r := range recs {
+		ids[r.ID] = true
+	}
+	return ids
+}
+
+// explain finds, for every request that may have been delivered twice, the cause on
+// record: a dispatcher's log line (a removal that failed or landed late, an attempt
+// given up on) or a SIGKILL of the instance that had it delivered, before it could
+// remove it.
+func (s *soak) explain() map[string]string {
+	causes := map[string]string{}
+	for _, d := range append(append([]*service{}, s.dispatchers...), s.retired...) {
+		for _, l := range d.p.logLines(dispatch.LogRemovalFailed, dispatch.LogRemovalLate, dispatch.LogAttemptFailed) {
+			id, _ := l["request_id"].(string)
+			msg, _ := l["message"].(string)
+			cause, _ := l["error"].(string)
+			switch {
+			case id == "":
+			case msg == dispatch.LogRemovalFailed:
+				causes[id] = "removal failed at first (store or link down)"
+			case msg == dispatch.LogRemovalLate:
+				causes[id] = "removal landed after the lease could lapse (paused)"
+			case strings.Contains(cause, "Timeout") || strings.Contains(cause, "deadline"):
+				if _, ok := causes[id]; !ok {
+					causes[id] = "attempt timed out; raven accepted it all the same"
+				}
+			}
+		}
+	}
+	for _, k := range s.kills {
+		for _, a := range s.raven.Arrivals() {
+			if a.Header.Get("User-Agent") == "dispatcher/"+k.id && a.Status < 300 && a.StatusSent &&
+				!a.Start.After(k.at) && a.Start.After(k.at.Add(-s.ravenTimeout-2*time.Second)) {
+				if _, ok := causes[a.ID]; !ok {
+					causes[a.ID] = "dispatcher killed before removing it"
+				}
+			}
+		}
+	}
+	return causes
+}
+
+func (s *soak) report(out io.Writer, f flags, rep ledger.Report, causes map[string]string, accepted int,
+	statuses map[int]int, retries int, unexpected []string, drained time.Duration) (failed bool) {
+	commit := "unknown"
+	if b, err := exec.Command("git", "rev-parse", "--short", "HEAD").Output(); err == nil {
+		commit = strings.TrimSpace(string(b))
+	}
+	fmt.Fprintf(out, "\nseed %d, faults for %s, drained at %s, interval %s, %d clients, commit %s, %s/%s, %d cores\n\n",
+		f.seed, f.duration, drained.Round(time.Second), f.interval, f.clients, commit, runtime.GOOS, runtime.GOARCH, runtime.NumCPU())
+	byCause := map[string]int{}
+	unexplained := 0
+	for _, id := range rep.DuplicateIDs {
+		if c, ok := causes[id]; ok {
+			byCause[c]++
+		} else {
+			unexplained++
+		}
+	}
+	var dups []string
+	for c, n := range byCause {
+		dups = append(dups, fmt.Sprintf("%d %s", n, c))
+	}
+	sort.Strings(dups)
+	if unexplained > 0 {
+		dups = append(dups, fmt.Sprintf("%d UNEXPLAINED", unexplained))
+	}
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "accepted\tdelivered\tdead-lettered\tlost\tgaps below the interval\tmost in flight for one client\tduplicates")
+	fmt.Fprintf(tw, "%d\t%d\t%d\t%d\t%d\t%d\t%d (%s)\n", accepted, rep.Delivered, rep.Dead, rep.Lost, rep.ShortGaps, rep.MaxInFlight,
+		rep.Duplicates, strings.Join(dups, ", "))
+	tw.Flush()
+	fmt.Fprintf(out, "\ningest answers: %v (retried by the load: %d); raven arrivals: %d, never acknowledged to the caller: %d\n\n",
+		statuses, retries, rep.Arrivals, rep.Unacknowledged)
+	tw = tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "fault\ttimes\tlongest from its end to full recovery")
+	for _, name := range s.faultNames() {
+		st := s.stats[name]
+		longest := st.longest.Round(10 * time.Millisecond).String()
+		if st.failures > 0 {
+			longest = fmt.Sprintf("NOT RECOVERED %d times", st.failures)
+			failed = true
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\n", name, st.count, longest)
+	}
+	tw.Flush()
+	for _, v := range rep.Violations {
+		fmt.Fprintln(out, "guarantee broken:", v)
+	}
+	for _, u := range unexpected {
+		fmt.Fprintln(out, "unexpected answer from ingest:", u)
+	}
+	return failed || len(rep.Violations) > 0 || rep.Lost > 0 || rep.ShortGaps > 0 || rep.MaxInFlight > 1 || len(unexpected) > 0
+}
+
+// waitUntil polls cond every 100 ms until it holds or d passes.
+func waitUntil(d time.Duration, cond func() bool) error {
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not within %s", d)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return nil
+}
