@@ -6,8 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/penguinhq/dispatcher/pkg/ledger"
 	"github.com/penguinhq/dispatcher/pkg/queue"
 	"github.com/penguinhq/dispatcher/pkg/queue/queuetest"
@@ -54,30 +52,12 @@ func (c *clusterStack) startDispatcher(id string) *proc {
 	return startProc(c.t, env)
 }
 
-// replicasCurrent counts the nodes that hold a current copy of stream: its leader and
-// the followers that are caught up and online.
-func (c *clusterStack) replicasCurrent(stream string) int {
-	js, err := jetstream.New(c.nc)
-	if err != nil {
-		return 0
-	}
+// replicasCurrent counts the nodes that hold a current copy of the request stream.
+func (c *clusterStack) replicasCurrent() int {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	st, err := js.Stream(ctx, stream)
-	if err != nil {
-		return 0
-	}
-	info, err := st.Info(ctx)
-	if err != nil || info.Cluster == nil || info.Cluster.Leader == "" {
-		return 0
-	}
-	n := 1
-	for _, r := range info.Cluster.Replicas {
-		if r.Current && !r.Offline {
-			n++
-		}
-	}
-	return n
+	p, _ := c.q.RequestPlacement(ctx)
+	return p.Current
 }
 
 // owners counts the partitions each instance holds.

@@ -99,9 +99,7 @@ func TestStandaloneDiskFullRecoversByItself(t *testing.T) {
 	time.Sleep(time.Second)
 	stopFeed()
 
-	waitFor(t, 60*time.Second, "every accepted request to be delivered", func() bool {
-		return s.queued() == 0 && s.ledger.Delivered()+len(s.dead()) >= s.acceptedCount()
-	})
+	s.waitDone(60 * time.Second)
 	out := p.out.String()
 	rep := s.ledger.Check(ledger.Expect{Interval: interval, Accepted: s.accepted, Dead: s.dead(), AllowUnacknowledged: true, Explained: explained(out)})
 	t.Logf("ledger: %s", rep)
@@ -147,15 +145,13 @@ func TestClusterNodeDiskFullRecoversByItself(t *testing.T) {
 	free()
 	freedAt := time.Now()
 	waitFor(t, 10*time.Second, "the node to be a current replica again, by itself, within 10 s", func() bool {
-		return c.cluster.Nodes[leader].Guard.Err() == nil && c.cluster.Server(leader).JetStreamEnabled() && c.replicasCurrent(queue.RequestStream) == 3
+		return c.cluster.Nodes[leader].Guard.Err() == nil && c.cluster.Server(leader).JetStreamEnabled() && c.replicasCurrent() == 3
 	})
 	t.Logf("node %d recovered %s after the space came back (guard restarts: %d)", leader+1,
 		time.Since(freedAt).Round(time.Millisecond), c.cluster.Nodes[leader].Guard.Restarts())
 	time.Sleep(time.Second)
 	stopFeed()
-	waitFor(t, 90*time.Second, "every accepted request to be delivered", func() bool {
-		return c.queued() == 0 && c.ledger.Delivered()+len(c.dead()) >= c.acceptedCount()
-	})
+	c.waitDone(90 * time.Second)
 	a.signal(syscall.SIGTERM)
 	b.signal(syscall.SIGTERM)
 	c.checkExplained(a.out.String(), b.out.String())
@@ -212,5 +208,25 @@ system_account: SYS
 	t.Logf("recovered %s after the space came back", time.Since(freedAt).Round(time.Millisecond))
 	if len(logLines(node.out.String(), "the store's file system takes writes again")) == 0 {
 		t.Errorf("natsnode did not say it restarted the server; output:\n%s", node.out)
+	}
+}
+
+// A server restarted in place while its disk is still nearly full keeps the JetStream
+// storage limit it started with. nats-server works the limit out from the space free
+// when it starts; a guard that restarted it then (the failed store frees a little as it
+// shuts down) left the node with a limit of about a megabyte for good, unable to hold
+// its streams again (found by the soak).
+func TestRestartOnAFullDiskKeepsTheStorageLimit(t *testing.T) {
+	t.Parallel()
+	dir := tmpfs(t, 64<<20)
+	n := queuetest.GuardedServerAt(t, dir, "127.0.0.1:0")
+	before := n.Server().JetStreamConfig().MaxStore
+	free := fill(t, dir)
+	defer free()
+	if err := n.Restart(); err != nil {
+		t.Fatalf("restart on a full disk: %v", err)
+	}
+	if after := n.Server().JetStreamConfig().MaxStore; after != before {
+		t.Fatalf("JetStream storage limit %d after a restart on a full disk, want the %d it started with", after, before)
 	}
 }

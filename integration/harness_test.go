@@ -26,7 +26,7 @@ import (
 
 	"github.com/penguinhq/dispatcher/pkg/admin"
 	"github.com/penguinhq/dispatcher/pkg/dispatch"
-	"github.com/penguinhq/dispatcher/pkg/faultnet"
+	"github.com/penguinhq/dispatcher/pkg/fault"
 	"github.com/penguinhq/dispatcher/pkg/ingest"
 	"github.com/penguinhq/dispatcher/pkg/ledger"
 	"github.com/penguinhq/dispatcher/pkg/queue"
@@ -65,7 +65,7 @@ type stack struct {
 	q          *queue.Queue
 	ledger     *ledger.Ledger
 	ravenURL   string
-	ravenProxy *faultnet.Proxy // with options.ravenProxy
+	ravenProxy *fault.Proxy // with options.ravenProxy
 	ingestURL  string
 
 	mu          sync.Mutex
@@ -111,7 +111,7 @@ func newStack(t testing.TB, o options) *stack {
 	t.Cleanup(rs.Close)
 	s.ravenURL = rs.URL
 	if o.ravenProxy {
-		p, err := faultnet.New(strings.TrimPrefix(rs.URL, "http://"))
+		p, err := fault.New(strings.TrimPrefix(rs.URL, "http://"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -339,13 +339,32 @@ func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool)
 	}
 }
 
-// finish waits until every accepted request was delivered or dead-lettered and the queue
-// is empty, stops the dispatcher, and checks the ledger. It returns the report.
-func (s *stack) finish(timeout time.Duration, maxDuplicates int) ledger.Report {
+// waitDone waits until the queue is empty and every accepted request was delivered or
+// dead-lettered.
+func (s *stack) waitDone(timeout time.Duration) {
 	s.t.Helper()
 	waitFor(s.t, timeout, "every accepted request to be delivered or dead-lettered", func() bool {
 		return s.queued() == 0 && s.ledger.Delivered()+len(s.dead()) >= s.acceptedCount()
 	})
+}
+
+// with returns a copy of env with the given key-value pairs added.
+func with(env map[string]string, kv ...string) map[string]string {
+	out := map[string]string{}
+	for k, v := range env {
+		out[k] = v
+	}
+	for i := 0; i+1 < len(kv); i += 2 {
+		out[kv[i]] = kv[i+1]
+	}
+	return out
+}
+
+// finish waits until every accepted request was delivered or dead-lettered and the queue
+// is empty, stops the dispatcher, and checks the ledger. It returns the report.
+func (s *stack) finish(timeout time.Duration, maxDuplicates int) ledger.Report {
+	s.t.Helper()
+	s.waitDone(timeout)
 	s.stopDispatcher()
 	return s.check(maxDuplicates)
 }

@@ -2,7 +2,10 @@ package integration
 
 import (
 	"context"
+	"io"
+	"net"
 	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"strings"
 	"testing"
@@ -10,6 +13,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/penguinhq/dispatcher/pkg/ingest"
 	"github.com/penguinhq/dispatcher/pkg/queue"
 	"github.com/penguinhq/dispatcher/pkg/request"
 )
@@ -206,5 +210,60 @@ func TestUndecodableSubjectIsDeadLettered(t *testing.T) {
 	}
 	if rep.Delivered != 2 || rep.Arrivals != 2 || len(recs) != 1 || recs[0].ID != "raw-1" || recs[0].Reason != request.ReasonUndecodable {
 		t.Fatalf("report %s, dead letters %+v: want both good requests delivered and the raw one dead-lettered as undecodable", rep, recs)
+	}
+}
+
+// rawExchange writes raw bytes to addr and returns what comes back before the server
+// closes or wait passes.
+func rawExchange(t *testing.T, addr, raw string, wait time.Duration) string {
+	t.Helper()
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.Write([]byte(raw)); err != nil {
+		t.Fatal(err)
+	}
+	_ = conn.SetReadDeadline(time.Now().Add(wait))
+	got, _ := io.ReadAll(conn)
+	return string(got)
+}
+
+// A body shorter than its Content-Length: the caller gets 408 problem+json once the
+// body timeout passes (here 300 ms), not after the server's whole read timeout, and
+// nothing is stored. Without the body's own deadline this request would wait for as long
+// as the connection stays open.
+func TestShortBodyGets408(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, options{noStart: true})
+	api, err := ingest.New(ingest.Config{BodyTimeout: 300 * time.Millisecond}, s.q, s.q, testLog())
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(api.Handler())
+	t.Cleanup(srv.Close)
+	got := rawExchange(t, strings.TrimPrefix(srv.URL, "http://"), "POST /v1/requests HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"+
+		"Content-Length: 100\r\n\r\n"+`{"clientId":"short"`, 20*time.Second)
+	if !strings.HasPrefix(got, "HTTP/1.1 408") || !strings.Contains(got, "application/problem+json") || !strings.Contains(got, `"code":"body_timeout"`) {
+		t.Fatalf("answer %q, want 408 problem+json body_timeout", got)
+	}
+	if n := s.queued(); n != 0 {
+		t.Fatalf("%d requests stored", n)
+	}
+}
+
+// Refusals Go's HTTP server makes before the handler sees the request are plain text, as
+// the README says: a header value with a NUL byte gets 400. Nothing is stored.
+func TestMalformedHeaderIsRefusedByTheServer(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, options{noStart: true})
+	got := rawExchange(t, strings.TrimPrefix(strings.TrimSuffix(s.ingestURL, "/v1/requests"), "http://"),
+		"POST /v1/requests HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nX-Client-Id: a\x00b\r\nContent-Length: 2\r\n\r\n{}", 5*time.Second)
+	if !strings.HasPrefix(got, "HTTP/1.1 400") {
+		t.Fatalf("answer %q, want the server's 400", got)
+	}
+	if n := s.queued(); n != 0 {
+		t.Fatalf("%d requests stored", n)
 	}
 }

@@ -9,7 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/penguinhq/dispatcher/pkg/faultnet"
+	"github.com/penguinhq/dispatcher/pkg/fault"
 	"github.com/penguinhq/dispatcher/pkg/ledger"
 	"github.com/penguinhq/dispatcher/pkg/queue"
 	"github.com/penguinhq/dispatcher/pkg/queue/queuetest"
@@ -19,16 +19,16 @@ import (
 // new ones refused) and a partition (bytes stop, nobody is told).
 var natsFaults = []struct {
 	name  string
-	apply func(*faultnet.Proxy)
+	apply func(*fault.Proxy)
 }{
-	{"Cut", (*faultnet.Proxy).Refuse},
-	{"Blackhole", (*faultnet.Proxy).Blackhole},
+	{"Cut", (*fault.Proxy).Refuse},
+	{"Blackhole", (*fault.Proxy).Blackhole},
 }
 
 // proxyTo puts a fault proxy in front of addr for the test.
-func proxyTo(t *testing.T, addr string) *faultnet.Proxy {
+func proxyTo(t *testing.T, addr string) *fault.Proxy {
 	t.Helper()
-	p, err := faultnet.New(addr)
+	p, err := fault.New(addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,9 +73,7 @@ func TestDispatcherLinkToNATSFails(t *testing.T) {
 			waitFor(t, 30*time.Second, "the dispatcher to be ready again", func() bool { return status(ops+"/readyz") == http.StatusOK })
 			t.Logf("resumed %s after the link came back", time.Since(healedAt).Round(time.Millisecond))
 			stopFeed()
-			waitFor(t, 60*time.Second, "every accepted request to be delivered", func() bool {
-				return s.queued() == 0 && s.ledger.Delivered()+len(s.dead()) >= s.acceptedCount()
-			})
+			s.waitDone(60 * time.Second)
 			p.signal(syscall.SIGTERM)
 			s.checkExplained(p.out.String())
 		})
@@ -136,13 +134,11 @@ func TestClusterNodePartitioned(t *testing.T) {
 	time.Sleep(time.Until(cutAt.Add(10 * time.Second)))
 	c.cluster.Heal(leader)
 	healedAt := time.Now()
-	waitFor(t, 30*time.Second, "the node to be a current replica again", func() bool { return c.replicasCurrent(queue.RequestStream) == 3 })
+	waitFor(t, 30*time.Second, "the node to be a current replica again", func() bool { return c.replicasCurrent() == 3 })
 	t.Logf("node %d current again %s after the partition healed", leader+1, time.Since(healedAt).Round(time.Millisecond))
 	time.Sleep(time.Second)
 	stopFeed()
-	waitFor(t, 90*time.Second, "every accepted request to be delivered", func() bool {
-		return c.queued() == 0 && c.ledger.Delivered()+len(c.dead()) >= c.acceptedCount()
-	})
+	c.waitDone(90 * time.Second)
 	a.signal(syscall.SIGTERM)
 	b.signal(syscall.SIGTERM)
 	c.checkExplained(a.out.String(), b.out.String())
@@ -159,15 +155,8 @@ func TestDispatcherPausedPastItsLease(t *testing.T) {
 		respond: func(ledger.Arrival) ledger.Response { return ledger.Response{Delay: 50 * time.Millisecond} }})
 	env := map[string]string{"NATS_URL": s.srv.ClientURL(), "RAVEN_URL": s.ravenURL, "DISPATCH_INTERVAL": "200ms",
 		"LEASE_TTL": "2s", "RAVEN_TIMEOUT": "500ms"}
-	withID := func(id string) map[string]string {
-		e := map[string]string{"INSTANCE_ID": id}
-		for k, v := range env {
-			e[k] = v
-		}
-		return e
-	}
-	a := startProc(t, withID("a"))
-	b := startProc(t, withID("b"))
+	a := startProc(t, with(env, "INSTANCE_ID", "a"))
+	b := startProc(t, with(env, "INSTANCE_ID", "b"))
 	stopFeed := s.feed(32, 10*time.Millisecond)
 	sentBy := func(id string, after time.Time) []ledger.Arrival {
 		var out []ledger.Arrival
@@ -216,9 +205,7 @@ func TestDispatcherPausedPastItsLease(t *testing.T) {
 		}
 	}
 	stopFeed()
-	waitFor(t, 60*time.Second, "every accepted request to be delivered", func() bool {
-		return s.queued() == 0 && s.ledger.Delivered()+len(s.dead()) >= s.acceptedCount()
-	})
+	s.waitDone(60 * time.Second)
 	a.signal(syscall.SIGTERM)
 	b.signal(syscall.SIGTERM)
 	s.checkExplained(a.out.String(), b.out.String())
@@ -237,21 +224,14 @@ func TestLeasesRemovedEarlyByTheStoresClock(t *testing.T) {
 		respond: func(ledger.Arrival) ledger.Response { return ledger.Response{Delay: 20 * time.Millisecond} }})
 	env := map[string]string{"NATS_URL": s.srv.ClientURL(), "RAVEN_URL": s.ravenURL, "DISPATCH_INTERVAL": "200ms",
 		"LEASE_TTL": ttl.String(), "RAVEN_TIMEOUT": "500ms"}
-	withID := func(id string) map[string]string {
-		e := map[string]string{"INSTANCE_ID": id}
-		for k, v := range env {
-			e[k] = v
-		}
-		return e
-	}
 	const clients = 48
 	for c := range clients {
 		for n := range 60 {
 			s.post(clientName(c), n)
 		}
 	}
-	a := startProc(t, withID("a"))
-	b := startProc(t, withID("b"))
+	a := startProc(t, with(env, "INSTANCE_ID", "a"))
+	b := startProc(t, with(env, "INSTANCE_ID", "b"))
 	leases, err := s.q.Leases(context.Background(), ttl)
 	if err != nil {
 		t.Fatal(err)
@@ -293,9 +273,7 @@ func TestLeasesRemovedEarlyByTheStoresClock(t *testing.T) {
 		t.Fatal("no partition changed hands after the leases were removed five times")
 	}
 	t.Logf("%d partitions changed hands", moved)
-	waitFor(t, 120*time.Second, "every accepted request to be delivered", func() bool {
-		return s.queued() == 0 && s.ledger.Delivered()+len(s.dead()) >= s.acceptedCount()
-	})
+	s.waitDone(120 * time.Second)
 	a.signal(syscall.SIGTERM)
 	b.signal(syscall.SIGTERM)
 	s.checkExplained(a.out.String(), b.out.String())

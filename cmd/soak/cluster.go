@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -13,7 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/penguinhq/dispatcher/pkg/faultnet"
+	"github.com/penguinhq/dispatcher/pkg/fault"
 	"github.com/penguinhq/dispatcher/pkg/queue"
 )
 
@@ -29,8 +28,8 @@ type cluster struct {
 	dir    string
 	bin    string
 	nodes  []*node
-	routes [][]*faultnet.Proxy // routes[i][j]: node i's connection to node j
-	nc     *nats.Conn          // the soak's own view, straight to the nodes
+	routes [][]*fault.Proxy // routes[i][j]: node i's connection to node j
+	nc     *nats.Conn       // the soak's own view, straight to the nodes
 	js     jetstream.JetStream
 }
 
@@ -38,7 +37,7 @@ type cluster struct {
 // close to undo what was done.
 func startCluster(dir, bin string, tmpfsSize int) (*cluster, error) {
 	const n = 3
-	c := &cluster{dir: dir, bin: bin, routes: make([][]*faultnet.Proxy, n)}
+	c := &cluster{dir: dir, bin: bin, routes: make([][]*fault.Proxy, n)}
 	routePorts := make([]string, n)
 	for i := range n {
 		nd := &node{name: fmt.Sprintf("n%d", i+1), store: filepath.Join(dir, fmt.Sprintf("n%d-store", i+1))}
@@ -56,7 +55,7 @@ func startCluster(dir, bin string, tmpfsSize int) (*cluster, error) {
 			return c, err
 		}
 		if tmpfsSize > 0 {
-			if err := mountTmpfs(nd.store, tmpfsSize); err != nil {
+			if err := fault.MountTmpfs(nd.store, tmpfsSize); err != nil {
 				return c, fmt.Errorf("mounting a tmpfs for %s: %w", nd.name, err)
 			}
 			nd.tmpfs = true
@@ -64,12 +63,12 @@ func startCluster(dir, bin string, tmpfsSize int) (*cluster, error) {
 		c.nodes = append(c.nodes, nd)
 	}
 	for i := range n {
-		c.routes[i] = make([]*faultnet.Proxy, n)
+		c.routes[i] = make([]*fault.Proxy, n)
 		for j := range n {
 			if i == j {
 				continue
 			}
-			p, err := faultnet.New(routePorts[j])
+			p, err := fault.New(routePorts[j])
 			if err != nil {
 				return c, err
 			}
@@ -149,49 +148,28 @@ func (c *cluster) openQueue(ctx context.Context, cfg queue.Config) (*queue.Queue
 
 // healthy says whether every node's JetStream is up and the request stream has a
 // leader and two current followers.
-func (c *cluster) healthy() bool {
+func (c *cluster) healthy(q *queue.Queue) bool {
 	for _, nd := range c.nodes {
 		if !nd.p.alive() || httpStatus("http://"+nd.monitor+"/healthz?js-enabled-only=true") != 200 {
 			return false
 		}
 	}
-	return c.replicasCurrent() == 3
-}
-
-func (c *cluster) replicasCurrent() int {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	st, err := c.js.Stream(ctx, queue.RequestStream)
-	if err != nil {
-		return 0
-	}
-	info, err := st.Info(ctx)
-	if err != nil || info.Cluster == nil || info.Cluster.Leader == "" {
-		return 0
-	}
-	n := 1
-	for _, r := range info.Cluster.Replicas {
-		if r.Current && !r.Offline {
-			n++
-		}
-	}
-	return n
+	p, err := q.RequestPlacement(ctx)
+	return err == nil && p.Current == 3
 }
 
 // leader returns the index of the node leading the request stream, or -1.
-func (c *cluster) leader() int {
+func (c *cluster) leader(q *queue.Queue) int {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	st, err := c.js.Stream(ctx, queue.RequestStream)
+	p, err := q.RequestPlacement(ctx)
 	if err != nil {
 		return -1
 	}
-	info, err := st.Info(ctx)
-	if err != nil || info.Cluster == nil {
-		return -1
-	}
 	for i, nd := range c.nodes {
-		if nd.name == info.Cluster.Leader {
+		if nd.name == p.Leader {
 			return i
 		}
 	}
@@ -204,7 +182,7 @@ func (c *cluster) partition(i int, cut bool) {
 		if j == i {
 			continue
 		}
-		for _, p := range []*faultnet.Proxy{c.routes[i][j], c.routes[j][i]} {
+		for _, p := range []*fault.Proxy{c.routes[i][j], c.routes[j][i]} {
 			if cut {
 				p.Blackhole()
 			} else {
@@ -215,24 +193,8 @@ func (c *cluster) partition(i int, cut bool) {
 }
 
 // fill fills node i's store file system and returns a function that frees it.
-func (c *cluster) fill(i int) (free func(), err error) {
-	path := filepath.Join(c.nodes[i].store, "filler")
-	f, err := os.Create(path)
-	if err != nil {
-		return nil, err
-	}
-	buf := make([]byte, 64<<10)
-	for {
-		if _, err = f.Write(buf); err != nil {
-			break
-		}
-	}
-	f.Close()
-	if !errors.Is(err, syscall.ENOSPC) {
-		os.Remove(path)
-		return nil, fmt.Errorf("filling %s: %w", c.nodes[i].store, err)
-	}
-	return func() { os.Remove(path) }, nil
+func (c *cluster) fill(i int) (free func() error, err error) {
+	return fault.FillDisk(c.nodes[i].store)
 }
 
 // expireLeases removes every lease and heartbeat from the lease bucket's stream as an
@@ -265,7 +227,7 @@ func (c *cluster) close() {
 			nd.p.stop(syscall.SIGTERM, 15*time.Second)
 		}
 		if nd.tmpfs {
-			unmount(nd.store)
+			_ = fault.Unmount(nd.store)
 		}
 	}
 	for _, row := range c.routes {

@@ -10,7 +10,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/penguinhq/dispatcher/pkg/faultnet"
+	"github.com/penguinhq/dispatcher/pkg/fault"
 	"github.com/penguinhq/dispatcher/pkg/ledger"
 	"github.com/penguinhq/dispatcher/pkg/queue"
 )
@@ -24,9 +24,10 @@ type soak struct {
 	dispatchers []*service // the live one in each slot
 	retired     []*service // stopped or replaced, kept for their logs
 	raven       *ledger.Ledger
-	ravenProxy  *faultnet.Proxy
+	ravenProxy  *fault.Proxy
 	mode        atomic.Pointer[ledger.Response] // what raven does now; nil answers 200
 	load        *load
+	q           *queue.Queue // the soak's own view of the queue
 	leases      *queue.Leases
 	stats       map[string]*faultStat
 	kills       []kill
@@ -110,14 +111,14 @@ func (s *soak) kinds() []faultKind {
 		}},
 		{name: "a NATS node partitioned from the others", min: 10 * time.Second, max: 10 * time.Second, apply: func(s *soak) (string, func(), error) {
 			n := s.rng.IntN(len(s.c.nodes))
-			if l := s.c.leader(); l >= 0 && s.rng.IntN(2) == 0 {
+			if l := s.c.leader(s.q); l >= 0 && s.rng.IntN(2) == 0 {
 				n = l
 			}
 			s.c.partition(n, true)
 			return s.c.nodes[n].name, func() { s.c.partition(n, false) }, nil
 		}},
 		{name: "the stream leader's disk full", min: 4 * time.Second, max: 8 * time.Second, possible: func(s *soak) bool { return s.diskFaults }, apply: func(s *soak) (string, func(), error) {
-			n := s.c.leader()
+			n := s.c.leader(s.q)
 			if n < 0 {
 				n = s.rng.IntN(len(s.c.nodes))
 			}
@@ -125,7 +126,7 @@ func (s *soak) kinds() []faultKind {
 			if err != nil {
 				return "", nil, err
 			}
-			return s.c.nodes[n].name, free, nil
+			return s.c.nodes[n].name, func() { _ = free() }, nil
 		}},
 		{name: "a dispatcher paused (SIGSTOP) past its lease", min: s.leaseTTL + 2*time.Second, max: s.leaseTTL + 4*time.Second, apply: func(s *soak) (string, func(), error) {
 			d := s.dispatchers[s.rng.IntN(len(s.dispatchers))]
@@ -182,7 +183,7 @@ func (s *soak) recovered(since time.Time) bool {
 			return false
 		}
 	}
-	return s.load.lastAccept.Load() > since.UnixNano() && s.raven.LastDelivered().After(since) && s.c.healthy()
+	return s.load.lastAccept.Load() > since.UnixNano() && s.raven.LastDelivered().After(since) && s.c.healthy(s.q)
 }
 
 // faultRound applies one fault, takes it off, and measures the time to full recovery.

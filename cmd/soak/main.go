@@ -22,6 +22,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"runtime"
 	"sort"
@@ -31,13 +32,18 @@ import (
 	"time"
 
 	"github.com/penguinhq/dispatcher/pkg/dispatch"
-	"github.com/penguinhq/dispatcher/pkg/faultnet"
+	"github.com/penguinhq/dispatcher/pkg/fault"
 	"github.com/penguinhq/dispatcher/pkg/ledger"
 	"github.com/penguinhq/dispatcher/pkg/queue"
 )
 
 func main() {
-	if err := runSoak(os.Args[1:], os.Stdout); err != nil {
+	// Ctrl-C ends the run early but cleanly: the processes stopped, the file systems
+	// unmounted.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := runSoak(ctx, os.Args[1:], os.Stdout)
+	stop()
+	if err != nil {
 		if !errors.Is(err, flag.ErrHelp) {
 			fmt.Fprintln(os.Stderr, "soak:", err)
 		}
@@ -70,7 +76,7 @@ func parseFlags(args []string, out io.Writer) (flags, error) {
 	return f, nil
 }
 
-func runSoak(args []string, out io.Writer) error {
+func runSoak(ctx context.Context, args []string, out io.Writer) error {
 	f, err := parseFlags(args, out)
 	if err != nil {
 		return err
@@ -99,7 +105,7 @@ func runSoak(args []string, out io.Writer) error {
 		interval: f.interval, ravenTimeout: time.Second, leaseTTL: 3 * time.Second},
 		rng: rand.New(rand.NewPCG(f.seed, f.seed>>1|1)), stats: map[string]*faultStat{}}
 	tmpfsSize := 0
-	if s.diskFaults = canMount(); s.diskFaults {
+	if s.diskFaults = fault.CanMount(); s.diskFaults {
 		tmpfsSize = 512 << 20
 	} else {
 		fmt.Fprintln(out, "not root: the disk-full fault is left out (it mounts a small tmpfs per node)")
@@ -113,12 +119,13 @@ func runSoak(args []string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	q, err := s.c.openQueue(ctx, queue.Config{Replicas: 3})
+	octx, cancel := context.WithTimeout(ctx, time.Minute)
+	q, err := s.c.openQueue(octx, queue.Config{Replicas: 3})
 	cancel()
 	if err != nil {
 		return err
 	}
+	s.q = q
 	if s.leases, err = q.Leases(context.Background(), s.leaseTTL); err != nil {
 		return err
 	}
@@ -131,7 +138,7 @@ func runSoak(args []string, out io.Writer) error {
 	ravenSrv := &http.Server{Handler: s.raven, ConnContext: s.raven.ConnContext}
 	go func() { _ = ravenSrv.Serve(ln) }()
 	defer ravenSrv.Close()
-	if s.ravenProxy, err = faultnet.New(ln.Addr().String()); err != nil {
+	if s.ravenProxy, err = fault.New(ln.Addr().String()); err != nil {
 		return err
 	}
 	defer s.ravenProxy.Close()
@@ -175,9 +182,15 @@ func runSoak(args []string, out io.Writer) error {
 	kinds := s.kinds()
 	for time.Since(s.start) < f.duration {
 		if err := s.faultRound(kinds, f.recoveryBound); err != nil {
+			s.load.halt()
 			return err
 		}
-		time.Sleep(time.Duration(500+s.rng.IntN(1500)) * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			s.load.halt()
+			return errors.New("interrupted")
+		case <-time.After(time.Duration(500+s.rng.IntN(1500)) * time.Millisecond):
+		}
 	}
 	s.load.halt()
 	fmt.Fprintf(out, "[%6.1fs] load stopped; waiting for the backlog to drain\n", time.Since(s.start).Seconds())

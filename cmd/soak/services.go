@@ -6,7 +6,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/penguinhq/dispatcher/pkg/faultnet"
+	"github.com/penguinhq/dispatcher/pkg/fault"
 )
 
 // service is an ingest or a dispatcher process and its links to the NATS nodes, each
@@ -16,16 +16,16 @@ type service struct {
 	slot  int
 	gen   int
 	id    string // the dispatcher's INSTANCE_ID
-	links []*faultnet.Proxy
+	links []*fault.Proxy
 	p     *proc
 	addr  string // ingest: where the API listens
 	kills []time.Time
 }
 
-func newLinks(c *cluster) ([]*faultnet.Proxy, error) {
-	var links []*faultnet.Proxy
+func newLinks(c *cluster) ([]*fault.Proxy, error) {
+	var links []*fault.Proxy
 	for _, nd := range c.nodes {
-		p, err := faultnet.New(nd.client)
+		p, err := fault.New(nd.client)
 		if err != nil {
 			return nil, err
 		}
@@ -34,7 +34,7 @@ func newLinks(c *cluster) ([]*faultnet.Proxy, error) {
 	return links, nil
 }
 
-func linkURL(links []*faultnet.Proxy) string {
+func linkURL(links []*fault.Proxy) string {
 	var urls []string
 	for _, l := range links {
 		urls = append(urls, "nats://"+l.Addr())

@@ -35,6 +35,7 @@ const (
 	DefaultPublishTimeout = 5 * time.Second
 	DefaultBacklogRetry   = 5 * time.Second
 	DefaultMaxPublishing  = 4096
+	DefaultBodyTimeout    = 10 * time.Second
 )
 
 // Config configures the API.
@@ -55,6 +56,11 @@ type Config struct {
 	// MaxPublishing bounds the publishes waiting for JetStream at once; past it a request
 	// gets 503 at once instead of queueing in memory. Defaults to 4096.
 	MaxPublishing int
+	// BodyTimeout bounds the reading of one request's body, from when the handler starts
+	// it: a caller that sends less than its Content-Length promised gets 408 then,
+	// instead of holding the connection for the server's whole read timeout. Defaults to
+	// 10s.
+	BodyTimeout time.Duration
 }
 
 // WithDefaults returns c with zero fields set to their defaults.
@@ -70,6 +76,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.MaxPublishing == 0 {
 		c.MaxPublishing = DefaultMaxPublishing
+	}
+	if c.BodyTimeout == 0 {
+		c.BodyTimeout = DefaultBodyTimeout
 	}
 	return c
 }
@@ -88,6 +97,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxPublishing < 1 {
 		errs = append(errs, fmt.Errorf("max publishing %d: must be at least 1", c.MaxPublishing))
+	}
+	if c.BodyTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("body timeout %s: must be positive", c.BodyTimeout))
 	}
 	return errors.Join(errs...)
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"mime"
+	"net"
 	"net/http"
 	"strings"
 	"time"
@@ -26,11 +27,21 @@ func (a *API) parse(w http.ResponseWriter, r *http.Request) (request.Request, *p
 	if r.ContentLength > a.cfg.MaxBodyBytes {
 		return request.Request{}, tooLarge(a.cfg.MaxBodyBytes)
 	}
+	// The body gets a deadline of its own: the server's read timeout is for the whole
+	// request, and a caller that promised more bytes than it sends would hold the
+	// connection that long. (Not every ResponseWriter can set one; tests' recorders
+	// cannot, and need not.)
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(a.cfg.BodyTimeout))
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, a.cfg.MaxBodyBytes))
 	if err != nil {
 		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
+		var ne net.Error
+		switch {
+		case errors.As(err, &mbe):
 			return request.Request{}, tooLarge(a.cfg.MaxBodyBytes)
+		case errors.As(err, &ne) && ne.Timeout():
+			return request.Request{}, &problem{Status: http.StatusRequestTimeout, Code: "body_timeout",
+				Detail: fmt.Sprintf("the body did not arrive within %s (%d of the %d bytes its Content-Length announced); nothing was stored", a.cfg.BodyTimeout, len(body), r.ContentLength)}
 		}
 		return request.Request{}, &problem{Status: http.StatusBadRequest, Code: "body_unreadable", Detail: "the request body could not be read completely"}
 	}

@@ -20,8 +20,11 @@ import (
 const (
 	DefaultGuardEvery   = 500 * time.Millisecond
 	guardProbeEvery     = 2 * time.Second // how often the file system is tried while all is well
-	guardRestartBackoff = 5 * time.Second // least time between two restarts of JetStream
-	guardProbeBytes     = 64 << 10
+	guardRestartBackoff = 5 * time.Second // least time between two restarts; doubles while they do not help
+	guardMaxBackoff     = 5 * time.Minute
+	guardSettled        = time.Minute // a store fine this long after a restart resets the backoff
+	guardProbeBytes     = 64 << 10 // the test write while all is well: finds a full disk
+	guardRecoverBytes   = 4 << 20  // the test write before a restart: room for one to work
 )
 
 // StoreGuard watches the JetStream store of a Node, and brings it back by itself after
@@ -31,10 +34,10 @@ const (
 // write keeps answering with that error (a single server), or the server shuts
 // JetStream down (a cluster node). Freeing space changes neither. The guard sees both
 // (the server's own health check, and a small test write of its own to the store's file
-// system, which also finds a full disk before JetStream tries to write), and once a test
-// write succeeds again, it restarts the server in place: the streams are read back from
-// disk, and a cluster node rejoins its peers. Nothing acknowledged is lost: only writes
-// that failed were not stored, and those were never acknowledged.
+// system every 2 s, which also finds a full disk before JetStream tries to write), and
+// once a test write of 4 MiB succeeds, it restarts the server in place: the streams are
+// read back from disk, and a cluster node rejoins its peers. Nothing acknowledged is
+// lost: only writes that failed were not stored, and those were never acknowledged.
 type StoreGuard struct {
 	node     *Node
 	probe    string // the test file
@@ -46,6 +49,7 @@ type StoreGuard struct {
 	err         error     // why the store cannot write, nil when it can
 	since       time.Time // when err began
 	lastRestart time.Time
+	backoff     time.Duration // least time until the next restart
 	lastProbe   time.Time
 }
 
@@ -92,7 +96,13 @@ func (g *StoreGuard) Check() {
 
 	var diskErr error
 	if probeDue {
-		diskErr = g.tryWrite()
+		size := guardProbeBytes
+		if broken != nil {
+			// A restart needs room to work in: a store that failed on a full disk frees a
+			// little as it shuts down, not enough to start again.
+			size = guardRecoverBytes
+		}
+		diskErr = g.tryWrite(size)
 	}
 	if broken != nil && diskErr == nil && g.restartDue() {
 		g.restart(broken)
@@ -121,8 +131,8 @@ func (g *StoreGuard) jetStreamFault() error {
 	return nil
 }
 
-// tryWrite writes, syncs and removes a small file beside the store.
-func (g *StoreGuard) tryWrite() error {
+// tryWrite writes, syncs and removes a file of size bytes beside the store.
+func (g *StoreGuard) tryWrite(size int) error {
 	g.mu.Lock()
 	g.lastProbe = time.Now()
 	g.mu.Unlock()
@@ -130,7 +140,7 @@ func (g *StoreGuard) tryWrite() error {
 	if err != nil {
 		return fmt.Errorf("store file system: %w", err)
 	}
-	_, err = f.Write(make([]byte, guardProbeBytes))
+	_, err = f.Write(make([]byte, size))
 	if err == nil {
 		err = f.Sync()
 	}
@@ -145,12 +155,19 @@ func (g *StoreGuard) tryWrite() error {
 func (g *StoreGuard) restartDue() bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return time.Since(g.lastRestart) >= guardRestartBackoff
+	return time.Since(g.lastRestart) >= g.backoff
 }
 
 // restart starts the server anew, on the same options and files.
 func (g *StoreGuard) restart(cause error) {
 	g.mu.Lock()
+	if !g.lastRestart.IsZero() && time.Since(g.lastRestart) < guardSettled {
+		// The last restart did not help for long: whatever breaks the store is not a
+		// full disk alone. Restart less and less often rather than in a loop.
+		g.backoff = min(max(g.backoff*2, guardRestartBackoff), guardMaxBackoff)
+	} else {
+		g.backoff = guardRestartBackoff
+	}
 	g.lastRestart = time.Now()
 	g.mu.Unlock()
 	g.log.Warn().Err(cause).Msg("the store's file system takes writes again; restarting the NATS server in place to clear its write error")

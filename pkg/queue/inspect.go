@@ -106,3 +106,28 @@ func (q *Queue) Stats(ctx context.Context) (Stats, error) {
 	}
 	return st, nil
 }
+
+// Placement is where the request stream lives on a cluster now.
+type Placement struct {
+	Leader  string // the server leading it; empty while it has none
+	Current int    // servers holding a current copy: the leader and its caught-up, online followers
+}
+
+// RequestPlacement reads where the request stream lives now. On a single server the
+// leader is that server and Current is 1.
+func (q *Queue) RequestPlacement(ctx context.Context) (Placement, error) {
+	info, err := q.reqs.Info(ctx)
+	if err != nil {
+		return Placement{}, fmt.Errorf("stream %s: %w", RequestStream, err)
+	}
+	if info.Cluster == nil || info.Cluster.Leader == "" {
+		return Placement{}, nil
+	}
+	p := Placement{Leader: info.Cluster.Leader, Current: 1}
+	for _, r := range info.Cluster.Replicas {
+		if r.Current && !r.Offline {
+			p.Current++
+		}
+	}
+	return p, nil
+}

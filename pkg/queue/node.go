@@ -28,6 +28,10 @@ type Node struct {
 	srv  *server.Server
 	opts *server.Options
 	port int // the client port the first server got, kept across restarts
+	// The JetStream limits the first server worked out, kept across restarts: without a
+	// configured max_file_store, nats-server takes a share of the disk space free when it
+	// starts, and right after a full disk that is next to nothing, for good.
+	maxStore, maxMemory int64
 }
 
 // StartNode starts a server on options() and waits until it takes connections. prepare,
@@ -50,6 +54,12 @@ func (n *Node) start() error {
 	if n.port != 0 && opts.Port <= 0 && !opts.DontListen {
 		opts.Port = n.port // a restart listens where clients knew the server
 	}
+	if opts.JetStreamMaxStore <= 0 && n.maxStore > 0 {
+		opts.JetStreamMaxStore = n.maxStore
+	}
+	if opts.JetStreamMaxMemory <= 0 && n.maxMemory > 0 {
+		opts.JetStreamMaxMemory = n.maxMemory
+	}
 	s, err := server.NewServer(opts)
 	if err != nil {
 		return fmt.Errorf("nats server: %w", err)
@@ -65,6 +75,9 @@ func (n *Node) start() error {
 	n.srv, n.opts = s, opts
 	if addr, ok := s.Addr().(*net.TCPAddr); ok && n.port == 0 {
 		n.port = addr.Port
+	}
+	if js := s.JetStreamConfig(); js != nil && n.maxStore == 0 {
+		n.maxStore, n.maxMemory = js.MaxStore, js.MaxMemory
 	}
 	return nil
 }

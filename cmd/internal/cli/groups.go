@@ -100,6 +100,7 @@ func IngestSettings(s *Settings) *Ingest {
 	s.String(&c.Addr, "INGEST_ADDR", ":8080", "address the ingest API listens on")
 	s.Int(&c.MaxBodyBytes, "MAX_BODY_BYTES", ingest.DefaultMaxBodyBytes, 1, 64<<20, "largest request body accepted, in bytes")
 	s.Duration(&c.PublishTimeout, "PUBLISH_TIMEOUT", ingest.DefaultPublishTimeout, time.Millisecond, "how long ingest waits for JetStream to acknowledge a request")
+	s.Duration(&c.BodyTimeout, "BODY_READ_TIMEOUT", ingest.DefaultBodyTimeout, time.Millisecond, "how long ingest waits for a request's body; a caller sending less than its Content-Length gets 408 then")
 	s.Int(&publishing, "MAX_PUBLISHING", ingest.DefaultMaxPublishing, 1, 1_000_000, "publishes waiting for JetStream at once; past it ingest answers 503 overloaded")
 	s.String(&c.TokensFile, "INGEST_TOKENS_FILE", "", "file of accepted bearer tokens, as hex SHA-256 hashes, one per line; re-read when it changes")
 	s.Secret(&c.Tokens, "INGEST_TOKEN", "accepted bearer token(s), comma-separated; with neither this nor INGEST_TOKENS_FILE, ingest accepts anyone")

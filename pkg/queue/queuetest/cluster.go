@@ -12,7 +12,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/rs/zerolog"
 
-	"github.com/penguinhq/dispatcher/pkg/faultnet"
+	"github.com/penguinhq/dispatcher/pkg/fault"
 	"github.com/penguinhq/dispatcher/pkg/queue"
 )
 
@@ -24,7 +24,7 @@ type Cluster struct {
 	opts   []*server.Options
 	Nodes  []*queue.Node       // nil while a node is stopped
 	stops  []func()            // stop each running node's guard
-	routes [][]*faultnet.Proxy // routes[i][j]: node i's connection to node j, with ProxyRoutes
+	routes [][]*fault.Proxy // routes[i][j]: node i's connection to node j, with ProxyRoutes
 }
 
 // ClusterOptions change how NewClusterWith builds the cluster.
@@ -51,14 +51,14 @@ func NewClusterWith(t testing.TB, n int, o ClusterOptions) *Cluster {
 	base := t.TempDir()
 	c := &Cluster{t: t, Nodes: make([]*queue.Node, n), stops: make([]func(), n)}
 	if o.ProxyRoutes {
-		c.routes = make([][]*faultnet.Proxy, n)
+		c.routes = make([][]*fault.Proxy, n)
 		for i := range n {
-			c.routes[i] = make([]*faultnet.Proxy, n)
+			c.routes[i] = make([]*fault.Proxy, n)
 			for j := range n {
 				if i == j {
 					continue
 				}
-				p, err := faultnet.New(fmt.Sprintf("127.0.0.1:%d", routePorts[j]))
+				p, err := fault.New(fmt.Sprintf("127.0.0.1:%d", routePorts[j]))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -168,15 +168,15 @@ func (c *Cluster) Server(i int) *server.Server {
 // serving its clients: bytes between them stop (a blackhole, as a network partition
 // drops packets) until Heal. Needs ProxyRoutes.
 func (c *Cluster) Partition(i int) {
-	c.eachRoute(i, (*faultnet.Proxy).Blackhole)
+	c.eachRoute(i, (*fault.Proxy).Blackhole)
 }
 
 // Heal undoes Partition(i).
 func (c *Cluster) Heal(i int) {
-	c.eachRoute(i, (*faultnet.Proxy).Heal)
+	c.eachRoute(i, (*fault.Proxy).Heal)
 }
 
-func (c *Cluster) eachRoute(i int, f func(*faultnet.Proxy)) {
+func (c *Cluster) eachRoute(i int, f func(*fault.Proxy)) {
 	c.t.Helper()
 	if c.routes == nil {
 		c.t.Fatal("the cluster was not built with ProxyRoutes")

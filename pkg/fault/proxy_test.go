@@ -1,4 +1,4 @@
-package faultnet_test
+package fault_test
 
 import (
 	"bufio"
@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/penguinhq/dispatcher/pkg/faultnet"
+	"github.com/penguinhq/dispatcher/pkg/fault"
 )
 
 // echoServer answers every line with the same line.
@@ -42,7 +42,7 @@ func roundTrip(c net.Conn, msg string, wait time.Duration) (string, error) {
 
 func TestProxyModes(t *testing.T) {
 	t.Parallel()
-	p, err := faultnet.New(echoServer(t))
+	p, err := fault.New(echoServer(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,7 +118,7 @@ func TestBlackholeAndClose(t *testing.T) {
 			go func() { b, _ := io.ReadAll(c); got <- string(b); c.Close() }()
 		}
 	}()
-	p, err := faultnet.New(ln.Addr().String())
+	p, err := fault.New(ln.Addr().String())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,8 +1,8 @@
-// Package faultnet is a loopback TCP proxy that a test or the soak command puts between
-// two parts of the service to make network faults on demand: refuse connections, stop
-// every byte (a partition, or a peer that accepts and never reads), slow them down, or
-// reset connections. Faults are undone by Heal; Close ends the proxy and its connections.
-package faultnet
+// Package fault makes the faults that the tests and the soak command put the service
+// through, on demand and undone on demand: a loopback TCP proxy between two parts of the
+// service that refuses connections, stops every byte (a partition, or a peer that
+// accepts and never reads), slows them down or resets them; and a full disk.
+package fault
 
 import (
 	"errors"
@@ -78,14 +78,7 @@ func (p *Proxy) Refuse() {
 		return
 	}
 	p.setMode(Refuse)
-	if p.ln != nil {
-		_ = p.ln.Close()
-		p.ln = nil
-	}
-	for l := range p.conns {
-		l.reset()
-		delete(p.conns, l)
-	}
+	p.shut()
 }
 
 // Blackhole stops every byte, on open connections and new ones, until Heal.
@@ -111,10 +104,7 @@ func (p *Proxy) Delay(d time.Duration) {
 func (p *Proxy) ResetAll() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for l := range p.conns {
-		l.reset()
-		delete(p.conns, l)
-	}
+	p.resetConns()
 }
 
 // Heal undoes Refuse, Blackhole and Delay: bytes flow again, held ones first.
@@ -137,15 +127,25 @@ func (p *Proxy) Close() {
 		return
 	}
 	p.closed = true
+	p.shut()
+	p.setMode(Refuse)
+}
+
+// shut closes the listener and resets every connection. p.mu is held.
+func (p *Proxy) shut() {
 	if p.ln != nil {
 		_ = p.ln.Close()
 		p.ln = nil
 	}
+	p.resetConns()
+}
+
+// resetConns resets every open connection. p.mu is held.
+func (p *Proxy) resetConns() {
 	for l := range p.conns {
 		l.reset()
 		delete(p.conns, l)
 	}
-	p.setMode(Refuse)
 }
 
 // setMode changes the mode and wakes every copier. p.mu is held.
