@@ -23,8 +23,8 @@ const (
 	guardRestartBackoff = 5 * time.Second // least time between two restarts; doubles while they do not help
 	guardMaxBackoff     = 5 * time.Minute
 	guardSettled        = time.Minute // a store fine this long after a restart resets the backoff
-	guardProbeBytes     = 64 << 10 // the test write while all is well: finds a full disk
-	guardRecoverBytes   = 4 << 20  // the test write before a restart: room for one to work
+	guardProbeBytes     = 64 << 10    // the test write while all is well: finds a full disk
+	guardRecoverBytes   = 4 << 20     // the test write before a restart: room for one to work
 )
 
 // StoreGuard watches the JetStream store of a Node, and brings it back by itself after

@@ -22,8 +22,8 @@ import (
 type Cluster struct {
 	t      testing.TB
 	opts   []*server.Options
-	Nodes  []*queue.Node       // nil while a node is stopped
-	stops  []func()            // stop each running node's guard
+	Nodes  []*queue.Node    // nil while a node is stopped
+	stops  []func()         // stop each running node's guard
 	routes [][]*fault.Proxy // routes[i][j]: node i's connection to node j, with ProxyRoutes
 }
 
