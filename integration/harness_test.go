@@ -378,7 +378,7 @@ func (s *stack) check(maxDuplicates int) ledger.Report {
 // a removal failure in the dispatchers' logs.
 func (s *stack) checkExplained(logs ...string) ledger.Report {
 	s.t.Helper()
-	return s.checkLedger(-1, explained(logs...))
+	return s.checkLedger(-1, s.explained(logs...))
 }
 
 func (s *stack) checkLedger(maxDuplicates int, explained map[string]bool) ledger.Report {

@@ -227,6 +227,24 @@ func runStandalone(ctx context.Context, c *settings, log zerolog.Logger) error {
 		}()
 	}
 
+	// A guard that cannot start the embedded server again ends the process (exit 2), for
+	// a supervisor to start it anew.
+	fatal := make(chan error, 1)
+	ns.Guard.OnFatal = func(err error) {
+		select {
+		case fatal <- err:
+		default:
+		}
+	}
+	start(func() error {
+		select {
+		case err := <-fatal:
+			return err
+		case <-ctx.Done():
+			return nil
+		}
+	})
+
 	if c.dispatch.Raven.URL == "" {
 		demo, err := startDemoRaven(ctx, c, log, start)
 		if err != nil {

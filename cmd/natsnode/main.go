@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"slices"
 	"syscall"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -26,7 +27,9 @@ import (
 const exe = "natsnode"
 
 func main() {
-	args := os.Args[1:]
+	// A copy: RedactArgs below blanks the passwords in os.Args in place, and every
+	// restart parses the arguments again.
+	args := slices.Clone(os.Args[1:])
 	options := func() (*server.Options, error) {
 		fs := flag.NewFlagSet(exe, flag.ExitOnError)
 		fs.Usage = usage
@@ -45,10 +48,21 @@ func main() {
 		os.Exit(0)
 	}
 	server.RedactArgs(os.Args)
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	log := zerolog.New(os.Stderr).With().Timestamp().Str("service", exe).Logger()
 	node, err := queue.StartNode(options, (*server.Server).ConfigureLogger, log)
 	if err != nil {
 		server.PrintAndDie(fmt.Sprintf("%s: %s", exe, err))
+	}
+	// A server that cannot be started again ends the process, for the supervisor
+	// (compose's restart policy, Kubernetes) to start it anew.
+	fatal := make(chan error, 1)
+	node.Guard.OnFatal = func(err error) {
+		select {
+		case fatal <- err:
+		default:
+		}
 	}
 	ctx, stop := context.WithCancel(context.Background())
 	guardDone := make(chan struct{})
@@ -58,20 +72,27 @@ func main() {
 			node.Guard.Run(ctx, 0)
 		}
 	}()
-	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
-	for sig := range sigs {
-		if sig == syscall.SIGHUP {
+	code := 0
+loop:
+	for {
+		select {
+		case sig := <-sigs:
+			if sig != syscall.SIGHUP {
+				break loop
+			}
 			if err := node.Server().Reload(); err != nil {
 				log.Error().Err(err).Msg("reloading the configuration failed")
 			}
-			continue
+		case err := <-fatal:
+			log.Error().Err(err).Msg("the NATS server could not be started again; exiting for the supervisor to restart the process")
+			code = 1
+			break loop
 		}
-		break
 	}
 	stop()
 	<-guardDone
 	node.Shutdown()
+	os.Exit(code)
 }
 
 func usage() {

@@ -103,10 +103,10 @@ cluster {
 	}
 	var err error
 	if c.nc, err = nats.Connect(c.url(), nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond), nats.RetryOnFailedConnect(true)); err != nil {
-		return nil, err
+		return c, err
 	}
 	if c.js, err = jetstream.New(c.nc); err != nil {
-		return nil, err
+		return c, err
 	}
 	return c, nil
 }

@@ -76,7 +76,7 @@ func (s *soak) kinds() []faultKind {
 			s.ravenProxy.Refuse()
 			return "", s.ravenProxy.Heal, nil
 		}},
-		{name: "raven accepts and never reads (blackhole)", min: 2 * time.Second, max: 6 * time.Second, apply: func(s *soak) (string, func(), error) {
+		{name: "raven blackholed (network partition)", min: 2 * time.Second, max: 6 * time.Second, apply: func(s *soak) (string, func(), error) {
 			s.ravenProxy.Blackhole()
 			return "", s.ravenProxy.Heal, nil
 		}},
@@ -187,7 +187,7 @@ func (s *soak) recovered(since time.Time) bool {
 }
 
 // faultRound applies one fault, takes it off, and measures the time to full recovery.
-func (s *soak) faultRound(kinds []faultKind, bound time.Duration) error {
+func (s *soak) faultRound(ctx context.Context, kinds []faultKind, bound time.Duration) error {
 	var k faultKind
 	for {
 		k = kinds[s.rng.IntN(len(kinds))]
@@ -203,7 +203,10 @@ func (s *soak) faultRound(kinds []faultKind, bound time.Duration) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", k.name, err)
 	}
-	time.Sleep(hold)
+	select {
+	case <-time.After(hold):
+	case <-ctx.Done():
+	}
 	heal()
 	ended := time.Now()
 	st := s.stats[k.name]
@@ -212,13 +215,10 @@ func (s *soak) faultRound(kinds []faultKind, bound time.Duration) error {
 		s.stats[k.name] = st
 	}
 	st.count++
-	for !s.recovered(ended) {
-		if time.Since(ended) > bound {
-			st.failures++
-			fmt.Printf("[%6.1fs] %s %s for %s: NOT recovered within %s\n", time.Since(s.start).Seconds(), k.name, what, hold.Round(100*time.Millisecond), bound)
-			return nil
-		}
-		time.Sleep(100 * time.Millisecond)
+	if err := waitUntil(ctx, bound, func() bool { return s.recovered(ended) }); err != nil {
+		st.failures++
+		fmt.Printf("[%6.1fs] %s %s for %s: NOT recovered: %v\n", time.Since(s.start).Seconds(), k.name, what, hold.Round(100*time.Millisecond), err)
+		return nil
 	}
 	took := time.Since(ended)
 	st.longest = max(st.longest, took)

@@ -41,6 +41,7 @@ func main() {
 	// Ctrl-C ends the run early but cleanly: the processes stopped, the file systems
 	// unmounted.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	context.AfterFunc(ctx, stop) // a second Ctrl-C ends it at once
 	err := runSoak(ctx, os.Args[1:], os.Stdout)
 	stop()
 	if err != nil {
@@ -82,11 +83,18 @@ func runSoak(ctx context.Context, args []string, out io.Writer) error {
 		return err
 	}
 	dir := f.keep
+	failed := true // until the run says otherwise: a failed run's logs are kept
 	if dir == "" {
 		if dir, err = os.MkdirTemp("", "soak-"); err != nil {
 			return err
 		}
-		defer os.RemoveAll(dir)
+		// Deferred first, so it runs last: after the processes stopped and the file
+		// systems were unmounted.
+		defer func() {
+			if !failed {
+				os.RemoveAll(dir)
+			}
+		}()
 	} else if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
@@ -110,7 +118,7 @@ func runSoak(ctx context.Context, args []string, out io.Writer) error {
 	} else {
 		fmt.Fprintln(out, "not root: the disk-full fault is left out (it mounts a small tmpfs per node)")
 	}
-	fmt.Fprintf(out, "soak: seed %d, faults for %s, interval %s, %d clients, logs in %s\n", f.seed, f.duration, f.interval, f.clients, dir)
+	fmt.Fprintf(out, "soak: seed %d, faults for %s, interval %s, %d clients, commit %s, logs in %s\n", f.seed, f.duration, f.interval, f.clients, commit(), dir)
 
 	s.c, err = startCluster(dir, filepath.Join(bin, "natsnode"), tmpfsSize)
 	if s.c != nil {
@@ -165,7 +173,7 @@ func runSoak(ctx context.Context, args []string, out io.Writer) error {
 			sv.close()
 		}
 	}()
-	if err := waitUntil(time.Minute, func() bool {
+	if err := waitUntil(ctx, time.Minute, func() bool {
 		for _, sv := range append(append([]*service{}, s.dispatchers...), s.ingests...) {
 			if !sv.p.ready() {
 				return false
@@ -181,7 +189,7 @@ func runSoak(ctx context.Context, args []string, out io.Writer) error {
 	time.Sleep(3 * time.Second) // a backlog before the first fault
 	kinds := s.kinds()
 	for time.Since(s.start) < f.duration {
-		if err := s.faultRound(kinds, f.recoveryBound); err != nil {
+		if err := s.faultRound(ctx, kinds, f.recoveryBound); err != nil {
 			s.load.halt()
 			return err
 		}
@@ -205,7 +213,7 @@ func runSoak(ctx context.Context, args []string, out io.Writer) error {
 		return ids
 	}
 	var dead map[string]bool
-	drained := waitUntil(5*time.Minute, func() bool {
+	drained := waitUntil(ctx, 5*time.Minute, func() bool {
 		st, err := q.Stats(context.Background())
 		if err != nil || st.Requests != 0 {
 			return false
@@ -239,19 +247,13 @@ func runSoak(ctx context.Context, args []string, out io.Writer) error {
 	rep := ledger.Check(s.raven.Arrivals(), ledger.Expect{Interval: f.interval, Accepted: accepted, Dead: dead,
 		AllowUnacknowledged: true, Explained: explained})
 
-	failed := s.report(out, f, rep, causes, len(accepted), statuses, retries, unexpected, drainedAt)
+	failed = s.report(out, f, rep, causes, len(accepted), statuses, retries, unexpected, drainedAt)
 	if drained != nil {
 		fmt.Fprintf(out, "the backlog did not drain within 5 minutes after the load stopped\n")
 		failed = true
 	}
 	if failed {
-		fmt.Fprintf(out, "FAILED (logs: %s; rerun with -seed %d)\n", dir, f.seed)
-		if f.keep == "" {
-			keep := filepath.Join(os.TempDir(), fmt.Sprintf("soak-failed-%d", f.seed))
-			if err := os.Rename(dir, keep); err == nil {
-				fmt.Fprintf(out, "logs kept in %s\n", keep)
-			}
-		}
+		fmt.Fprintf(out, "FAILED (logs kept in %s; rerun with -seed %d)\n", dir, f.seed)
 		return errors.New("a guarantee broke or a fault was not recovered from")
 	}
 	fmt.Fprintln(out, "PASSED")
@@ -275,19 +277,30 @@ func deadLetters(q *queue.Queue) map[string]bool {
 // given up on) or a SIGKILL of the instance that had it delivered, before it could
 // remove it.
 func (s *soak) explain() map[string]string {
+	arrivals := s.raven.Arrivals()
+	accepted := map[string]map[int]bool{} // id -> attempt numbers raven answered 2xx
+	for _, a := range arrivals {
+		if a.Status >= 200 && a.Status < 300 && a.StatusSent {
+			if accepted[a.ID] == nil {
+				accepted[a.ID] = map[int]bool{}
+			}
+			accepted[a.ID][a.Attempt] = true
+		}
+	}
 	causes := map[string]string{}
 	for _, d := range append(append([]*service{}, s.dispatchers...), s.retired...) {
 		for _, l := range d.p.logLines(dispatch.LogRemovalFailed, dispatch.LogRemovalLate, dispatch.LogAttemptFailed) {
 			id, _ := l["request_id"].(string)
 			msg, _ := l["message"].(string)
 			cause, _ := l["error"].(string)
+			attempt, _ := l["attempt"].(float64)
 			switch {
 			case id == "":
 			case msg == dispatch.LogRemovalFailed:
 				causes[id] = "removal failed at first (store or link down)"
 			case msg == dispatch.LogRemovalLate:
 				causes[id] = "removal landed after the lease could lapse (paused)"
-			case strings.Contains(cause, "Timeout") || strings.Contains(cause, "deadline"):
+			case (strings.Contains(cause, "Timeout") || strings.Contains(cause, "deadline")) && accepted[id][int(attempt)]:
 				if _, ok := causes[id]; !ok {
 					causes[id] = "attempt timed out; raven accepted it all the same"
 				}
@@ -295,7 +308,7 @@ func (s *soak) explain() map[string]string {
 		}
 	}
 	for _, k := range s.kills {
-		for _, a := range s.raven.Arrivals() {
+		for _, a := range arrivals {
 			if a.Header.Get("User-Agent") == "dispatcher/"+k.id && a.Status < 300 && a.StatusSent &&
 				!a.Start.After(k.at) && a.Start.After(k.at.Add(-s.ravenTimeout-2*time.Second)) {
 				if _, ok := causes[a.ID]; !ok {
@@ -309,12 +322,8 @@ func (s *soak) explain() map[string]string {
 
 func (s *soak) report(out io.Writer, f flags, rep ledger.Report, causes map[string]string, accepted int,
 	statuses map[int]int, retries int, unexpected []string, drained time.Duration) (failed bool) {
-	commit := "unknown"
-	if b, err := exec.Command("git", "rev-parse", "--short", "HEAD").Output(); err == nil {
-		commit = strings.TrimSpace(string(b))
-	}
-	fmt.Fprintf(out, "\nseed %d, faults for %s, drained at %s, interval %s, %d clients, commit %s, %s/%s, %d cores\n\n",
-		f.seed, f.duration, drained.Round(time.Second), f.interval, f.clients, commit, runtime.GOOS, runtime.GOARCH, runtime.NumCPU())
+	fmt.Fprintf(out, "\nseed %d, faults for %s, drained at %s, interval %s, %d clients, %s/%s, %d cores\n\n",
+		f.seed, f.duration, drained.Round(time.Second), f.interval, f.clients, runtime.GOOS, runtime.GOARCH, runtime.NumCPU())
 	byCause := map[string]int{}
 	unexplained := 0
 	for _, id := range rep.DuplicateIDs {
@@ -360,14 +369,31 @@ func (s *soak) report(out io.Writer, f flags, rep ledger.Report, causes map[stri
 	return failed || len(rep.Violations) > 0 || rep.Lost > 0 || rep.ShortGaps > 0 || rep.MaxInFlight > 1 || len(unexpected) > 0
 }
 
-// waitUntil polls cond every 100 ms until it holds or d passes.
-func waitUntil(d time.Duration, cond func() bool) error {
+// waitUntil polls cond every 100 ms until it holds, d passes or ctx ends.
+func waitUntil(ctx context.Context, d time.Duration, cond func() bool) error {
 	deadline := time.Now().Add(d)
 	for !cond() {
 		if time.Now().After(deadline) {
 			return fmt.Errorf("not within %s", d)
 		}
-		time.Sleep(100 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			return errors.New("interrupted")
+		case <-time.After(100 * time.Millisecond):
+		}
 	}
 	return nil
+}
+
+// commit is the checked-out commit, as the run's report names it.
+func commit() string {
+	b, err := exec.Command("git", "rev-parse", "--short", "HEAD").Output()
+	if err != nil {
+		return "unknown"
+	}
+	c := strings.TrimSpace(string(b))
+	if exec.Command("git", "diff", "--quiet", "HEAD").Run() != nil {
+		c += " with changes"
+	}
+	return c
 }

@@ -19,7 +19,6 @@ type service struct {
 	links []*fault.Proxy
 	p     *proc
 	addr  string // ingest: where the API listens
-	kills []time.Time
 }
 
 func newLinks(c *cluster) ([]*fault.Proxy, error) {

@@ -710,7 +710,7 @@ func (d *Dispatcher) remove(ctx context.Context, st request.Stored, sendBy time.
 	}
 	d.cfg.Metrics.removalFailed()
 	d.log.Warn().Err(err).Str("client_id", st.ClientID).Str("request_id", st.ID).Msg(LogRemovalFailed)
-	if err := d.retry(ctx, func() error { return d.src.Delete(ctx, st.Seq) }); err != nil {
+	if err := d.retry(ctx, true, func() error { return d.src.Delete(ctx, st.Seq) }); err != nil {
 		d.cfg.Metrics.unremoved()
 		d.log.Warn().Str("client_id", st.ClientID).Str("request_id", st.ID).Msg("delivered request left in the queue at shutdown: it will be sent again")
 		return err
@@ -722,7 +722,7 @@ func (d *Dispatcher) remove(ctx context.Context, st request.Stored, sendBy time.
 // finish moves st to the dead-letter stream, then removes it from the queue, retrying
 // both until they succeed or ctx ends.
 func (d *Dispatcher) finish(ctx context.Context, st request.Stored, why request.DeadLetter) error {
-	return d.retry(ctx, func() error {
+	return d.retry(ctx, false, func() error {
 		if err := d.src.DeadLetter(ctx, st, why); err != nil {
 			return err
 		}
@@ -732,16 +732,27 @@ func (d *Dispatcher) finish(ctx context.Context, st request.Stored, why request.
 
 // retry runs op until it succeeds or ctx ends, backing off up to 2s between tries. The
 // queue being briefly unreachable must not turn a delivered request into a resent one.
-func (d *Dispatcher) retry(ctx context.Context, op func() error) error {
+//
+// logged says the caller has logged the first failure already: the tries then warn of
+// nothing themselves.
+func (d *Dispatcher) retry(ctx context.Context, logged bool, op func() error) error {
 	wait := 50 * time.Millisecond
-	for {
+	for tries := 1; ; tries++ {
 		err := op()
 		if err == nil {
+			if tries > 1 {
+				d.log.Info().Int("tries", tries).Msg("queue operation succeeded after retrying")
+			}
 			return nil
 		}
-		// Debug: the queue logs once when its store stops taking writes, and NATS when
-		// the connection drops; a line per retry would say the same many times.
-		d.log.Debug().Err(err).Dur("retry_in", wait).Msg("queue operation failed")
+		// The first failure is a warning, with its cause; the retries after it are debug
+		// (a line per retry per request would say the same many times), and a success
+		// after them says so.
+		ev := d.log.Debug()
+		if tries == 1 && !logged {
+			ev = d.log.Warn()
+		}
+		ev.Err(err).Dur("retry_in", wait).Msg("queue operation failed; retrying")
 		select {
 		case <-ctx.Done():
 			return ctx.Err()

@@ -28,8 +28,9 @@ type LeaseStore interface {
 	// ReleaseAll gives up every lease held by owner, at whatever revision.
 	ReleaseAll(ctx context.Context, owner string) (int, error)
 	// WatchLeases calls fn with every lease taken, renewed or released, the leases in
-	// place first (partition -1: an instance's heartbeat or leaving).
-	WatchLeases(ctx context.Context, fn func(partition int, owner string, released bool)) (stop func(), err error)
+	// place first (partition -1: an instance's heartbeat or leaving), with the store's
+	// revision of the change; lost hears that the watch ended before it was stopped.
+	WatchLeases(ctx context.Context, fn func(partition int, owner string, released bool, rev uint64), lost func(error)) (stop func(), err error)
 }
 
 type ownKind int
@@ -79,38 +80,86 @@ type leaser struct {
 	held    map[int]*holding
 	drained chan drained
 
-	seenMu      sync.Mutex
-	seen        map[int]time.Time // when another instance's lease on a partition was last seen
-	watchFailed bool              // no watch: nothing is known of others' renewals
+	seenMu     sync.Mutex
+	seen       map[int]time.Time // when another instance's lease on a partition was last seen
+	seenRev    uint64            // the store revision the watch has reached
+	watching   bool              // the watch is running
+	blindUntil time.Time         // until then, renewals may have gone unseen (no watch, or a new one)
 }
 
 // saw notes a change to a lease seen in the store.
-func (m *leaser) saw(p int, owner string, released bool) {
-	if p < 0 || owner == m.id {
-		return
-	}
+func (m *leaser) saw(p int, owner string, released bool, rev uint64) {
 	m.seenMu.Lock()
 	defer m.seenMu.Unlock()
-	if released {
+	m.seenRev = max(m.seenRev, rev)
+	switch {
+	case p < 0 || owner == m.id:
+	case released:
 		delete(m.seen, p) // handed back drained: nothing of its holder's is in flight
-	} else {
+	default:
 		m.seen[p] = time.Now()
+	}
+}
+
+// watchCaughtUp gives the watch a moment (a second at most) to reach revision rev, that of
+// the latest acquisition: every renewal made before it has a lower one. It says whether
+// the watch got there, running.
+func (m *leaser) watchCaughtUp(rev uint64) bool {
+	for deadline := time.Now().Add(time.Second); ; time.Sleep(10 * time.Millisecond) {
+		m.seenMu.Lock()
+		caught, watching := m.seenRev >= rev, m.watching
+		m.seenMu.Unlock()
+		if caught || !watching || time.Now().After(deadline) {
+			return caught && watching
+		}
 	}
 }
 
 // notBefore is the earliest this instance may start attempts in partition p, just taken
 // over: a full TTL after the last renewal by another instance that it saw, since the
-// store's clock may have removed that lease early.
-func (m *leaser) notBefore(p int) time.Time {
+// store's clock may have removed that lease early. Unless the watch is sure (it reached
+// the acquisition's revision, and has been running for a TTL at least), it may have missed
+// renewals, and then it is a full TTL from now.
+func (m *leaser) notBefore(p int, sure bool) time.Time {
 	m.seenMu.Lock()
 	defer m.seenMu.Unlock()
-	if m.watchFailed {
-		return time.Now().Add(m.ttl)
+	now := time.Now()
+	if !sure || now.Before(m.blindUntil) {
+		return now.Add(m.ttl)
 	}
 	if o, ok := m.seen[p]; ok {
 		return o.Add(m.ttl)
 	}
 	return time.Time{}
+}
+
+// watch starts watching the leases; lost marks the watch gone, for the next round to
+// start it again.
+func (m *leaser) watch(ctx context.Context, poke func()) (stop func()) {
+	stop, err := m.store.WatchLeases(ctx, func(p int, owner string, released bool, rev uint64) {
+		m.saw(p, owner, released, rev)
+		if released {
+			poke()
+		}
+	}, func(err error) {
+		m.log.Warn().Err(err).Msg("the lease watch ended; partitions taken over wait a full TTL until it runs again")
+		m.seenMu.Lock()
+		m.watching = false
+		m.seenMu.Unlock()
+	})
+	m.seenMu.Lock()
+	defer m.seenMu.Unlock()
+	if err != nil {
+		if ctx.Err() == nil {
+			m.log.Warn().Err(err).Msg("cannot watch the leases; partitions taken over wait a full TTL")
+		}
+		return func() {}
+	}
+	if m.watching = true; !m.blindUntil.IsZero() {
+		// Started again after a gap: renewals in the gap went unseen.
+		m.blindUntil = time.Now().Add(m.ttl)
+	}
+	return stop
 }
 
 // holding is one acquisition of a partition's lease, until it is lost or handed back.
@@ -133,18 +182,19 @@ func (m *leaser) run(ctx context.Context) {
 		default:
 		}
 	}
-	stop, err := m.store.WatchLeases(ctx, func(p int, owner string, released bool) {
-		m.saw(p, owner, released)
-		if released {
-			poke()
+	stop := m.watch(ctx, poke)
+	defer func() { stop() }()
+	rewatch := func() {
+		m.seenMu.Lock()
+		lost := !m.watching
+		if lost {
+			m.blindUntil = time.Now().Add(100 * 365 * 24 * time.Hour) // until a watch runs again
 		}
-	})
-	if err != nil {
-		// Without the watch, the partitions taken over wait out a whole TTL (notBefore).
-		m.log.Warn().Err(err).Msg("cannot watch the leases; relying on the renewal rounds")
-		m.watchFailed = true
-	} else {
-		defer stop()
+		m.seenMu.Unlock()
+		if lost {
+			stop()
+			stop = m.watch(ctx, poke)
+		}
 	}
 	ticker := time.NewTicker(m.every)
 	defer ticker.Stop()
@@ -154,6 +204,7 @@ func (m *leaser) run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-ticker.C:
+			rewatch()
 			m.round(ctx)
 		case <-wake:
 			m.round(ctx)
@@ -185,24 +236,7 @@ func (m *leaser) round(ctx context.Context) {
 	if err := m.store.Heartbeat(ctx, m.id); err != nil && ctx.Err() == nil {
 		m.log.Warn().Err(err).Msg("heartbeat failed")
 	}
-	for _, p := range slices.Sorted(maps.Keys(m.held)) {
-		h := m.held[p]
-		sent := time.Now()
-		rev, ok, err := m.store.Renew(ctx, p, m.id, h.rev)
-		switch {
-		case err != nil:
-			if ctx.Err() == nil {
-				m.log.Warn().Err(err).Int("partition", p).Msg("renewing lease failed; sends there stop when it would lapse")
-			}
-		case !ok:
-			m.log.Warn().Int("partition", p).Msg("lease lost")
-			delete(m.held, p)
-			m.emit(ctx, ownEvent{kind: ownLost, partition: p})
-		default:
-			h.rev = rev
-			m.emit(ctx, ownEvent{kind: ownRenewed, partition: p, validUntil: sent.Add(m.ttl - m.margin)})
-		}
-	}
+	m.renewAll(ctx)
 	members, err := m.store.Members(ctx)
 	if err != nil {
 		if ctx.Err() == nil {
@@ -240,6 +274,49 @@ func (m *leaser) round(ctx context.Context) {
 	m.acquire(ctx, share, n)
 }
 
+// renewAll renews every lease held, all at once and each bounded by the renewal period:
+// one after the other, a store that does not answer would hold a round up for minutes
+// (a timeout per lease), and with it the heartbeat and the rebalancing.
+func (m *leaser) renewAll(ctx context.Context) {
+	type renewed struct {
+		p    int
+		sent time.Time
+		rev  uint64
+		ok   bool
+		err  error
+	}
+	n := len(m.held)
+	results := make(chan renewed, n)
+	for p, h := range m.held {
+		go func() {
+			rctx, cancel := context.WithTimeout(ctx, m.every)
+			defer cancel()
+			sent := time.Now()
+			rev, ok, err := m.store.Renew(rctx, p, m.id, h.rev)
+			results <- renewed{p, sent, rev, ok, err}
+		}()
+	}
+	failed := 0
+	var cause error
+	for range n {
+		r := <-results
+		switch {
+		case r.err != nil:
+			failed, cause = failed+1, r.err
+		case !r.ok:
+			m.log.Warn().Int("partition", r.p).Msg("lease lost")
+			delete(m.held, r.p)
+			m.emit(ctx, ownEvent{kind: ownLost, partition: r.p})
+		default:
+			m.held[r.p].rev = r.rev
+			m.emit(ctx, ownEvent{kind: ownRenewed, partition: r.p, validUntil: r.sent.Add(m.ttl - m.margin)})
+		}
+	}
+	if failed > 0 && ctx.Err() == nil {
+		m.log.Warn().Err(cause).Int("partitions", failed).Msg("renewing leases failed; sends there stop when they would lapse")
+	}
+}
+
 // acquire takes free partitions until this instance holds its share, trying as many at
 // once as it lacks, starting from a place of its own so that instances do not all race
 // for the same ones.
@@ -271,6 +348,7 @@ func (m *leaser) acquire(ctx context.Context, share, instances int) {
 			}()
 		}
 		failed := false
+		var taken []got
 		for range batch {
 			r := <-results
 			switch {
@@ -280,10 +358,18 @@ func (m *leaser) acquire(ctx context.Context, share, instances int) {
 					m.log.Warn().Err(r.err).Int("partition", r.p).Msg("acquiring lease failed")
 				}
 			case r.ok:
-				m.held[r.p] = &holding{rev: r.rev}
-				m.log.Info().Int("partition", r.p).Int("share", share).Int("instances", instances).Msg("partition acquired")
-				m.emit(ctx, ownEvent{kind: ownAcquired, partition: r.p, validUntil: r.sent.Add(m.ttl - m.margin), notBefore: m.notBefore(r.p)})
+				taken = append(taken, r)
 			}
+		}
+		var newest uint64
+		for _, r := range taken {
+			newest = max(newest, r.rev)
+		}
+		sure := m.watchCaughtUp(newest)
+		for _, r := range taken {
+			m.held[r.p] = &holding{rev: r.rev}
+			m.log.Info().Int("partition", r.p).Int("share", share).Int("instances", instances).Msg("partition acquired")
+			m.emit(ctx, ownEvent{kind: ownAcquired, partition: r.p, validUntil: r.sent.Add(m.ttl - m.margin), notBefore: m.notBefore(r.p, sure)})
 		}
 		if failed {
 			return

@@ -22,7 +22,7 @@ const (
 	guardProbeEvery     = 2 * time.Second // how often the file system is tried while all is well
 	guardRestartBackoff = 5 * time.Second // least time between two restarts; doubles while they do not help
 	guardMaxBackoff     = 5 * time.Minute
-	guardSettled        = time.Minute // a store fine this long after a restart resets the backoff
+	guardSettled        = time.Minute // a store fine this long resets the backoff
 	guardProbeBytes     = 64 << 10    // the test write while all is well: finds a full disk
 	guardRecoverBytes   = 4 << 20     // the test write before a restart: room for one to work
 )
@@ -39,18 +39,24 @@ const (
 // read back from disk, and a cluster node rejoins its peers. Nothing acknowledged is
 // lost: only writes that failed were not stored, and those were never acknowledged.
 type StoreGuard struct {
+	// OnFatal, if set, hears that the server could not be started again after a few
+	// tries, so the node has none running: a supervisor should restart the process.
+	OnFatal func(error)
+
 	node     *Node
 	probe    string // the test file
 	log      zerolog.Logger
 	restarts atomic.Int64
 	broken   atomic.Bool // err != nil, read without the lock
 
-	mu          sync.Mutex
-	err         error     // why the store cannot write, nil when it can
-	since       time.Time // when err began
-	lastRestart time.Time
-	backoff     time.Duration // least time until the next restart
-	lastProbe   time.Time
+	mu           sync.Mutex
+	err          error     // why the store cannot write, nil when it can
+	since        time.Time // when err began
+	lastRestart  time.Time
+	backoff      time.Duration // least time until the next restart
+	healthySince time.Time     // when the store last became fine
+	lastProbe    time.Time
+	lastBig      time.Time // the last 4 MiB test write
 }
 
 func newGuard(n *Node, storeDir string, log zerolog.Logger) *StoreGuard {
@@ -99,7 +105,18 @@ func (g *StoreGuard) Check() {
 		size := guardProbeBytes
 		if broken != nil {
 			// A restart needs room to work in: a store that failed on a full disk frees a
-			// little as it shuts down, not enough to start again.
+			// little as it shuts down, not enough to start again. The big write only
+			// every 2 s, not to take what is left from anything still writing.
+			g.mu.Lock()
+			big := time.Since(g.lastBig) >= guardProbeEvery
+			if big {
+				g.lastBig = time.Now()
+			}
+			g.mu.Unlock()
+			if !big {
+				g.setState(broken, false)
+				return
+			}
 			size = guardRecoverBytes
 		}
 		diskErr = g.tryWrite(size)
@@ -158,24 +175,32 @@ func (g *StoreGuard) restartDue() bool {
 	return time.Since(g.lastRestart) >= g.backoff
 }
 
-// restart starts the server anew, on the same options and files.
+// restart starts the server anew, on the same options and files. A start that fails is
+// tried again at once a few times; then OnFatal hears of it.
 func (g *StoreGuard) restart(cause error) {
 	g.mu.Lock()
-	if !g.lastRestart.IsZero() && time.Since(g.lastRestart) < guardSettled {
+	if !g.healthySince.IsZero() && time.Since(g.healthySince) >= guardSettled {
+		g.backoff = guardRestartBackoff
+	} else {
 		// The last restart did not help for long: whatever breaks the store is not a
 		// full disk alone. Restart less and less often rather than in a loop.
 		g.backoff = min(max(g.backoff*2, guardRestartBackoff), guardMaxBackoff)
-	} else {
-		g.backoff = guardRestartBackoff
 	}
 	g.lastRestart = time.Now()
 	g.mu.Unlock()
 	g.log.Warn().Err(cause).Msg("the store's file system takes writes again; restarting the NATS server in place to clear its write error")
-	if err := g.node.Restart(); err != nil {
-		g.log.Error().Err(err).Msg("restarting the NATS server failed; will try again")
-		return
+	var err error
+	for try := range 3 {
+		if err = g.node.Restart(); err == nil {
+			g.restarts.Add(1)
+			return
+		}
+		g.log.Error().Err(err).Int("try", try+1).Msg("starting the NATS server again failed")
+		time.Sleep(time.Second)
 	}
-	g.restarts.Add(1)
+	if g.OnFatal != nil {
+		g.OnFatal(fmt.Errorf("the NATS server could not be started again: %w", err))
+	}
 }
 
 // setState records the store's state and logs a change: once when it stops taking
@@ -185,14 +210,14 @@ func (g *StoreGuard) setState(cause error, probed bool) {
 	defer g.mu.Unlock()
 	switch {
 	case cause != nil && g.err == nil:
-		g.err, g.since = cause, time.Now()
+		g.err, g.since, g.healthySince = cause, time.Now(), time.Time{}
 		g.broken.Store(true)
 		g.log.Error().Err(cause).Msg("the JetStream store cannot take writes; not ready until it can (the server is restarted by itself once the file system takes writes again)")
 	case cause != nil:
 		g.err = cause
 	case g.err != nil && probed:
 		g.log.Info().Dur("after", time.Since(g.since)).Int64("restarts", g.restarts.Load()).Msg("the JetStream store takes writes again")
-		g.err = nil
+		g.err, g.healthySince = nil, time.Now()
 		g.broken.Store(false)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -149,14 +150,16 @@ func (l *Leases) ReleaseAll(ctx context.Context, owner string) (int, error) {
 }
 
 // WatchLeases calls fn with every change to a lease, the leases in place first: the
-// partition, the owner named, and whether the lease was released (deleted) rather than
-// taken or renewed. partition is -1 for an instance's heartbeat or its leaving. A lease
-// that expires makes no call: the store removes it without a trace.
-func (l *Leases) WatchLeases(ctx context.Context, fn func(partition int, owner string, released bool)) (stop func(), err error) {
+// partition, the owner named, whether the lease was released (deleted) rather than taken
+// or renewed, and the change's revision. partition is -1 for an instance's heartbeat or
+// its leaving. A lease that expires makes no call: the store removes it without a trace.
+// lost hears that the watch ended before stop was called.
+func (l *Leases) WatchLeases(ctx context.Context, fn func(partition int, owner string, released bool, rev uint64), lost func(error)) (stop func(), err error) {
 	w, err := l.kv.Watch(ctx, ">")
 	if err != nil {
 		return nil, fmt.Errorf("watching leases: %w", err)
 	}
+	var stopped atomic.Bool
 	go func() {
 		for e := range w.Updates() {
 			if e == nil {
@@ -168,10 +171,13 @@ func (l *Leases) WatchLeases(ctx context.Context, fn func(partition int, owner s
 					p = n
 				}
 			}
-			fn(p, string(e.Value()), e.Operation() != jetstream.KeyValuePut)
+			fn(p, string(e.Value()), e.Operation() != jetstream.KeyValuePut, e.Revision())
+		}
+		if !stopped.Load() && ctx.Err() == nil {
+			lost(errors.New("the lease watch's updates ended"))
 		}
 	}()
-	return func() { _ = w.Stop() }, nil
+	return func() { stopped.Store(true); _ = w.Stop() }, nil
 }
 
 // Owners returns the current owner of every leased partition.

@@ -24,10 +24,13 @@ type Node struct {
 	prepare func(*server.Server)            // before Start (a logger)
 	Guard   *StoreGuard
 
-	mu   sync.Mutex
-	srv  *server.Server
-	opts *server.Options
-	port int // the client port the first server got, kept across restarts
+	restart sync.Mutex // one restart at a time
+
+	mu         sync.Mutex
+	srv        *server.Server
+	restarting bool // srv is shut down and its successor not up yet
+	opts       *server.Options
+	port       int // the client port the first server got, kept across restarts
 	// The JetStream limits the first server worked out, kept across restarts: without a
 	// configured max_file_store, nats-server takes a share of the disk space free when it
 	// starts, and right after a full disk that is next to nothing, for good.
@@ -46,11 +49,15 @@ func StartNode(options func() (*server.Options, error), prepare func(*server.Ser
 	return n, nil
 }
 
+// start starts a server on fresh options and makes it the node's. It does not hold
+// n.mu while the server starts (that can take a while): clients asking for a connection
+// meanwhile are told to come back.
 func (n *Node) start() error {
 	opts, err := n.options()
 	if err != nil {
 		return err
 	}
+	n.mu.Lock()
 	if n.port != 0 && opts.Port <= 0 && !opts.DontListen {
 		opts.Port = n.port // a restart listens where clients knew the server
 	}
@@ -60,6 +67,7 @@ func (n *Node) start() error {
 	if opts.JetStreamMaxMemory <= 0 && n.maxMemory > 0 {
 		opts.JetStreamMaxMemory = n.maxMemory
 	}
+	n.mu.Unlock()
 	s, err := server.NewServer(opts)
 	if err != nil {
 		return fmt.Errorf("nats server: %w", err)
@@ -72,7 +80,9 @@ func (n *Node) start() error {
 		s.Shutdown()
 		return fmt.Errorf("nats server: not ready within 30s (store dir %s)", opts.StoreDir)
 	}
-	n.srv, n.opts = s, opts
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.srv, n.opts, n.restarting = s, opts, false
 	if addr, ok := s.Addr().(*net.TCPAddr); ok && n.port == 0 {
 		n.port = addr.Port
 	}
@@ -90,16 +100,23 @@ func (n *Node) Server() *server.Server {
 }
 
 // Restart shuts the server down and starts a new one on the same options and files.
+// When the start fails, the node has no server running: Restart may be called again.
 func (n *Node) Restart() error {
+	n.restart.Lock()
+	defer n.restart.Unlock()
 	n.mu.Lock()
-	defer n.mu.Unlock()
-	n.srv.Shutdown()
-	n.srv.WaitForShutdown()
+	old := n.srv
+	n.restarting = true
+	n.mu.Unlock()
+	old.Shutdown()
+	old.WaitForShutdown()
 	return n.start()
 }
 
 // Shutdown stops the server and waits until it has stopped.
 func (n *Node) Shutdown() {
+	n.restart.Lock()
+	defer n.restart.Unlock()
 	s := n.Server()
 	s.Shutdown()
 	s.WaitForShutdown()
@@ -111,8 +128,10 @@ func (n *Node) ClientURL() string { return n.Server().ClientURL() }
 // InProcessConn connects to the server running now, without a socket: a Node is the
 // nats.InProcessConnProvider of the connections made by ConnectInProcess.
 func (n *Node) InProcessConn() (net.Conn, error) {
-	s := n.Server()
-	if s == nil || !s.Running() {
+	n.mu.Lock()
+	s, restarting := n.srv, n.restarting
+	n.mu.Unlock()
+	if restarting || !s.Running() {
 		return nil, errors.New("the embedded nats server is restarting")
 	}
 	return s.InProcessConn()

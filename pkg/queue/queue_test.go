@@ -228,11 +228,11 @@ func TestLeases(t *testing.T) {
 		t.Fatalf("renew with a stale revision: ok=%v err=%v, want lost", ok, err)
 	}
 	released := make(chan struct{}, 1)
-	stop, err := l.WatchLeases(ctx, func(p int, _ string, rel bool) {
+	stop, err := l.WatchLeases(ctx, func(p int, _ string, rel bool, _ uint64) {
 		if p == 3 && rel {
 			released <- struct{}{}
 		}
-	})
+	}, func(err error) { t.Errorf("lease watch lost: %v", err) })
 	if err != nil {
 		t.Fatal(err)
 	}

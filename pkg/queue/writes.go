@@ -9,7 +9,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
@@ -20,10 +19,11 @@ import (
 // Defaults for WatchWrites.
 const (
 	DefaultProbeEvery = 2 * time.Second
-	probeTimeout      = 5 * time.Second
-	// probeTimeoutsToFail is how many test writes in a row must time out before the
-	// store is taken for broken: one slow answer under load is not a broken store.
-	probeTimeoutsToFail = 2
+	probeTimeout      = 2 * time.Second
+	// unansweredToMove is how many test writes in a row must get no answer through the
+	// server this service is connected to before it moves to another one: a server cut
+	// off from its cluster's majority keeps its clients but cannot serve JetStream.
+	unansweredToMove = 3
 	// probeSeq is the request stream sequence the test write removes: far past any
 	// sequence the stream will reach, so that it never removes a request.
 	probeSeq = 1 << 62
@@ -32,12 +32,12 @@ const (
 // writeHealth is what the queue has learnt of the store's writes: from every write it
 // makes, and from test writes.
 type writeHealth struct {
-	broken   atomic.Bool // err != nil: lets a success skip the lock while all is well
-	mu       sync.Mutex
-	log      zerolog.Logger
-	err      error     // why writes fail, nil while they work
-	since    time.Time // when they began to fail
-	timeouts int       // test writes timed out in a row
+	broken     atomic.Bool // err != nil: lets a success skip the lock while all is well
+	mu         sync.Mutex
+	log        zerolog.Logger
+	err        error     // why writes fail, nil while they work
+	since      time.Time // when they began to fail
+	unanswered bool      // the last test write got no answer (said once)
 }
 
 // note records the outcome of a write. A failure marks the store broken only when it
@@ -53,21 +53,25 @@ func (h *writeHealth) note(err error) {
 	}
 }
 
-// noteProbe records the outcome of a test write: any failure counts, a timeout only when
-// it happens again.
+// noteProbe records the outcome of a test write: a storage error marks the store
+// broken, a success working. A test write without an answer (a timeout, no responders,
+// a permission denied) says nothing of the store: a stream without a leader for a moment,
+// or a user not allowed to remove from the request stream, must not make every service
+// refuse requests. It is logged once until a test write succeeds again.
 func (h *writeHealth) noteProbe(err error) {
-	h.mu.Lock()
-	if err != nil && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout)) {
-		h.timeouts++
-		if h.timeouts < probeTimeoutsToFail {
-			h.mu.Unlock()
-			return
-		}
-	} else {
-		h.timeouts = 0
+	if err == nil || isStoreFailure(err) {
+		h.mu.Lock()
+		h.unanswered = false
+		h.mu.Unlock()
+		h.set(err)
+		return
 	}
-	h.mu.Unlock()
-	h.set(err)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.unanswered {
+		h.unanswered = true
+		h.log.Warn().Err(err).Msg("the test write of the queue's store got no answer; it cannot tell whether the store takes writes (the user needs to be allowed to remove messages from the request stream)")
+	}
 }
 
 // set records the store's state, logging a change once: when writes start failing, with
@@ -84,7 +88,7 @@ func (h *writeHealth) set(err error) {
 		h.err = err
 	case h.err != nil:
 		h.log.Info().Dur("after", time.Since(h.since)).Msg("the queue's store takes writes again")
-		h.err, h.timeouts = nil, 0
+		h.err = nil
 		h.broken.Store(false)
 	}
 }
@@ -101,8 +105,11 @@ func isStoreFailure(err error) bool {
 	if errors.Is(err, request.ErrBacklogFull) || errors.Is(err, request.ErrQueueFull) {
 		return false
 	}
+	// nats.go flattens a failed removal's answer into text: "code=500" is the server
+	// failing to write, as apiErr.Code is for a publish.
 	var apiErr *jetstream.APIError
-	return strings.Contains(err.Error(), "no space left") ||
+	text := err.Error()
+	return strings.Contains(text, "no space left") || strings.Contains(text, "code=500") ||
 		(errors.As(err, &apiErr) && apiErr.Code >= 500 && apiErr.ErrorCode != errCodeInsufficientResources)
 }
 
@@ -140,7 +147,9 @@ func (q *Queue) probeWrite(ctx context.Context) error {
 // WatchWrites makes a test write every interval (DefaultProbeEvery if zero) until ctx
 // ends, so that WriteErr and Ready know whether the store takes writes even while no
 // request is written, and logs to log when that changes (unless a StoreGuard, which
-// knows more, does).
+// knows more, does). The test write needs the right to remove messages from the
+// request stream ($JS.API.STREAM.MSG.DELETE.REQUESTS); without it, it gets no answer,
+// which is logged once and otherwise ignored.
 func (q *Queue) WatchWrites(ctx context.Context, every time.Duration, log zerolog.Logger) {
 	if every <= 0 {
 		every = DefaultProbeEvery
@@ -152,6 +161,7 @@ func (q *Queue) WatchWrites(ctx context.Context, every time.Duration, log zerolo
 	}
 	t := time.NewTicker(every)
 	defer t.Stop()
+	unanswered := 0
 	for {
 		if q.nc.IsConnected() { // a lost connection is Ready's to report, not a store fault
 			pctx, cancel := context.WithTimeout(ctx, probeTimeout)
@@ -161,6 +171,14 @@ func (q *Queue) WatchWrites(ctx context.Context, every time.Duration, log zerolo
 				return
 			}
 			q.writes.noteProbe(err)
+			if err == nil || isStoreFailure(err) {
+				unanswered = 0
+			} else if unanswered++; unanswered >= unansweredToMove && len(q.nc.Servers()) > 1 {
+				unanswered = 0
+				log.Warn().Err(err).Str("server", q.nc.ConnectedUrlRedacted()).
+					Msg("JetStream does not answer through this NATS server; connecting to another one of the cluster")
+				_ = q.nc.ForceReconnect()
+			}
 		}
 		select {
 		case <-ctx.Done():

@@ -83,10 +83,13 @@ func New(cfg Config) (*Client, error) {
 	tr.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
 		conn, err := dialer.DialContext(ctx, network, addr)
 		if tc, ok := conn.(*net.TCPConn); ok {
-			// Closing a connection resets it. An attempt that timed out or was cancelled
-			// then ends for raven too: the request bytes raven has not read yet are
-			// discarded by its TCP stack, instead of being read (and acted on) after the
-			// dispatcher counted the attempt failed and scheduled the next one.
+			// Closing a connection resets it, and the kernel stops sending what it had
+			// not delivered yet: a request held up in a partition that heals after the
+			// attempt timed out does not arrive then, after the dispatcher counted the
+			// attempt failed and scheduled the next one (with a normal close the kernel
+			// would go on retransmitting it). Bytes raven's kernel already received
+			// are still handed to raven: a stalled raven may act late on an attempt
+			// that timed out, as any raven slower than RAVEN_TIMEOUT may.
 			_ = tc.SetLinger(0)
 		}
 		return conn, err
@@ -112,6 +115,11 @@ func (c *Client) Send(ctx context.Context, st request.Stored, attempt int) error
 	// Without GetBody the body cannot be rewound, so neither HTTP/1 nor HTTP/2 sends it
 	// twice; a failed exchange comes back as an error and the scheduler decides the retry.
 	req.GetBody = nil
+	if req.Body == http.NoBody {
+		// An empty body is NoBody, which net/http takes for replayable as it is: give it
+		// an empty reader of its own instead (sent with Content-Length 0).
+		req.Body, req.ContentLength = io.NopCloser(bytes.NewReader(nil)), 0
+	}
 	if st.ContentType != "" {
 		req.Header.Set("Content-Type", st.ContentType)
 	}

@@ -7,10 +7,12 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/penguinhq/dispatcher/pkg/fault"
 	"github.com/penguinhq/dispatcher/pkg/raven"
 	"github.com/penguinhq/dispatcher/pkg/request"
 )
@@ -187,41 +189,61 @@ func TestDroppedConnectionIsOneAttempt(t *testing.T) {
 	})
 }
 
-// An attempt that times out while raven has not read the request yet (accepted, then
-// stalled) must not reach raven's application later: the client resets the connection,
-// and the request bytes waiting in raven's socket are discarded.
-func TestTimedOutAttemptNeverReachesAStalledRaven(t *testing.T) {
+// An attempt that times out while a partition holds its bytes back must not reach raven
+// when the partition heals: the client resets the connection it gives up on, so its
+// kernel stops retransmitting the request. (Closed normally, the request and a FIN would
+// be delivered after the heal, and raven would act on an attempt the dispatcher had
+// already counted failed.) The proxy drops what it holds of a connection reset on its
+// client side, as the network does.
+func TestTimedOutAttemptDoesNotArriveAfterAPartitionHeals(t *testing.T) {
 	t.Parallel()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	var arrivals atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		arrivals.Add(1)
+		_, _ = io.Copy(io.Discard, r.Body)
+	}))
+	defer srv.Close()
+	p, err := fault.New(strings.TrimPrefix(srv.URL, "http://"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
-	read := make(chan error, 1)
-	stalled := make(chan struct{})
-	go func() {
-		conn, err := ln.Accept()
-		if err != nil {
-			read <- err
-			return
-		}
-		defer conn.Close()
-		<-stalled // raven wakes up after the client gave up
-		_, err = io.ReadAll(conn)
-		read <- err
-	}()
-	c, err := raven.New(raven.Config{URL: "http://" + ln.Addr().String(), Timeout: 200 * time.Millisecond})
+	defer p.Close()
+	c, err := raven.New(raven.Config{URL: "http://" + p.Addr(), Timeout: 200 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
 	st := request.Stored{Request: request.Request{ID: "id1", ClientID: "alice", Body: []byte(`{}`)}}
+	p.Blackhole()
 	var tr *raven.TransientError
 	if err := c.Send(context.Background(), st, 1); !errors.As(err, &tr) {
-		t.Fatalf("stalled raven: %v, want a transient failure", err)
+		t.Fatalf("through a partition: %v, want a transient failure", err)
 	}
-	time.Sleep(50 * time.Millisecond) // let the close reach raven's side
-	close(stalled)
-	if err := <-read; err == nil {
-		t.Fatal("raven read the whole timed-out request after the client gave up: the close was not a reset")
+	time.Sleep(50 * time.Millisecond) // the client's close reaches the proxy
+	p.Heal()
+	time.Sleep(300 * time.Millisecond)
+	if n := arrivals.Load(); n != 0 {
+		t.Fatalf("raven received the timed-out attempt after the partition healed (%d arrivals)", n)
+	}
+}
+
+// An empty body is no exception: net/http takes a request with http.NoBody for
+// replayable, and would resend it after a dropped reused connection.
+func TestEmptyBodyIsOneAttemptToo(t *testing.T) {
+	t.Parallel()
+	srv, arrivals := dropServer(t, func(onConn int) bool { return onConn > 1 })
+	c, err := raven.New(raven.Config{URL: srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := request.Stored{Request: request.Request{ID: "id1", ClientID: "alice"}}
+	if err := c.Send(context.Background(), st, 1); err != nil {
+		t.Fatalf("first attempt: %v", err)
+	}
+	var tr *raven.TransientError
+	if err := c.Send(context.Background(), st, 2); !errors.As(err, &tr) {
+		t.Fatalf("attempt on a dropped reused connection: %v, want a transient failure", err)
+	}
+	if got := arrivals.Load(); got != 2 {
+		t.Fatalf("raven saw %d requests for 2 attempts", got)
 	}
 }
