@@ -16,9 +16,15 @@ func FillDisk(dir string) (free func() error, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("filling %s: %w", dir, err)
 	}
-	buf := make([]byte, 64<<10)
-	for {
-		if _, err = f.Write(buf); err != nil {
+	// Big writes first, then smaller ones into what is left, to the last byte.
+	for _, size := range []int{64 << 10, 4 << 10, 512, 1} {
+		buf := make([]byte, size)
+		for {
+			if _, err = f.Write(buf); err != nil {
+				break
+			}
+		}
+		if !errors.Is(err, syscall.ENOSPC) {
 			break
 		}
 	}

@@ -42,6 +42,11 @@ type StoreGuard struct {
 	// OnFatal, if set, hears that the server could not be started again after a few
 	// tries, so the node has none running: a supervisor should restart the process.
 	OnFatal func(error)
+	// Clients, if set, says what the server's clients have seen: a storage error in
+	// answer to their writes. A single server keeps a failed write's error in the
+	// stream's file store, and when a removal failed first the server's health check
+	// does not show it (it shows a failed publish): the queue's clients do.
+	Clients func() error
 
 	node     *Node
 	probe    string // the test file
@@ -144,6 +149,9 @@ func (g *StoreGuard) jetStreamFault() error {
 		if strings.Contains(e.Error, "write error") {
 			return errors.New(e.Error)
 		}
+	}
+	if g.Clients != nil {
+		return g.Clients()
 	}
 	return nil
 }

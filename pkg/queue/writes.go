@@ -127,9 +127,13 @@ func (q *Queue) WriteErr() error {
 	return q.writes.get()
 }
 
-// UseGuard makes WriteErr and Ready report what g knows of the store too: the queue's
-// server runs in this process, guarded by g.
-func (q *Queue) UseGuard(g *StoreGuard) { q.guard = g }
+// UseGuard makes WriteErr and Ready report what g knows of the store too (the queue's
+// server runs in this process, guarded by g), and g hear of the storage errors this
+// queue's writes meet: they are what tells it of a store that failed on a removal.
+func (q *Queue) UseGuard(g *StoreGuard) {
+	q.guard = g
+	g.Clients = q.writes.get
+}
 
 // probeWrite is the test write: the removal of a request that does not exist from the
 // request stream. A store that cannot write answers it with its write error (nats-server
