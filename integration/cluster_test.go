@@ -20,13 +20,13 @@ type clusterStack struct {
 	env     map[string]string
 }
 
-func newClusterStack(t *testing.T, o options) *clusterStack {
+func newClusterStack(t testing.TB, o options) *clusterStack {
 	t.Helper()
 	return newClusterStackWith(t, o, queuetest.ClusterOptions{})
 }
 
 // newClusterStackWith is newClusterStack on a cluster built with co.
-func newClusterStackWith(t *testing.T, o options, co queuetest.ClusterOptions) *clusterStack {
+func newClusterStackWith(t testing.TB, o options, co queuetest.ClusterOptions) *clusterStack {
 	t.Helper()
 	c := queuetest.NewClusterWith(t, 3, co)
 	o.natsURL = c.URL()
@@ -151,7 +151,9 @@ func TestStreamLeaderLoss(t *testing.T) {
 	acceptedAtKill := c.acceptedCount()
 	waitFor(t, 30*time.Second, "requests accepted after the leader died", func() bool { return c.acceptedCount() > acceptedAtKill+10 })
 	c.cluster.Start(leader)
-	time.Sleep(time.Second)
+	// Load goes on after the recovery, and is taken.
+	more := c.acceptedCount()
+	waitFor(t, 30*time.Second, "more requests accepted after the recovery", func() bool { return c.acceptedCount() >= more+20 })
 	stopFeed()
 	rep := c.finish(90*time.Second, clients)
 	if rep.Delivered != c.acceptedCount() {

@@ -71,7 +71,7 @@ func (c *composeStack) healthy(service string) bool {
 
 // removeStaleStacks takes down what an earlier run of this test left behind (a run
 // killed by a timeout does not clean up).
-func removeStaleStacks(t *testing.T, c *composeStack) {
+func removeStaleStacks(t testing.TB, c *composeStack) {
 	out, err := exec.Command("docker", "ps", "-a", "--format", `{{.Label "com.docker.compose.project"}}`).Output()
 	if err != nil {
 		return

@@ -79,7 +79,7 @@ func TestStandaloneDiskFullRecoversByItself(t *testing.T) {
 	}
 }
 
-func standaloneDiskFull(t *testing.T, underLoad bool) {
+func standaloneDiskFull(t testing.TB, underLoad bool) {
 	dataDir := tmpfs(t, 48<<20)
 	const interval = 200 * time.Millisecond
 	s := newStack(t, options{interval: interval, noStart: true})
@@ -139,7 +139,10 @@ func standaloneDiskFull(t *testing.T, underLoad bool) {
 	if v := metric(t, scrape(t, ops+"/metrics"), "dispatch_nats_restarts_total"); underLoad && v < 1 {
 		t.Errorf("dispatch_nats_restarts_total = %v, want the guard to have restarted the server", v)
 	}
-	time.Sleep(time.Second)
+	if underLoad { // the load goes on after the recovery, and is taken
+		more := s.acceptedCount()
+		waitFor(t, 30*time.Second, "more requests accepted after the recovery", func() bool { return s.acceptedCount() >= more+20 })
+	}
 	stopFeed()
 
 	s.waitDone(60 * time.Second)
@@ -195,7 +198,9 @@ func TestClusterNodeDiskFullRecoversByItself(t *testing.T) {
 	if c.cluster.Nodes[leader].Guard.Restarts() < 1 {
 		t.Error("the node's guard never restarted it: its JetStream did not fail, or it came back some other way")
 	}
-	time.Sleep(time.Second)
+	// Load goes on after the recovery, and is taken.
+	more := c.acceptedCount()
+	waitFor(t, 30*time.Second, "more requests accepted after the recovery", func() bool { return c.acceptedCount() >= more+20 })
 	stopFeed()
 	c.waitDone(90 * time.Second)
 	a.signal(syscall.SIGTERM)

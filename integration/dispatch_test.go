@@ -1,7 +1,6 @@
 package integration
 
 import (
-	"context"
 	"net"
 	"net/http"
 	"sort"
@@ -183,10 +182,7 @@ func TestPermanentFailureIsDeadLettered(t *testing.T) {
 	if rep.Dead != 1 || rep.Delivered != 3 {
 		t.Fatalf("report %s, want 1 dead and 3 delivered", rep)
 	}
-	recs, err := s.q.DeadLetters(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
+	recs := s.deadLetters()
 	r := recs[0]
 	if r.ID != bad || r.ClientID != "a" || r.Reason != request.ReasonPermanent || r.LastStatus != 422 || r.Attempts != 1 || !strings.Contains(string(r.Body), `"n":1`) {
 		t.Fatalf("dead letter = %+v, want %s permanent 422 after 1 attempt with its body", r, bad)
@@ -214,7 +210,7 @@ func TestAttemptsExhaustedIsDeadLettered(t *testing.T) {
 	id := s.post("doomed", 0)
 	s.post("doomed-neighbour", 0)
 	rep := s.finish(10*time.Second, 0)
-	recs, _ := s.q.DeadLetters(context.Background())
+	recs := s.deadLetters()
 	if rep.Dead != 1 || len(recs) != 1 || recs[0].ID != id || recs[0].Reason != request.ReasonAttemptsExhausted || recs[0].Attempts != 3 || recs[0].LastStatus != 500 {
 		t.Fatalf("dead letters %+v, want %s attempts-exhausted after 3 tries", recs, id)
 	}

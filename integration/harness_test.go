@@ -24,7 +24,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
-	"github.com/penguinhq/dispatcher/pkg/admin"
 	"github.com/penguinhq/dispatcher/pkg/dispatch"
 	"github.com/penguinhq/dispatcher/pkg/fault"
 	"github.com/penguinhq/dispatcher/pkg/ingest"
@@ -32,6 +31,7 @@ import (
 	"github.com/penguinhq/dispatcher/pkg/queue"
 	"github.com/penguinhq/dispatcher/pkg/queue/queuetest"
 	"github.com/penguinhq/dispatcher/pkg/raven"
+	"github.com/penguinhq/dispatcher/pkg/request"
 )
 
 // testLog writes warnings to stderr when DISPATCH_TEST_LOG is set, else nothing.
@@ -152,7 +152,7 @@ func (s *stack) startDispatcher() {
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	ctl, err := s.q.Control(context.Background())
+	ctl, err := s.q.Control(context.Background(), testLog())
 	if err != nil {
 		s.t.Fatal(err)
 	}
@@ -160,11 +160,13 @@ func (s *stack) startDispatcher() {
 	// answering lane queries.
 	s.metrics = prometheus.NewRegistry()
 	d, err := dispatch.New(dispatch.Config{Policy: s.policy(), ShutdownGrace: 5 * time.Second,
-		Steering: admin.Steering{C: ctl, Log: testLog()}, Metrics: dispatch.NewMetrics(s.metrics, s.opts.interval)}, s.q, rc, testLog())
+		Steering: ctl, InstanceID: "test", Metrics: dispatch.NewMetrics(s.metrics, s.opts.interval)}, s.q, rc, testLog())
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	stopLanes, err := admin.ServeLanes(s.q, d, "test")
+	stopLanes, err := s.q.ServeLaneQueries(func(ctx context.Context, lq queue.LaneQuery) (any, error) {
+		return d.AnswerLanes(ctx, lq.IDs, lq.Subjects, lq.Limit)
+	})
 	if err != nil {
 		s.t.Fatal(err)
 	}
@@ -269,13 +271,22 @@ func (s *stack) acceptedCount() int {
 
 func (s *stack) dead() map[string]bool {
 	s.t.Helper()
-	recs, err := s.q.DeadLetters(context.Background())
-	if err != nil {
-		s.t.Fatalf("reading dead letters: %v", err)
-	}
 	out := map[string]bool{}
-	for _, r := range recs {
+	for _, r := range s.deadLetters() {
 		out[r.ID] = true
+	}
+	return out
+}
+
+// deadLetters is every dead letter, oldest first.
+func (s *stack) deadLetters() []request.DeadLetter {
+	s.t.Helper()
+	var out []request.DeadLetter
+	for r, err := range s.q.DeadLetters(context.Background(), queue.DeadFilter{}) {
+		if err != nil {
+			s.t.Fatalf("reading dead letters: %v", err)
+		}
+		out = append(out, r)
 	}
 	return out
 }

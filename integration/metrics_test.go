@@ -22,7 +22,7 @@ import (
 )
 
 // scrape reads a Prometheus text exposition into "name{labels}" -> value.
-func scrape(t *testing.T, url string) map[string]float64 {
+func scrape(t testing.TB, url string) map[string]float64 {
 	t.Helper()
 	m, err := readMetrics(url)
 	if err != nil {
@@ -53,7 +53,7 @@ func readMetrics(url string) (map[string]float64, error) {
 }
 
 // gather reads an in-process registry as scrape reads a /metrics page.
-func gather(t *testing.T, reg *prometheus.Registry) map[string]float64 {
+func gather(t testing.TB, reg *prometheus.Registry) map[string]float64 {
 	t.Helper()
 	rec := httptest.NewRecorder()
 	promhttp.HandlerFor(reg, promhttp.HandlerOpts{}).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
@@ -82,7 +82,7 @@ func parseMetrics(r io.Reader) (map[string]float64, error) {
 	return out, sc.Err()
 }
 
-func metric(t *testing.T, m map[string]float64, key string) float64 {
+func metric(t testing.TB, m map[string]float64, key string) float64 {
 	t.Helper()
 	v, ok := m[key]
 	if !ok {
@@ -92,7 +92,7 @@ func metric(t *testing.T, m map[string]float64, key string) float64 {
 }
 
 // adminCall makes one admin API call and returns the status and decoded body.
-func adminCall(t *testing.T, method, url, token, body string) (int, map[string]any) {
+func adminCall(t testing.TB, method, url, token, body string) (int, map[string]any) {
 	t.Helper()
 	req, _ := http.NewRequest(method, url, strings.NewReader(body))
 	if token != "" {

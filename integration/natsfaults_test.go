@@ -7,12 +7,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/penguinhq/dispatcher/pkg/fault"
 	"github.com/penguinhq/dispatcher/pkg/ledger"
 	"github.com/penguinhq/dispatcher/pkg/queue"
 	"github.com/penguinhq/dispatcher/pkg/queue/queuetest"
+	"github.com/penguinhq/dispatcher/pkg/request"
 )
 
 // natsFaults are the two ways a link to NATS fails: the peer gone (connections reset,
@@ -26,7 +25,7 @@ var natsFaults = []struct {
 }
 
 // proxyTo puts a fault proxy in front of addr for the test.
-func proxyTo(t *testing.T, addr string) *fault.Proxy {
+func proxyTo(t testing.TB, addr string) *fault.Proxy {
 	t.Helper()
 	p, err := fault.New(addr)
 	if err != nil {
@@ -143,7 +142,9 @@ func TestClusterNodePartitioned(t *testing.T) {
 	healedAt := time.Now()
 	waitFor(t, 30*time.Second, "the node to be a current replica again", func() bool { return c.replicasCurrent() == 3 })
 	t.Logf("node %d current again %s after the partition healed", leader+1, time.Since(healedAt).Round(time.Millisecond))
-	time.Sleep(time.Second)
+	// Load goes on after the recovery, and is taken.
+	more := c.acceptedCount()
+	waitFor(t, 30*time.Second, "more requests accepted after the recovery", func() bool { return c.acceptedCount() >= more+20 })
 	stopFeed()
 	c.waitDone(90 * time.Second)
 	a.signal(syscall.SIGTERM)
@@ -179,7 +180,7 @@ func TestDispatcherPausedPastItsLease(t *testing.T) {
 	})
 	a.send(syscall.SIGSTOP)
 	stoppedAt := time.Now()
-	time.Sleep(5 * time.Second) // past a's 2 s lease: b takes its partitions over
+	time.Sleep(5 * time.Second) // the pause, past a's 2 s lease: b takes its partitions over
 	if len(sentBy("b", stoppedAt.Add(3*time.Second))) == 0 {
 		t.Fatal("b sent nothing while a was paused")
 	}
@@ -202,7 +203,7 @@ func TestDispatcherPausedPastItsLease(t *testing.T) {
 		if err != nil || !ok {
 			t.Fatalf("partition of %s: %v (queued: %v)", x.ClientID, err, ok)
 		}
-		p, _ := queue.PartitionOf(subj)
+		p, _ := request.PartitionOf(subj)
 		legit := false
 		for _, at := range acquired[p] {
 			legit = legit || !x.Start.Before(at.Add(200*time.Millisecond-5*time.Millisecond))
@@ -289,26 +290,9 @@ func TestLeasesRemovedEarlyByTheStoresClock(t *testing.T) {
 
 // expireEarly removes every lease and heartbeat from the lease bucket's stream as an
 // expiry would, without a trace.
-func expireEarly(t *testing.T, s *stack) {
+func expireEarly(t testing.TB, s *stack) {
 	t.Helper()
-	ctx := context.Background()
-	js, err := jetstream.New(s.nc)
-	if err != nil {
+	if err := queuetest.ExpireLeases(context.Background(), s.nc); err != nil {
 		t.Fatal(err)
-	}
-	st, err := js.Stream(ctx, "KV_"+queue.LeaseBucket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := st.Info(ctx, jetstream.WithSubjectFilter("$KV."+queue.LeaseBucket+".>"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for subj := range info.State.Subjects {
-		// A purge of the subject, not a KV delete: no marker, no watch event, as when the
-		// stream's age limit removes it. (KV streams refuse single deletes.)
-		if err := st.Purge(ctx, jetstream.WithPurgeSubject(subj)); err != nil {
-			t.Fatalf("removing %s: %v", subj, err)
-		}
 	}
 }

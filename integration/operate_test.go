@@ -50,7 +50,7 @@ func (s *stack) ctlJSON(v any, cmd string, args ...string) {
 	}
 }
 
-func mustContain(t *testing.T, out, want string) {
+func mustContain(t testing.TB, out, want string) {
 	t.Helper()
 	if !strings.Contains(out, want) {
 		t.Fatalf("output does not say %q:\n%s", want, out)
@@ -101,8 +101,8 @@ func failWhile(failing *atomic.Bool) func(ledger.Arrival) ledger.Response {
 }
 
 type deadList struct {
-	Total       int                `json:"total"`
-	DeadLetters []admin.DeadLetter `json:"dead_letters"`
+	Total       int                  `json:"total"`
+	DeadLetters []request.DeadLetter `json:"dead_letters"`
 }
 
 func TestReplayFromTheDeadLetterStream(t *testing.T) {
@@ -180,11 +180,14 @@ func TestReplayInterruptedAndRunAgainQueuesEachOnce(t *testing.T) {
 	failing.Store(false)
 	s.markReplayed(ids...)
 
-	ctl, err := s.q.Control(context.Background())
+	ctl, err := s.q.Control(context.Background(), testLog())
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc := admin.New(s.q, ctl, testLog(), nil)
+	svc, err := admin.New(admin.Config{Queue: s.q, Control: ctl, Log: testLog()})
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	n := 0
 	rep, err := svc.Replay(ctx, queue.DeadFilter{}, true, false, func(admin.ReplayItem) {

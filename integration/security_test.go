@@ -33,7 +33,7 @@ func hashLine(token string) string {
 
 // postWith posts one request for client with the given client and token (empty: none)
 // and returns the status and problem code.
-func postWith(t *testing.T, c *http.Client, url, token, client string) (int, string, http.Header) {
+func postWith(t testing.TB, c *http.Client, url, token, client string) (int, string, http.Header) {
 	t.Helper()
 	req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(`{"clientId":"`+client+`"}`))
 	req.Header.Set("Content-Type", "application/json")
@@ -106,7 +106,10 @@ func TestIngestBearerTokensAndRotation(t *testing.T) {
 		if err := os.WriteFile(file, []byte(content), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(6 * time.Second)
+		kept := strings.Count(p.out.String(), "keeping the tokens in force")
+		waitFor(t, 15*time.Second, "ingest to look at the changed tokens file", func() bool {
+			return strings.Count(p.out.String(), "keeping the tokens in force") > kept
+		})
 		if code, _, _ := postWith(t, c, url, "token-C", "bob"); code != 202 {
 			t.Fatalf("after a tokens file %q, token-C got %d, want 202 (tokens kept)", content, code)
 		}

@@ -53,40 +53,8 @@ func dispatchOnce(ctx context.Context, s settings, clients int, syncAlways bool,
 		return nil, err
 	}
 	defer n.close()
-
-	clientName := func(i int) string { return fmt.Sprintf("client-%05d", i) }
-	topUps := make(chan string, 1<<20)
-	var (
-		mu          sync.Mutex
-		last        = make(map[string][2]time.Time, clients) // arrived, answered
-		over        samples                                  // gap from the previous arrival, minus the interval
-		overEnd     samples                                  // gap from the previous answer, minus the interval
-		windowStart atomic.Int64
-		windowEnd   atomic.Int64
-		inWindow    atomic.Int64
-		negative    atomic.Int64
-	)
-	raven := fastRaven{arrived: func(client, _ string, at, answered time.Time) {
-		topUps <- client
-		mu.Lock()
-		prev, seen := last[client]
-		last[client] = [2]time.Time{at, answered}
-		mu.Unlock()
-		if ws := windowStart.Load(); ws == 0 || at.UnixNano() < ws || at.UnixNano() > windowEnd.Load() {
-			return
-		}
-		inWindow.Add(1)
-		if seen {
-			o := at.Sub(prev[0]) - interval
-			oe := at.Sub(prev[1]) - interval
-			if oe < 0 {
-				negative.Add(1)
-			}
-			over.add(o)
-			overEnd.add(oe)
-		}
-	}}
-	ravenURL, stopRaven, err := serve(raven)
+	sp := &spacing{interval: interval, topUps: make(chan string, 1<<20), last: make(map[string][2]time.Time, clients)}
+	ravenURL, stopRaven, err := serve(fastRaven{arrived: sp.arrived})
 	if err != nil {
 		return nil, err
 	}
@@ -96,10 +64,100 @@ func dispatchOnce(ctx context.Context, s settings, clients int, syncAlways bool,
 		return nil, err
 	}
 	defer stopDispatch()
+	stopPublishing := topUp(ctx, n, sp.topUps, log)
+	defer stopPublishing()
 
-	// Publishers: top-ups and the initial spread, 32 at a time.
-	pctx, cancelPub := context.WithCancel(ctx)
-	defer cancelPub()
+	time.Sleep(interval + 100*time.Millisecond) // past the dispatcher's start-up fence
+	start := time.Now()
+	for i := range clients {
+		time.Sleep(time.Until(start.Add(time.Duration(i) * interval / time.Duration(clients))))
+		c := fmt.Sprintf("client-%05d", i)
+		sp.topUps <- c
+		sp.topUps <- c
+	}
+	ws := start.Add(2 * interval)
+	we := ws.Add(s.dispatchFor)
+	sp.windowStart.Store(ws.UnixNano())
+	sp.windowEnd.Store(we.UnixNano())
+	time.Sleep(time.Until(ws.Add(s.dispatchFor / 2)))
+	lanes := d.Stats().Lanes
+	time.Sleep(time.Until(we.Add(100 * time.Millisecond)))
+	stopPublishing()
+
+	rate := float64(sp.inWindow.Load()) / s.dispatchFor.Seconds()
+	ideal := float64(clients) / interval.Seconds()
+	q := sp.over.quantiles(0.5, 0.99, 1, 0)
+	qe := sp.overEnd.quantiles(0.5, 0.99, 1, 0)
+	fmt.Fprintf(log, "bench: dispatch %d clients (%s): %.0f sends/s of %.0f ideal, lanes %d, overshoot p50 %s p99 %s max %s min %s; from the previous answer p50 %s p99 %s min %s\n",
+		clients, mode, rate, ideal, lanes, q[0], q[1], q[2], q[3], qe[0], qe[1], qe[3])
+	return []row{
+		{
+			figure:    fmt.Sprintf("dispatch sends/s, %d backlogged clients, %s interval (%s)", clients, interval, mode),
+			value:     fmt.Sprintf("%.0f/s", rate),
+			reference: fmt.Sprintf("%.0f/s ideal (N/interval)", ideal),
+			ratio:     fmt.Sprintf("%.3f", rate/ideal),
+			target:    ">= 0.98",
+			verdict:   verdict(rate/ideal >= 0.98),
+		},
+		{
+			figure:    fmt.Sprintf("spacing overshoot p50 / p99 / max, %d clients (arrival gap - interval, at raven; %s)", clients, mode),
+			value:     ms(q[0]) + " / " + ms(q[1]) + " / " + ms(q[2]),
+			reference: fmt.Sprintf("%d gaps; least %s", sp.over.len(), ms(q[3])),
+			ratio:     "-",
+			target:    "p99 < 20 ms",
+			verdict:   verdict(q[1] < 20*time.Millisecond && sp.over.len() > 0),
+		},
+		{
+			figure:    fmt.Sprintf("  the same from raven's previous answer, p50 / p99 / least, %d clients (%s)", clients, mode),
+			value:     ms(qe[0]) + " / " + ms(qe[1]) + " / " + ms(qe[3]),
+			reference: fmt.Sprintf("%d below zero", sp.negative.Load()),
+			ratio:     "-",
+			target:    "none < 0",
+			verdict:   verdict(sp.negative.Load() == 0 && sp.overEnd.len() > 0),
+		},
+	}, nil
+}
+
+// spacing measures, at raven, each client's gaps within a window, and asks for a new
+// request of a client each time one of its requests arrives (topUps).
+type spacing struct {
+	interval    time.Duration
+	topUps      chan string
+	mu          sync.Mutex
+	last        map[string][2]time.Time // arrived, answered
+	over        samples                 // gap from the previous arrival, minus the interval
+	overEnd     samples                 // gap from the previous answer, minus the interval
+	windowStart atomic.Int64
+	windowEnd   atomic.Int64
+	inWindow    atomic.Int64
+	negative    atomic.Int64
+}
+
+func (sp *spacing) arrived(client, _ string, at, answered time.Time) {
+	sp.topUps <- client
+	sp.mu.Lock()
+	prev, seen := sp.last[client]
+	sp.last[client] = [2]time.Time{at, answered}
+	sp.mu.Unlock()
+	if ws := sp.windowStart.Load(); ws == 0 || at.UnixNano() < ws || at.UnixNano() > sp.windowEnd.Load() {
+		return
+	}
+	sp.inWindow.Add(1)
+	if seen {
+		o := at.Sub(prev[0]) - sp.interval
+		oe := at.Sub(prev[1]) - sp.interval
+		if oe < 0 {
+			sp.negative.Add(1)
+		}
+		sp.over.add(o)
+		sp.overEnd.add(oe)
+	}
+}
+
+// topUp publishes a request for each client named on topUps, 32 at a time, until stop is
+// called (which waits for the publishers).
+func topUp(ctx context.Context, n *node, topUps <-chan string, log io.Writer) (stop func()) {
+	pctx, cancel := context.WithCancel(ctx)
 	var seq atomic.Int64
 	publish := func(client string) {
 		_, err := n.q.Publish(pctx, request.Request{ID: fmt.Sprint("r", seq.Add(1)), ClientID: client, ContentType: "application/json", Body: body(client)})
@@ -120,54 +178,5 @@ func dispatchOnce(ctx context.Context, s settings, clients int, syncAlways bool,
 			}
 		})
 	}
-	time.Sleep(interval + 100*time.Millisecond) // past the dispatcher's start-up fence
-	start := time.Now()
-	for i := range clients {
-		time.Sleep(time.Until(start.Add(time.Duration(i) * interval / time.Duration(clients))))
-		c := clientName(i)
-		topUps <- c
-		topUps <- c
-	}
-	ws := start.Add(2 * interval)
-	we := ws.Add(s.dispatchFor)
-	windowStart.Store(ws.UnixNano())
-	windowEnd.Store(we.UnixNano())
-	time.Sleep(time.Until(ws.Add(s.dispatchFor / 2)))
-	lanes := d.Stats().Lanes
-	time.Sleep(time.Until(we.Add(100 * time.Millisecond)))
-	cancelPub()
-	pubs.Wait()
-
-	rate := float64(inWindow.Load()) / s.dispatchFor.Seconds()
-	ideal := float64(clients) / interval.Seconds()
-	q := over.quantiles(0.5, 0.99, 1, 0)
-	qe := overEnd.quantiles(0.5, 0.99, 1, 0)
-	fmt.Fprintf(log, "bench: dispatch %d clients (%s): %.0f sends/s of %.0f ideal, lanes %d, overshoot p50 %s p99 %s max %s min %s; from the previous answer p50 %s p99 %s min %s\n",
-		clients, mode, rate, ideal, lanes, q[0], q[1], q[2], q[3], qe[0], qe[1], qe[3])
-	return []row{
-		{
-			figure:    fmt.Sprintf("dispatch sends/s, %d backlogged clients, %s interval (%s)", clients, interval, mode),
-			value:     fmt.Sprintf("%.0f/s", rate),
-			reference: fmt.Sprintf("%.0f/s ideal (N/interval)", ideal),
-			ratio:     fmt.Sprintf("%.3f", rate/ideal),
-			target:    ">= 0.98",
-			verdict:   verdict(rate/ideal >= 0.98),
-		},
-		{
-			figure:    fmt.Sprintf("spacing overshoot p50 / p99 / max, %d clients (arrival gap - interval, at raven; %s)", clients, mode),
-			value:     ms(q[0]) + " / " + ms(q[1]) + " / " + ms(q[2]),
-			reference: fmt.Sprintf("%d gaps; least %s", over.len(), ms(q[3])),
-			ratio:     "-",
-			target:    "p99 < 20 ms",
-			verdict:   verdict(q[1] < 20*time.Millisecond && over.len() > 0),
-		},
-		{
-			figure:    fmt.Sprintf("  the same from raven's previous answer, p50 / p99 / least, %d clients (%s)", clients, mode),
-			value:     ms(qe[0]) + " / " + ms(qe[1]) + " / " + ms(qe[3]),
-			reference: fmt.Sprintf("%d below zero", negative.Load()),
-			ratio:     "-",
-			target:    "none < 0",
-			verdict:   verdict(negative.Load() == 0 && overEnd.len() > 0),
-		},
-	}, nil
+	return func() { cancel(); pubs.Wait() }
 }

@@ -66,54 +66,22 @@ func benchDistinct(ctx context.Context, s settings, log io.Writer) ([]row, error
 	defer stopDispatch()
 	time.Sleep(interval + 50*time.Millisecond)
 
-	var sending time.Duration // time spent until the last delivery of each phase
-	idle := func(want int64, since time.Time) (uint64, error) {
-		deadline := time.Now().Add(30 * time.Minute)
-		for delivered.Load() < want {
-			if time.Now().After(deadline) || ctx.Err() != nil {
-				return 0, fmt.Errorf("only %d of %d delivered (lanes %d)", delivered.Load(), want, d.Stats().Lanes)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-		sending += time.Since(since)
-		for d.Stats().Lanes > 0 {
-			time.Sleep(20 * time.Millisecond)
-		}
-		time.Sleep(dupWindow + 2*time.Second)
-		return heapAfterGC(), nil
-	}
-	send := func(from, to int) {
-		var wg sync.WaitGroup
-		next := atomic.Int64{}
-		next.Store(int64(from))
-		for range 64 {
-			wg.Go(func() {
-				for i := int(next.Add(1) - 1); i < to; i = int(next.Add(1) - 1) {
-					c := fmt.Sprintf("distinct-%07d", i)
-					if _, err := n.q.Publish(ctx, request.Request{ID: fmt.Sprint("d", i), ClientID: c, ContentType: "application/json", Body: body(c)}); err != nil {
-						fmt.Fprintf(log, "bench: publish: %v\n", err)
-						return
-					}
-				}
-			})
-		}
-		wg.Wait()
-	}
+	r := distinctRun{ctx: ctx, n: n, d: d, delivered: &delivered, log: log}
 	warm := s.distinct / 10
 	start := time.Now()
-	send(0, warm)
-	base, err := idle(int64(warm), start)
+	r.send(0, warm)
+	base, err := r.idle(int64(warm), start, dupWindow)
 	if err != nil {
 		return nil, err
 	}
 	fmt.Fprintf(log, "bench: distinct: %d clients through, idle heap %s\n", warm, mib(base))
 	second := time.Now()
-	send(warm, s.distinct)
-	end, err := idle(int64(s.distinct), second)
+	r.send(warm, s.distinct)
+	end, err := r.idle(int64(s.distinct), second, dupWindow)
 	if err != nil {
 		return nil, err
 	}
-	took := sending
+	took := r.sending
 	info, err := n.q.Backlog(ctx)
 	if err != nil {
 		return nil, err
@@ -150,4 +118,52 @@ func benchDistinct(ctx context.Context, s settings, log io.Writer) ([]row, error
 		target:    "0 / 0",
 		verdict:   verdict(d.Stats().Lanes == 0 && len(info) == 0),
 	}}, nil
+}
+
+// distinctRun sends requests of distinct clients through a dispatcher, and waits for it
+// to be idle again.
+type distinctRun struct {
+	ctx       context.Context
+	n         *node
+	d         *dispatch.Dispatcher
+	delivered *atomic.Int64
+	log       io.Writer
+	sending   time.Duration // time spent until the last delivery of each phase
+}
+
+// send publishes one request for each client numbered from to to, 64 at a time.
+func (r *distinctRun) send(from, to int) {
+	var wg sync.WaitGroup
+	next := atomic.Int64{}
+	next.Store(int64(from))
+	for range 64 {
+		wg.Go(func() {
+			for i := int(next.Add(1) - 1); i < to; i = int(next.Add(1) - 1) {
+				c := fmt.Sprintf("distinct-%07d", i)
+				if _, err := r.n.q.Publish(r.ctx, request.Request{ID: fmt.Sprint("d", i), ClientID: c, ContentType: "application/json", Body: body(c)}); err != nil {
+					fmt.Fprintf(r.log, "bench: publish: %v\n", err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// idle waits until want requests were delivered and every lane is gone, then past the
+// duplicate window, and returns the heap after a GC.
+func (r *distinctRun) idle(want int64, since time.Time, dupWindow time.Duration) (uint64, error) {
+	deadline := time.Now().Add(30 * time.Minute)
+	for r.delivered.Load() < want {
+		if time.Now().After(deadline) || r.ctx.Err() != nil {
+			return 0, fmt.Errorf("only %d of %d delivered (lanes %d)", r.delivered.Load(), want, r.d.Stats().Lanes)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	r.sending += time.Since(since)
+	for r.d.Stats().Lanes > 0 {
+		time.Sleep(20 * time.Millisecond)
+	}
+	time.Sleep(dupWindow + 2*time.Second)
+	return heapAfterGC(), nil
 }

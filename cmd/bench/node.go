@@ -23,10 +23,11 @@ import (
 
 // node is a fresh embedded JetStream server with the queue's streams.
 type node struct {
-	srv *server.Server
-	nc  *nats.Conn
-	q   *queue.Queue
-	dir string
+	srv  *server.Server
+	conn *queue.Conn // the service's connection
+	nc   *nats.Conn  // a plain one, for the raw JetStream references
+	q    *queue.Queue
+	dir  string
 }
 
 func startNode(ctx context.Context, syncAlways bool, cfg queue.Config) (*node, error) {
@@ -40,24 +41,26 @@ func startNode(ctx context.Context, syncAlways bool, cfg queue.Config) (*node, e
 		return nil, err
 	}
 	srv := emb.Server()
-	nc, err := queue.ConnectInProcess(srv, "bench", zerolog.Nop())
+	n := &node{srv: srv, dir: dir}
+	if n.conn, err = queue.ConnectInProcess(srv, "bench", zerolog.Nop()); err == nil {
+		if n.nc, err = nats.Connect("", nats.InProcessServer(srv)); err == nil {
+			n.q, err = n.conn.Open(ctx, cfg, queue.CreateOrUpdate)
+		}
+	}
 	if err != nil {
-		srv.Shutdown()
-		os.RemoveAll(dir)
+		n.close()
 		return nil, err
 	}
-	q, err := queue.Open(ctx, nc, cfg, queue.CreateOrUpdate)
-	if err != nil {
-		nc.Close()
-		srv.Shutdown()
-		os.RemoveAll(dir)
-		return nil, err
-	}
-	return &node{srv: srv, nc: nc, q: q, dir: dir}, nil
+	return n, nil
 }
 
 func (n *node) close() {
-	n.nc.Close()
+	if n.conn != nil {
+		n.conn.Close()
+	}
+	if n.nc != nil {
+		n.nc.Close()
+	}
 	n.srv.Shutdown()
 	n.srv.WaitForShutdown()
 	os.RemoveAll(n.dir)

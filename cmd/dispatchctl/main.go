@@ -27,6 +27,7 @@ import (
 	"github.com/penguinhq/dispatcher/cmd/internal/cli"
 	"github.com/penguinhq/dispatcher/pkg/admin"
 	"github.com/penguinhq/dispatcher/pkg/queue"
+	"github.com/penguinhq/dispatcher/pkg/request"
 )
 
 func main() {
@@ -177,17 +178,22 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		return exitFailed
 	}
 	defer nc.Close()
-	q, err := queue.Open(ctx, nc, queue.Config{}, queue.Existing)
+	q, err := nc.Open(ctx, queue.Config{}, queue.Existing)
 	if err != nil {
 		fmt.Fprintf(stderr, "dispatchctl: NATS_URL=%s: %v\n", queue.RedactURLs(natsCfg.URL), err)
 		return exitFailed
 	}
-	ctl, err := q.Control(ctx)
+	ctl, err := q.Control(ctx, log)
 	if err != nil {
 		fmt.Fprintln(stderr, "dispatchctl:", err)
 		return exitFailed
 	}
-	e := &env{o: o, svc: admin.New(q, ctl, log, nil), stdin: stdin, stdout: stdout, stderr: stderr, by: operator()}
+	svc, err := admin.New(admin.Config{Queue: q, Control: ctl, Log: log})
+	if err != nil {
+		fmt.Fprintln(stderr, "dispatchctl:", err)
+		return exitFailed
+	}
+	e := &env{o: o, svc: svc, stdin: stdin, stdout: stdout, stderr: stderr, by: operator()}
 	if err := cmd.run(ctx, e, rest); err != nil {
 		fmt.Fprintf(stderr, "dispatchctl %s: %v\n", cmd.name, err)
 		if errors.Is(err, admin.ErrInvalid) {
@@ -327,19 +333,8 @@ func steering(ctx context.Context, e *env, _ []string) error {
 	})
 }
 
-func parseIntervalArg(s string) (time.Duration, error) {
-	if s == "default" {
-		return 0, nil
-	}
-	d, err := time.ParseDuration(s)
-	if err != nil || d <= 0 {
-		return 0, fmt.Errorf("%w: interval %q: a positive duration such as 10s, or default", admin.ErrInvalid, s)
-	}
-	return d, nil
-}
-
 func globalInterval(ctx context.Context, e *env, args []string) error {
-	d, err := parseIntervalArg(args[0])
+	d, err := admin.ParseInterval(args[0])
 	if err != nil {
 		return err
 	}
@@ -350,7 +345,7 @@ func globalInterval(ctx context.Context, e *env, args []string) error {
 }
 
 func clientInterval(ctx context.Context, e *env, args []string) error {
-	d, err := parseIntervalArg(args[1])
+	d, err := admin.ParseInterval(args[1])
 	if err != nil {
 		return err
 	}
@@ -368,7 +363,7 @@ func resume(ctx context.Context, e *env, args []string) error {
 	return e.steered(args[0], st, err)
 }
 
-func (e *env) steered(client string, st queue.Steering, err error) error {
+func (e *env) steered(client string, st request.Steering, err error) error {
 	if err != nil {
 		return err
 	}
@@ -406,7 +401,7 @@ func purge(ctx context.Context, e *env, args []string) error {
 	})
 }
 
-func steerText(s *queue.Steering) string {
+func steerText(s *request.Steering) string {
 	if s == nil || s.IsZero() {
 		return "-"
 	}

@@ -16,11 +16,8 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"regexp"
-	"strings"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
@@ -30,7 +27,6 @@ import (
 	"github.com/penguinhq/dispatcher/pkg/ingest"
 	"github.com/penguinhq/dispatcher/pkg/queue"
 	"github.com/penguinhq/dispatcher/pkg/raven"
-	"github.com/penguinhq/dispatcher/pkg/request"
 )
 
 func main() {
@@ -68,19 +64,16 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (*settin
 	if err := s.Parse(args); err != nil {
 		return nil, err
 	}
-	if c.dispatch.InstanceID != "" && !validKeyToken.MatchString(c.dispatch.InstanceID) {
-		return nil, fmt.Errorf("INSTANCE_ID=%q is not valid: it accepts letters, digits and - _ = up to 64 characters", c.dispatch.InstanceID)
+	if c.dispatch.InstanceID == "" {
+		c.dispatch.InstanceID = dispatch.DefaultInstanceID()
+	} else if err := dispatch.ValidInstanceID(c.dispatch.InstanceID); err != nil {
+		return nil, fmt.Errorf("INSTANCE_ID: %w", err)
 	}
 	if !c.standalone && c.dispatch.Raven.URL == "" {
 		return nil, errors.New("RAVEN_URL is required (or run with -standalone for a demo raven)")
 	}
 	return c, nil
 }
-
-var (
-	validKeyToken   = regexp.MustCompile(`^[A-Za-z0-9_=-]{1,64}$`)
-	invalidKeyChars = regexp.MustCompile(`[^A-Za-z0-9_=-]+`)
-)
 
 func run(ctx context.Context, args []string, getenv func(string) string, _ io.Writer, stderr io.Writer) error {
 	c, err := parse(args, getenv, stderr)
@@ -107,11 +100,6 @@ func run(ctx context.Context, args []string, getenv func(string) string, _ io.Wr
 		return err
 	}
 	c.dispatch.Leases = leases
-	if c.dispatch.InstanceID == "" {
-		host, _ := os.Hostname()
-		host = invalidKeyChars.ReplaceAllString(host, "-")
-		c.dispatch.InstanceID = strings.TrimLeft(host+"-"+request.NewID(time.Now())[16:], "-")
-	}
 	return runDispatcher(ctx, c, q, cli.NewRegistry(), log)
 }
 
@@ -119,19 +107,16 @@ func run(ctx context.Context, args []string, getenv func(string) string, _ io.Wr
 // listener (metrics, health, admin API) until ctx ends and the dispatcher has drained.
 // The listener stays up while the dispatcher drains, /readyz saying it is not ready.
 func runDispatcher(ctx context.Context, c *settings, q *queue.Queue, reg *prometheus.Registry, log zerolog.Logger) error {
-	if c.dispatch.InstanceID == "" {
-		c.dispatch.InstanceID = "standalone"
-	}
 	c.dispatch.Raven.UserAgent = "dispatcher/" + c.dispatch.InstanceID
 	rc, err := raven.New(c.dispatch.Raven)
 	if err != nil {
 		return fmt.Errorf("RAVEN_URL / RAVEN_TIMEOUT: %w", err)
 	}
-	ctl, err := cli.Retry(ctx, log, "control bucket", q.Control)
+	ctl, err := cli.Retry(ctx, log, "control bucket", func(ctx context.Context) (*queue.Control, error) { return q.Control(ctx, log) })
 	if err != nil {
 		return err
 	}
-	c.dispatch.Steering = admin.Steering{C: ctl, Log: log}
+	c.dispatch.Steering = ctl
 	c.dispatch.Metrics = dispatch.NewMetrics(reg, c.dispatch.Interval)
 	reg.MustRegister(queue.NewCollector(q), q.WritesCollector())
 	d, err := dispatch.New(c.dispatch.Config, q, rc, log)
@@ -141,12 +126,17 @@ func runDispatcher(ctx context.Context, c *settings, q *queue.Queue, reg *promet
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
 	go q.WatchWrites(watchCtx, 0, log)
-	stopLanes, err := admin.ServeLanes(q, d, c.dispatch.InstanceID)
+	stopLanes, err := q.ServeLaneQueries(func(ctx context.Context, lq queue.LaneQuery) (any, error) {
+		return d.AnswerLanes(ctx, lq.IDs, lq.Subjects, lq.Limit)
+	})
 	if err != nil {
 		return err
 	}
 	defer stopLanes()
-	adm := admin.New(q, ctl, log, reg)
+	adm, err := admin.New(admin.Config{Queue: q, Control: ctl, Log: log, Registerer: reg})
+	if err != nil {
+		return err
+	}
 	ready := func(ctx context.Context) error {
 		if err := q.Ready(ctx); err != nil {
 			return err
@@ -179,30 +169,11 @@ func runDispatcher(ctx context.Context, c *settings, q *queue.Queue, reg *promet
 // demo raven, and stops them in that order's reverse: ingest first (no new requests), then
 // the dispatcher (drains attempts in flight), then NATS.
 func runStandalone(ctx context.Context, c *settings, log zerolog.Logger) error {
-	storeDir := filepath.Join(c.dataDir, "jetstream")
-	if err := os.MkdirAll(storeDir, 0o750); err != nil {
-		return fmt.Errorf("DATA_DIR=%q: %w", c.dataDir, err)
-	}
-	ns, err := queue.StartEmbedded(queue.EmbeddedConfig{StoreDir: storeDir, Listen: c.natsListen, SyncAlways: c.natsSync == "always"}, log)
+	ns, stopStore, err := startStore(ctx, c, log)
 	if err != nil {
 		return err
 	}
-	defer ns.Shutdown()
-	// The guard brings the store back by itself after its disk was full (restarting the
-	// server in place); it stops before the server does.
-	guardCtx, stopGuard := context.WithCancel(context.WithoutCancel(ctx))
-	guardDone := make(chan struct{})
-	go func() { defer close(guardDone); ns.Guard.Run(guardCtx, 0) }()
-	defer func() { stopGuard(); <-guardDone }()
-	if c.nats.User != "" || c.nats.CredsFile != "" || c.nats.NKeySeedFile != "" || c.nats.CAFile != "" || c.nats.CertFile != "" {
-		log.Warn().Msg("standalone uses its embedded NATS in process: the NATS_USER / NATS_*_FILE / NATS_TLS_* settings are ignored, and NATS_LISTEN (if set) takes clients without authentication")
-	}
-	ev := log.Info().Str("data_dir", c.dataDir).Str("sync", c.natsSync)
-	if c.natsListen != "" {
-		ev = ev.Str("nats_url", ns.ClientURL())
-	}
-	ev.Msg("embedded JetStream started")
-
+	defer stopStore()
 	nc, err := queue.ConnectInProcess(ns, "dispatcher-standalone", log)
 	if err != nil {
 		return err
@@ -216,19 +187,90 @@ func runStandalone(ctx context.Context, c *settings, log zerolog.Logger) error {
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	errc := make(chan error, 3)
-	running := 0
-	start := func(f func() error) {
-		running++
-		go func() {
-			err := f()
-			cancel() // one part stopping stops the rest
-			errc <- err
-		}()
+	g := &parts{cancel: cancel, errc: make(chan error, 4)}
+	g.start(untilFatal(ctx, ns))
+	if c.dispatch.Raven.URL == "" {
+		demo, err := startDemoRaven(ctx, c, log, g)
+		if err != nil {
+			return err
+		}
+		c.dispatch.Raven.URL = demo
 	}
+	reg := cli.NewRegistry()
+	reg.MustRegister(ns.Guard.Collector())
+	ingestURL, err := startIngest(ctx, c, q, nc, reg, log, g)
+	if err != nil {
+		return err
+	}
+	dispatchDone := make(chan struct{})
+	g.start(func() error { defer close(dispatchDone); return runDispatcher(ctx, c, q, reg, log) })
 
-	// A guard that cannot start the embedded server again ends the process (exit 2), for
-	// a supervisor to start it anew.
+	log.Info().Str("ingest", ingestURL).Str("raven", cli.SafeURL(c.dispatch.Raven.URL)).
+		Msgf("standalone ready: try  curl -i -H 'Content-Type: application/json' -d '{\"clientId\":\"alice\",\"n\":1}' %s", ingestURL)
+	err = g.wait()
+	<-dispatchDone
+	nc.Drain(5 * time.Second)
+	log.Info().Msg("standalone stopped")
+	return err
+}
+
+// parts runs the parts of the standalone process; one stopping stops the rest.
+type parts struct {
+	cancel  context.CancelFunc
+	errc    chan error
+	running int
+}
+
+func (g *parts) start(f func() error) {
+	g.running++
+	go func() {
+		err := f()
+		g.cancel()
+		g.errc <- err
+	}()
+}
+
+// wait waits for every part to stop, and returns their errors.
+func (g *parts) wait() error {
+	var errs []error
+	for range g.running {
+		if err := <-g.errc; err != nil && !errors.Is(err, context.Canceled) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// startStore starts the embedded JetStream server under DATA_DIR, with its store guard,
+// which brings the store back by itself after its disk was full (restarting the server
+// in place). stop stops the guard, then the server.
+func startStore(ctx context.Context, c *settings, log zerolog.Logger) (ns *queue.Node, stop func(), err error) {
+	storeDir := filepath.Join(c.dataDir, "jetstream")
+	if err := os.MkdirAll(storeDir, 0o750); err != nil {
+		return nil, nil, fmt.Errorf("DATA_DIR=%q: %w", c.dataDir, err)
+	}
+	ns, err = queue.StartEmbedded(queue.EmbeddedConfig{StoreDir: storeDir, Listen: c.natsListen, SyncAlways: c.natsSync == "always"}, log)
+	if err != nil {
+		return nil, nil, err
+	}
+	guardCtx, stopGuard := context.WithCancel(context.WithoutCancel(ctx))
+	guardDone := make(chan struct{})
+	go func() { defer close(guardDone); ns.Guard.Run(guardCtx, 0) }()
+	if c.nats.User != "" || c.nats.CredsFile != "" || c.nats.NKeySeedFile != "" || c.nats.CAFile != "" || c.nats.CertFile != "" {
+		log.Warn().Msg("standalone uses its embedded NATS in process: the NATS_USER / NATS_*_FILE / NATS_TLS_* settings are ignored, and NATS_LISTEN (if set) takes clients without authentication")
+	}
+	ev := log.Info().Str("data_dir", c.dataDir).Str("sync", c.natsSync)
+	if c.natsListen != "" {
+		ev = ev.Str("nats_url", ns.ClientURL())
+	}
+	ev.Msg("embedded JetStream started")
+	return ns, func() { stopGuard(); <-guardDone; ns.Shutdown() }, nil
+}
+
+// untilFatal is a part that ends with the guard's error when it cannot start the
+// embedded server again: the process then exits (status 2), for a supervisor to start it
+// anew.
+func untilFatal(ctx context.Context, ns *queue.Node) func() error {
 	fatal := make(chan error, 1)
 	ns.Guard.OnFatal = func(err error) {
 		select {
@@ -236,79 +278,43 @@ func runStandalone(ctx context.Context, c *settings, log zerolog.Logger) error {
 		default:
 		}
 	}
-	start(func() error {
+	return func() error {
 		select {
 		case err := <-fatal:
 			return err
 		case <-ctx.Done():
 			return nil
 		}
-	})
-
-	if c.dispatch.Raven.URL == "" {
-		demo, err := startDemoRaven(ctx, c, log, start)
-		if err != nil {
-			return err
-		}
-		c.dispatch.Raven.URL = demo
 	}
+}
 
-	reg := cli.NewRegistry()
-	reg.MustRegister(ns.Guard.Collector())
+// startIngest starts the ingest API on INGEST_ADDR and returns its URL.
+func startIngest(ctx context.Context, c *settings, q *queue.Queue, nc *queue.Conn, reg *prometheus.Registry, log zerolog.Logger, g *parts) (string, error) {
 	c.ingest.MaxBodyBytes = cli.FitBody(c.ingest.MaxBodyBytes, nc, log)
 	c.ingest.BacklogRetryAfter = c.dispatch.Interval
 	c.ingest.Metrics = ingest.NewMetrics(reg)
 	ln, err := cli.Listen(c.ingest.Addr, "INGEST_ADDR")
 	if err != nil {
-		return err
+		return "", err
 	}
 	if ln, err = c.ingest.Secure(ctx, ln, log); err != nil {
-		return err
+		return "", err
 	}
 	api, err := ingest.New(c.ingest.Config, q, q, log)
 	if err != nil {
-		return err
+		return "", err
 	}
-	ingestURL := cli.URLFor(ln, "/v1/requests")
-	start(func() error { return cli.Serve(ctx, cli.Server(api.Handler()), ln, 10*time.Second) })
-
-	dispatchDone := make(chan struct{})
-	start(func() error { defer close(dispatchDone); return runDispatcher(ctx, c, q, reg, log) })
-
-	log.Info().Str("ingest", ingestURL).Str("raven", cli.SafeURL(c.dispatch.Raven.URL)).
-		Msgf("standalone ready: try  curl -i -H 'Content-Type: application/json' -d '{\"clientId\":\"alice\",\"n\":1}' %s", ingestURL)
-
-	var errs []error
-	for range running {
-		if err := <-errc; err != nil && !errors.Is(err, context.Canceled) {
-			errs = append(errs, err)
-		}
-	}
-	<-dispatchDone
-	drainNATS(nc)
-	log.Info().Msg("standalone stopped")
-	return errors.Join(errs...)
+	g.start(func() error { return cli.Serve(ctx, cli.Server(api.Handler()), ln, 10*time.Second) })
+	return cli.URLFor(ln, "/v1/requests"), nil
 }
 
-func startDemoRaven(ctx context.Context, c *settings, log zerolog.Logger, start func(func() error)) (string, error) {
+func startDemoRaven(ctx context.Context, c *settings, log zerolog.Logger, g *parts) (string, error) {
 	ln, err := cli.Listen(c.demoAddr, "DEMO_RAVEN_ADDR")
 	if err != nil {
 		return "", err
 	}
 	url := cli.URLFor(ln, "/")
 	log.Info().Str("component", "demo-raven").Str("url", url).Msg("demo raven listening; set RAVEN_URL to send to a real one")
-	start(func() error { return cli.Serve(ctx, cli.Server(cli.DemoRaven(log, false)), ln, 5*time.Second) })
+	g.start(func() error { return cli.Serve(ctx, cli.Server(cli.DemoRaven(log, false)), ln, 5*time.Second) })
 	return url, nil
-}
-
-func drainNATS(nc *nats.Conn) {
-	done := make(chan struct{})
-	nc.SetClosedHandler(func(*nats.Conn) { close(done) })
-	if err := nc.Drain(); err != nil {
-		return
-	}
-	select {
-	case <-done:
-	case <-time.After(5 * time.Second):
-	}
 }

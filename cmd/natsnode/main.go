@@ -11,14 +11,11 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"os"
 	"os/signal"
-	"slices"
 	"syscall"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/rs/zerolog"
 
 	"github.com/penguinhq/dispatcher/pkg/queue"
@@ -27,33 +24,13 @@ import (
 const exe = "natsnode"
 
 func main() {
-	// A copy: RedactArgs below blanks the passwords in os.Args in place, and every
-	// restart parses the arguments again.
-	args := slices.Clone(os.Args[1:])
-	options := func() (*server.Options, error) {
-		fs := flag.NewFlagSet(exe, flag.ExitOnError)
-		fs.Usage = usage
-		opts, err := server.ConfigureOptions(fs, args, server.PrintServerAndExit, fs.Usage, server.PrintTLSHelpAndDie)
-		if err != nil {
-			return nil, err
-		}
-		opts.NoSigs = true // handled here: a restart must not take the process down
-		return opts, nil
-	}
-	opts, err := options()
-	if err != nil {
-		server.PrintAndDie(fmt.Sprintf("%s: %s", exe, err))
-	} else if opts.CheckConfig {
-		fmt.Fprintf(os.Stderr, "%s: configuration file %s is valid (%s)\n", exe, opts.ConfigFile, opts.ConfigDigest())
-		os.Exit(0)
-	}
-	server.RedactArgs(os.Args)
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	log := zerolog.New(os.Stderr).With().Timestamp().Str("service", exe).Logger()
-	node, err := queue.StartNode(options, (*server.Server).ConfigureLogger, log)
+	node, err := queue.StartNodeFromArgs(exe, os.Args[1:], usage, log)
 	if err != nil {
-		server.PrintAndDie(fmt.Sprintf("%s: %s", exe, err))
+		fmt.Fprintf(os.Stderr, "%s: %s\n", exe, err)
+		os.Exit(1)
 	}
 	// A server that cannot be started again ends the process, for the supervisor
 	// (compose's restart policy, Kubernetes) to start it anew.
@@ -68,7 +45,7 @@ func main() {
 	guardDone := make(chan struct{})
 	go func() {
 		defer close(guardDone)
-		if opts.JetStream {
+		if node.JetStream() {
 			node.Guard.Run(ctx, 0)
 		}
 	}()
@@ -80,7 +57,7 @@ loop:
 			if sig != syscall.SIGHUP {
 				break loop
 			}
-			if err := node.Server().Reload(); err != nil {
+			if err := node.Reload(); err != nil {
 				log.Error().Err(err).Msg("reloading the configuration failed")
 			}
 		case err := <-fatal:

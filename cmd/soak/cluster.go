@@ -9,11 +9,10 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/penguinhq/dispatcher/pkg/fault"
 	"github.com/penguinhq/dispatcher/pkg/queue"
+	"github.com/penguinhq/dispatcher/pkg/queue/queuetest"
+	"github.com/rs/zerolog"
 )
 
 // node is one NATS node: a natsnode process, its store and its monitoring address.
@@ -29,8 +28,7 @@ type cluster struct {
 	bin    string
 	nodes  []*node
 	routes [][]*fault.Proxy // routes[i][j]: node i's connection to node j
-	nc     *nats.Conn       // the soak's own view, straight to the nodes
-	js     jetstream.JetStream
+	conn   *queue.Conn      // the soak's own view, straight to the nodes
 }
 
 // startCluster starts the nodes. It returns the cluster even when it fails part way, for
@@ -102,13 +100,8 @@ cluster {
 		}
 	}
 	var err error
-	if c.nc, err = nats.Connect(c.url(), nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond), nats.RetryOnFailedConnect(true)); err != nil {
-		return c, err
-	}
-	if c.js, err = jetstream.New(c.nc); err != nil {
-		return c, err
-	}
-	return c, nil
+	c.conn, err = queue.Connect(c.url(), "soak", zerolog.Nop(), queue.Security{})
+	return c, err
 }
 
 func (c *cluster) start(i int) error {
@@ -133,7 +126,7 @@ func (c *cluster) url() string {
 func (c *cluster) openQueue(ctx context.Context, cfg queue.Config) (*queue.Queue, error) {
 	for {
 		octx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		q, err := queue.Open(octx, c.nc, cfg, queue.CreateOrUpdate)
+		q, err := c.conn.Open(octx, cfg, queue.CreateOrUpdate)
 		cancel()
 		if err == nil {
 			return q, nil
@@ -202,25 +195,12 @@ func (c *cluster) fill(i int) (free func() error, err error) {
 func (c *cluster) expireLeases() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	st, err := c.js.Stream(ctx, "KV_"+queue.LeaseBucket)
-	if err != nil {
-		return err
-	}
-	info, err := st.Info(ctx, jetstream.WithSubjectFilter("$KV."+queue.LeaseBucket+".>"))
-	if err != nil {
-		return err
-	}
-	for subj := range info.State.Subjects {
-		if err := st.Purge(ctx, jetstream.WithPurgeSubject(subj)); err != nil {
-			return err
-		}
-	}
-	return nil
+	return queuetest.ExpireLeasesAt(ctx, c.url())
 }
 
 func (c *cluster) close() {
-	if c.nc != nil {
-		c.nc.Close()
+	if c.conn != nil {
+		c.conn.Close()
 	}
 	for _, nd := range c.nodes {
 		if nd.p != nil {

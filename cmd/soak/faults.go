@@ -25,6 +25,7 @@ type soak struct {
 	retired     []*service // stopped or replaced, kept for their logs
 	raven       *ledger.Ledger
 	ravenProxy  *fault.Proxy
+	ravenSrv    *http.Server
 	mode        atomic.Pointer[ledger.Response] // what raven does now; nil answers 200
 	load        *load
 	q           *queue.Queue // the soak's own view of the queue

@@ -98,156 +98,28 @@ func runSoak(ctx context.Context, args []string, out io.Writer) error {
 	} else if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	bin := f.bin
-	if bin == "" {
-		bin = filepath.Join(dir, "bin")
-		fmt.Fprintln(out, "building natsnode, ingest and dispatcher")
-		cmd := exec.Command("go", "build", "-o", bin+"/", "./cmd/natsnode", "./cmd/ingest", "./cmd/dispatcher")
-		cmd.Stdout, cmd.Stderr = out, out
-		if err := cmd.Run(); err != nil {
-			return fmt.Errorf("building the binaries (run from the repository): %w", err)
-		}
+	bin, err := build(f.bin, dir, out)
+	if err != nil {
+		return err
 	}
-
 	s := &soak{run: run{dir: dir, ingestBin: filepath.Join(bin, "ingest"), dispatchBin: filepath.Join(bin, "dispatcher"),
 		interval: f.interval, ravenTimeout: time.Second, leaseTTL: 3 * time.Second},
 		rng: rand.New(rand.NewPCG(f.seed, f.seed>>1|1)), stats: map[string]*faultStat{}}
-	tmpfsSize := 0
-	if s.diskFaults = fault.CanMount(); s.diskFaults {
-		tmpfsSize = 512 << 20
-	} else {
-		fmt.Fprintln(out, "not root: the disk-full fault is left out (it mounts a small tmpfs per node)")
-	}
-	fmt.Fprintf(out, "soak: seed %d, faults for %s, interval %s, %d clients, commit %s, logs in %s\n", f.seed, f.duration, f.interval, f.clients, commit(), dir)
-
-	s.c, err = startCluster(dir, filepath.Join(bin, "natsnode"), tmpfsSize)
-	if s.c != nil {
-		defer s.c.close()
-	}
+	defer s.close()
+	bases, err := s.setUp(ctx, f, filepath.Join(bin, "natsnode"), out)
 	if err != nil {
 		return err
 	}
-	octx, cancel := context.WithTimeout(ctx, time.Minute)
-	q, err := s.c.openQueue(octx, queue.Config{Replicas: 3})
-	cancel()
-	if err != nil {
+	if err := s.faults(ctx, f, bases); err != nil {
 		return err
 	}
-	s.q = q
-	if s.leases, err = q.Leases(context.Background(), s.leaseTTL); err != nil {
-		return err
-	}
-
-	s.raven = ledger.New(ledger.Options{Respond: s.respond})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return err
-	}
-	ravenSrv := &http.Server{Handler: s.raven, ConnContext: s.raven.ConnContext}
-	go func() { _ = ravenSrv.Serve(ln) }()
-	defer ravenSrv.Close()
-	if s.ravenProxy, err = fault.New(ln.Addr().String()); err != nil {
-		return err
-	}
-	defer s.ravenProxy.Close()
-	s.ravenURL = "http://" + s.ravenProxy.Addr()
-
-	var bases []string
-	for slot := range 2 {
-		i, err := s.startIngest(s.c, slot+1)
-		if err != nil {
-			return err
-		}
-		s.ingests = append(s.ingests, i)
-		bases = append(bases, "http://"+i.addr)
-	}
-	for slot := range 3 {
-		d, err := s.startDispatcher(s.c, slot, 1)
-		if err != nil {
-			return err
-		}
-		s.dispatchers = append(s.dispatchers, d)
-	}
-	defer func() {
-		for _, sv := range append(append([]*service{}, s.dispatchers...), s.ingests...) {
-			sv.close()
-		}
-	}()
-	if err := waitUntil(ctx, time.Minute, func() bool {
-		for _, sv := range append(append([]*service{}, s.dispatchers...), s.ingests...) {
-			if !sv.p.ready() {
-				return false
-			}
-		}
-		return true
-	}); err != nil {
-		return fmt.Errorf("the services did not become ready: %w", err)
-	}
-
-	s.start = time.Now()
-	s.load = startLoad(bases, f.clients, f.interval, f.seed)
-	time.Sleep(3 * time.Second) // a backlog before the first fault
-	kinds := s.kinds()
-	for time.Since(s.start) < f.duration {
-		if err := s.faultRound(ctx, kinds, f.recoveryBound); err != nil {
-			s.load.halt()
-			return err
-		}
-		select {
-		case <-ctx.Done():
-			s.load.halt()
-			return errors.New("interrupted")
-		case <-time.After(time.Duration(500+s.rng.IntN(1500)) * time.Millisecond):
-		}
-	}
-	s.load.halt()
 	fmt.Fprintf(out, "[%6.1fs] load stopped; waiting for the backlog to drain\n", time.Since(s.start).Seconds())
-
-	delivered := func() map[string]bool {
-		ids := map[string]bool{}
-		for _, a := range s.raven.Arrivals() {
-			if a.Status >= 200 && a.Status < 300 && a.StatusSent {
-				ids[a.ID] = true
-			}
-		}
-		return ids
-	}
-	var dead map[string]bool
-	drained := waitUntil(ctx, 5*time.Minute, func() bool {
-		st, err := q.Stats(context.Background())
-		if err != nil || st.Requests != 0 {
-			return false
-		}
-		dead = deadLetters(q)
-		got := delivered()
-		s.load.mu.Lock()
-		defer s.load.mu.Unlock()
-		for _, a := range s.load.accepted {
-			if !got[a.ID] && !dead[a.ID] {
-				return false
-			}
-		}
-		return true
-	})
+	drained := s.drain(ctx)
 	drainedAt := time.Since(s.start)
 	for _, d := range s.dispatchers {
 		d.p.stop(syscall.SIGTERM, 20*time.Second)
 	}
-	dead = deadLetters(q)
-
-	causes := s.explain()
-	explained := map[string]bool{}
-	for id := range causes {
-		explained[id] = true
-	}
-	s.load.mu.Lock()
-	accepted := append([]ledger.Accepted(nil), s.load.accepted...)
-	statuses, retries, unexpected := s.load.statuses, s.load.retries, s.load.unexpected
-	s.load.mu.Unlock()
-	rep := ledger.Check(s.raven.Arrivals(), ledger.Expect{Interval: f.interval, Accepted: accepted, Dead: dead,
-		AllowUnacknowledged: true, Explained: explained})
-
-	failed = s.report(out, f, rep, causes, len(accepted), statuses, retries, unexpected, drainedAt)
+	failed = s.verdict(out, f, drainedAt)
 	if drained != nil {
 		fmt.Fprintf(out, "the backlog did not drain within 5 minutes after the load stopped\n")
 		failed = true
@@ -260,13 +132,185 @@ func runSoak(ctx context.Context, args []string, out io.Writer) error {
 	return nil
 }
 
-func deadLetters(q *queue.Queue) map[string]bool {
-	recs, err := q.DeadLetters(context.Background())
-	ids := map[string]bool{}
-	if err != nil {
-		return ids
+// build builds the binaries the soak runs into dir/bin, unless bin names where they are.
+func build(bin, dir string, out io.Writer) (string, error) {
+	if bin != "" {
+		return bin, nil
 	}
-	for _, r := range recs {
+	bin = filepath.Join(dir, "bin")
+	fmt.Fprintln(out, "building natsnode, ingest and dispatcher")
+	cmd := exec.Command("go", "build", "-o", bin+"/", "./cmd/natsnode", "./cmd/ingest", "./cmd/dispatcher")
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("building the binaries (run from the repository): %w", err)
+	}
+	return bin, nil
+}
+
+// setUp starts the cluster, the recording raven behind its fault proxy, two ingests and
+// three dispatchers, and waits until they are ready. It returns the ingests' base URLs.
+func (s *soak) setUp(ctx context.Context, f flags, natsnode string, out io.Writer) (bases []string, err error) {
+	tmpfsSize := 0
+	if s.diskFaults = fault.CanMount(); s.diskFaults {
+		tmpfsSize = 512 << 20
+	} else {
+		fmt.Fprintln(out, "not root: the disk-full fault is left out (it mounts a small tmpfs per node)")
+	}
+	fmt.Fprintf(out, "soak: seed %d, faults for %s, interval %s, %d clients, commit %s, logs in %s\n", f.seed, f.duration, f.interval, f.clients, commit(), s.dir)
+	if s.c, err = startCluster(s.dir, natsnode, tmpfsSize); err != nil {
+		return nil, err
+	}
+	octx, cancel := context.WithTimeout(ctx, time.Minute)
+	s.q, err = s.c.openQueue(octx, queue.Config{Replicas: 3})
+	cancel()
+	if err != nil {
+		return nil, err
+	}
+	if s.leases, err = s.q.Leases(context.Background(), s.leaseTTL); err != nil {
+		return nil, err
+	}
+	if err := s.startRaven(); err != nil {
+		return nil, err
+	}
+	for slot := range 2 {
+		i, err := s.startIngest(s.c, slot+1)
+		if err != nil {
+			return nil, err
+		}
+		s.ingests = append(s.ingests, i)
+		bases = append(bases, "http://"+i.addr)
+	}
+	for slot := range 3 {
+		d, err := s.startDispatcher(s.c, slot, 1)
+		if err != nil {
+			return nil, err
+		}
+		s.dispatchers = append(s.dispatchers, d)
+	}
+	if err := waitUntil(ctx, time.Minute, func() bool {
+		for _, sv := range s.services() {
+			if !sv.p.ready() {
+				return false
+			}
+		}
+		return true
+	}); err != nil {
+		return nil, fmt.Errorf("the services did not become ready: %w", err)
+	}
+	return bases, nil
+}
+
+// startRaven starts the recording raven behind a fault proxy.
+func (s *soak) startRaven() error {
+	s.raven = ledger.New(ledger.Options{Respond: s.respond})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	s.ravenSrv = &http.Server{Handler: s.raven, ConnContext: s.raven.ConnContext}
+	go func() { _ = s.ravenSrv.Serve(ln) }()
+	if s.ravenProxy, err = fault.New(ln.Addr().String()); err != nil {
+		return err
+	}
+	s.ravenURL = "http://" + s.ravenProxy.Addr()
+	return nil
+}
+
+func (s *soak) services() []*service {
+	return append(append([]*service{}, s.dispatchers...), s.ingests...)
+}
+
+// close stops what setUp started, in reverse.
+func (s *soak) close() {
+	for _, sv := range s.services() {
+		sv.close()
+	}
+	if s.ravenProxy != nil {
+		s.ravenProxy.Close()
+	}
+	if s.ravenSrv != nil {
+		s.ravenSrv.Close()
+	}
+	if s.c != nil {
+		s.c.close()
+	}
+}
+
+// faults puts the load on and applies faults, one at a time, for the run's duration.
+func (s *soak) faults(ctx context.Context, f flags, bases []string) error {
+	s.start = time.Now()
+	s.load = startLoad(bases, f.clients, f.interval, f.seed)
+	defer s.load.halt()
+	time.Sleep(3 * time.Second) // a backlog before the first fault
+	kinds := s.kinds()
+	for time.Since(s.start) < f.duration {
+		if err := s.faultRound(ctx, kinds, f.recoveryBound); err != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return errors.New("interrupted")
+		case <-time.After(time.Duration(500+s.rng.IntN(1500)) * time.Millisecond):
+		}
+	}
+	return nil
+}
+
+// drain waits up to 5 minutes for every accepted request to be delivered or
+// dead-lettered.
+func (s *soak) drain(ctx context.Context) error {
+	return waitUntil(ctx, 5*time.Minute, func() bool {
+		st, err := s.q.Stats(context.Background())
+		if err != nil || st.Requests != 0 {
+			return false
+		}
+		dead, got := deadLetters(s.q), s.delivered()
+		s.load.mu.Lock()
+		defer s.load.mu.Unlock()
+		for _, a := range s.load.accepted {
+			if !got[a.ID] && !dead[a.ID] {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// delivered is the ids raven answered 2xx for.
+func (s *soak) delivered() map[string]bool {
+	ids := map[string]bool{}
+	for _, a := range s.raven.Arrivals() {
+		if a.Status >= 200 && a.Status < 300 && a.StatusSent {
+			ids[a.ID] = true
+		}
+	}
+	return ids
+}
+
+// verdict checks what raven received against the guarantees and prints the report; it
+// says whether the run failed.
+func (s *soak) verdict(out io.Writer, f flags, drainedAt time.Duration) (failed bool) {
+	dead := deadLetters(s.q)
+	causes := s.explain()
+	explained := map[string]bool{}
+	for id := range causes {
+		explained[id] = true
+	}
+	s.load.mu.Lock()
+	accepted := append([]ledger.Accepted(nil), s.load.accepted...)
+	statuses, retries, unexpected := s.load.statuses, s.load.retries, s.load.unexpected
+	s.load.mu.Unlock()
+	rep := ledger.Check(s.raven.Arrivals(), ledger.Expect{Interval: f.interval, Accepted: accepted, Dead: dead,
+		AllowUnacknowledged: true, Explained: explained})
+	return s.report(out, f, rep, causes, len(accepted), statuses, retries, unexpected, drainedAt)
+}
+
+func deadLetters(q *queue.Queue) map[string]bool {
+	ids := map[string]bool{}
+	for r, err := range q.DeadLetters(context.Background(), queue.DeadFilter{}) {
+		if err != nil {
+			break
+		}
 		ids[r.ID] = true
 	}
 	return ids

@@ -19,10 +19,10 @@ import (
 type obj = map[string]any
 
 // docs decodes every YAML document of a file, rejecting duplicate keys.
-func docs(t *testing.T, path string) []obj { return decode(t, path, yaml.UnmarshalStrict) }
+func docs(t testing.TB, path string) []obj { return decode(t, path, yaml.UnmarshalStrict) }
 
 // decode decodes every YAML document of a file with unmarshal.
-func decode(t *testing.T, path string, unmarshal func([]byte, any, ...yaml.JSONOpt) error) []obj {
+func decode(t testing.TB, path string, unmarshal func([]byte, any, ...yaml.JSONOpt) error) []obj {
 	t.Helper()
 	raw, err := os.ReadFile(path)
 	if err != nil {
@@ -59,7 +59,7 @@ func str(o any, keys ...string) string { s, _ := at(o, keys...).(string); return
 func list(o any, keys ...string) []any { l, _ := at(o, keys...).([]any); return l }
 
 // settings lists the environment variables a binary reads, from its -h output.
-func settings(t *testing.T, bin string) map[string]bool {
+func settings(t testing.TB, bin string) map[string]bool {
 	t.Helper()
 	cmd := exec.Command("go", "run", "../../cmd/"+bin, "-h")
 	var out bytes.Buffer

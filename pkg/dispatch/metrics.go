@@ -1,7 +1,6 @@
 package dispatch
 
 import (
-	"errors"
 	"math"
 	"time"
 
@@ -88,7 +87,9 @@ func (m *Metrics) watch(d *Dispatcher) {
 	)
 }
 
-func (m *Metrics) attempt(start, end, prevEnd time.Time, err error) {
+// attempt counts one attempt and its gap; outcome is judge's, and delivered attempts
+// are counted by delivered, once the request is removed.
+func (m *Metrics) attempt(start, end, prevEnd time.Time, outcome string) {
 	if m == nil {
 		return
 	}
@@ -96,14 +97,8 @@ func (m *Metrics) attempt(start, end, prevEnd time.Time, err error) {
 	if !prevEnd.IsZero() {
 		m.gap.Observe(start.Sub(prevEnd).Seconds())
 	}
-	var perm interface{ Permanent() bool }
-	switch {
-	case err == nil:
-		// Counted by delivered, once the request is removed from the queue.
-	case errors.As(err, &perm) && perm.Permanent():
-		m.attempts.WithLabelValues(OutcomePermanent).Inc()
-	default:
-		m.attempts.WithLabelValues(OutcomeTransient).Inc()
+	if outcome != OutcomeDelivered {
+		m.attempts.WithLabelValues(outcome).Inc()
 	}
 }
 

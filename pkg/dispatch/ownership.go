@@ -11,28 +11,6 @@ import (
 	"github.com/rs/zerolog"
 )
 
-// LeaseStore keeps partition leases that expire unless renewed, in a store all
-// dispatcher instances share (the queue's KV bucket).
-type LeaseStore interface {
-	// Heartbeat says instance id is alive for another TTL; Leave says it is gone.
-	Heartbeat(ctx context.Context, id string) error
-	Leave(ctx context.Context, id string) error
-	// Members lists the instances alive now.
-	Members(ctx context.Context) ([]string, error)
-	// Acquire takes partition p if nobody holds it; ok is false when somebody does.
-	Acquire(ctx context.Context, p int, owner string) (rev uint64, ok bool, err error)
-	// Renew extends owner's lease by compare-and-swap on rev; ok is false when it is gone.
-	Renew(ctx context.Context, p int, owner string, rev uint64) (newRev uint64, ok bool, err error)
-	// Release gives p up if rev is still current.
-	Release(ctx context.Context, p int, rev uint64) error
-	// ReleaseAll gives up every lease held by owner, at whatever revision.
-	ReleaseAll(ctx context.Context, owner string) (int, error)
-	// WatchLeases calls fn with every lease taken, renewed or released, the leases in
-	// place first (partition -1: an instance's heartbeat or leaving), with the store's
-	// revision of the change; lost hears that the watch ended before it was stopped.
-	WatchLeases(ctx context.Context, fn func(partition int, owner string, released bool, rev uint64), lost func(error)) (stop func(), err error)
-}
-
 type ownKind int
 
 const (
@@ -74,6 +52,7 @@ type leaser struct {
 	ttl        time.Duration
 	margin     time.Duration
 	every      time.Duration
+	now        clock
 	events     chan<- ownEvent
 	log        zerolog.Logger
 
@@ -97,7 +76,7 @@ func (m *leaser) saw(p int, owner string, released bool, rev uint64) {
 	case released:
 		delete(m.seen, p) // handed back drained: nothing of its holder's is in flight
 	default:
-		m.seen[p] = time.Now()
+		m.seen[p] = m.now()
 	}
 }
 
@@ -105,11 +84,11 @@ func (m *leaser) saw(p int, owner string, released bool, rev uint64) {
 // the latest acquisition: every renewal made before it has a lower one. It says whether
 // the watch got there, running.
 func (m *leaser) watchCaughtUp(rev uint64) bool {
-	for deadline := time.Now().Add(time.Second); ; time.Sleep(10 * time.Millisecond) {
+	for deadline := m.now().Add(time.Second); ; time.Sleep(10 * time.Millisecond) {
 		m.seenMu.Lock()
 		caught, watching := m.seenRev >= rev, m.watching
 		m.seenMu.Unlock()
-		if caught || !watching || time.Now().After(deadline) {
+		if caught || !watching || m.now().After(deadline) {
 			return caught && watching
 		}
 	}
@@ -123,7 +102,7 @@ func (m *leaser) watchCaughtUp(rev uint64) bool {
 func (m *leaser) notBefore(p int, sure bool) time.Time {
 	m.seenMu.Lock()
 	defer m.seenMu.Unlock()
-	now := time.Now()
+	now := m.now()
 	if !sure || now.Before(m.blindUntil) {
 		return now.Add(m.ttl)
 	}
@@ -157,7 +136,7 @@ func (m *leaser) watch(ctx context.Context, poke func()) (stop func()) {
 	}
 	if m.watching = true; !m.blindUntil.IsZero() {
 		// Started again after a gap: renewals in the gap went unseen.
-		m.blindUntil = time.Now().Add(m.ttl)
+		m.blindUntil = m.now().Add(m.ttl)
 	}
 	return stop
 }
@@ -174,6 +153,14 @@ type drained struct {
 	h *holding
 }
 
+// newLeaser returns the leaser of d's partitions, telling the loop through events.
+func newLeaser(d *Dispatcher, events chan<- ownEvent) *leaser {
+	return &leaser{store: d.cfg.Leases, id: d.cfg.InstanceID, partitions: d.src.Partitions(),
+		ttl: d.cfg.LeaseTTL, margin: d.cfg.leaseMargin(), every: d.cfg.leaseEvery(), now: d.now,
+		events: events, log: d.log, held: map[int]*holding{}, drained: make(chan drained, d.src.Partitions()),
+		seen: map[int]time.Time{}}
+}
+
 func (m *leaser) run(ctx context.Context) {
 	wake := make(chan struct{}, 1)
 	poke := func() {
@@ -188,7 +175,7 @@ func (m *leaser) run(ctx context.Context) {
 		m.seenMu.Lock()
 		lost := !m.watching
 		if lost {
-			m.blindUntil = time.Now().Add(100 * 365 * 24 * time.Hour) // until a watch runs again
+			m.blindUntil = m.now().Add(100 * 365 * 24 * time.Hour) // until a watch runs again
 		}
 		m.seenMu.Unlock()
 		if lost {
@@ -291,7 +278,7 @@ func (m *leaser) renewAll(ctx context.Context) {
 		go func() {
 			rctx, cancel := context.WithTimeout(ctx, m.every)
 			defer cancel()
-			sent := time.Now()
+			sent := m.now()
 			rev, ok, err := m.store.Renew(rctx, p, m.id, h.rev)
 			results <- renewed{p, sent, rev, ok, err}
 		}()
@@ -342,7 +329,7 @@ func (m *leaser) acquire(ctx context.Context, share, instances int) {
 		results := make(chan got, len(batch))
 		for _, p := range batch {
 			go func() {
-				sent := time.Now()
+				sent := m.now()
 				rev, ok, err := m.store.Acquire(ctx, p, m.id)
 				results <- got{p, sent, rev, ok, err}
 			}()

@@ -2,70 +2,10 @@ package dispatch
 
 import (
 	"container/heap"
-	"strings"
 	"time"
+
+	"github.com/penguinhq/dispatcher/pkg/request"
 )
-
-// Job is one lane handed to a worker: look at the client's head request and, if there is
-// one, make one attempt, starting it no sooner than SendAt.
-type Job struct {
-	Subject string
-	// SendAt is the earliest the attempt may start. A job is handed out up to the
-	// scheduler's lead before it, so that the head request is read in advance and the
-	// attempt starts on time whatever the queue's latency.
-	SendAt time.Time
-	// HeadSeq, Attempts and FirstAttempt describe earlier failed attempts of the request
-	// that was at the head last time; Attempts is 0 when there were none.
-	HeadSeq      uint64
-	Attempts     int
-	FirstAttempt time.Time
-	// PrevEnd is when the client's previous attempt ended; zero if none is remembered.
-	PrevEnd time.Time
-	// Since is the lane's fence: an attempt by an earlier owner of the client may have
-	// ended as late as this (zero: none can have).
-	Since time.Time
-	// Paused says the client is paused: the worker sends nothing, only purges.
-	Paused bool
-	// PurgeThrough asks the worker to dead-letter, unsent, every request of the client
-	// with a sequence up to this one (0: none).
-	PurgeThrough uint64
-}
-
-// Kind says how a Job ended.
-type Kind int
-
-// The ways a Job ends.
-const (
-	// Empty: the client has nothing queued.
-	Empty Kind = iota
-	// Delivered: raven accepted the head request and it was removed.
-	Delivered
-	// Retry: the attempt failed transiently; the request stays at the head.
-	Retry
-	// DeadLettered: the request was moved to the dead-letter stream and removed.
-	DeadLettered
-	// Failed: the queue could not be read; nothing was sent.
-	Failed
-	// Held: nothing was sent because the partition's lease might lapse first.
-	Held
-	// Parked: the client is paused and has nothing to purge; the lane waits for a resume.
-	Parked
-)
-
-// Result is what a worker reports back for a Job.
-type Result struct {
-	Subject string
-	Kind    Kind
-	// For Retry: the request's sequence, the attempt number just made and when the first
-	// attempt started.
-	Seq          uint64
-	Attempts     int
-	FirstAttempt time.Time
-	// AttemptEnd is when the HTTP attempt ended; zero when no attempt was made.
-	AttemptEnd time.Time
-	// RetryAfter is raven's Retry-After for a Retry, zero when it gave none.
-	RetryAfter time.Duration
-}
 
 // How soon a lane is looked at again after a failed queue read, or after it was held
 // because its partition's lease was about to lapse.
@@ -73,32 +13,6 @@ const (
 	failedRetry = time.Second
 	heldRetry   = 50 * time.Millisecond
 )
-
-type lane struct {
-	subject      string
-	due          time.Time
-	notBefore    time.Time // what asked for due, before spacing pushed it later
-	index        int       // position in the heap; -1 when not waiting
-	inFlight     bool
-	notified     bool // a request arrived while in flight
-	expiring     bool // waiting only to be forgotten, once an interval has passed since lastEnd
-	parked       bool // paused: neither waiting nor in flight until resumed
-	lastEnd      time.Time
-	since        time.Time // the fence: an earlier owner's attempt may have ended this late
-	headSeq      uint64
-	attempts     int
-	firstAttempt time.Time
-}
-
-// Steer is how an operator steers one client; the zero Steer leaves it to the defaults.
-type Steer struct {
-	// Interval replaces the global interval for this client when positive.
-	Interval time.Duration
-	// Paused stops sends to the client until it is resumed; its requests wait.
-	Paused bool
-	// PurgeThrough dead-letters, unsent, the client's requests up to this sequence.
-	PurgeThrough uint64
-}
 
 // Scheduler holds one lane per client with a backlog and says which may start an attempt
 // when. It is not safe for concurrent use: one goroutine owns it, and passes the time in.
@@ -116,7 +30,7 @@ type Scheduler struct {
 	lanes    map[string]*lane
 	waiting  laneHeap
 	inFlight int
-	steers   map[string]Steer // by client token (the subject's last token)
+	steers   map[string]request.Steering // by client token (the subject's last token)
 	// Fences from interval raises, for clients whose lane was already forgotten: their
 	// last attempt may have ended as late as this. Global, and by client token.
 	raised       time.Time
@@ -125,7 +39,7 @@ type Scheduler struct {
 
 // NewScheduler returns an empty Scheduler. rand returns numbers in [0, 1) for jitter.
 func NewScheduler(p Policy, rand func() float64) *Scheduler {
-	return &Scheduler{policy: p, rand: rand, lanes: make(map[string]*lane), steers: make(map[string]Steer), clientRaised: make(map[string]time.Time)}
+	return &Scheduler{policy: p, rand: rand, lanes: make(map[string]*lane), steers: make(map[string]request.Steering), clientRaised: make(map[string]time.Time)}
 }
 
 // Interval is the global interval in force.
@@ -149,13 +63,13 @@ func (s *Scheduler) SetInterval(d time.Duration, now time.Time) {
 	s.rescheduleWaiting(func(*lane) bool { return true })
 }
 
-// Steer sets at now how client (a subject's last token) is steered; the zero Steer
+// Steer sets at now how client (a subject's last token) is steered; the zero Steering
 // clears it. A lane waiting is rescheduled to the client's interval; a parked lane, or
 // one in flight, is looked at again, so that a resume or a purge takes effect. A raise
 // of the client's interval fences a lane made later, as SetInterval does.
-func (s *Scheduler) Steer(client string, st Steer, now time.Time) {
+func (s *Scheduler) Steer(client string, st request.Steering, now time.Time) {
 	old := s.intervalOfClient(client)
-	if st == (Steer{}) {
+	if st.IsZero() {
 		delete(s.steers, client)
 	} else {
 		s.steers[client] = st
@@ -172,11 +86,10 @@ func (s *Scheduler) Steer(client string, st Steer, now time.Time) {
 	for _, l := range s.lanes {
 		switch {
 		case !mine(l):
-		case l.parked:
-			l.parked = false
+		case l.state == parked:
 			s.schedule(l, l.notBefore)
-		case l.inFlight:
-			l.notified = true // its worker had the old steering: look again
+		case l.state == inFlight:
+			l.state = inFlightStale // its worker had the old steering: look again
 		}
 	}
 	s.rescheduleWaiting(mine)
@@ -192,19 +105,20 @@ func (s *Scheduler) IntervalOf(subject string) time.Duration {
 
 func (s *Scheduler) intervalOfClient(client string) time.Duration {
 	if st, ok := s.steers[client]; ok && st.Interval > 0 {
-		return st.Interval
+		return time.Duration(st.Interval)
 	}
 	return s.policy.Interval
 }
 
-func (s *Scheduler) steerOf(subject string) Steer {
+func (s *Scheduler) steerOf(subject string) request.Steering {
 	if len(s.steers) == 0 {
-		return Steer{}
+		return request.Steering{}
 	}
 	return s.steers[clientOf(subject)]
 }
 
-func clientOf(subject string) string { return subject[strings.LastIndexByte(subject, '.')+1:] }
+// clientOf is the client token of a request subject.
+func clientOf(subject string) string { return request.ClientToken(subject) }
 
 func (s *Scheduler) rescheduleWaiting(match func(*lane) bool) {
 	changed := false
@@ -244,10 +158,9 @@ func (s *Scheduler) Notify(subject string, now, since time.Time) {
 		l = &lane{subject: subject, index: -1, since: since}
 		s.lanes[subject] = l
 		s.schedule(l, now)
-	case l.inFlight:
-		l.notified = true
-	case l.expiring:
-		l.expiring = false
+	case l.state == inFlight:
+		l.state = inFlightStale
+	case l.state == idle:
 		heap.Remove(&s.waiting, l.index)
 		s.schedule(l, now)
 	}
@@ -266,11 +179,11 @@ func (s *Scheduler) Next() (time.Time, bool) {
 func (s *Scheduler) Due(now time.Time) (Job, bool) {
 	for len(s.waiting) > 0 && !s.waiting[0].due.After(now.Add(s.lead)) {
 		l := heap.Pop(&s.waiting).(*lane)
-		if l.expiring {
+		if l.state == idle {
 			delete(s.lanes, l.subject) // its interval has passed: forgetting it is safe
 			continue
 		}
-		l.inFlight, l.notified = true, false
+		l.state = inFlight
 		s.inFlight++
 		st := s.steerOf(l.subject)
 		return Job{Subject: l.subject, SendAt: l.due, HeadSeq: l.headSeq, Attempts: l.attempts, FirstAttempt: l.firstAttempt,
@@ -283,10 +196,10 @@ func (s *Scheduler) Due(now time.Time) (Job, bool) {
 // drops the lane when its client has nothing left.
 func (s *Scheduler) Done(r Result, now time.Time) {
 	l := s.lanes[r.Subject]
-	if l == nil || !l.inFlight {
+	if l == nil || !l.state.busy() {
 		return
 	}
-	l.inFlight = false
+	stale := l.state == inFlightStale
 	s.inFlight--
 	if !r.AttemptEnd.IsZero() {
 		l.lastEnd = r.AttemptEnd
@@ -294,7 +207,7 @@ func (s *Scheduler) Done(r Result, now time.Time) {
 	switch r.Kind {
 	case Empty:
 		switch {
-		case l.notified:
+		case stale:
 			s.schedule(l, now)
 		case l.lastEnd.IsZero() || !now.Before(l.lastEnd.Add(s.IntervalOf(l.subject))):
 			// Nothing queued, and the last attempt is at least an interval old, so
@@ -304,7 +217,7 @@ func (s *Scheduler) Done(r Result, now time.Time) {
 		default:
 			// Looked early (the lead): keep the lane, so that a request arriving now
 			// still waits out the interval, and forget it once the interval has passed.
-			l.expiring = true
+			l.state = idle
 			l.due = s.dueOf(l, now)
 			heap.Push(&s.waiting, l)
 		}
@@ -316,8 +229,8 @@ func (s *Scheduler) Done(r Result, now time.Time) {
 		// The interval is not added here: schedule adds it, with the interval in force.
 		s.schedule(l, l.lastEnd.Add(max(s.policy.Backoff(r.Attempts, s.rand()), r.RetryAfter)))
 	case Parked:
-		if s.steerOf(l.subject).Paused && !l.notified {
-			l.parked, l.notBefore = true, now
+		if s.steerOf(l.subject).Paused && !stale {
+			l.state, l.notBefore = parked, now
 		} else { // resumed while the worker looked
 			s.schedule(l, now)
 		}
@@ -334,10 +247,9 @@ func (s *Scheduler) Done(r Result, now time.Time) {
 // lane.
 func (s *Scheduler) Hold(subject string, since time.Time) {
 	l := s.lanes[subject]
-	if l == nil || !l.inFlight {
+	if l == nil || !l.state.busy() {
 		return
 	}
-	l.inFlight = false
 	s.inFlight--
 	l.since = later(l.since, since)
 	s.schedule(l, l.notBefore)
@@ -350,7 +262,7 @@ func (s *Scheduler) Forget(subject string) {
 	if l == nil {
 		return
 	}
-	if l.inFlight {
+	if l.state.busy() {
 		s.inFlight--
 	}
 	if l.index >= 0 {
@@ -362,16 +274,16 @@ func (s *Scheduler) Forget(subject string) {
 // ForgetWaiting drops every waiting lane that match selects; lanes in flight stay.
 func (s *Scheduler) ForgetWaiting(match func(subject string) bool) {
 	for subj, l := range s.lanes {
-		if !l.inFlight && match(subj) {
+		if !l.state.busy() && match(subj) {
 			s.Forget(subj)
 		}
 	}
 }
 
-// schedule puts l in the heap at notBefore, but never sooner than an interval after its
-// last attempt ended or after its fence.
+// schedule puts l in the heap, waiting, at notBefore, but never sooner than an interval
+// after its last attempt ended or after its fence.
 func (s *Scheduler) schedule(l *lane, notBefore time.Time) {
-	l.notBefore = notBefore
+	l.state, l.notBefore = waiting, notBefore
 	l.due = s.dueOf(l, notBefore)
 	heap.Push(&s.waiting, l)
 }
@@ -380,7 +292,7 @@ func (s *Scheduler) schedule(l *lane, notBefore time.Time) {
 // interval in force now.
 func (s *Scheduler) dueOf(l *lane, notBefore time.Time) time.Time {
 	iv := s.IntervalOf(l.subject)
-	if l.expiring {
+	if l.state == idle {
 		return l.lastEnd.Add(iv + s.lead)
 	}
 	due := notBefore
@@ -398,82 +310,4 @@ func later(a, b time.Time) time.Time {
 		return b
 	}
 	return a
-}
-
-// laneHeap orders waiting lanes by due time.
-type laneHeap []*lane
-
-func (h laneHeap) Len() int           { return len(h) }
-func (h laneHeap) Less(i, j int) bool { return h[i].due.Before(h[j].due) }
-func (h laneHeap) Swap(i, j int) {
-	h[i], h[j] = h[j], h[i]
-	h[i].index, h[j].index = i, j
-}
-func (h *laneHeap) Push(x any) {
-	l := x.(*lane)
-	l.index = len(*h)
-	*h = append(*h, l)
-}
-func (h *laneHeap) Pop() any {
-	old := *h
-	l := old[len(old)-1]
-	old[len(old)-1] = nil
-	l.index = -1
-	*h = old[:len(old)-1]
-	return l
-}
-
-// Lane states, as LaneInfo.State.
-const (
-	LaneWaiting  = "waiting"   // due at LaneInfo.NextSend
-	LaneInFlight = "in_flight" // a worker is reading or sending its head request
-	LanePaused   = "paused"    // parked until the client is resumed
-	LaneIdle     = "idle"      // nothing queued; kept until an interval has passed
-)
-
-// LaneInfo is what the scheduler knows of one lane, for operators.
-type LaneInfo struct {
-	Subject  string        `json:"subject"`
-	State    string        `json:"state"`
-	NextSend time.Time     `json:"next_send,omitzero"` // earliest start of its next attempt, when waiting
-	Attempts int           `json:"attempts"`           // failed attempts of the head request so far
-	LastEnd  time.Time     `json:"last_attempt_end,omitzero"`
-	Interval time.Duration `json:"interval"`
-}
-
-// Lane describes subject's lane; false when there is none.
-func (s *Scheduler) Lane(subject string) (LaneInfo, bool) {
-	l := s.lanes[subject]
-	if l == nil {
-		return LaneInfo{}, false
-	}
-	return s.info(l), true
-}
-
-// LaneInfos describes up to limit lanes, in no particular order.
-func (s *Scheduler) LaneInfos(limit int) []LaneInfo {
-	limit = max(limit, 0)
-	out := make([]LaneInfo, 0, min(limit, len(s.lanes)))
-	for _, l := range s.lanes {
-		if len(out) == limit {
-			break
-		}
-		out = append(out, s.info(l))
-	}
-	return out
-}
-
-func (s *Scheduler) info(l *lane) LaneInfo {
-	li := LaneInfo{Subject: l.subject, Attempts: l.attempts, LastEnd: l.lastEnd, Interval: s.IntervalOf(l.subject)}
-	switch {
-	case l.inFlight:
-		li.State = LaneInFlight
-	case l.parked:
-		li.State = LanePaused
-	case l.expiring:
-		li.State = LaneIdle
-	default:
-		li.State, li.NextSend = LaneWaiting, l.due
-	}
-	return li
 }

@@ -19,7 +19,7 @@ func policy() dispatch.Policy {
 func zero() float64 { return 0 }
 
 // mustDue takes the one job due at now and fails if there is none or another.
-func mustDue(t *testing.T, s *dispatch.Scheduler, now time.Time, subject string) dispatch.Job {
+func mustDue(t testing.TB, s *dispatch.Scheduler, now time.Time, subject string) dispatch.Job {
 	t.Helper()
 	job, ok := s.Due(now)
 	if !ok {
@@ -32,7 +32,7 @@ func mustDue(t *testing.T, s *dispatch.Scheduler, now time.Time, subject string)
 	return job
 }
 
-func mustNotDue(t *testing.T, s *dispatch.Scheduler, now time.Time) {
+func mustNotDue(t testing.TB, s *dispatch.Scheduler, now time.Time) {
 	t.Helper()
 	if job, ok := s.Due(now); ok {
 		t.Fatalf("%s due at %s, want nothing", job.Subject, now.Sub(t0))

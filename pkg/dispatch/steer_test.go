@@ -5,11 +5,12 @@ import (
 	"time"
 
 	"github.com/penguinhq/dispatcher/pkg/dispatch"
+	"github.com/penguinhq/dispatcher/pkg/request"
 )
 
 // deliver takes subject's due job at now and reports it delivered, the attempt ending at
 // once; it returns the job.
-func deliver(t *testing.T, s *dispatch.Scheduler, now time.Time, subject string) dispatch.Job {
+func deliver(t testing.TB, s *dispatch.Scheduler, now time.Time, subject string) dispatch.Job {
 	t.Helper()
 	job := mustDue(t, s, now, subject)
 	s.Done(dispatch.Result{Subject: subject, Kind: dispatch.Delivered, AttemptEnd: now}, now)
@@ -34,7 +35,7 @@ func TestGlobalIntervalChangeMovesWaitingLanes(t *testing.T) {
 func TestClientIntervalOverridesGlobal(t *testing.T) {
 	t.Parallel()
 	s := dispatch.NewScheduler(policy(), zero)
-	s.Steer("slow", dispatch.Steer{Interval: time.Minute}, t0.Add(-time.Hour))
+	s.Steer("slow", request.Steering{Interval: request.Duration(time.Minute)}, t0.Add(-time.Hour))
 	for _, c := range []string{"p.slow", "p.fast"} {
 		s.Notify(c, t0, time.Time{})
 		deliver(t, s, t0, c)
@@ -48,17 +49,17 @@ func TestClientIntervalOverridesGlobal(t *testing.T) {
 
 	// Clearing the steer brings the client back to the global interval.
 	s2 := dispatch.NewScheduler(policy(), zero)
-	s2.Steer("slow", dispatch.Steer{Interval: time.Minute}, t0.Add(-time.Hour))
+	s2.Steer("slow", request.Steering{Interval: request.Duration(time.Minute)}, t0.Add(-time.Hour))
 	s2.Notify("p.slow", t0, time.Time{})
 	deliver(t, s2, t0, "p.slow")
-	s2.Steer("slow", dispatch.Steer{}, t0)
+	s2.Steer("slow", request.Steering{}, t0)
 	mustDue(t, s2, t0.Add(interval), "p.slow")
 }
 
 func TestFenceUsesTheClientsInterval(t *testing.T) {
 	t.Parallel()
 	s := dispatch.NewScheduler(policy(), zero)
-	s.Steer("slow", dispatch.Steer{Interval: time.Minute}, t0.Add(-time.Hour))
+	s.Steer("slow", request.Steering{Interval: request.Duration(time.Minute)}, t0.Add(-time.Hour))
 	s.Notify("p.slow", t0, t0) // taken over at t0: the previous owner may have just sent
 	mustNotDue(t, s, t0.Add(time.Minute-time.Nanosecond))
 	mustDue(t, s, t0.Add(time.Minute), "p.slow")
@@ -69,7 +70,7 @@ func TestPausedLaneParksAndResumesSpaced(t *testing.T) {
 	s := dispatch.NewScheduler(policy(), zero)
 	s.Notify("p.a", t0, time.Time{})
 	deliver(t, s, t0, "p.a")
-	s.Steer("a", dispatch.Steer{Paused: true}, t0)
+	s.Steer("a", request.Steering{Paused: true}, t0)
 
 	job := mustDue(t, s, t0.Add(interval), "p.a")
 	if !job.Paused {
@@ -82,7 +83,7 @@ func TestPausedLaneParksAndResumesSpaced(t *testing.T) {
 		t.Fatalf("lane = %+v, %v; want paused", li, ok)
 	}
 
-	s.Steer("a", dispatch.Steer{}, t0) // resume: due at once (the interval has long passed)
+	s.Steer("a", request.Steering{}, t0) // resume: due at once (the interval has long passed)
 	job = mustDue(t, s, t0.Add(time.Hour), "p.a")
 	if job.Paused {
 		t.Fatal("job after resume is still marked paused")
@@ -94,8 +95,8 @@ func TestResumeSoonAfterASendStillWaitsTheInterval(t *testing.T) {
 	s := dispatch.NewScheduler(policy(), zero)
 	s.Notify("p.a", t0, time.Time{})
 	deliver(t, s, t0, "p.a")
-	s.Steer("a", dispatch.Steer{Paused: true}, t0)
-	s.Steer("a", dispatch.Steer{}, t0.Add(time.Second)) // resumed before the interval passed
+	s.Steer("a", request.Steering{Paused: true}, t0)
+	s.Steer("a", request.Steering{}, t0.Add(time.Second)) // resumed before the interval passed
 	mustNotDue(t, s, t0.Add(interval-time.Nanosecond))
 	mustDue(t, s, t0.Add(interval), "p.a")
 }
@@ -107,12 +108,12 @@ func TestPurgeOfAParkedLaneLooksAgain(t *testing.T) {
 	s := dispatch.NewScheduler(policy(), zero)
 	s.Notify("p.a", t0, time.Time{})
 	deliver(t, s, t0, "p.a")
-	s.Steer("a", dispatch.Steer{Paused: true}, t0)
+	s.Steer("a", request.Steering{Paused: true}, t0)
 	job := mustDue(t, s, t0.Add(interval), "p.a")
 	s.Done(dispatch.Result{Subject: job.Subject, Kind: dispatch.Parked}, t0.Add(interval))
 	// The purge asks for a look; nothing was sent meanwhile, so spacing still counts
 	// from t0.
-	s.Steer("a", dispatch.Steer{Paused: true, PurgeThrough: 9}, t0)
+	s.Steer("a", request.Steering{Paused: true, PurgeThrough: 9}, t0)
 	job = mustDue(t, s, t0.Add(interval), "p.a")
 	if !job.Paused || job.PurgeThrough != 9 {
 		t.Fatalf("job = %+v, want paused with purge through 9", job)
@@ -124,7 +125,7 @@ func TestPurgeLeavesSpacingFromTheLastRealAttempt(t *testing.T) {
 	s := dispatch.NewScheduler(policy(), zero)
 	s.Notify("p.a", t0, time.Time{})
 	deliver(t, s, t0, "p.a")
-	s.Steer("a", dispatch.Steer{PurgeThrough: 5}, t0)
+	s.Steer("a", request.Steering{PurgeThrough: 5}, t0)
 	now := t0.Add(interval)
 	job := mustDue(t, s, now, "p.a")
 	if job.PurgeThrough != 5 {
@@ -141,7 +142,9 @@ func TestRaisedIntervalFencesClientsWithoutALane(t *testing.T) {
 	t.Parallel()
 	for _, raise := range []func(s *dispatch.Scheduler, now time.Time){
 		func(s *dispatch.Scheduler, now time.Time) { s.SetInterval(time.Minute, now) },
-		func(s *dispatch.Scheduler, now time.Time) { s.Steer("a", dispatch.Steer{Interval: time.Minute}, now) },
+		func(s *dispatch.Scheduler, now time.Time) {
+			s.Steer("a", request.Steering{Interval: request.Duration(time.Minute)}, now)
+		},
 	} {
 		s := dispatch.NewScheduler(policy(), zero)
 		s.Notify("p.a", t0, time.Time{})
@@ -167,13 +170,13 @@ func TestRaisedIntervalFencesClientsWithoutALane(t *testing.T) {
 func TestPurgeWhileAPausedLaneIsInFlight(t *testing.T) {
 	t.Parallel()
 	s := dispatch.NewScheduler(policy(), zero)
-	s.Steer("a", dispatch.Steer{Paused: true}, t0.Add(-time.Hour))
+	s.Steer("a", request.Steering{Paused: true}, t0.Add(-time.Hour))
 	s.Notify("p.a", t0, time.Time{})
 	job := mustDue(t, s, t0, "p.a")
 	if !job.Paused || job.PurgeThrough != 0 {
 		t.Fatalf("job %+v", job)
 	}
-	s.Steer("a", dispatch.Steer{Paused: true, PurgeThrough: 7}, t0) // while in flight
+	s.Steer("a", request.Steering{Paused: true, PurgeThrough: 7}, t0) // while in flight
 	s.Done(dispatch.Result{Subject: "p.a", Kind: dispatch.Parked}, t0)
 	job = mustDue(t, s, t0, "p.a")
 	if job.PurgeThrough != 7 {

@@ -12,7 +12,7 @@ import (
 )
 
 // echoServer answers every line with the same line.
-func echoServer(t *testing.T) string {
+func echoServer(t testing.TB) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -15,11 +15,12 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/penguinhq/dispatcher/pkg/httpapi"
+	"github.com/penguinhq/dispatcher/pkg/queue"
 	"github.com/penguinhq/dispatcher/pkg/request"
 )
 
-// Publisher stores an accepted request durably. Its errors are request.ErrBacklogFull,
-// request.ErrQueueFull or request.ErrUnavailable, possibly wrapped.
+// Publisher stores an accepted request durably. Its errors are queue.ErrBacklogFull,
+// queue.ErrQueueFull or queue.ErrUnavailable, possibly wrapped.
 type Publisher interface {
 	Publish(ctx context.Context, r request.Request) (request.Receipt, error)
 }
@@ -194,10 +195,10 @@ func (a *API) accept(w http.ResponseWriter, r *http.Request) {
 // publishProblem is the one map from queue errors to HTTP answers.
 func publishProblem(err error, backlogRetry time.Duration) problem {
 	switch {
-	case errors.Is(err, request.ErrBacklogFull):
+	case errors.Is(err, queue.ErrBacklogFull):
 		return problem{Status: http.StatusTooManyRequests, Code: "backlog_full", RetryAfter: backlogRetry,
 			Detail: "this client's backlog is at its cap; nothing queued was dropped; retry after the Retry-After delay"}
-	case errors.Is(err, request.ErrQueueFull):
+	case errors.Is(err, queue.ErrQueueFull):
 		return problem{Status: http.StatusServiceUnavailable, Code: "queue_full", RetryAfter: 30 * time.Second,
 			Detail: "the queue is at its size limit; nothing queued was dropped; retry after the Retry-After delay"}
 	default:

@@ -67,24 +67,41 @@ func (l *Ledger) Check(e Expect) Report { return Check(l.Arrivals(), e) }
 // Check checks arrivals recorded elsewhere (a recording raven in another process) in the
 // order they arrived, as Ledger.Check does.
 func Check(arrivals []Arrival, e Expect) Report {
-	rep := Report{Arrivals: len(arrivals), MinGap: -1}
-	violate := func(format string, args ...any) {
-		if len(rep.Violations) < 50 {
-			rep.Violations = append(rep.Violations, fmt.Sprintf(format, args...))
-		}
-	}
-
-	order := map[string][]string{} // client -> ids in acceptance order
-	index := map[string]int{}      // id -> position in its client's order
+	c := checker{e: e, rep: Report{Arrivals: len(arrivals), MinGap: -1},
+		order: map[string][]string{}, index: map[string]int{}, delivered: map[string]int{}}
 	for _, a := range e.Accepted {
-		if _, dup := index[a.ID]; dup {
+		if _, dup := c.index[a.ID]; dup {
 			continue // the same Idempotency-Key accepted twice is one request
 		}
-		index[a.ID] = len(order[a.ClientID])
-		order[a.ClientID] = append(order[a.ClientID], a.ID)
+		c.index[a.ID] = len(c.order[a.ClientID])
+		c.order[a.ClientID] = append(c.order[a.ClientID], a.ID)
 	}
+	for client, as := range c.byClient(arrivals) {
+		c.rep.MaxInFlight = max(c.rep.MaxInFlight, mostAtOnce(as))
+		c.client(client, as)
+	}
+	c.loss()
+	return c.rep
+}
 
-	delivered := map[string]int{}
+// checker holds what Check works out on its way.
+type checker struct {
+	e         Expect
+	rep       Report
+	order     map[string][]string // client -> ids in acceptance order
+	index     map[string]int      // id -> position in its client's order
+	delivered map[string]int      // id -> 2xx answers
+}
+
+func (c *checker) violate(format string, args ...any) {
+	if len(c.rep.Violations) < 50 {
+		c.rep.Violations = append(c.rep.Violations, fmt.Sprintf(format, args...))
+	}
+}
+
+// byClient groups the arrivals by client, in arrival order, checking on the way that
+// each was accepted and (with AttemptsOnce) that no attempt arrived twice.
+func (c *checker) byClient(arrivals []Arrival) map[string][]Arrival {
 	byClient := map[string][]Arrival{}
 	unknown := map[string]bool{}
 	type try struct {
@@ -93,99 +110,111 @@ func Check(arrivals []Arrival, e Expect) Report {
 	}
 	tries := map[try]int{}
 	for _, a := range arrivals {
-		if e.AttemptsOnce && a.Attempt > 0 {
+		if c.e.AttemptsOnce && a.Attempt > 0 {
 			if tries[try{a.ID, a.Attempt}]++; tries[try{a.ID, a.Attempt}] == 2 {
-				violate("attempt %d of %s (client %q) arrived more than once: sent again without the dispatcher knowing", a.Attempt, a.ID, a.ClientID)
+				c.violate("attempt %d of %s (client %q) arrived more than once: sent again without the dispatcher knowing", a.Attempt, a.ID, a.ClientID)
 			}
 		}
 		byClient[a.ClientID] = append(byClient[a.ClientID], a)
-		if _, known := index[a.ID]; !known && !unknown[a.ID] {
+		if _, known := c.index[a.ID]; !known && !unknown[a.ID] {
 			unknown[a.ID] = true
-			if !e.AllowUnacknowledged {
-				violate("arrival of id %s (client %q) that was never accepted", a.ID, a.ClientID)
+			if !c.e.AllowUnacknowledged {
+				c.violate("arrival of id %s (client %q) that was never accepted", a.ID, a.ClientID)
 			}
 		}
 	}
-	rep.Unacknowledged = len(unknown)
+	c.rep.Unacknowledged = len(unknown)
+	return byClient
+}
 
-	for client, as := range byClient {
-		rep.MaxInFlight = max(rep.MaxInFlight, mostAtOnce(as))
-		done := map[string]bool{}
-		pos := 0
-		for i, a := range as {
-			if i > 0 {
-				prev := as[i-1]
-				gap := a.Start.Sub(prev.Start)
-				if rep.MinGap < 0 || gap < rep.MinGap {
-					rep.MinGap = gap
-				}
-				if gap < e.Interval {
-					rep.ShortGaps++
-					violate("client %q: attempts %s and %s started %s apart, below the interval %s", client, prev.ID, a.ID, gap, e.Interval)
-				}
-				// An attempt the sender hung up on ended when the sender hung up; raven
-				// learns that only later, by an amount it cannot know, so after such an
-				// attempt only the start-to-start gap is checked. Every other end is
-				// raven's own: its answer, or the connection it dropped or reset.
-				switch since := a.Start.Sub(prev.End); {
-				case prev.Aborted:
-				case since < 0:
-					violate("client %q: attempt of %s started while attempt %d of %s was in flight (G5)", client, a.ID, prev.Attempt, prev.ID)
-				case since < e.Interval:
-					rep.ShortGaps++
-					violate("client %q: attempt of %s started %s after the previous attempt ended, below the interval %s", client, a.ID, since, e.Interval)
+// client checks one client's arrivals: spacing (G2, G5), order (G3) and duplicates.
+func (c *checker) client(client string, as []Arrival) {
+	done := map[string]bool{}
+	pos := 0
+	for i, a := range as {
+		if i > 0 {
+			c.spacing(client, as[i-1], a)
+		}
+		k, known := c.index[a.ID]
+		if !known {
+			continue
+		}
+		if k < pos {
+			if !done[a.ID] && !c.e.Replayed[a.ID] {
+				c.violate("client %q: %s attempted after a later request", client, a.ID)
+			}
+		} else {
+			for _, skipped := range c.order[client][pos:k] {
+				if !done[skipped] && !c.e.Dead[skipped] && !c.e.Replayed[skipped] {
+					c.violate("client %q: %s attempted before %s was delivered or dead-lettered", client, a.ID, skipped)
 				}
 			}
-			k, known := index[a.ID]
-			if !known {
-				continue
-			}
-			if k < pos {
-				if !done[a.ID] && !e.Replayed[a.ID] {
-					violate("client %q: %s attempted after a later request", client, a.ID)
-				}
-			} else {
-				for _, skipped := range order[client][pos:k] {
-					if !done[skipped] && !e.Dead[skipped] && !e.Replayed[skipped] {
-						violate("client %q: %s attempted before %s was delivered or dead-lettered", client, a.ID, skipped)
-					}
-				}
-				pos = k
-			}
-			if ok(a) {
-				if delivered[a.ID] > 0 {
-					rep.Duplicates++
-					if delivered[a.ID] == 1 {
-						rep.DuplicateIDs = append(rep.DuplicateIDs, a.ID)
-						if e.Explained != nil && !e.Explained[a.ID] {
-							violate("client %q: %s delivered again with no removal failure on record to explain it", client, a.ID)
-						}
-					}
-				}
-				delivered[a.ID]++
-				done[a.ID] = true
+			pos = k
+		}
+		if ok(a) {
+			c.deliveredOnce(client, a.ID)
+			done[a.ID] = true
+		}
+	}
+}
+
+// spacing checks the gap between two successive attempts of one client.
+func (c *checker) spacing(client string, prev, a Arrival) {
+	gap := a.Start.Sub(prev.Start)
+	if c.rep.MinGap < 0 || gap < c.rep.MinGap {
+		c.rep.MinGap = gap
+	}
+	if gap < c.e.Interval {
+		c.rep.ShortGaps++
+		c.violate("client %q: attempts %s and %s started %s apart, below the interval %s", client, prev.ID, a.ID, gap, c.e.Interval)
+	}
+	// An attempt the sender hung up on ended when the sender hung up; raven learns that
+	// only later, by an amount it cannot know, so after such an attempt only the
+	// start-to-start gap is checked. Every other end is raven's own: its answer, or the
+	// connection it dropped or reset.
+	switch since := a.Start.Sub(prev.End); {
+	case prev.Aborted:
+	case since < 0:
+		c.violate("client %q: attempt of %s started while attempt %d of %s was in flight (G5)", client, a.ID, prev.Attempt, prev.ID)
+	case since < c.e.Interval:
+		c.rep.ShortGaps++
+		c.violate("client %q: attempt of %s started %s after the previous attempt ended, below the interval %s", client, a.ID, since, c.e.Interval)
+	}
+}
+
+// deliveredOnce counts a 2xx answer for id, and a duplicate when it is not the first.
+func (c *checker) deliveredOnce(client, id string) {
+	if c.delivered[id] > 0 {
+		c.rep.Duplicates++
+		if c.delivered[id] == 1 {
+			c.rep.DuplicateIDs = append(c.rep.DuplicateIDs, id)
+			if c.e.Explained != nil && !c.e.Explained[id] {
+				c.violate("client %q: %s delivered again with no removal failure on record to explain it", client, id)
 			}
 		}
 	}
+	c.delivered[id]++
+}
 
-	for _, a := range e.Accepted {
+// loss checks that every accepted request was delivered or dead-lettered, not both (G4).
+func (c *checker) loss() {
+	for _, a := range c.e.Accepted {
 		switch {
-		case delivered[a.ID] > 0 && e.Dead[a.ID]:
-			violate("request %s (client %q) was both delivered and dead-lettered", a.ID, a.ClientID)
-		case delivered[a.ID] > 0:
-		case e.Dead[a.ID]:
+		case c.delivered[a.ID] > 0 && c.e.Dead[a.ID]:
+			c.violate("request %s (client %q) was both delivered and dead-lettered", a.ID, a.ClientID)
+		case c.delivered[a.ID] > 0:
+		case c.e.Dead[a.ID]:
 		default:
-			rep.Lost++
-			violate("request %s (client %q) was accepted but neither delivered nor dead-lettered", a.ID, a.ClientID)
+			c.rep.Lost++
+			c.violate("request %s (client %q) was accepted but neither delivered nor dead-lettered", a.ID, a.ClientID)
 		}
 	}
-	rep.Delivered = len(delivered)
-	for id := range e.Dead {
-		if _, known := index[id]; known {
-			rep.Dead++
+	c.rep.Delivered = len(c.delivered)
+	for id := range c.e.Dead {
+		if _, known := c.index[id]; known {
+			c.rep.Dead++
 		}
 	}
-	return rep
 }
 
 // mostAtOnce is the most of one client's arrivals (in start order) that overlap in time.

@@ -30,7 +30,7 @@ func acc(pairs ...string) []Accepted {
 	return out
 }
 
-func wantViolation(t *testing.T, r Report, substr string) {
+func wantViolation(t testing.TB, r Report, substr string) {
 	t.Helper()
 	for _, v := range r.Violations {
 		if strings.Contains(v, substr) {

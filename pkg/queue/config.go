@@ -6,13 +6,10 @@ import (
 	"time"
 )
 
-// Stream and subject names.
+// Stream names (the subjects are request.RequestPrefix and request.DeadLetterPrefix).
 const (
 	RequestStream    = "REQUESTS"
 	DeadLetterStream = "DEADLETTER"
-
-	requestPrefix    = "dispatch.req."
-	deadLetterPrefix = "dispatch.dead."
 )
 
 // Defaults for Config.

@@ -1,6 +1,8 @@
 package queue
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"net/url"
 	"os"
@@ -8,6 +10,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 )
 
@@ -70,11 +73,13 @@ func (s Security) options() ([]nats.Option, error) {
 	return opts, nil
 }
 
+// Conn is a connection to NATS as the services hold it: it reconnects for as long as it
+// is open, so that a service rides out a NATS restart instead of exiting.
+type Conn struct{ nc *nats.Conn }
+
 // Connect dials NATS at url (a comma-separated list of servers; a user and password may
-// be given in it) and keeps reconnecting for as long as the connection is open: a
-// service rides out a NATS restart instead of exiting. Connection events are logged;
-// passwords are not.
-func Connect(url, name string, log zerolog.Logger, sec Security) (*nats.Conn, error) {
+// be given in it). Connection events are logged; passwords are not.
+func Connect(url, name string, log zerolog.Logger, sec Security) (*Conn, error) {
 	opts, err := sec.options()
 	if err != nil {
 		return nil, err
@@ -83,7 +88,35 @@ func Connect(url, name string, log zerolog.Logger, sec Security) (*nats.Conn, er
 	if err != nil {
 		return nil, fmt.Errorf("connecting to NATS at %s: %w", RedactURLs(url), err)
 	}
-	return nc, nil
+	return &Conn{nc: nc}, nil
+}
+
+// Open opens the queue on c (see the function Open).
+func (c *Conn) Open(ctx context.Context, cfg Config, ensure Ensure) (*Queue, error) {
+	return Open(ctx, c.nc, cfg, ensure)
+}
+
+// Connected says whether the connection is up now (it reconnects by itself when not).
+func (c *Conn) Connected() bool { return c.nc.IsConnected() }
+
+// MaxPayload is the largest message the server takes.
+func (c *Conn) MaxPayload() int64 { return c.nc.MaxPayload() }
+
+// Close closes the connection at once.
+func (c *Conn) Close() { c.nc.Close() }
+
+// Drain lets what is in flight finish (subscriptions and publishes), then closes the
+// connection; it waits up to wait for that.
+func (c *Conn) Drain(wait time.Duration) {
+	done := make(chan struct{})
+	c.nc.SetClosedHandler(func(*nats.Conn) { close(done) })
+	if err := c.nc.Drain(); err != nil {
+		return
+	}
+	select {
+	case <-done:
+	case <-time.After(wait):
+	}
 }
 
 // RedactURLs hides the passwords in a comma-separated list of NATS URLs, for logs and
@@ -106,12 +139,12 @@ func RedactURLs(urls string) string {
 
 // ConnectInProcess connects to an embedded server without a network socket. Given a
 // Node, the connection follows the node's restarts.
-func ConnectInProcess(s nats.InProcessConnProvider, name string, log zerolog.Logger) (*nats.Conn, error) {
+func ConnectInProcess(s nats.InProcessConnProvider, name string, log zerolog.Logger) (*Conn, error) {
 	nc, err := nats.Connect("", append(connectOptions(name, log), nats.InProcessServer(s))...)
 	if err != nil {
 		return nil, fmt.Errorf("connecting to embedded NATS: %w", err)
 	}
-	return nc, nil
+	return &Conn{nc: nc}, nil
 }
 
 func connectOptions(name string, log zerolog.Logger) []nats.Option {
@@ -133,3 +166,26 @@ func connectOptions(name string, log zerolog.Logger) []nats.Option {
 		}),
 	}
 }
+
+// IsTransient says whether err, from opening the queue or a bucket, may pass by itself:
+// NATS not up yet, JetStream not ready, a timeout.
+func IsTransient(err error) bool {
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) && apiErr.Code == 503 {
+		return true // JetStream not up yet
+	}
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrNoResponders) ||
+		errors.Is(err, nats.ErrTimeout) || errors.Is(err, nats.ErrConnectionClosed) ||
+		errors.Is(err, nats.ErrConnectionReconnecting) || errors.Is(err, nats.ErrNoServers) ||
+		errors.Is(err, nats.ErrDisconnected)
+}
+
+// IsNoPeers says whether err is JetStream's "no suitable peers for placement": too few
+// nodes are online yet for the replicas asked for (a cluster still forming, or too many
+// replicas asked for).
+func IsNoPeers(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == errCodeNoPeers
+}
+
+const errCodeNoPeers = 10005 // JSClusterNoPeersErrF

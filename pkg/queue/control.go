@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
 
 	"github.com/penguinhq/dispatcher/pkg/request"
 )
@@ -26,81 +27,30 @@ const (
 	maxSteerAttempts = 20
 )
 
-// Steering is one record of the control bucket. For the global record only Interval
-// counts.
-type Steering struct {
-	// Interval replaces the configured interval when positive.
-	Interval Duration `json:"interval,omitzero"`
-	// Paused: the dispatcher sends nothing to the client; its requests wait.
-	Paused bool `json:"paused,omitempty"`
-	// PurgeThrough: the client's requests up to this stream sequence are dead-lettered
-	// unsent (reason "purged") by the dispatcher that owns the client.
-	PurgeThrough uint64 `json:"purge_through,omitempty"`
-	// UpdatedAt and By say when and by whom it was last changed, for operators.
-	UpdatedAt time.Time `json:"updated_at,omitzero"`
-	By        string    `json:"by,omitempty"`
-}
-
-// IsZero says whether s steers nothing.
-func (s Steering) IsZero() bool { return s.Interval == 0 && !s.Paused && s.PurgeThrough == 0 }
-
-// Duration is a time.Duration that reads and writes as text ("10s") in JSON.
-type Duration time.Duration
-
-// MarshalJSON writes d as Go duration text.
-func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(d).String()) }
-
-// UnmarshalJSON reads Go duration text.
-func (d *Duration) UnmarshalJSON(b []byte) error {
-	var s string
-	if err := json.Unmarshal(b, &s); err != nil {
-		return fmt.Errorf("duration must be text such as \"10s\": %w", err)
-	}
-	v, err := time.ParseDuration(s)
-	if err != nil {
-		return err
-	}
-	*d = Duration(v)
-	return nil
-}
-
-// SteerEvent is one record as the watch sees it: Client is the client's subject token,
-// empty for the global record. A deleted record comes as the zero Steering.
-type SteerEvent struct {
-	Client   string
-	Steering Steering
-}
-
 // Control reads and changes the control bucket.
 type Control struct {
-	kv jetstream.KeyValue
+	kv  jetstream.KeyValue
+	log zerolog.Logger
 }
 
-// Control opens the control bucket, creating it if it is missing.
-func (q *Queue) Control(ctx context.Context) (*Control, error) {
-	kv, err := q.js.KeyValue(ctx, ControlBucket)
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		kv, err = q.js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
-			Bucket:      ControlBucket,
-			Description: "Operators' steering of the dispatcher: global interval, per-client interval, pause, purge.",
-			History:     controlHistory,
-			Storage:     jetstream.FileStorage,
-			Replicas:    q.cfg.Replicas,
-		})
-		if errors.Is(err, jetstream.ErrBucketExists) {
-			kv, err = q.js.KeyValue(ctx, ControlBucket)
-		}
-	}
+// Control opens the control bucket, creating it if it is missing. log hears of records
+// that cannot be read (they are ignored) and of a watch that ends.
+func (q *Queue) Control(ctx context.Context, log zerolog.Logger) (*Control, error) {
+	kv, err := q.bucket(ctx, jetstream.KeyValueConfig{
+		Bucket:      ControlBucket,
+		Description: "Operators' steering of the dispatcher: global interval, per-client interval, pause, purge.",
+		History:     controlHistory,
+	})
 	if err != nil {
-		return nil, fmt.Errorf("control bucket: %w", err)
+		return nil, err
 	}
-	return &Control{kv: kv}, nil
+	return &Control{kv: kv, log: log}, nil
 }
 
 func clientKey(clientID string) string { return clientKeyPrefix + request.EncodeClientID(clientID) }
 
-// Global returns the global record; the zero Steering when none was set.
-func (c *Control) Global(ctx context.Context) (Steering, error) {
+// Global returns the global record; the zero request.Steering when none was set.
+func (c *Control) Global(ctx context.Context) (request.Steering, error) {
 	s, _, err := c.get(ctx, globalKey)
 	return s, err
 }
@@ -114,11 +64,11 @@ func (c *Control) SetGlobalInterval(ctx context.Context, d time.Duration, by str
 	if d == 0 {
 		return c.delete(ctx, globalKey)
 	}
-	return c.put(ctx, globalKey, Steering{Interval: Duration(d), UpdatedAt: time.Now().UTC(), By: by})
+	return c.put(ctx, globalKey, request.Steering{Interval: request.Duration(d), UpdatedAt: time.Now().UTC(), By: by})
 }
 
-// Client returns clientID's record; the zero Steering when none was set.
-func (c *Control) Client(ctx context.Context, clientID string) (Steering, error) {
+// Client returns clientID's record; the zero request.Steering when none was set.
+func (c *Control) Client(ctx context.Context, clientID string) (request.Steering, error) {
 	s, _, err := c.get(ctx, clientKey(clientID))
 	return s, err
 }
@@ -126,18 +76,18 @@ func (c *Control) Client(ctx context.Context, clientID string) (Steering, error)
 // UpdateClient changes clientID's record with change, by compare-and-swap, so that two
 // operators changing different fields at once both take effect. A record left steering
 // nothing is deleted.
-func (c *Control) UpdateClient(ctx context.Context, clientID, by string, change func(*Steering)) (Steering, error) {
+func (c *Control) UpdateClient(ctx context.Context, clientID, by string, change func(*request.Steering)) (request.Steering, error) {
 	key := clientKey(clientID)
 	for range maxSteerAttempts {
 		s, rev, err := c.get(ctx, key)
 		if err != nil {
-			return Steering{}, err
+			return request.Steering{}, err
 		}
 		change(&s)
 		s.UpdatedAt, s.By = time.Now().UTC(), by
 		if s.IsZero() {
 			if rev == 0 {
-				return Steering{}, nil
+				return request.Steering{}, nil
 			}
 			err = c.kv.Delete(ctx, key, jetstream.LastRevision(rev))
 		} else {
@@ -152,10 +102,10 @@ func (c *Control) UpdateClient(ctx context.Context, clientID, by string, change 
 			return s, nil
 		}
 		if !isWrongRevision(err) {
-			return Steering{}, fmt.Errorf("steering client %q: %w", clientID, err)
+			return request.Steering{}, fmt.Errorf("steering client %q: %w", clientID, err)
 		}
 	}
-	return Steering{}, fmt.Errorf("steering client %q: too many concurrent changes; try again", clientID)
+	return request.Steering{}, fmt.Errorf("steering client %q: too many concurrent changes; try again", clientID)
 }
 
 func isWrongRevision(err error) bool {
@@ -165,8 +115,8 @@ func isWrongRevision(err error) bool {
 }
 
 // Clients lists every client that has a record, by clientId.
-func (c *Control) Clients(ctx context.Context) (map[string]Steering, error) {
-	out := map[string]Steering{}
+func (c *Control) Clients(ctx context.Context) (map[string]request.Steering, error) {
+	out := map[string]request.Steering{}
 	lister, err := c.kv.ListKeysFiltered(ctx, clientKeyPrefix+">")
 	if err != nil {
 		return nil, fmt.Errorf("listing steered clients: %w", err)
@@ -191,16 +141,23 @@ func (c *Control) Clients(ctx context.Context) (map[string]Steering, error) {
 	return out, nil
 }
 
-// Watch returns every record in force now, then calls fn with each change until stop is
-// called or ctx ends. A record that cannot be read is reported to onBad and skipped; a
-// watch that ends on its own is reported to onBad with an empty key.
-func (c *Control) Watch(ctx context.Context, fn func(SteerEvent), onBad func(key string, err error)) (current []SteerEvent, stop func(), err error) {
+// WatchSteering returns the steering in force now, then calls fn with every change
+// until stop is called or ctx ends (it is the dispatcher's Steering). A record that
+// cannot be read is logged and skipped, and so is a watch that ends on its own.
+func (c *Control) WatchSteering(ctx context.Context, fn func(request.SteerChange)) (current []request.SteerChange, stop func(), err error) {
+	onBad := func(key string, err error) {
+		if key == "" {
+			c.log.Error().Err(err).Msg("steering watch lost")
+			return
+		}
+		c.log.Error().Err(err).Str("key", key).Msg("steering record cannot be read; ignoring it: fix it with dispatchctl")
+	}
 	w, err := c.kv.WatchAll(ctx)
 	if err != nil {
 		return nil, nil, fmt.Errorf("watching control bucket: %w", err)
 	}
-	event := func(e jetstream.KeyValueEntry) (SteerEvent, bool) {
-		var ev SteerEvent
+	event := func(e jetstream.KeyValueEntry) (request.SteerChange, bool) {
+		var ev request.SteerChange
 		switch k := e.Key(); {
 		case k == globalKey:
 		case strings.HasPrefix(k, clientKeyPrefix):
@@ -250,22 +207,22 @@ func (c *Control) Watch(ctx context.Context, fn func(SteerEvent), onBad func(key
 	}
 }
 
-func (c *Control) get(ctx context.Context, key string) (Steering, uint64, error) {
+func (c *Control) get(ctx context.Context, key string) (request.Steering, uint64, error) {
 	e, err := c.kv.Get(ctx, key)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return Steering{}, 0, nil
+		return request.Steering{}, 0, nil
 	}
 	if err != nil {
-		return Steering{}, 0, fmt.Errorf("reading %s: %w", key, err)
+		return request.Steering{}, 0, fmt.Errorf("reading %s: %w", key, err)
 	}
-	var s Steering
+	var s request.Steering
 	if err := json.Unmarshal(e.Value(), &s); err != nil {
-		return Steering{}, 0, fmt.Errorf("record %s is not valid: %w", key, err)
+		return request.Steering{}, 0, fmt.Errorf("record %s is not valid: %w", key, err)
 	}
 	return s, e.Revision(), nil
 }
 
-func (c *Control) put(ctx context.Context, key string, s Steering) error {
+func (c *Control) put(ctx context.Context, key string, s request.Steering) error {
 	b, _ := json.Marshal(s)
 	if _, err := c.kv.Put(ctx, key, b); err != nil {
 		return fmt.Errorf("writing %s: %w", key, err)

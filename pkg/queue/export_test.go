@@ -1,9 +1,13 @@
 package queue
 
-import "context"
+import (
+	"context"
+
+	"github.com/penguinhq/dispatcher/pkg/request"
+)
 
 // RequeuePublishOnly is Requeue stopped between its two steps, as by a crash.
-func (q *Queue) RequeuePublishOnly(r DeadRecord) (bool, error) {
+func (q *Queue) RequeuePublishOnly(r request.DeadLetter) (bool, error) {
 	return q.requeuePublish(context.Background(), r)
 }
 

@@ -17,7 +17,7 @@ func (q *Queue) ClientSubject(ctx context.Context, clientID string) (subject str
 	if err := request.ValidateClientID(clientID); err != nil {
 		return "", 0, false, err
 	}
-	m, err := q.backlog(ctx, requestPrefix+"*."+request.EncodeClientID(clientID))
+	m, err := q.backlog(ctx, request.RequestPrefix+"*."+request.EncodeClientID(clientID))
 	if err != nil {
 		return "", 0, false, err
 	}
@@ -49,12 +49,12 @@ type Found struct {
 // clientID's subject when it is given, else across the whole queue (slow on a large
 // backlog). ok is false when it is not queued.
 func (q *Queue) FindRequest(ctx context.Context, id, clientID string) (f Found, ok bool, err error) {
-	filter := requestPrefix + ">"
+	filter := request.RequestPrefix + ">"
 	if clientID != "" {
 		if err := request.ValidateClientID(clientID); err != nil {
 			return Found{}, false, err
 		}
-		filter = requestPrefix + "*." + request.EncodeClientID(clientID)
+		filter = request.RequestPrefix + "*." + request.EncodeClientID(clientID)
 	}
 	errFound := errors.New("found")
 	var ahead int64
@@ -63,13 +63,7 @@ func (q *Queue) FindRequest(ctx context.Context, id, clientID string) (f Found, 
 			ahead++
 			return nil
 		}
-		cid, _ := ClientIDOf(m.Subject())
-		f = Found{Stored: request.Stored{
-			Request:    request.Request{ID: id, ClientID: cid, ContentType: m.Headers().Get(request.HeaderContentType)},
-			Seq:        md.Sequence.Stream,
-			Subject:    m.Subject(),
-			AcceptedAt: md.Timestamp,
-		}, Position: -1}
+		f = Found{Stored: storedOf(m.Subject(), m.Headers(), nil, md.Sequence.Stream, md.Timestamp), Position: -1}
 		if clientID != "" {
 			f.Position = ahead
 		}

@@ -31,22 +31,14 @@ type Leases struct {
 // streams. An existing bucket must have the same TTL: every instance fences its sends by
 // the TTL, so instances that disagreed on it could both send in one partition.
 func (q *Queue) Leases(ctx context.Context, ttl time.Duration) (*Leases, error) {
-	kv, err := q.js.KeyValue(ctx, LeaseBucket)
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		kv, err = q.js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
-			Bucket:      LeaseBucket,
-			Description: "Dispatcher partition leases and instance heartbeats.",
-			TTL:         ttl,
-			History:     1,
-			Storage:     jetstream.FileStorage,
-			Replicas:    q.cfg.Replicas,
-		})
-		if errors.Is(err, jetstream.ErrBucketExists) {
-			kv, err = q.js.KeyValue(ctx, LeaseBucket)
-		}
-	}
+	kv, err := q.bucket(ctx, jetstream.KeyValueConfig{
+		Bucket:      LeaseBucket,
+		Description: "Dispatcher partition leases and instance heartbeats.",
+		TTL:         ttl,
+		History:     1,
+	})
 	if err != nil {
-		return nil, fmt.Errorf("lease bucket: %w", err)
+		return nil, err
 	}
 	st, err := kv.Status(ctx)
 	if err != nil {

@@ -15,7 +15,7 @@ import (
 	"github.com/penguinhq/dispatcher/pkg/request"
 )
 
-func open(t *testing.T, cfg queue.Config) *queue.Queue {
+func open(t testing.TB, cfg queue.Config) *queue.Queue {
 	t.Helper()
 	s := queuetest.Server(t)
 	q, err := queue.Open(context.Background(), queuetest.Conn(t, s), cfg, queue.CreateOrUpdate)
@@ -25,7 +25,7 @@ func open(t *testing.T, cfg queue.Config) *queue.Queue {
 	return q
 }
 
-func publish(t *testing.T, q *queue.Queue, client, id string) request.Receipt {
+func publish(t testing.TB, q *queue.Queue, client, id string) request.Receipt {
 	t.Helper()
 	res, err := q.Publish(context.Background(), request.Request{ID: id, ClientID: client, ContentType: "application/json", Body: []byte(`{"n":"` + id + `"}`)})
 	if err != nil {
@@ -52,13 +52,13 @@ func TestHeadDeleteInOrder(t *testing.T) {
 	}
 	var alice string
 	for subj, n := range backlog {
-		if id, _ := queue.ClientIDOf(subj); id == "alice" {
+		if id, _ := request.ClientIDOf(subj); id == "alice" {
 			alice = subj
 			if n != 3 {
 				t.Fatalf("alice has %d queued, want 3", n)
 			}
 		}
-		if p, err := queue.PartitionOf(subj); err != nil || p < 0 || p >= queue.DefaultPartitions {
+		if p, err := request.PartitionOf(subj); err != nil || p < 0 || p >= queue.DefaultPartitions {
 			t.Fatalf("partition of %s = %d, %v", subj, p, err)
 		}
 	}
@@ -117,7 +117,7 @@ func TestHostileClientIDsStayApart(t *testing.T) {
 	}
 	seen := map[string]bool{}
 	for subj, n := range backlog {
-		id, err := queue.ClientIDOf(subj)
+		id, err := request.ClientIDOf(subj)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -142,7 +142,7 @@ func TestBacklogCapAndDuplicates(t *testing.T) {
 	}
 	publish(t, q, "c", "x2")
 	_, err := q.Publish(context.Background(), request.Request{ID: "x3", ClientID: "c", Body: []byte("{}")})
-	if !errors.Is(err, request.ErrBacklogFull) {
+	if !errors.Is(err, queue.ErrBacklogFull) {
 		t.Fatalf("third publish: %v, want ErrBacklogFull", err)
 	}
 	publish(t, q, "other", "o1") // another client is not affected
@@ -155,7 +155,7 @@ func TestQueueFull(t *testing.T) {
 	for i := 0; i < 100 && err == nil; i++ {
 		_, err = q.Publish(context.Background(), request.Request{ID: fmt.Sprint(i), ClientID: fmt.Sprint("c", i), Body: make([]byte, 512)})
 	}
-	if !errors.Is(err, request.ErrQueueFull) {
+	if !errors.Is(err, queue.ErrQueueFull) {
 		t.Fatalf("publishing past MaxBytes: %v, want ErrQueueFull", err)
 	}
 }
@@ -171,17 +171,14 @@ func TestDeadLetterKeepsOneCopy(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		why := request.DeadLetter{Reason: request.ReasonPermanent, LastStatus: 400, Attempts: 1, LastError: "bad\r\nthing"}
+		why := request.Verdict{Reason: request.ReasonPermanent, LastStatus: 400, Attempts: 1, LastError: "bad\r\nthing"}
 		for range 2 {
-			if err := q.DeadLetter(ctx, st, why); err != nil {
+			if err := q.AddDeadLetter(ctx, st, why); err != nil {
 				t.Fatal(err)
 			}
 		}
 	}
-	dead, err := q.DeadLetters(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	dead := deadLetters(t, q, queue.DeadFilter{})
 	if len(dead) != 1 || dead[0].ID != "id1" || dead[0].Reason != request.ReasonPermanent || dead[0].LastStatus != 400 || dead[0].ClientID != "d" {
 		t.Fatalf("dead letters = %+v, want one permanent 400 for id1", dead)
 	}

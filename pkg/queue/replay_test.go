@@ -1,17 +1,19 @@
 package queue_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"testing"
 
 	"github.com/penguinhq/dispatcher/pkg/queue"
 	"github.com/penguinhq/dispatcher/pkg/request"
+	"github.com/rs/zerolog"
 )
 
 // deadLetterOne queues one request for client and moves it to the dead-letter stream as
 // the dispatcher would; it returns the dead letter.
-func deadLetterOne(t *testing.T, q *queue.Queue, client, id string) queue.DeadRecord {
+func deadLetterOne(t testing.TB, q *queue.Queue, client, id string) request.DeadLetter {
 	t.Helper()
 	ctx := context.Background()
 	publish(t, q, client, id)
@@ -23,17 +25,30 @@ func deadLetterOne(t *testing.T, q *queue.Queue, client, id string) queue.DeadRe
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := q.DeadLetter(ctx, st, request.DeadLetter{Reason: request.ReasonPermanent, LastStatus: 400, Attempts: 1}); err != nil {
+	if err := q.AddDeadLetter(ctx, st, request.Verdict{Reason: request.ReasonPermanent, LastStatus: 400, Attempts: 1}); err != nil {
 		t.Fatal(err)
 	}
 	if err := q.Delete(ctx, st.Seq); err != nil {
 		t.Fatal(err)
 	}
-	var rec queue.DeadRecord
-	if err := q.EachDeadLetter(ctx, queue.DeadFilter{ID: id}, func(r queue.DeadRecord) error { rec = r; return nil }); err != nil || rec.ID != id {
-		t.Fatalf("dead letter %s not found: %v", id, err)
+	recs := deadLetters(t, q, queue.DeadFilter{ID: id})
+	if len(recs) != 1 || recs[0].ID != id {
+		t.Fatalf("dead letter %s not found: %+v", id, recs)
 	}
-	return rec
+	return recs[0]
+}
+
+// deadLetters collects the dead letters f selects.
+func deadLetters(t testing.TB, q *queue.Queue, f queue.DeadFilter) []request.DeadLetter {
+	t.Helper()
+	var out []request.DeadLetter
+	for r, err := range q.DeadLetters(context.Background(), f) {
+		if err != nil {
+			t.Fatalf("reading dead letters: %v", err)
+		}
+		out = append(out, r)
+	}
+	return out
 }
 
 // A replay that crashed after queueing a dead letter and before removing it queues it
@@ -62,7 +77,7 @@ func TestRequeueAfterACrashQueuesOnce(t *testing.T) {
 	if total != 1 {
 		t.Fatalf("%d requests queued, want the one, once", total)
 	}
-	if dead, _ := q.DeadLetters(ctx); len(dead) != 0 {
+	if dead := deadLetters(t, q, queue.DeadFilter{}); len(dead) != 0 {
 		t.Fatalf("%d dead letters left, want 0", len(dead))
 	}
 	subj, _, _, _ := q.ClientSubject(ctx, "alice")
@@ -79,10 +94,10 @@ func TestRequeueIntoAFullBacklogKeepsTheDeadLetter(t *testing.T) {
 	rec := deadLetterOne(t, q, "bob", "req-1")
 	publish(t, q, "bob", "req-2") // fills bob's backlog
 	_, err := q.Requeue(context.Background(), rec)
-	if !errors.Is(err, request.ErrBacklogFull) {
+	if !errors.Is(err, queue.ErrBacklogFull) {
 		t.Fatalf("requeue into a full backlog: %v, want ErrBacklogFull", err)
 	}
-	if dead, _ := q.DeadLetters(context.Background()); len(dead) != 1 {
+	if dead := deadLetters(t, q, queue.DeadFilter{}); len(dead) != 1 {
 		t.Fatalf("%d dead letters, want the one kept", len(dead))
 	}
 }
@@ -93,18 +108,19 @@ func TestControlRecordsAndWatch(t *testing.T) {
 	t.Parallel()
 	q := open(t, queue.Config{})
 	ctx := context.Background()
-	ctl, err := q.Control(ctx)
+	var badRecords bytes.Buffer
+	ctl, err := q.Control(ctx, zerolog.New(&badRecords))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ctl.UpdateClient(ctx, "carol", "test", func(s *queue.Steering) { s.Paused = true }); err != nil {
+	if _, err := ctl.UpdateClient(ctx, "carol", "test", func(s *request.Steering) { s.Paused = true }); err != nil {
 		t.Fatal(err)
 	}
 	if err := ctl.SetGlobalInterval(ctx, 7e9, "test"); err != nil {
 		t.Fatal(err)
 	}
-	events := make(chan queue.SteerEvent, 16)
-	cur, stop, err := ctl.Watch(ctx, func(e queue.SteerEvent) { events <- e }, func(k string, err error) { t.Errorf("bad record %s: %v", k, err) })
+	events := make(chan request.SteerChange, 16)
+	cur, stop, err := ctl.WatchSteering(ctx, func(e request.SteerChange) { events <- e })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,7 +128,7 @@ func TestControlRecordsAndWatch(t *testing.T) {
 	if len(cur) != 2 {
 		t.Fatalf("watch began with %d records, want 2: %+v", len(cur), cur)
 	}
-	if _, err := ctl.UpdateClient(ctx, "carol", "test", func(s *queue.Steering) { s.Paused = false }); err != nil {
+	if _, err := ctl.UpdateClient(ctx, "carol", "test", func(s *request.Steering) { s.Paused = false }); err != nil {
 		t.Fatal(err)
 	}
 	e := <-events
@@ -121,5 +137,8 @@ func TestControlRecordsAndWatch(t *testing.T) {
 	}
 	if clients, _ := ctl.Clients(ctx); len(clients) != 0 {
 		t.Fatalf("steered clients after resume: %v, want none", clients)
+	}
+	if badRecords.Len() != 0 {
+		t.Fatalf("the watch logged records it could not read: %s", badRecords.String())
 	}
 }

@@ -19,7 +19,7 @@ import (
 
 // connects says whether a connection with these settings gets through, and can open the
 // queue, within a few seconds.
-func connects(t *testing.T, url string, sec queue.Security, log zerolog.Logger) bool {
+func connects(t testing.TB, url string, sec queue.Security, log zerolog.Logger) bool {
 	t.Helper()
 	nc, err := queue.Connect(url, "test", log, sec)
 	if err != nil {
@@ -27,7 +27,7 @@ func connects(t *testing.T, url string, sec queue.Security, log zerolog.Logger) 
 	}
 	defer nc.Close()
 	deadline := time.Now().Add(3 * time.Second)
-	for !nc.IsConnected() {
+	for !nc.Connected() {
 		if time.Now().After(deadline) {
 			return false
 		}
@@ -35,7 +35,7 @@ func connects(t *testing.T, url string, sec queue.Security, log zerolog.Logger) 
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	_, err = queue.Open(ctx, nc, queue.Config{}, queue.CreateOrUpdate)
+	_, err = nc.Open(ctx, queue.Config{}, queue.CreateOrUpdate)
 	return err == nil
 }
 

@@ -81,7 +81,7 @@ func TestSendHeadersAndRedirects(t *testing.T) {
 // dropServer answers 204, except that a request for which drop says so is read whole
 // and then its connection is closed without an answer. It counts the requests that
 // arrived, and numbers each one within its connection (1 for a connection's first).
-func dropServer(t *testing.T, drop func(onConn int) bool) (*httptest.Server, *atomic.Int32) {
+func dropServer(t testing.TB, drop func(onConn int) bool) (*httptest.Server, *atomic.Int32) {
 	t.Helper()
 	var arrivals atomic.Int32
 	type connKey struct{}

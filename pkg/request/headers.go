@@ -15,17 +15,6 @@ const (
 	HeaderClientID = "X-Client-Id"
 	// HeaderAttempt is sent to raven: 1 for the first attempt, then 2, 3, ...
 	HeaderAttempt = "X-Dispatch-Attempt"
-
-	// Dead-letter headers, added to a request when it is moved to the dead-letter stream.
-	HeaderDeadReason       = "Dispatch-Dead-Reason"
-	HeaderDeadLastStatus   = "Dispatch-Dead-Last-Status"
-	HeaderDeadLastError    = "Dispatch-Dead-Last-Error"
-	HeaderDeadAttempts     = "Dispatch-Dead-Attempts"
-	HeaderDeadFirstAttempt = "Dispatch-Dead-First-Attempt"
-	HeaderDeadLastAttempt  = "Dispatch-Dead-Last-Attempt"
-	HeaderDeadAcceptedAt   = "Dispatch-Dead-Accepted-At"
-	HeaderDeadOrigSeq      = "Dispatch-Dead-Orig-Seq"
-	HeaderDeadOrigSubject  = "Dispatch-Dead-Orig-Subject"
 )
 
 // Request is one accepted request as the queue stores it.
@@ -51,14 +40,30 @@ type Stored struct {
 	AcceptedAt time.Time
 }
 
-// DeadLetter says why a request was moved to the dead-letter stream.
+// Verdict says why a request was given up: moved to the dead-letter stream unsent or
+// undelivered.
+type Verdict struct {
+	Reason       string    `json:"reason"`                // one of the Reason constants
+	LastStatus   int       `json:"last_status,omitempty"` // raven's last HTTP status, 0 when there was none
+	LastError    string    `json:"last_error,omitempty"`  // the last error, empty when raven answered
+	Attempts     int       `json:"attempts"`
+	FirstAttempt time.Time `json:"first_attempt,omitzero"`
+	LastAttempt  time.Time `json:"last_attempt,omitzero"`
+}
+
+// DeadLetter is a request in the dead-letter stream, as operators see it: the request,
+// the Verdict, and when it went there.
 type DeadLetter struct {
-	Reason       string // "permanent", "attempts-exhausted", "age-exhausted", "undecodable" or "purged"
-	LastStatus   int    // raven's last HTTP status, 0 when there was none
-	LastError    string // the last error, empty when raven answered
-	Attempts     int
-	FirstAttempt time.Time
-	LastAttempt  time.Time
+	Seq        uint64    `json:"seq"` // its sequence in the dead-letter stream
+	ID         string    `json:"id"`
+	ClientID   string    `json:"client_id"` // empty when its subject held no valid token
+	AcceptedAt time.Time `json:"accepted_at,omitzero"`
+	Verdict
+	DeadAt      time.Time `json:"dead_at"`
+	BodyBytes   int       `json:"body_bytes"`
+	ContentType string    `json:"-"`
+	Body        []byte    `json:"-"`
+	Subject     string    `json:"-"` // its subject in the dead-letter stream
 }
 
 // Reasons for dead-lettering.

@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"encoding/base32"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"time"
 )
@@ -55,17 +54,3 @@ func ValidateIdempotencyKey(key string) error {
 	}
 	return nil
 }
-
-// Errors a queue returns when it does not take a request. Ingest maps them to HTTP
-// answers; none of them means anything already queued was touched.
-var (
-	// ErrBacklogFull: this client's backlog is at its cap. Try again later.
-	ErrBacklogFull = errors.New("client backlog is full")
-	// ErrQueueFull: the whole queue is at its size limit. Try again later.
-	ErrQueueFull = errors.New("queue is full")
-	// ErrUnavailable: the queue could not be reached or did not confirm in time.
-	ErrUnavailable = errors.New("queue unavailable")
-	// ErrUndecodable: a queued message's subject holds no valid clientId token (it was
-	// not written by ingest). It is dead-lettered, never sent.
-	ErrUndecodable = errors.New("subject holds no valid clientId")
-)

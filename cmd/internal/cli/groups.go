@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/mattn/go-isatty"
-	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 
 	"github.com/penguinhq/dispatcher/pkg/dispatch"
@@ -67,7 +66,7 @@ func NATSSettings(s *Settings) *NATS {
 }
 
 // Connect connects to NATS with these settings.
-func (n *NATS) Connect(name string, log zerolog.Logger) (*nats.Conn, error) {
+func (n *NATS) Connect(name string, log zerolog.Logger) (*queue.Conn, error) {
 	return queue.Connect(n.URL, name, log, n.Security)
 }
 

@@ -13,18 +13,17 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
 	"github.com/penguinhq/dispatcher/pkg/queue"
+	"github.com/penguinhq/dispatcher/pkg/retry"
 )
 
 // OpenQueue opens the queue, trying again every second while NATS is not there yet, until
 // ctx ends.
-func OpenQueue(ctx context.Context, nc *nats.Conn, cfg queue.Config, ensure queue.Ensure, log zerolog.Logger) (*queue.Queue, error) {
+func OpenQueue(ctx context.Context, nc *queue.Conn, cfg queue.Config, ensure queue.Ensure, log zerolog.Logger) (*queue.Queue, error) {
 	return Retry(ctx, log, "opening queue", func(ctx context.Context) (*queue.Queue, error) {
-		return queue.Open(ctx, nc, cfg, ensure)
+		return nc.Open(ctx, cfg, ensure)
 	})
 }
 
@@ -33,50 +32,34 @@ func OpenQueue(ctx context.Context, nc *nats.Conn, cfg queue.Config, ensure queu
 // NATS not started yet, is transient.
 func Retry[T any](ctx context.Context, log zerolog.Logger, what string, open func(context.Context) (T, error)) (T, error) {
 	began := time.Now()
-	for {
+	var v T
+	p := retry.Policy{First: time.Second, OnFail: func(_ int, err error, _ time.Duration) {
+		log.Warn().Err(err).Msg(what + ": not reachable yet; retrying")
+	}}
+	_, err := retry.Do(ctx, p, func(ctx context.Context) error {
 		octx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		v, err := open(octx)
-		cancel()
-		if err == nil {
-			return v, nil
+		defer cancel()
+		var err error
+		if v, err = open(octx); err == nil {
+			return nil
 		}
 		// Too few nodes for the replicas asked for: a cluster still forming, or a wrong
 		// STREAM_REPLICAS; after a while, the latter.
-		var apiErr *jetstream.APIError
-		noPeers := errors.As(err, &apiErr) && apiErr.ErrorCode == errCodeNoPeers
-		if ctx.Err() != nil || (!noPeers && !isTransient(err)) || (noPeers && time.Since(began) > noPeersPatience) {
-			return v, fmt.Errorf("%s: %w", what, err)
+		noPeers := queue.IsNoPeers(err)
+		if ctx.Err() != nil || (!noPeers && !queue.IsTransient(err)) || (noPeers && time.Since(began) > noPeersPatience) {
+			return retry.Final(fmt.Errorf("%s: %w", what, err))
 		}
-		log.Warn().Err(err).Msg(what + ": not reachable yet; retrying")
-		select {
-		case <-ctx.Done():
-			return v, ctx.Err()
-		case <-time.After(time.Second):
-		}
-	}
+		return err
+	})
+	return v, err
 }
-
-func isTransient(err error) bool {
-	var apiErr *jetstream.APIError
-	if errors.As(err, &apiErr) && apiErr.Code == http.StatusServiceUnavailable {
-		return true // JetStream not up yet
-	}
-	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrNoResponders) ||
-		errors.Is(err, nats.ErrTimeout) || errors.Is(err, nats.ErrConnectionClosed) ||
-		errors.Is(err, nats.ErrConnectionReconnecting) || errors.Is(err, nats.ErrNoServers) ||
-		errors.Is(err, nats.ErrDisconnected)
-}
-
-// errCodeNoPeers is JetStream's "no suitable peers for placement": too few nodes are
-// online yet for the replicas asked for.
-const errCodeNoPeers = 10005
 
 // noPeersPatience is how long "no suitable peers" is taken for a cluster still forming.
 const noPeersPatience = 2 * time.Minute
 
 // FitBody lowers limit to what one NATS message can carry beside a request's headers, and
 // says so in the log when it had to.
-func FitBody(limit int64, nc *nats.Conn, log zerolog.Logger) int64 {
+func FitBody(limit int64, nc *queue.Conn, log zerolog.Logger) int64 {
 	const headroom = 4 << 10
 	if max := nc.MaxPayload() - headroom; max > 0 && limit > max {
 		log.Warn().Int64("max_body_bytes", limit).Int64("nats_max_payload", nc.MaxPayload()).Int64("using", max).

@@ -4,10 +4,6 @@ import (
 	"context"
 	"time"
 
-	"github.com/rs/zerolog"
-
-	"github.com/penguinhq/dispatcher/pkg/dispatch"
-	"github.com/penguinhq/dispatcher/pkg/queue"
 	"github.com/penguinhq/dispatcher/pkg/request"
 )
 
@@ -17,9 +13,9 @@ const MinInterval = time.Millisecond
 // Steered is the steering in force: the global interval (empty when each dispatcher
 // uses its configured DISPATCH_INTERVAL) and every client with a record.
 type Steered struct {
-	GlobalInterval string                    `json:"global_interval,omitempty"`
-	Global         *queue.Steering           `json:"global,omitempty"`
-	Clients        map[string]queue.Steering `json:"clients"`
+	GlobalInterval string                      `json:"global_interval,omitempty"`
+	Global         *request.Steering           `json:"global,omitempty"`
+	Clients        map[string]request.Steering `json:"clients"`
 }
 
 // Steering reads the steering in force.
@@ -53,30 +49,30 @@ func (s *Service) SetInterval(ctx context.Context, d time.Duration, by string) e
 }
 
 // SetClientInterval gives one client its own interval; zero returns it to the global one.
-func (s *Service) SetClientInterval(ctx context.Context, clientID string, d time.Duration, by string) (queue.Steering, error) {
+func (s *Service) SetClientInterval(ctx context.Context, clientID string, d time.Duration, by string) (request.Steering, error) {
 	if d != 0 && d < MinInterval {
-		return queue.Steering{}, invalid("interval %s: must be at least %s, or 0 for the global one", d, MinInterval)
+		return request.Steering{}, invalid("interval %s: must be at least %s, or 0 for the global one", d, MinInterval)
 	}
-	return s.steer(ctx, clientID, by, "client interval set", func(st *queue.Steering) { st.Interval = queue.Duration(d) })
+	return s.steer(ctx, clientID, by, "client interval set", func(st *request.Steering) { st.Interval = request.Duration(d) })
 }
 
 // Pause stops sends to one client; its requests wait, and new ones are still accepted.
-func (s *Service) Pause(ctx context.Context, clientID, by string) (queue.Steering, error) {
-	return s.steer(ctx, clientID, by, "client paused", func(st *queue.Steering) { st.Paused = true })
+func (s *Service) Pause(ctx context.Context, clientID, by string) (request.Steering, error) {
+	return s.steer(ctx, clientID, by, "client paused", func(st *request.Steering) { st.Paused = true })
 }
 
 // Resume lets one client's requests go again, spaced as before.
-func (s *Service) Resume(ctx context.Context, clientID, by string) (queue.Steering, error) {
-	return s.steer(ctx, clientID, by, "client resumed", func(st *queue.Steering) { st.Paused = false })
+func (s *Service) Resume(ctx context.Context, clientID, by string) (request.Steering, error) {
+	return s.steer(ctx, clientID, by, "client resumed", func(st *request.Steering) { st.Paused = false })
 }
 
-func (s *Service) steer(ctx context.Context, clientID, by, what string, change func(*queue.Steering)) (queue.Steering, error) {
+func (s *Service) steer(ctx context.Context, clientID, by, what string, change func(*request.Steering)) (request.Steering, error) {
 	if err := request.ValidateClientID(clientID); err != nil {
-		return queue.Steering{}, invalid("client: %s", err)
+		return request.Steering{}, invalid("client: %s", err)
 	}
 	st, err := s.ctl.UpdateClient(ctx, clientID, by, change)
 	if err != nil {
-		return queue.Steering{}, err
+		return request.Steering{}, err
 	}
 	s.log.Info().Str("client_id", clientID).Str("by", by).Interface("steering", st).Msg(what)
 	return st, nil
@@ -116,7 +112,7 @@ func (s *Service) Purge(ctx context.Context, clientID, confirm, by string, wait 
 		return res, err
 	}
 	res.Through, res.Requests, res.Remaining = through, n, n
-	if _, err := s.steer(ctx, clientID, by, "client purge asked for", func(st *queue.Steering) {
+	if _, err := s.steer(ctx, clientID, by, "client purge asked for", func(st *request.Steering) {
 		st.PurgeThrough = max(st.PurgeThrough, through)
 	}); err != nil {
 		return res, err
@@ -130,7 +126,7 @@ func (s *Service) Purge(ctx context.Context, clientID, confirm, by string, wait 
 		if !ok || head.Seq > through {
 			res.Remaining = 0
 			// Done: clear the mark unless a later purge raised it meanwhile.
-			_, err := s.ctl.UpdateClient(ctx, clientID, by, func(st *queue.Steering) {
+			_, err := s.ctl.UpdateClient(ctx, clientID, by, func(st *request.Steering) {
 				if st.PurgeThrough == through {
 					st.PurgeThrough = 0
 				}
@@ -148,33 +144,4 @@ func (s *Service) Purge(ctx context.Context, clientID, confirm, by string, wait 
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
-}
-
-// Steering adapts the queue's control bucket to what the dispatcher watches.
-type Steering struct {
-	C   *queue.Control
-	Log zerolog.Logger // hears of records that cannot be read (and are ignored)
-}
-
-// WatchSteering implements dispatch.Steering.
-func (s Steering) WatchSteering(ctx context.Context, fn func(dispatch.SteerChange)) ([]dispatch.SteerChange, func(), error) {
-	conv := func(e queue.SteerEvent) dispatch.SteerChange {
-		return dispatch.SteerChange{Client: e.Client, Steer: dispatch.Steer{
-			Interval: time.Duration(e.Steering.Interval), Paused: e.Steering.Paused, PurgeThrough: e.Steering.PurgeThrough}}
-	}
-	cur, stop, err := s.C.Watch(ctx, func(e queue.SteerEvent) { fn(conv(e)) }, func(key string, err error) {
-		if key == "" {
-			s.Log.Error().Err(err).Msg("steering watch lost")
-			return
-		}
-		s.Log.Error().Err(err).Str("key", key).Msg("steering record cannot be read; ignoring it: fix it with dispatchctl")
-	})
-	if err != nil {
-		return nil, nil, err
-	}
-	out := make([]dispatch.SteerChange, len(cur))
-	for i, e := range cur {
-		out[i] = conv(e)
-	}
-	return out, stop, nil
 }

@@ -1,0 +1,171 @@
+package admin
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/penguinhq/dispatcher/pkg/dispatch"
+	"github.com/penguinhq/dispatcher/pkg/queue"
+	"github.com/penguinhq/dispatcher/pkg/request"
+)
+
+type laneOf struct {
+	dispatch.LaneInfo
+	instance string
+}
+
+// lanes asks the dispatchers about subjects; a subject no dispatcher holds a lane for is
+// missing from the map.
+func (s *Service) lanes(ctx context.Context, subjects []string) map[string]laneOf {
+	out := map[string]laneOf{}
+	if len(subjects) == 0 {
+		return out
+	}
+	answers, err := s.q.QueryLanes(ctx, queue.LaneQuery{Subjects: subjects}, s.laneWait)
+	if err != nil {
+		return out
+	}
+	for _, raw := range answers {
+		var a dispatch.LaneAnswer
+		if json.Unmarshal(raw, &a) != nil {
+			continue
+		}
+		for _, l := range a.Lanes {
+			out[l.Subject] = laneOf{l, a.Instance}
+		}
+	}
+	return out
+}
+
+// Client is one client with a backlog.
+type Client struct {
+	ClientID    string            `json:"client_id"`
+	Backlog     uint64            `json:"backlog"`
+	OldestAt    time.Time         `json:"oldest_accepted_at,omitzero"`
+	OldestAge   string            `json:"oldest_age,omitempty"`
+	Lane        string            `json:"lane"`                 // waiting, in_flight, paused, idle, or none (no dispatcher holds it)
+	NextSend    time.Time         `json:"next_send,omitzero"`   // earliest start of the next attempt, when waiting
+	Attempts    int               `json:"attempts"`             // failed attempts of its head request so far
+	Interval    string            `json:"interval,omitempty"`   // the interval in force for it
+	Dispatcher  string            `json:"dispatcher,omitempty"` // the instance holding its lane
+	Steering    *request.Steering `json:"steering,omitempty"`
+	subject     string
+	oldestKnown bool
+}
+
+// Sort orders for Clients.
+const (
+	SortBacklog = "backlog" // largest backlog first
+	SortAge     = "age"     // oldest head request first
+)
+
+// ClientsQuery pages through the clients with a backlog.
+type ClientsQuery struct {
+	Sort  string // SortBacklog (default) or SortAge
+	Limit int    // page size, 1 to 1000; default 50
+	Page  int    // from 1
+}
+
+// ClientsPage is one page of clients.
+type ClientsPage struct {
+	Total   int      `json:"total"`
+	Page    int      `json:"page"`
+	Limit   int      `json:"limit"`
+	Sort    string   `json:"sort"`
+	Clients []Client `json:"clients"`
+}
+
+// Clients lists the clients with a backlog, a page at a time. Sorting by age reads
+// every client's head request; sorting by backlog only the page's.
+func (s *Service) Clients(ctx context.Context, cq ClientsQuery) (ClientsPage, error) {
+	cq.Sort = cmp.Or(cq.Sort, SortBacklog)
+	cq.Limit = cmp.Or(cq.Limit, 50)
+	cq.Page = cmp.Or(cq.Page, 1)
+	if cq.Sort != SortBacklog && cq.Sort != SortAge {
+		return ClientsPage{}, invalid("sort %q: use %q or %q", cq.Sort, SortBacklog, SortAge)
+	}
+	if cq.Limit < 1 || cq.Limit > 1000 || cq.Page < 1 || cq.Page > 1_000_000 {
+		return ClientsPage{}, invalid("limit %d, page %d: limit is 1 to 1000, page 1 to 1000000", cq.Limit, cq.Page)
+	}
+	backlog, err := s.q.Backlog(ctx)
+	if err != nil {
+		return ClientsPage{}, err
+	}
+	all := make([]Client, 0, len(backlog))
+	for subj, n := range backlog {
+		id, err := request.ClientIDOf(subj)
+		if err != nil {
+			id = subj // not written by ingest; shown by subject so that it can be found
+		}
+		all = append(all, Client{ClientID: id, Backlog: n, subject: subj})
+	}
+	page := ClientsPage{Total: len(all), Page: cq.Page, Limit: cq.Limit, Sort: cq.Sort}
+	if cq.Sort == SortAge {
+		s.heads(ctx, all)
+		slices.SortFunc(all, func(a, b Client) int {
+			return cmp.Or(a.OldestAt.Compare(b.OldestAt), cmp.Compare(a.ClientID, b.ClientID))
+		})
+	} else {
+		slices.SortFunc(all, func(a, b Client) int {
+			return cmp.Or(cmp.Compare(b.Backlog, a.Backlog), cmp.Compare(a.ClientID, b.ClientID))
+		})
+	}
+	from := min((cq.Page-1)*cq.Limit, len(all)) // no overflow: page and limit are bounded
+	page.Clients = all[from:min(from+cq.Limit, len(all))]
+	s.heads(ctx, page.Clients)
+	s.describe(ctx, page.Clients)
+	return page, nil
+}
+
+// heads fills in each client's oldest request, reading heads eight at a time.
+func (s *Service) heads(ctx context.Context, cs []Client) {
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 8)
+	for i := range cs {
+		if cs[i].oldestKnown {
+			continue
+		}
+		wg.Add(1)
+		sem <- struct{}{}
+		go func(c *Client) {
+			defer func() { <-sem; wg.Done() }()
+			st, ok, _ := s.q.Head(ctx, c.subject)
+			if ok {
+				c.OldestAt = st.AcceptedAt
+			}
+			c.oldestKnown = true
+		}(&cs[i])
+	}
+	wg.Wait()
+}
+
+// describe adds the dispatchers' view and the steering to each client.
+func (s *Service) describe(ctx context.Context, cs []Client) {
+	subjects := make([]string, len(cs))
+	for i, c := range cs {
+		subjects[i] = c.subject
+	}
+	lanes := s.lanes(ctx, subjects)
+	now := time.Now()
+	for i := range cs {
+		c := &cs[i]
+		if !c.OldestAt.IsZero() {
+			c.OldestAge = now.Sub(c.OldestAt).Round(time.Millisecond).String()
+		}
+		c.Lane = "none"
+		if l, ok := lanes[c.subject]; ok {
+			c.Lane, c.NextSend, c.Attempts, c.Interval, c.Dispatcher = l.State, l.NextSend, l.Attempts, l.Interval.String(), l.instance
+		}
+		if st, err := s.ctl.Client(ctx, c.ClientID); err == nil && !st.IsZero() {
+			c.Steering = &st
+			if st.Paused && c.Lane == dispatch.LaneWaiting {
+				// Paused but not yet looked at again: it will park, not send.
+				c.Lane, c.NextSend = dispatch.LanePaused, time.Time{}
+			}
+		}
+	}
+}

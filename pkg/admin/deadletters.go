@@ -1,0 +1,131 @@
+package admin
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"time"
+
+	"github.com/penguinhq/dispatcher/pkg/queue"
+	"github.com/penguinhq/dispatcher/pkg/request"
+)
+
+// DeadLetters lists up to limit dead letters f selects, oldest first, and how many it
+// selects in all.
+func (s *Service) DeadLetters(ctx context.Context, f queue.DeadFilter, limit int) (list []request.DeadLetter, total int, err error) {
+	if err := checkFilter(f); err != nil {
+		return nil, 0, err
+	}
+	limit = cmp.Or(limit, 100)
+	list = []request.DeadLetter{}
+	for r, err := range s.q.DeadLetters(ctx, f) {
+		if err != nil {
+			return list, total, err
+		}
+		total++
+		if len(list) < limit {
+			r.Body = nil // listed, not kept: bodies can be large
+			list = append(list, r)
+		}
+	}
+	return list, total, nil
+}
+
+func checkFilter(f queue.DeadFilter) error {
+	if f.ClientID != "" {
+		if err := request.ValidateClientID(f.ClientID); err != nil {
+			return invalid("client: %s", err)
+		}
+	}
+	if !f.Since.IsZero() && !f.Until.IsZero() && !f.Since.Before(f.Until) {
+		return invalid("since %s is not before until %s", f.Since.Format(time.RFC3339), f.Until.Format(time.RFC3339))
+	}
+	return nil
+}
+
+// Replay outcomes of one dead letter.
+const (
+	ReplayWouldRequeue = "would_requeue" // dry run
+	ReplayRequeued     = "requeued"
+	ReplayAlready      = "already_requeued" // an earlier, interrupted run had queued it
+	ReplaySkipped      = "skipped"          // it stays in the dead-letter stream; see Why
+)
+
+// ReplayItem is what a replay did with one dead letter.
+type ReplayItem struct {
+	request.DeadLetter
+	Outcome string `json:"outcome"`
+	Why     string `json:"why,omitempty"`
+}
+
+// ReplayReport sums a replay up.
+type ReplayReport struct {
+	DryRun   bool `json:"dry_run"`
+	Matched  int  `json:"matched"`
+	Requeued int  `json:"requeued"`
+	Skipped  int  `json:"skipped"`
+}
+
+// Replay puts the dead letters f selects back at the end of their clients' queues,
+// oldest first, keeping their ids; with dryRun it only says which it would. An empty
+// filter replays everything and needs all to be true. each, if not nil, hears of every
+// dead letter as it is handled. A replay stopped midway (an error, ctx) can be run again:
+// what it requeued is gone from the dead-letter stream, and a dead letter requeued but
+// not yet removed is not queued twice.
+func (s *Service) Replay(ctx context.Context, f queue.DeadFilter, all, dryRun bool, each func(ReplayItem)) (ReplayReport, error) {
+	rep := ReplayReport{DryRun: dryRun}
+	if f == (queue.DeadFilter{}) && !all {
+		return rep, invalid("replaying every dead letter needs all (--all); or select by id, client or time range")
+	}
+	if err := checkFilter(f); err != nil {
+		return rep, err
+	}
+	for r, err := range s.q.DeadLetters(ctx, f) {
+		if err != nil {
+			return rep, err
+		}
+		rep.Matched++
+		item := ReplayItem{DeadLetter: r, Outcome: ReplayWouldRequeue}
+		if !dryRun {
+			if item, err = s.replay(ctx, r); err != nil {
+				return rep, err // the queue is unreachable: stop; running again is safe
+			}
+		}
+		item.Body = nil // reported, not kept: bodies can be large
+		if item.Outcome == ReplaySkipped {
+			rep.Skipped++
+		} else if !dryRun {
+			rep.Requeued++
+		}
+		if each != nil {
+			each(item)
+		}
+		if ctx.Err() != nil {
+			return rep, ctx.Err()
+		}
+	}
+	return rep, nil
+}
+
+// replay requeues one dead letter. A full backlog or queue, or a dead letter with no
+// client to go back to, skips it; any other error is returned.
+func (s *Service) replay(ctx context.Context, r request.DeadLetter) (ReplayItem, error) {
+	item := ReplayItem{DeadLetter: r}
+	queued, err := s.q.Requeue(ctx, r)
+	switch {
+	case errors.Is(err, queue.ErrBacklogFull), errors.Is(err, queue.ErrQueueFull), err != nil && r.ClientID == "":
+		item.Outcome, item.Why = ReplaySkipped, err.Error()
+		return item, nil
+	case err != nil:
+		return item, err
+	case queued:
+		item.Outcome = ReplayRequeued
+	default:
+		item.Outcome = ReplayAlready
+	}
+	if s.replayed != nil {
+		s.replayed.Inc()
+	}
+	s.log.Info().Str("request_id", r.ID).Str("client_id", r.ClientID).Str("outcome", item.Outcome).Msg("dead letter replayed")
+	return item, nil
+}

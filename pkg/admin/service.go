@@ -1,0 +1,90 @@
+// Package admin is what operators do to a running service: inspect clients, requests
+// and dead letters, replay dead letters, and steer the dispatchers (intervals, pause,
+// purge). The dispatchctl command and the dispatcher's admin HTTP API are both thin
+// layers over it; neither ever deletes a request outright.
+package admin
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
+	"github.com/penguinhq/dispatcher/pkg/queue"
+)
+
+// ErrInvalid marks an operator's mistake (a bad filter, a missing confirmation): the
+// error text says what to change.
+var ErrInvalid = errors.New("invalid")
+
+func invalid(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, args...))
+}
+
+// DefaultLaneWait is how long a Service waits, by default, for the dispatchers to
+// describe their lanes.
+const DefaultLaneWait = 300 * time.Millisecond
+
+// Config is what a Service works with.
+type Config struct {
+	// Queue and Control are the queue and its control bucket; both are required.
+	Queue   *queue.Queue
+	Control *queue.Control
+	// Log hears of every change an operator makes.
+	Log zerolog.Logger
+	// Registerer, if not nil, gets the dispatch_replayed_total counter.
+	Registerer prometheus.Registerer
+	// LaneWait is how long to wait for the dispatchers to describe their lanes; the
+	// answers that arrive later are left out. Defaults to DefaultLaneWait.
+	LaneWait time.Duration
+}
+
+// WithDefaults returns c with zero fields set to their defaults.
+func (c Config) WithDefaults() Config {
+	if c.LaneWait == 0 {
+		c.LaneWait = DefaultLaneWait
+	}
+	return c
+}
+
+// Validate reports the fields that cannot work, and what they accept.
+func (c Config) Validate() error {
+	var errs []error
+	if c.Queue == nil || c.Control == nil {
+		errs = append(errs, errors.New("admin: the queue and its control bucket are required"))
+	}
+	if c.LaneWait <= 0 || c.LaneWait > 10*time.Second {
+		errs = append(errs, fmt.Errorf("admin: lane wait %s: must be more than 0 and at most 10s", c.LaneWait))
+	}
+	return errors.Join(errs...)
+}
+
+// Service runs operators' commands against one queue.
+type Service struct {
+	q        *queue.Queue
+	ctl      *queue.Control
+	log      zerolog.Logger
+	laneWait time.Duration
+	replayed prometheus.Counter // nil: not counted
+}
+
+// New returns a Service for cfg, with its defaults filled in.
+func New(cfg Config) (*Service, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	s := &Service{q: cfg.Queue, ctl: cfg.Control, log: cfg.Log.With().Str("component", "admin").Logger(), laneWait: cfg.LaneWait}
+	if cfg.Registerer != nil {
+		s.replayed = prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "dispatch_replayed_total",
+			Help: "Dead letters put back in their client's queue by a replay through this process.",
+		})
+		if err := cfg.Registerer.Register(s.replayed); err != nil {
+			return nil, fmt.Errorf("admin: %w", err)
+		}
+	}
+	return s, nil
+}

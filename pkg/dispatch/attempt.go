@@ -1,0 +1,267 @@
+package dispatch
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/penguinhq/dispatcher/pkg/request"
+	"github.com/penguinhq/dispatcher/pkg/retry"
+)
+
+// Log messages that name a request (request_id) whose delivery raven may see twice.
+// LogRemovalFailed: raven accepted it, but its removal from the queue failed at first;
+// until the removal lands it may be sent again. LogRemovalLate: the removal landed, but
+// after the partition's lease could have lapsed (the process was paused, the store slow),
+// so that another instance may have sent it meanwhile. LogAttemptFailed: an attempt failed
+// and will be retried; when it failed without raven's answer (a timeout), raven may have
+// accepted it all the same, the other cause G5 names. Every duplicate raven sees follows
+// one of these lines, or a dispatcher killed between raven's answer and the removal.
+const (
+	LogAttemptFailed = "attempt failed; will retry"
+	LogRemovalFailed = "raven accepted the request but removing it from the queue failed; retrying, and until it lands the request may be sent again"
+	LogRemovalLate   = "delivered request removed from the queue only after the partition's lease could have lapsed; another instance may have sent it again"
+)
+
+// startDue hands every lane that is due (up to MaxInFlight) to a worker of its own, or
+// holds it when its partition does not let attempts start now.
+func (l *loop) startDue() {
+	now := l.d.now()
+	for l.sched.InFlight() < l.d.cfg.MaxInFlight {
+		job, ok := l.sched.Due(now)
+		if !ok {
+			return
+		}
+		p, part := l.owner(job.Subject)
+		switch {
+		case part == nil:
+			l.sched.Forget(job.Subject)
+		case job.Since.Before(part.since):
+			// A lane that outlived an earlier holding of the partition: it waits out the
+			// fence like a new one.
+			l.sched.Hold(job.Subject, part.since)
+		case lapsed(part.validUntil, now):
+			// The lease is not renewed yet: the same as a worker finding so.
+			l.sched.Done(Result{Subject: job.Subject, Kind: Held}, now)
+		default:
+			part.inFlight++
+			sendBy := part.validUntil // read here: the loop moves it on as leases are renewed
+			go func() { l.results <- outcome{Result: l.d.work(l.workCtx, job, sendBy), partition: p} }()
+		}
+	}
+}
+
+// work looks at one client's head request and makes one attempt.
+//
+// sendBy is when the partition's lease could lapse (zero: never); an attempt that could
+// not start by then is not made and the lane is held.
+func (d *Dispatcher) work(ctx context.Context, job Job, sendBy time.Time) Result {
+	st, ok, err := d.src.Head(ctx, job.Subject)
+	var undecodable interface{ Undecodable() bool }
+	switch {
+	case errors.As(err, &undecodable) && undecodable.Undecodable():
+		d.log.Warn().Str("subject", job.Subject).Uint64("seq", st.Seq).Msg("message not written by ingest; dead-lettering it unsent")
+		return d.bury(ctx, job, st, request.Verdict{Reason: request.ReasonUndecodable, LastError: err.Error()})
+	case err != nil:
+		d.log.Debug().Err(err).Str("subject", job.Subject).Msg("reading head request failed; will look again")
+		return Result{Subject: job.Subject, Kind: Failed}
+	case !ok:
+		return Result{Subject: job.Subject, Kind: Empty}
+	case st.Seq <= job.PurgeThrough:
+		// An operator purged the client's backlog up to here: dead-letter it unsent. No
+		// attempt is made, so the lane's spacing is untouched. Like a send, it is only
+		// started while the partition is surely ours.
+		if lapsed(sendBy, d.now()) {
+			return Result{Subject: job.Subject, Kind: Held}
+		}
+		res := d.bury(ctx, job, st, request.Verdict{Reason: request.ReasonPurged})
+		if res.Kind == DeadLettered {
+			d.log.Info().Str("client_id", st.ClientID).Str("request_id", st.ID).Msg("request purged to the dead-letter stream")
+		}
+		return res
+	case job.Paused:
+		return Result{Subject: job.Subject, Kind: Parked}
+	}
+	// The head was read up to the scheduler's lead in advance: start on time, not before.
+	if !sleepUntil(ctx, d.now, job.SendAt) {
+		return Result{Subject: job.Subject, Kind: Failed}
+	}
+	if lapsed(sendBy, d.now()) {
+		return Result{Subject: job.Subject, Kind: Held}
+	}
+	return d.attempt(ctx, job, st, sendBy)
+}
+
+// sleepUntil waits until t by now's clock; false when ctx ended first.
+func sleepUntil(ctx context.Context, now clock, t time.Time) bool {
+	wait := t.Sub(now())
+	if wait <= 0 {
+		return true
+	}
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// attempt sends st to raven once, and acts on the answer: removes it, dead-letters it, or
+// has the lane retry it.
+func (d *Dispatcher) attempt(ctx context.Context, job Job, st request.Stored, sendBy time.Time) Result {
+	attempt, first := 1, time.Time{}
+	if st.Seq == job.HeadSeq {
+		attempt, first = job.Attempts+1, job.FirstAttempt
+	}
+	start := d.now()
+	if first.IsZero() {
+		first = start
+	}
+	err := d.snd.Send(ctx, st, attempt)
+	end := d.now()
+	judged := judge(err)
+	d.cfg.Metrics.attempt(start, end, job.PrevEnd, judged)
+	// Fields are added per event, not through a child logger: no allocation per attempt
+	// when the level is off.
+	about := func(ev *zerolog.Event) *zerolog.Event {
+		return ev.Str("client_id", st.ClientID).Str("request_id", st.ID).Int("attempt", attempt)
+	}
+	if ev := d.log.Debug(); ev.Enabled() {
+		if !job.PrevEnd.IsZero() {
+			ev = ev.Int64("gap_ms", start.Sub(job.PrevEnd).Milliseconds())
+		}
+		about(ev).Dur("took", end.Sub(start)).Err(err).Msg("attempt")
+	}
+
+	res := Result{Subject: job.Subject, AttemptEnd: end}
+	why := request.Verdict{Attempts: attempt, FirstAttempt: first, LastAttempt: start, LastStatus: statusOf(err)}
+	switch judged {
+	case OutcomeDelivered:
+		if d.remove(ctx, st, sendBy) != nil {
+			res.Kind = Failed // shutting down; the request stays and is sent again later
+			return res
+		}
+		d.recent.add(Delivery{ID: st.ID, Subject: st.Subject, Attempt: attempt, Delivered: end})
+		d.log.Debug().Str("client_id", st.ClientID).Str("request_id", st.ID).Int("attempt", attempt).Msg("request delivered")
+		d.cfg.Metrics.delivered()
+		res.Kind = Delivered
+		return res
+	case OutcomePermanent:
+		why.Reason = request.ReasonPermanent
+	default:
+		if why.Reason = d.cfg.GiveUp(attempt, st.AcceptedAt, end); why.Reason == "" {
+			var ra interface{ RetryAfter() time.Duration }
+			if errors.As(err, &ra) {
+				res.RetryAfter = ra.RetryAfter()
+			}
+			res.Kind, res.Seq, res.Attempts, res.FirstAttempt = Retry, st.Seq, attempt, first
+			about(d.log.Info()).Err(err).Dur("retry_after", res.RetryAfter).Msg(LogAttemptFailed)
+			return res
+		}
+	}
+	if why.LastStatus == 0 {
+		why.LastError = err.Error()
+	}
+	if d.finish(ctx, st, why) != nil {
+		res.Kind = Failed
+		return res
+	}
+	d.cfg.Metrics.deadLettered(why.Reason)
+	about(d.log.Warn()).Str("reason", why.Reason).Int("last_status", why.LastStatus).Msg("request dead-lettered")
+	res.Kind = DeadLettered
+	return res
+}
+
+// judge says what an attempt's error means: delivered (nil), a permanent failure (an
+// error whose Permanent() says so), or a transient one. It is made here only, for the
+// decision and for the metrics alike.
+func judge(err error) string {
+	var perm interface{ Permanent() bool }
+	switch {
+	case err == nil:
+		return OutcomeDelivered
+	case errors.As(err, &perm) && perm.Permanent():
+		return OutcomePermanent
+	default:
+		return OutcomeTransient
+	}
+}
+
+// bury dead-letters st unsent, for why, and says so in the result.
+func (d *Dispatcher) bury(ctx context.Context, job Job, st request.Stored, why request.Verdict) Result {
+	if d.finish(ctx, st, why) != nil {
+		return Result{Subject: job.Subject, Kind: Failed}
+	}
+	d.cfg.Metrics.deadLettered(why.Reason)
+	return Result{Subject: job.Subject, Kind: DeadLettered}
+}
+
+// remove deletes a delivered request from the queue, retrying until it lands or ctx ends
+// (shutdown). A failure, or a removal that lands after the lease could have lapsed
+// (sendBy, zero without leases), is logged with the request's id and counted: these are
+// what make a duplicate possible.
+func (d *Dispatcher) remove(ctx context.Context, st request.Stored, sendBy time.Time) error {
+	err := d.src.Delete(ctx, st.Seq)
+	if err == nil {
+		if !sendBy.IsZero() && d.now().After(sendBy.Add(d.cfg.leaseMargin())) {
+			d.cfg.Metrics.removalFailed()
+			d.log.Warn().Str("client_id", st.ClientID).Str("request_id", st.ID).Msg(LogRemovalLate)
+		}
+		return nil
+	}
+	d.cfg.Metrics.removalFailed()
+	d.log.Warn().Err(err).Str("client_id", st.ClientID).Str("request_id", st.ID).Msg(LogRemovalFailed)
+	if err := d.retry(ctx, true, func() error { return d.src.Delete(ctx, st.Seq) }); err != nil {
+		d.cfg.Metrics.unremoved()
+		d.log.Warn().Str("client_id", st.ClientID).Str("request_id", st.ID).Msg("delivered request left in the queue at shutdown: it will be sent again")
+		return err
+	}
+	d.log.Info().Str("client_id", st.ClientID).Str("request_id", st.ID).Msg("delivered request removed from the queue after retrying")
+	return nil
+}
+
+// finish moves st to the dead-letter stream, then removes it from the queue, retrying
+// both until they succeed or ctx ends.
+func (d *Dispatcher) finish(ctx context.Context, st request.Stored, why request.Verdict) error {
+	return d.retry(ctx, false, func() error {
+		if err := d.src.AddDeadLetter(ctx, st, why); err != nil {
+			return err
+		}
+		return d.src.Delete(ctx, st.Seq)
+	})
+}
+
+// retry runs op until it succeeds or ctx ends, backing off up to 2s between tries. The
+// queue being briefly unreachable must not turn a delivered request into a resent one.
+//
+// logged says the caller has logged the first failure already: the tries then warn of
+// nothing themselves.
+func (d *Dispatcher) retry(ctx context.Context, logged bool, op func() error) error {
+	p := retry.Policy{First: 50 * time.Millisecond, Max: 2 * time.Second, OnFail: func(try int, err error, wait time.Duration) {
+		// The first failure is a warning, with its cause; the retries after it are debug
+		// (a line per retry per request would say the same many times), and a success
+		// after them says so.
+		ev := d.log.Debug()
+		if try == 1 && !logged {
+			ev = d.log.Warn()
+		}
+		ev.Err(err).Dur("retry_in", wait).Msg("queue operation failed; retrying")
+	}}
+	tries, err := retry.Do(ctx, p, func(context.Context) error { return op() })
+	if err == nil && tries > 1 {
+		d.log.Info().Int("tries", tries).Msg("queue operation succeeded after retrying")
+	}
+	return err
+}
+
+func statusOf(err error) int {
+	var sc interface{ StatusCode() int }
+	if errors.As(err, &sc) {
+		return sc.StatusCode()
+	}
+	return 0
+}

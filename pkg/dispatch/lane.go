@@ -1,0 +1,123 @@
+package dispatch
+
+import "time"
+
+// laneState is where a lane is: each state but busy ones keeps it in the waiting heap
+// or out of it, as its comment says.
+type laneState uint8
+
+const (
+	// waiting: in the heap, due at lane.due.
+	waiting laneState = iota
+	// idle: in the heap with nothing queued, only to be forgotten once an interval has
+	// passed since its last attempt (a request arriving meanwhile makes it waiting).
+	idle
+	// inFlight: with a worker, out of the heap.
+	inFlight
+	// inFlightStale: with a worker, and a request arrived or the steering changed since
+	// it was handed out: the lane is looked at again when the worker is done.
+	inFlightStale
+	// parked: its client is paused; out of the heap until resumed.
+	parked
+)
+
+func (st laneState) busy() bool { return st == inFlight || st == inFlightStale }
+
+// String is the state as operators see it (LaneInfo.State).
+func (st laneState) String() string {
+	switch st {
+	case waiting:
+		return LaneWaiting
+	case idle:
+		return LaneIdle
+	case parked:
+		return LanePaused
+	default:
+		return LaneInFlight
+	}
+}
+
+// lane is one client's place in the scheduler.
+type lane struct {
+	subject      string
+	state        laneState
+	due          time.Time
+	notBefore    time.Time // what asked for due, before spacing pushed it later
+	index        int       // position in the heap; -1 when out of it
+	lastEnd      time.Time
+	since        time.Time // the fence: an earlier owner's attempt may have ended this late
+	headSeq      uint64
+	attempts     int
+	firstAttempt time.Time
+}
+
+// laneHeap orders waiting lanes by due time.
+type laneHeap []*lane
+
+func (h laneHeap) Len() int           { return len(h) }
+func (h laneHeap) Less(i, j int) bool { return h[i].due.Before(h[j].due) }
+func (h laneHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].index, h[j].index = i, j
+}
+func (h *laneHeap) Push(x any) {
+	l := x.(*lane)
+	l.index = len(*h)
+	*h = append(*h, l)
+}
+func (h *laneHeap) Pop() any {
+	old := *h
+	l := old[len(old)-1]
+	old[len(old)-1] = nil
+	l.index = -1
+	*h = old[:len(old)-1]
+	return l
+}
+
+// Lane states, as LaneInfo.State.
+const (
+	LaneWaiting  = "waiting"   // due at LaneInfo.NextSend
+	LaneInFlight = "in_flight" // a worker is reading or sending its head request
+	LanePaused   = "paused"    // parked until the client is resumed
+	LaneIdle     = "idle"      // nothing queued; kept until an interval has passed
+)
+
+// LaneInfo is what the scheduler knows of one lane, for operators.
+type LaneInfo struct {
+	Subject  string        `json:"subject"`
+	State    string        `json:"state"`
+	NextSend time.Time     `json:"next_send,omitzero"` // earliest start of its next attempt, when waiting
+	Attempts int           `json:"attempts"`           // failed attempts of the head request so far
+	LastEnd  time.Time     `json:"last_attempt_end,omitzero"`
+	Interval time.Duration `json:"interval"`
+}
+
+// Lane describes subject's lane; false when there is none.
+func (s *Scheduler) Lane(subject string) (LaneInfo, bool) {
+	l := s.lanes[subject]
+	if l == nil {
+		return LaneInfo{}, false
+	}
+	return s.info(l), true
+}
+
+// LaneInfos describes up to limit lanes, in no particular order.
+func (s *Scheduler) LaneInfos(limit int) []LaneInfo {
+	limit = max(limit, 0)
+	out := make([]LaneInfo, 0, min(limit, len(s.lanes)))
+	for _, l := range s.lanes {
+		if len(out) == limit {
+			break
+		}
+		out = append(out, s.info(l))
+	}
+	return out
+}
+
+func (s *Scheduler) info(l *lane) LaneInfo {
+	li := LaneInfo{Subject: l.subject, State: l.state.String(), Attempts: l.attempts, LastEnd: l.lastEnd, Interval: s.IntervalOf(l.subject)}
+	if l.state == waiting {
+		li.NextSend = l.due
+	}
+	return li
+}

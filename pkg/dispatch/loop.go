@@ -1,0 +1,235 @@
+package dispatch
+
+import (
+	"context"
+	"time"
+
+	"github.com/penguinhq/dispatcher/pkg/request"
+)
+
+// prefetchLead is how long before an attempt is due its head request is read.
+const prefetchLead = 50 * time.Millisecond
+
+// loop is the state of one Run. Only the goroutine running serve touches its maps and
+// the scheduler; the lister goroutine and the workers reach it through channels only.
+type loop struct {
+	d        *Dispatcher
+	sched    *Scheduler
+	owned    map[int]*partition
+	notes    chan string  // subjects with (perhaps) new requests: watch and lister
+	results  chan outcome // finished attempts: workers
+	listReq  chan int     // partitions to list: to the lister
+	steers   chan request.SteerChange
+	events   chan ownEvent // the leaser's
+	resync   chan struct{}
+	ctx      context.Context    // Run's: ends when it is asked to stop
+	workCtx  context.Context    // attempts': outlives ctx by the shutdown grace
+	stopWork context.CancelFunc // ends workCtx
+}
+
+type outcome struct {
+	Result
+	partition int
+}
+
+func newLoop(d *Dispatcher, ctx context.Context) *loop {
+	l := &loop{
+		d:       d,
+		sched:   NewScheduler(d.cfg.Policy, d.rand),
+		owned:   make(map[int]*partition),
+		notes:   make(chan string, 1<<16),
+		results: make(chan outcome, d.cfg.MaxInFlight),
+		listReq: make(chan int, 4096),
+		steers:  make(chan request.SteerChange, 1024),
+		events:  make(chan ownEvent, d.src.Partitions()*2+16),
+		resync:  make(chan struct{}, 1),
+		ctx:     ctx,
+	}
+	l.workCtx, l.stopWork = context.WithCancel(context.WithoutCancel(ctx))
+	// Read head requests a little ahead of time, so that the queue's latency (an fsync
+	// in progress, say) does not delay the attempt past its due time.
+	l.sched.SetLead(min(prefetchLead, d.cfg.Interval/2))
+	return l
+}
+
+// watchSteering applies the steering in force, and passes later changes to the loop.
+func (l *loop) watchSteering(ctx context.Context) (stop func(), err error) {
+	if l.d.cfg.Steering == nil {
+		return func() {}, nil
+	}
+	current, stop, err := l.d.cfg.Steering.WatchSteering(ctx, func(c request.SteerChange) {
+		select {
+		case l.steers <- c:
+		case <-ctx.Done():
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range current {
+		l.steer(c)
+	}
+	return stop, nil
+}
+
+// watchBacklog passes the subjects of new requests to the loop, and asks for a listing
+// of the backlog when the watch may have missed some.
+func (l *loop) watchBacklog(ctx context.Context) (stop func(), err error) {
+	return l.d.src.Watch(ctx, func(subj string) {
+		select {
+		case l.notes <- subj:
+		case <-ctx.Done():
+		}
+	}, func(err error) {
+		l.d.log.Warn().Err(err).Msg("backlog watch trouble; listing the backlog again")
+		l.askResync()
+	})
+}
+
+func (l *loop) askResync() {
+	select {
+	case l.resync <- struct{}{}:
+	default:
+	}
+}
+
+// own makes partitions this instance's: every one at once without Leases, else through
+// a leaser. It returns a channel closed once the leaser has stopped (at once without
+// one), and what hands the leases back.
+func (l *loop) own(ctx context.Context) (leaserDone <-chan struct{}, releaseAll func(context.Context)) {
+	d := l.d
+	done := make(chan struct{})
+	if d.cfg.Leases == nil {
+		close(done)
+		now := d.now()
+		for p := range d.src.Partitions() {
+			l.acquire(p, now, time.Time{}, time.Time{})
+		}
+		d.log.Info().Int("partitions", d.src.Partitions()).Stringer("fence", l.sched.Interval()).Msg("dispatcher owns every partition; first sends wait one interval")
+		return done, func(context.Context) {}
+	}
+	lm := newLeaser(d, l.events)
+	lctx, cancel := context.WithCancel(ctx)
+	go func() { defer close(done); defer cancel(); lm.run(lctx) }()
+	d.log.Info().Stringer("lease_ttl", d.cfg.LeaseTTL).Stringer("renew_every", d.cfg.leaseEvery()).Msg("dispatcher sharing partitions through leases")
+	return done, lm.releaseAll
+}
+
+// serve runs the loop until ctx ends: it starts what is due, then waits for the next
+// thing to happen.
+func (l *loop) serve(ctx context.Context) {
+	d := l.d
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	ticker := time.NewTicker(d.cfg.ResyncEvery)
+	defer ticker.Stop()
+	for {
+		l.startDue()
+		d.lanes.Store(int64(l.sched.Lanes()))
+		d.inFlight.Store(int64(l.sched.InFlight()))
+		d.owned.Store(int64(len(l.owned)))
+		if next, ok := l.sched.Next(); ok && l.sched.InFlight() < d.cfg.MaxInFlight {
+			timer.Reset(max(next.Sub(d.now()), 0))
+		} else {
+			timer.Stop()
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case subj := <-l.notes:
+			l.notifyAll(subj)
+		case r := <-l.results:
+			l.done(r)
+		case e := <-l.events:
+			l.ownership(e)
+		case c := <-l.steers:
+			l.steer(c)
+		case q := <-d.queries:
+			q.reply <- l.lanesOf(q)
+		case <-timer.C:
+		case <-ticker.C:
+			l.askResync()
+		case <-l.resync:
+			l.listOpen()
+		}
+	}
+}
+
+// notifyAll takes subj and whatever else has arrived, without a trip around the loop.
+func (l *loop) notifyAll(subj string) {
+	l.notify(subj)
+	for {
+		select {
+		case subj := <-l.notes:
+			l.notify(subj)
+		default:
+			return
+		}
+	}
+}
+
+// lister lists the backlog of each partition asked for and feeds it into notes.
+func (l *loop) lister(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case p := <-l.listReq:
+			backlog, err := l.d.src.PartitionBacklog(ctx, p)
+			if err != nil {
+				if ctx.Err() == nil {
+					l.d.log.Warn().Err(err).Int("partition", p).Msg("listing backlog failed; will retry")
+					time.AfterFunc(time.Second, func() {
+						select {
+						case l.listReq <- p:
+						default:
+						}
+					})
+				}
+				continue
+			}
+			for subj := range backlog {
+				select {
+				case l.notes <- subj:
+				case <-ctx.Done():
+					return
+				}
+			}
+		}
+	}
+}
+
+// drain waits for the attempts in flight, up to the shutdown grace, then cancels them.
+func (l *loop) drain() {
+	if l.sched.InFlight() == 0 {
+		return
+	}
+	l.d.log.Info().Int("in_flight", l.sched.InFlight()).Stringer("grace", l.d.cfg.ShutdownGrace).Msg("draining attempts in flight")
+	grace := time.NewTimer(l.d.cfg.ShutdownGrace)
+	defer grace.Stop()
+	for l.sched.InFlight() > 0 {
+		select {
+		case r := <-l.results:
+			l.done(r)
+		case <-grace.C:
+			l.d.log.Warn().Int("in_flight", l.sched.InFlight()).Msg("shutdown grace over; cancelling attempts in flight")
+			l.stopWork()
+		}
+	}
+}
+
+// steer applies one steering change.
+func (l *loop) steer(c request.SteerChange) {
+	if c.Client == "" {
+		iv := time.Duration(c.Steering.Interval)
+		if iv <= 0 {
+			iv = l.d.cfg.Interval
+		}
+		if iv != l.sched.Interval() {
+			l.d.log.Info().Stringer("interval", iv).Msg("global interval changed")
+		}
+		l.sched.SetInterval(iv, l.d.now())
+		return
+	}
+	l.sched.Steer(c.Client, c.Steering, l.d.now())
+}

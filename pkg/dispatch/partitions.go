@@ -1,0 +1,142 @@
+package dispatch
+
+import (
+	"time"
+
+	"github.com/penguinhq/dispatcher/pkg/request"
+)
+
+// partition is what the loop knows of one partition it owns.
+type partition struct {
+	since      time.Time // when it became ours: no attempt starts before an interval after
+	validUntil time.Time // no attempt starts after this (the lease could lapse)
+	inFlight   int
+	release    chan struct{} // closed once drained, when handing the partition back
+	gone       bool          // the lease was lost; kept only until attempts in flight end
+}
+
+// open says whether new attempts may start in the partition.
+func (p *partition) open() bool { return p != nil && p.release == nil && !p.gone }
+
+// lapsed says whether a lease valid until validUntil (zero: no lease, never) could have
+// lapsed by now: no attempt may start then.
+func lapsed(validUntil, now time.Time) bool {
+	return !validUntil.IsZero() && !now.Before(validUntil)
+}
+
+// acquire makes partition p ours from now, or from notBefore if that is later (see the
+// leaser's fencing); the scheduler adds the interval.
+func (l *loop) acquire(p int, now, validUntil, notBefore time.Time) {
+	part := &partition{since: later(now, notBefore), validUntil: validUntil}
+	if old := l.owned[p]; old != nil {
+		part.inFlight = old.inFlight // results of an earlier tenure still on their way
+	}
+	l.owned[p] = part
+	l.list(p)
+}
+
+// list asks the lister for partition p's backlog without ever blocking the loop.
+func (l *loop) list(p int) {
+	select {
+	case l.listReq <- p:
+	default:
+		go func() {
+			select {
+			case l.listReq <- p:
+			case <-l.ctx.Done():
+			}
+		}()
+	}
+}
+
+func (l *loop) ownership(e ownEvent) {
+	now := l.d.now()
+	part := l.owned[e.partition]
+	switch e.kind {
+	case ownAcquired:
+		l.acquire(e.partition, now, e.validUntil, e.notBefore)
+	case ownRenewed:
+		if part != nil {
+			part.validUntil = e.validUntil
+		}
+	case ownLost:
+		l.forget(e.partition)
+		if part != nil {
+			part.gone = true
+			l.dropIfDrained(e.partition, part)
+		}
+	case ownRelease:
+		if part == nil {
+			close(e.done)
+			return
+		}
+		part.release = e.done
+		l.forget(e.partition)
+		l.dropIfDrained(e.partition, part)
+	}
+}
+
+// dropIfDrained lets go of partition p, closed to new attempts, once none is in flight
+// there: a partition handed back is then released.
+func (l *loop) dropIfDrained(p int, part *partition) {
+	if part.inFlight > 0 {
+		return
+	}
+	if part.release != nil {
+		close(part.release)
+	}
+	delete(l.owned, p)
+}
+
+// forget drops the waiting lanes of partition p; lanes in flight are dropped as they end.
+func (l *loop) forget(p int) {
+	l.sched.ForgetWaiting(func(subj string) bool {
+		q, err := request.PartitionOf(subj)
+		return err == nil && q == p
+	})
+}
+
+// owner returns subject's partition and its state, the state only if attempts may start
+// there.
+func (l *loop) owner(subj string) (int, *partition) {
+	p, err := request.PartitionOf(subj)
+	if err != nil {
+		return -1, nil
+	}
+	if part := l.owned[p]; part.open() {
+		return p, part
+	}
+	return p, nil
+}
+
+func (l *loop) notify(subj string) {
+	if _, part := l.owner(subj); part != nil {
+		l.sched.Notify(subj, l.d.now(), part.since)
+	}
+}
+
+// done takes a finished attempt back: the lane goes on, unless its partition is no
+// longer open to attempts.
+func (l *loop) done(r outcome) {
+	l.sched.Done(r.Result, l.d.now())
+	part := l.owned[r.partition]
+	if part != nil {
+		part.inFlight--
+	}
+	if part.open() {
+		return
+	}
+	l.sched.Forget(r.Subject)
+	if part != nil {
+		l.dropIfDrained(r.partition, part)
+	}
+}
+
+// listOpen asks for a listing of the backlog of every partition open to attempts.
+func (l *loop) listOpen() {
+	for p, part := range l.owned {
+		if part.open() {
+			l.list(p)
+		}
+	}
+}

@@ -1,0 +1,67 @@
+package dispatch
+
+import (
+	"context"
+	"time"
+
+	"github.com/penguinhq/dispatcher/pkg/request"
+)
+
+// Source is the queue as the dispatcher sees it.
+type Source interface {
+	// Partitions is how many partitions client subjects are spread over.
+	Partitions() int
+	// PartitionBacklog lists the subjects of partition p that have requests queued.
+	PartitionBacklog(ctx context.Context, p int) (map[string]uint64, error)
+	// Watch calls fn with the subject of each request stored from now on; onErr hears of
+	// trouble after which a backlog listing is due.
+	Watch(ctx context.Context, fn func(subject string), onErr func(error)) (stop func(), err error)
+	// Head reads the oldest request on subject; ok is false when there is none. A request
+	// that cannot be sent (its subject names no client) comes with ok true and an error
+	// with a method Undecodable() bool that returns true: it is dead-lettered unsent.
+	Head(ctx context.Context, subject string) (st request.Stored, ok bool, err error)
+	// Delete removes a request; one already gone is not an error.
+	Delete(ctx context.Context, seq uint64) error
+	// AddDeadLetter writes a request to the dead-letter stream (it stays in the queue).
+	AddDeadLetter(ctx context.Context, st request.Stored, why request.Verdict) error
+}
+
+// Steering is where operators' steering comes from, shared by every instance.
+type Steering interface {
+	// WatchSteering returns the steering in force now, then calls fn with every later
+	// change until stopped. A change with an empty Client sets the global interval (zero:
+	// back to the configured one).
+	WatchSteering(ctx context.Context, fn func(request.SteerChange)) (current []request.SteerChange, stop func(), err error)
+}
+
+// Sender makes one attempt of a request. It returns nil when raven accepted it. An error
+// with a method Permanent() bool that returns true is not retried; one with RetryAfter()
+// time.Duration delays the retry; StatusCode() int, if present, is recorded.
+type Sender interface {
+	Send(ctx context.Context, st request.Stored, attempt int) error
+}
+
+// LeaseStore keeps partition leases that expire unless renewed, in a store all
+// dispatcher instances share (the queue's KV bucket).
+type LeaseStore interface {
+	// Heartbeat says instance id is alive for another TTL; Leave says it is gone.
+	Heartbeat(ctx context.Context, id string) error
+	Leave(ctx context.Context, id string) error
+	// Members lists the instances alive now.
+	Members(ctx context.Context) ([]string, error)
+	// Acquire takes partition p if nobody holds it; ok is false when somebody does.
+	Acquire(ctx context.Context, p int, owner string) (rev uint64, ok bool, err error)
+	// Renew extends owner's lease by compare-and-swap on rev; ok is false when it is gone.
+	Renew(ctx context.Context, p int, owner string, rev uint64) (newRev uint64, ok bool, err error)
+	// Release gives p up if rev is still current.
+	Release(ctx context.Context, p int, rev uint64) error
+	// ReleaseAll gives up every lease held by owner, at whatever revision.
+	ReleaseAll(ctx context.Context, owner string) (int, error)
+	// WatchLeases calls fn with every lease taken, renewed or released, the leases in
+	// place first (partition -1: an instance's heartbeat or leaving), with the store's
+	// revision of the change; lost hears that the watch ended before it was stopped.
+	WatchLeases(ctx context.Context, fn func(partition int, owner string, released bool, rev uint64), lost func(error)) (stop func(), err error)
+}
+
+// clock is where the dispatcher reads the time: time.Now, or a test's.
+type clock func() time.Time

@@ -1,0 +1,167 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/penguinhq/dispatcher/pkg/request"
+)
+
+// Publish stores r on its client's subject and returns once JetStream acknowledged it.
+// Errors are ErrBacklogFull, ErrQueueFull or ErrUnavailable
+// (wrapped with the cause).
+func (q *Queue) Publish(ctx context.Context, r request.Request) (request.Receipt, error) {
+	if !q.nc.IsConnected() {
+		// Fail at once rather than wait out the timeout in the reconnect buffer.
+		return request.Receipt{}, fmt.Errorf("%w: not connected to NATS (%s)", ErrUnavailable, q.nc.Status())
+	}
+	if err := q.WriteErr(); err != nil {
+		// Fail at once too: a store that cannot write does not answer a publish at all,
+		// and the caller would wait out the whole timeout to hear 503. The test writes
+		// (WatchWrites) find out when it takes writes again.
+		return request.Receipt{}, fmt.Errorf("%w: the store does not take writes: %w", ErrUnavailable, err)
+	}
+	ack, err := q.js.PublishMsg(ctx, requestMsg(r), jetstream.WithMsgID(r.ID), jetstream.WithExpectStream(RequestStream))
+	if err != nil {
+		err = classifyPublishError(err)
+		q.writes.note(err)
+		return request.Receipt{}, err
+	}
+	q.writes.note(nil)
+	return request.Receipt{Seq: ack.Sequence, Duplicate: ack.Duplicate}, nil
+}
+
+const (
+	errCodeStoreFailed           = 10077 // JSStreamStoreFailedF
+	errCodeInsufficientResources = 10023 // JSInsufficientResourcesErr
+)
+
+func classifyPublishError(err error) error {
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) {
+		switch {
+		case apiErr.ErrorCode == errCodeStoreFailed && strings.Contains(apiErr.Description, "per subject"):
+			return fmt.Errorf("%w: %s", ErrBacklogFull, apiErr.Description)
+		case apiErr.ErrorCode == errCodeStoreFailed && strings.Contains(apiErr.Description, "maximum"),
+			apiErr.ErrorCode == errCodeInsufficientResources:
+			return fmt.Errorf("%w: %s", ErrQueueFull, apiErr.Description)
+		}
+	}
+	return fmt.Errorf("%w: %w", ErrUnavailable, err)
+}
+
+// Backlog lists every client subject that has requests queued, with its count.
+func (q *Queue) Backlog(ctx context.Context) (map[string]uint64, error) {
+	return q.backlog(ctx, request.RequestPrefix+">")
+}
+
+// PartitionBacklog lists the client subjects of partition p that have requests queued.
+func (q *Queue) PartitionBacklog(ctx context.Context, p int) (map[string]uint64, error) {
+	return q.backlog(ctx, request.RequestPrefix+strconv.Itoa(p)+".*")
+}
+
+func (q *Queue) backlog(ctx context.Context, filter string) (map[string]uint64, error) {
+	info, err := q.reqs.Info(ctx, jetstream.WithSubjectFilter(filter))
+	if err != nil {
+		return nil, fmt.Errorf("listing backlog of %s: %w", filter, err)
+	}
+	return info.State.Subjects, nil
+}
+
+// Watch calls fn with the subject of every request stored from now on, from one light
+// ordered consumer (headers only, no acks, memory, R1). onErr hears about consumer
+// trouble: a gap is possible then, and the caller should list the backlog again. Stop the
+// watch by calling the returned function.
+func (q *Queue) Watch(ctx context.Context, fn func(subject string), onErr func(error)) (stop func(), err error) {
+	cons, err := q.reqs.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{request.RequestPrefix + ">"},
+		DeliverPolicy:  jetstream.DeliverNewPolicy,
+		HeadersOnly:    true,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("creating backlog watch: %w", err)
+	}
+	cc, err := cons.Consume(func(m jetstream.Msg) { fn(m.Subject()) },
+		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) { onErr(err) }))
+	if err != nil {
+		return nil, fmt.Errorf("starting backlog watch: %w", err)
+	}
+	return cc.Stop, nil
+}
+
+// Head returns the oldest request on subject; ok is false when the subject is empty. A
+// request whose subject holds no valid clientId token comes back with ok true and an
+// *UndecodableError.
+func (q *Queue) Head(ctx context.Context, subject string) (st request.Stored, ok bool, err error) {
+	m, err := q.reqs.GetMsg(ctx, 0, jetstream.WithGetMsgSubject(subject))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return request.Stored{}, false, nil
+	}
+	if err != nil {
+		return request.Stored{}, false, fmt.Errorf("reading head of %s: %w", subject, err)
+	}
+	st = storedOf(m.Subject, m.Header, m.Data, m.Sequence, m.Time)
+	if _, decodeErr := request.ClientIDOf(m.Subject); decodeErr != nil {
+		// Not written by ingest (someone published straight to the subject): the caller
+		// gets it with an UndecodableError, to move it aside rather than send it or stall
+		// on it.
+		return st, true, &UndecodableError{Err: decodeErr}
+	}
+	return st, true, nil
+}
+
+// Delete removes one request from the queue; a request already gone is not an error.
+func (q *Queue) Delete(ctx context.Context, seq uint64) error {
+	err := q.reqs.DeleteMsg(ctx, seq)
+	if err != nil && !isNotFound(err) {
+		q.writes.note(err)
+		return fmt.Errorf("deleting request %d: %w", seq, err)
+	}
+	q.writes.note(nil)
+	return nil
+}
+
+func isNotFound(err error) bool {
+	// nats.go flattens the server's answer into the text of ErrMsgDeleteUnsuccessful: "no
+	// message found" for a sequence before the first, JSSequenceNotFoundErrF (10043) for
+	// one deleted already further in.
+	return errors.Is(err, jetstream.ErrMsgNotFound) ||
+		(errors.Is(err, jetstream.ErrMsgDeleteUnsuccessful) &&
+			(strings.Contains(err.Error(), "no message found") || strings.Contains(err.Error(), "err_code=10043")))
+}
+
+// requestMsg is the message a request is stored as, on its client's subject: the id and
+// Content-Type in headers, the body byte for byte.
+func requestMsg(r request.Request) *nats.Msg {
+	msg := nats.NewMsg(request.RequestSubject(r.ClientID))
+	msg.Header.Set(request.HeaderID, r.ID)
+	if r.ContentType != "" {
+		msg.Header.Set(request.HeaderContentType, r.ContentType)
+	}
+	msg.Data = r.Body
+	return msg
+}
+
+// storedOf reads a stored request (or a dead letter's request) back from its message; the
+// clientId is empty when the subject holds no valid token.
+func storedOf(subject string, h nats.Header, body []byte, seq uint64, at time.Time) request.Stored {
+	clientID, _ := request.ClientIDOf(subject)
+	return request.Stored{
+		Request: request.Request{
+			ID:          h.Get(request.HeaderID),
+			ClientID:    clientID,
+			ContentType: h.Get(request.HeaderContentType),
+			Body:        body,
+		},
+		Seq:        seq,
+		Subject:    subject,
+		AcceptedAt: at,
+	}
+}

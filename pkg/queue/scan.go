@@ -1,0 +1,75 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// scan calls fn with each message of s on filter, in order, up to the stream's last
+// sequence when it began, reading through an ordered consumer that the server drops
+// soon after the scan ends.
+func (q *Queue) scan(ctx context.Context, s jetstream.Stream, filter string, headersOnly bool, fn func(jetstream.Msg, *jetstream.MsgMetadata) error) error {
+	info, err := s.Info(ctx)
+	if err != nil {
+		return fmt.Errorf("stream %s: %w", s.CachedInfo().Config.Name, err)
+	}
+	last := info.State.LastSeq
+	if info.State.Msgs == 0 {
+		return nil
+	}
+	cons, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
+		FilterSubjects:    []string{filter},
+		HeadersOnly:       headersOnly,
+		DeliverPolicy:     jetstream.DeliverAllPolicy,
+		InactiveThreshold: 5 * time.Second,
+	})
+	if err != nil {
+		return fmt.Errorf("reading %s: %w", filter, err)
+	}
+	it, err := cons.Messages(jetstream.PullMaxMessages(256))
+	if err != nil {
+		return fmt.Errorf("reading %s: %w", filter, err)
+	}
+	defer it.Stop()
+	if ci := cons.CachedInfo(); ci != nil && ci.NumPending == 0 {
+		return nil // nothing on this filter
+	}
+	for {
+		m, err := it.Next(jetstream.NextMaxWait(time.Second))
+		if errors.Is(err, nats.ErrTimeout) {
+			// Slow, or what was pending has been deleted meanwhile: ask the server.
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			ci, err := cons.Info(ctx)
+			if err == nil && ci.NumPending == 0 {
+				return nil
+			}
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("reading %s: %w", filter, err)
+		}
+		md, err := m.Metadata()
+		if err != nil {
+			return err
+		}
+		if md.Sequence.Stream > last {
+			return nil
+		}
+		if err := fn(m, md); err != nil {
+			return err
+		}
+		if md.NumPending == 0 || md.Sequence.Stream == last {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+	}
+}

@@ -1,0 +1,54 @@
+package request
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// Steering is what operators set, for one client or for all of them: kept in the control
+// bucket, watched by every dispatcher, shown to operators. For all clients only Interval
+// counts.
+type Steering struct {
+	// Interval replaces the configured interval when positive.
+	Interval Duration `json:"interval,omitzero"`
+	// Paused: the dispatcher sends nothing to the client; its requests wait.
+	Paused bool `json:"paused,omitempty"`
+	// PurgeThrough: the client's requests up to this stream sequence are dead-lettered
+	// unsent (reason "purged") by the dispatcher that owns the client.
+	PurgeThrough uint64 `json:"purge_through,omitempty"`
+	// UpdatedAt and By say when and by whom it was last changed, for operators.
+	UpdatedAt time.Time `json:"updated_at,omitzero"`
+	By        string    `json:"by,omitempty"`
+}
+
+// IsZero says whether s steers nothing.
+func (s Steering) IsZero() bool { return s.Interval == 0 && !s.Paused && s.PurgeThrough == 0 }
+
+// SteerChange is one change of steering: for one client (Client is its subject token,
+// EncodeClientID of its id), or for all when Client is empty. Steering removed comes as
+// the zero Steering: back to the configured defaults.
+type SteerChange struct {
+	Client   string
+	Steering Steering
+}
+
+// Duration is a time.Duration that reads and writes as text ("10s") in JSON.
+type Duration time.Duration
+
+// MarshalJSON writes d as Go duration text.
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(d).String()) }
+
+// UnmarshalJSON reads Go duration text.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("duration must be text such as \"10s\": %w", err)
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return err
+	}
+	*d = Duration(v)
+	return nil
+}
