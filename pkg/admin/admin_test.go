@@ -1,0 +1,301 @@
+package admin_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/penguinhq/dispatcher/pkg/admin"
+	"github.com/penguinhq/dispatcher/pkg/queue"
+	"github.com/penguinhq/dispatcher/pkg/queue/queuetest"
+	"github.com/penguinhq/dispatcher/pkg/request"
+)
+
+// fixture is an admin Service on a real embedded JetStream server, with no dispatcher
+// running: lanes are never described (LaneWait is short), requests stay where they are.
+type fixture struct {
+	q   *queue.Queue
+	svc *admin.Service
+	api http.Handler
+}
+
+const token = "s3cret"
+
+func setup(t testing.TB) *fixture {
+	t.Helper()
+	s := queuetest.Server(t)
+	nc, err := queue.Connect(s.ClientURL(), "admin-test", zerolog.Nop(), queue.Security{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	ctx := context.Background()
+	q, err := nc.Open(ctx, queue.Config{Partitions: 4}, queue.CreateOrUpdate)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctl, err := q.Control(ctx, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := admin.New(admin.Config{Queue: q, Control: ctl, LaneWait: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &fixture{q: q, svc: svc, api: http.StripPrefix("/admin", svc.Handler(token))}
+}
+
+func (f *fixture) publish(t testing.TB, client, id string) {
+	t.Helper()
+	if _, err := f.q.Publish(context.Background(), request.Request{ID: id, ClientID: client, ContentType: "application/json", Body: []byte(`{}`)}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// bury moves client's head request to the dead-letter stream, as a dispatcher would.
+func (f *fixture) bury(t testing.TB, client, reason string) {
+	t.Helper()
+	ctx := context.Background()
+	subj, _, ok, err := f.q.ClientSubject(ctx, client)
+	if err != nil || !ok {
+		t.Fatalf("client %s: %v %v", client, ok, err)
+	}
+	st, _, err := f.q.Head(ctx, subj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.q.AddDeadLetter(ctx, st, request.Verdict{Reason: reason, LastStatus: 500, Attempts: 3}); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.q.Delete(ctx, st.Seq); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// call makes one admin API call and decodes the answer into out (if not nil).
+func (f *fixture) call(t testing.TB, method, path, auth, body string, out any) *httptest.ResponseRecorder {
+	t.Helper()
+	req := httptest.NewRequest(method, path, strings.NewReader(body))
+	if auth != "" {
+		req.Header.Set("Authorization", "Bearer "+auth)
+	}
+	rec := httptest.NewRecorder()
+	f.api.ServeHTTP(rec, req)
+	if out != nil {
+		if err := json.Unmarshal(rec.Body.Bytes(), out); err != nil {
+			t.Fatalf("%s %s: %d %q: %v", method, path, rec.Code, rec.Body.String(), err)
+		}
+	}
+	return rec
+}
+
+type problem struct {
+	Status int    `json:"status"`
+	Code   string `json:"code"`
+	Detail string `json:"detail"`
+}
+
+func TestConfigValidate(t *testing.T) {
+	t.Parallel()
+	if _, err := admin.New(admin.Config{}); err == nil || !strings.Contains(err.Error(), "required") {
+		t.Fatalf("New without a queue: %v, want it refused", err)
+	}
+	if err := (admin.Config{Queue: &queue.Queue{}, Control: &queue.Control{}, LaneWait: time.Minute}).Validate(); err == nil {
+		t.Fatal("a one-minute lane wait was accepted")
+	}
+	if got := (admin.Config{}).WithDefaults().LaneWait; got != admin.DefaultLaneWait {
+		t.Fatalf("default lane wait %s, want %s", got, admin.DefaultLaneWait)
+	}
+}
+
+func TestParseInterval(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]time.Duration{"10s": 10 * time.Second, "default": 0, "0s": 0, "0": 0, "1ms": time.Millisecond} {
+		if got, err := admin.ParseInterval(in); err != nil || got != want {
+			t.Errorf("ParseInterval(%q) = %s, %v; want %s", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "-1s", "500us", "ten seconds", "5"} {
+		if _, err := admin.ParseInterval(in); !errors.Is(err, admin.ErrInvalid) {
+			t.Errorf("ParseInterval(%q): %v, want ErrInvalid", in, err)
+		}
+	}
+}
+
+func TestAPIRefusesWithoutTheToken(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	var p problem
+	if rec := f.call(t, "GET", "/admin/v1/steering", "", "", &p); rec.Code != 401 || p.Code != "unauthorized" || rec.Header().Get("WWW-Authenticate") == "" {
+		t.Fatalf("no token: %d %+v, want 401 unauthorized with WWW-Authenticate", rec.Code, p)
+	}
+	if rec := f.call(t, "GET", "/admin/v1/steering", "wrong", "", &p); rec.Code != 401 {
+		t.Fatalf("wrong token: %d, want 401", rec.Code)
+	}
+	off := http.StripPrefix("/admin", f.svc.Handler(""))
+	rec := httptest.NewRecorder()
+	off.ServeHTTP(rec, httptest.NewRequest("GET", "/admin/v1/steering", nil))
+	if rec.Code != 403 || !strings.Contains(rec.Body.String(), "ADMIN_TOKEN") {
+		t.Fatalf("API off: %d %s, want 403 naming ADMIN_TOKEN", rec.Code, rec.Body.String())
+	}
+}
+
+func TestAPIBadInputIsAProblem(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.publish(t, "alice", "a1")
+	cases := []struct{ method, path, body, detail string }{
+		{"PUT", "/admin/v1/interval", `{"interval":"soon"}`, "interval"},
+		{"PUT", "/admin/v1/interval", `{"interval":"10s","extra":1}`, "unknown field"},
+		{"PUT", "/admin/v1/client/interval", `{"client":"","interval":"10s"}`, "client"},
+		{"POST", "/admin/v1/client/purge", `{"client":"alice"}`, "confirmation"},
+		{"POST", "/admin/v1/client/purge", `{"client":"alice","confirm":"alice","wait":"1h"}`, "wait"},
+		{"POST", "/admin/v1/replay", `{}`, "--all"},
+		{"GET", "/admin/v1/deadletters?since=yesterday", "", "since"},
+		{"GET", "/admin/v1/deadletters?since=1h&until=2h", "", "not before"},
+		{"GET", "/admin/v1/clients?limit=0x10", "", "whole number"},
+		{"GET", "/admin/v1/clients?sort=name", "", "sort"},
+		{"GET", "/admin/v1/requests/r1?client=" + strings.Repeat("x", 300), "", "client"},
+	}
+	for _, c := range cases {
+		var p problem
+		rec := f.call(t, c.method, c.path, token, c.body, &p)
+		if rec.Code != 400 || p.Code != "invalid" || !strings.Contains(p.Detail, c.detail) || rec.Header().Get("Content-Type") != "application/problem+json" {
+			t.Errorf("%s %s %s: %d %+v, want a 400 problem whose detail names %q", c.method, c.path, c.body, rec.Code, p, c.detail)
+		}
+	}
+	if backlog, _ := f.q.Backlog(context.Background()); len(backlog) != 1 {
+		t.Fatalf("backlog %v after bad calls, want alice's request untouched", backlog)
+	}
+	var p problem
+	if rec := f.call(t, "DELETE", "/admin/v1/steering", token, "", &p); rec.Code != 405 || p.Code != "method_not_allowed" {
+		t.Fatalf("DELETE: %d %+v, want 405", rec.Code, p)
+	}
+}
+
+func TestSteeringThroughTheAPI(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	var st admin.Steered
+	f.call(t, "PUT", "/admin/v1/interval", token, `{"interval":"10s"}`, &st)
+	if st.GlobalInterval != "10s" {
+		t.Fatalf("after setting 10s: %+v", st)
+	}
+	var cs request.Steering
+	if rec := f.call(t, "PUT", "/admin/v1/client/interval", token, `{"client":"bob","interval":"1m"}`, &cs); rec.Code != 200 || time.Duration(cs.Interval) != time.Minute {
+		t.Fatalf("client interval: %d %+v", rec.Code, cs)
+	}
+	cs = request.Steering{}
+	f.call(t, "POST", "/admin/v1/client/pause", token, `{"client":"bob"}`, &cs)
+	if !cs.Paused || time.Duration(cs.Interval) != time.Minute || !strings.HasPrefix(cs.By, "admin-api ") {
+		t.Fatalf("after pause: %+v, want paused, interval kept, by the API", cs)
+	}
+	st = admin.Steered{}
+	f.call(t, "PUT", "/admin/v1/interval", token, `{"interval":"default"}`, &st)
+	if st.GlobalInterval != "" || !st.Clients["bob"].Paused {
+		t.Fatalf("after default: %+v, want no global interval and bob still paused", st)
+	}
+	f.call(t, "POST", "/admin/v1/client/resume", token, `{"client":"bob"}`, nil)
+	f.call(t, "PUT", "/admin/v1/client/interval", token, `{"client":"bob","interval":"0s"}`, nil)
+	st = admin.Steered{}
+	f.call(t, "GET", "/admin/v1/steering", token, "", &st)
+	if len(st.Clients) != 0 {
+		t.Fatalf("after resume and interval 0s: %+v, want bob's record gone", st)
+	}
+}
+
+func TestDeadLettersListAndReplay(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	for _, id := range []string{"c1", "c2", "c3"} {
+		f.publish(t, "carol", id)
+		f.bury(t, "carol", request.ReasonAttemptsExhausted)
+	}
+	f.publish(t, "dave", "d1")
+	f.bury(t, "dave", request.ReasonPermanent)
+
+	var list struct {
+		Total       int                  `json:"total"`
+		DeadLetters []request.DeadLetter `json:"dead_letters"`
+	}
+	f.call(t, "GET", "/admin/v1/deadletters?client=carol&limit=2", token, "", &list)
+	if list.Total != 3 || len(list.DeadLetters) != 2 || list.DeadLetters[0].ID != "c1" || list.DeadLetters[0].Attempts != 3 || list.DeadLetters[0].BodyBytes != 2 {
+		t.Fatalf("carol's dead letters: %+v, want 3 in all, the first 2 shown oldest first", list)
+	}
+
+	var rs admin.RequestState
+	f.call(t, "GET", "/admin/v1/requests/d1", token, "", &rs)
+	if rs.State != admin.StateDeadLettered || rs.DeadLetter == nil || rs.DeadLetter.Reason != request.ReasonPermanent {
+		t.Fatalf("d1: %+v, want dead-lettered as permanent", rs)
+	}
+
+	var rep struct {
+		Report admin.ReplayReport `json:"report"`
+		Items  []admin.ReplayItem `json:"items"`
+	}
+	f.call(t, "POST", "/admin/v1/replay", token, `{"reason":"attempts-exhausted","dry_run":true}`, &rep)
+	if rep.Report.Matched != 3 || rep.Report.Requeued != 0 || len(rep.Items) != 3 || rep.Items[0].Outcome != admin.ReplayWouldRequeue {
+		t.Fatalf("dry run: %+v, want 3 matched, none requeued", rep)
+	}
+	rep.Items = nil
+	f.call(t, "POST", "/admin/v1/replay", token, `{"reason":"attempts-exhausted"}`, &rep)
+	if rep.Report.Matched != 3 || rep.Report.Requeued != 3 {
+		t.Fatalf("replay: %+v, want 3 requeued", rep.Report)
+	}
+	rs = admin.RequestState{}
+	f.call(t, "GET", "/admin/v1/requests/c2?client=carol", token, "", &rs)
+	if rs.State != admin.StateQueued || rs.Position == nil || *rs.Position != 1 || rs.ClientID != "carol" {
+		t.Fatalf("c2 after the replay: %+v, want queued behind c1", rs)
+	}
+	list.DeadLetters = nil
+	f.call(t, "GET", "/admin/v1/deadletters", token, "", &list)
+	if list.Total != 1 || list.DeadLetters[0].ID != "d1" {
+		t.Fatalf("dead letters after the replay: %+v, want only d1", list)
+	}
+	rs = admin.RequestState{}
+	f.call(t, "GET", "/admin/v1/requests/nothing", token, "", &rs)
+	if rs.State != admin.StateNotQueued {
+		t.Fatalf("an unknown id: %+v, want not_queued", rs)
+	}
+}
+
+// With no dispatcher to do it, a purge asked for is marked but not done: the answer says
+// how much is left, and nothing is lost.
+func TestPurgeWithoutADispatcherLeavesTheBacklog(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.publish(t, "erin", "e1")
+	f.publish(t, "erin", "e2")
+	var res admin.PurgeResult
+	f.call(t, "POST", "/admin/v1/client/purge", token, `{"client":"erin","confirm":"erin","wait":"100ms"}`, &res)
+	if res.Requests != 2 || res.Remaining != 2 || res.Through == 0 {
+		t.Fatalf("purge: %+v, want 2 asked for and 2 remaining", res)
+	}
+	var st admin.Steered
+	f.call(t, "GET", "/admin/v1/steering", token, "", &st)
+	if st.Clients["erin"].PurgeThrough != res.Through {
+		t.Fatalf("steering %+v, want erin's purge mark at %d for the dispatcher", st, res.Through)
+	}
+	var page admin.ClientsPage
+	f.call(t, "GET", "/admin/v1/clients?sort=age", token, "", &page)
+	if page.Total != 1 || page.Clients[0].ClientID != "erin" || page.Clients[0].Backlog != 2 || page.Clients[0].Lane != "none" {
+		t.Fatalf("clients: %+v, want erin with 2 queued and no lane", page)
+	}
+}
+
+func TestAnswersAreJSON(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	rec := f.call(t, "GET", "/admin/v1/clients", token, "", nil)
+	if rec.Code != 200 || !strings.HasPrefix(rec.Header().Get("Content-Type"), "application/json") || !json.Valid(bytes.TrimSpace(rec.Body.Bytes())) {
+		t.Fatalf("clients: %d %q %q", rec.Code, rec.Header().Get("Content-Type"), rec.Body.String())
+	}
+}

@@ -1,0 +1,266 @@
+package dispatch
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/penguinhq/dispatcher/pkg/request"
+)
+
+// The in-memory parts the dispatcher's unit tests run against: a Source that keeps
+// requests in a slice, a Sender that records attempts and answers as told, and a clock
+// that moves only when the test moves it.
+
+// memSource is a Source in memory. Subjects are "dispatch.req.<partition>.<token>", as
+// the queue stores them.
+type memSource struct {
+	mu          sync.Mutex
+	partitions  int
+	seq         uint64
+	queued      []request.Stored
+	dead        []deadLetter
+	undecodable map[uint64]bool // these heads come with an Undecodable error
+	headErr     error           // every Head fails with it, when set
+	deleteFails int             // the next deleteFails Deletes fail
+	deletes     int
+}
+
+type deadLetter struct {
+	request.Stored
+	why request.Verdict
+}
+
+type undecodableErr struct{}
+
+func (undecodableErr) Error() string     { return "not written by ingest" }
+func (undecodableErr) Undecodable() bool { return true }
+
+func newMemSource(partitions int) *memSource {
+	return &memSource{partitions: partitions, undecodable: map[uint64]bool{}}
+}
+
+// subject is where client's requests are stored, in partition p.
+func subject(p int, client string) string {
+	return fmt.Sprintf("%s%d.%s", request.RequestPrefix, p, request.EncodeClientID(client))
+}
+
+// add queues a request on subj and returns it.
+func (m *memSource) add(subj, id string, acceptedAt time.Time) request.Stored {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.seq++
+	client, _ := request.ClientIDOf(subj)
+	st := request.Stored{Request: request.Request{ID: id, ClientID: client, Body: []byte(id)}, Seq: m.seq, Subject: subj, AcceptedAt: acceptedAt}
+	m.queued = append(m.queued, st)
+	return st
+}
+
+func (m *memSource) Partitions() int { return m.partitions }
+
+func (m *memSource) PartitionBacklog(_ context.Context, p int) (map[string]uint64, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := map[string]uint64{}
+	for _, st := range m.queued {
+		if q, err := request.PartitionOf(st.Subject); err == nil && q == p {
+			out[st.Subject]++
+		}
+	}
+	return out, nil
+}
+
+func (m *memSource) Watch(context.Context, func(string), func(error)) (func(), error) {
+	return func() {}, nil
+}
+
+func (m *memSource) Head(_ context.Context, subj string) (request.Stored, bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.headErr != nil {
+		return request.Stored{}, false, m.headErr
+	}
+	for _, st := range m.queued {
+		if st.Subject == subj {
+			if m.undecodable[st.Seq] {
+				return st, true, undecodableErr{}
+			}
+			return st, true, nil
+		}
+	}
+	return request.Stored{}, false, nil
+}
+
+func (m *memSource) Delete(_ context.Context, seq uint64) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.deletes++
+	if m.deleteFails > 0 {
+		m.deleteFails--
+		return errors.New("store unavailable")
+	}
+	for i, st := range m.queued {
+		if st.Seq == seq {
+			m.queued = append(m.queued[:i], m.queued[i+1:]...)
+			break
+		}
+	}
+	return nil
+}
+
+func (m *memSource) AddDeadLetter(_ context.Context, st request.Stored, why request.Verdict) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.dead = append(m.dead, deadLetter{st, why})
+	return nil
+}
+
+// ids lists the ids queued, in order.
+func (m *memSource) ids() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []string
+	for _, st := range m.queued {
+		out = append(out, st.ID)
+	}
+	return out
+}
+
+func (m *memSource) deadLetters() []deadLetter {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return append([]deadLetter(nil), m.dead...)
+}
+
+// sent is one attempt the sender saw.
+type sent struct {
+	id      string
+	attempt int
+	at      time.Time
+}
+
+// memSender records attempts and answers each with answer (nil: accepted).
+type memSender struct {
+	mu     sync.Mutex
+	clock  *fakeClock
+	sent   []sent
+	answer func(st request.Stored, attempt int) error
+}
+
+func (s *memSender) Send(_ context.Context, st request.Stored, attempt int) error {
+	s.mu.Lock()
+	s.sent = append(s.sent, sent{st.ID, attempt, s.clock.now()})
+	answer := s.answer
+	s.mu.Unlock()
+	if answer == nil {
+		return nil
+	}
+	return answer(st, attempt)
+}
+
+func (s *memSender) attempts() []sent {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]sent(nil), s.sent...)
+}
+
+// fakeClock is a clock that moves only when told to.
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *fakeClock) now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *fakeClock) advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
+// bundle is one dispatcher on in-memory parts, with the test's clock and a log the test
+// can read.
+type bundle struct {
+	d     *Dispatcher
+	src   *memSource
+	snd   *memSender
+	clock *fakeClock
+	log   *syncBuffer
+}
+
+// syncBuffer is a log the dispatcher's goroutines write while the test reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+var start = time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+
+// setup returns a dispatcher of cfg (its zero fields defaulted; interval 5s unless set)
+// on a fresh in-memory source of 4 partitions, its clock at start, jitter fixed.
+func setup(t testing.TB, cfg Config) *bundle {
+	t.Helper()
+	b := &bundle{src: newMemSource(4), clock: &fakeClock{t: start}, log: &syncBuffer{}}
+	b.snd = &memSender{clock: b.clock}
+	if cfg.InstanceID == "" {
+		cfg.InstanceID = "unit"
+	}
+	d, err := New(cfg, b.src, b.snd, zerolog.New(b.log).Level(zerolog.DebugLevel))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.now, d.rand = b.clock.now, func() float64 { return 0.5 }
+	b.d = d
+	return b
+}
+
+// job is the job the scheduler would hand out for subj's first attempt, now.
+func (b *bundle) job(subj string) Job {
+	return Job{Subject: subj, SendAt: b.clock.now()}
+}
+
+func sortedIDs(ds []deadLetter) []string {
+	var out []string
+	for _, d := range ds {
+		out = append(out, d.ID+":"+d.why.Reason)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func TestDefaultInstanceIDIsValid(t *testing.T) {
+	t.Parallel()
+	for _, host := range []string{"", "web-1", "a.b.c", "node_7", strings.Repeat("h", 70), "ünïcode"} {
+		id := instanceIDOf(host, "0123456789")
+		if err := ValidInstanceID(id); err != nil {
+			t.Errorf("host %q: default id %q: %v", host, id, err)
+		}
+	}
+	if err := ValidInstanceID(DefaultInstanceID()); err != nil {
+		t.Fatalf("this machine's default id: %v", err)
+	}
+}
