@@ -124,6 +124,7 @@ func (l *Ledger) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	a.Status, a.Fault = resp.Status, resp.Fault
 	if resp.Fault == Reset {
+		a.End = time.Now() // raven ends the exchange here: the sender may see the reset before reset returns
 		reset(w)
 	} else {
 		// Reading the body to its end lets the server notice when the sender hangs up.
@@ -170,6 +171,7 @@ func (l *Ledger) answer(w http.ResponseWriter, r *http.Request, resp Response, a
 	}
 	if resp.Fault == Drop {
 		if conn, _, err := http.NewResponseController(w).Hijack(); err == nil {
+			a.End = time.Now() // before the close: the sender may see it before Close returns
 			_ = conn.Close()
 		}
 		return
