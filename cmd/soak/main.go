@@ -13,6 +13,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -300,9 +301,47 @@ func (s *soak) verdict(out io.Writer, f flags, drainedAt time.Duration) (failed 
 	accepted := append([]ledger.Accepted(nil), s.load.accepted...)
 	statuses, retries, unexpected := s.load.statuses, s.load.retries, s.load.unexpected
 	s.load.mu.Unlock()
-	rep := ledger.Check(s.raven.Arrivals(), ledger.Expect{Interval: f.interval, Accepted: accepted, Dead: dead,
+	arrivals := s.raven.Arrivals()
+	rep := ledger.Check(arrivals, ledger.Expect{Interval: f.interval, Accepted: accepted, Dead: dead,
 		AllowUnacknowledged: true, Explained: explained})
+	if len(rep.Violations) > 0 {
+		s.keepArrivals(out, arrivals, rep)
+	}
 	return s.report(out, f, rep, causes, len(accepted), statuses, retries, unexpected, drainedAt)
+}
+
+// keepArrivals writes, beside the logs, every arrival of the clients a violation names
+// and of the requests delivered twice, so that a failed run can be looked into: one JSON
+// line each, after a line with the run's start (the faults' times count from it).
+func (s *soak) keepArrivals(out io.Writer, arrivals []ledger.Arrival, rep ledger.Report) {
+	clients := map[string]bool{}
+	for _, v := range rep.Violations {
+		if _, rest, ok := strings.Cut(v, `client "`); ok {
+			if c, _, ok := strings.Cut(rest, `"`); ok {
+				clients[c] = true
+			}
+		}
+	}
+	dup := map[string]bool{}
+	for _, id := range rep.DuplicateIDs {
+		dup[id] = true
+	}
+	path := filepath.Join(s.dir, "arrivals.jsonl")
+	fh, err := os.Create(path)
+	if err != nil {
+		fmt.Fprintln(out, "keeping the arrivals:", err)
+		return
+	}
+	defer fh.Close()
+	enc := json.NewEncoder(fh)
+	_ = enc.Encode(map[string]any{"start": s.start})
+	for _, a := range arrivals {
+		if clients[a.ClientID] || dup[a.ID] {
+			a.Body = nil
+			_ = enc.Encode(a)
+		}
+	}
+	fmt.Fprintln(out, "arrivals of the clients in question:", path)
 }
 
 func deadLetters(q *queue.Queue) map[string]bool {
