@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -14,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/penguinhq/dispatcher/pkg/admin"
 	"github.com/penguinhq/dispatcher/pkg/ledger"
 )
 
@@ -136,7 +138,8 @@ func TestComposeStackSurvivesKilledContainers(t *testing.T) {
 		"LEASE_TTL=4s", "RAVEN_TIMEOUT=1s", "PARTITIONS=16", "RAVEN_URL=http://demoraven:8081/", "ADMIN_TOKEN=",
 		"INGEST_TOKEN=" + token, "INGEST_NATS_PASSWORD=e2e-i", "DISPATCHER_NATS_PASSWORD=e2e-d", "OPS_NATS_PASSWORD=e2e-o",
 		"SYS_NATS_PASSWORD=e2e-s"}
-	for _, p := range []string{"INGEST_PORT", "INGEST2_PORT", "RAVEN_PORT", "NATS_PORT", "DISPATCHER_OPS_PORT", "DISPATCHER2_OPS_PORT"} {
+	for _, p := range []string{"INGEST_PORT", "INGEST2_PORT", "INGEST_OPS_PORT", "INGEST2_OPS_PORT", "RAVEN_PORT", "NATS_PORT", "NATS2_PORT",
+		"NATS3_PORT", "DISPATCHER_OPS_PORT", "DISPATCHER2_OPS_PORT"} {
 		addr := freeAddr(t)
 		c.ports[p] = addr[strings.LastIndexByte(addr, ':')+1:]
 		c.env = append(c.env, p+"="+c.ports[p])
@@ -151,9 +154,10 @@ func TestComposeStackSurvivesKilledContainers(t *testing.T) {
 		}
 	})
 	c.must(5*time.Minute, "up", "-d")
-	for _, p := range []string{"INGEST_PORT", "INGEST2_PORT", "DISPATCHER_OPS_PORT", "DISPATCHER2_OPS_PORT"} {
+	for _, p := range []string{"INGEST_PORT", "INGEST2_PORT", "INGEST_OPS_PORT", "INGEST2_OPS_PORT", "DISPATCHER_OPS_PORT", "DISPATCHER2_OPS_PORT"} {
 		waitReady(t, c.url(p, ""))
 	}
+	c.operatorsFirstLook(t)
 
 	// Penguin: 6 clients, 10 requests each, spread over both ingests and about 8 s, each
 	// with an Idempotency-Key and retried on 503 as a real caller would.
@@ -211,6 +215,14 @@ func TestComposeStackSurvivesKilledContainers(t *testing.T) {
 	c.must(time.Minute, "kill", "dispatcher-1")
 	time.Sleep(time.Second)
 	c.must(time.Minute, "kill", "nats-2")
+	// From the host, dispatchctl goes on with a node down: it has all three.
+	waitFor(t, 90*time.Second, "dispatchctl status to show the two servers left", func() bool {
+		cmd := exec.Command(ctlBin, "status", "-json")
+		cmd.Env = c.ctlEnv("e2e-o")
+		out, err := cmd.Output()
+		var st admin.Status
+		return err == nil && json.Unmarshal(out, &st) == nil && len(st.NATS.Servers) == 2
+	})
 	// The kill must matter: dispatcher-2 takes every partition over.
 	waitFor(t, 60*time.Second, "dispatcher-2 to own all 16 partitions", func() bool {
 		return scrapeQuiet(c.url("DISPATCHER2_OPS_PORT", "/metrics"))["dispatch_partitions_owned"] == 16
@@ -257,4 +269,105 @@ func TestComposeStackSurvivesKilledContainers(t *testing.T) {
 	if rep.Delivered < clients*each {
 		t.Fatalf("delivered %d distinct requests, want %d", rep.Delivered, clients*each)
 	}
+	c.rehearseADeadLetter(t, token)
+}
+
+// ctl runs dispatchctl from the host as the README's compose section says: all three
+// NATS nodes, the ops user; the test fails unless it exits with want.
+func (c *composeStack) ctl(want int, password string, args ...string) string {
+	c.t.Helper()
+	cmd := exec.Command(ctlBin, args...)
+	cmd.Env = c.ctlEnv(password)
+	out, err := cmd.CombinedOutput()
+	if _, isExit := err.(*exec.ExitError); err != nil && !isExit {
+		c.t.Fatalf("dispatchctl %q: %v", args, err)
+	}
+	if code := cmd.ProcessState.ExitCode(); code != want {
+		c.t.Fatalf("dispatchctl %q: exit %d, want %d\n%s", args, code, want, out)
+	}
+	return string(out)
+}
+
+// ctlEnv is the host's environment for dispatchctl, as .env.example sets it.
+func (c *composeStack) ctlEnv(password string) []string {
+	return []string{"PATH=" + os.Getenv("PATH"), "NATS_USER=ops", "NATS_PASSWORD=" + password,
+		"NATS_URL=nats://127.0.0.1:" + c.ports["NATS_PORT"] + ",nats://127.0.0.1:" + c.ports["NATS2_PORT"] + ",nats://127.0.0.1:" + c.ports["NATS3_PORT"]}
+}
+
+func (c *composeStack) ctlJSON(v any, args ...string) {
+	c.t.Helper()
+	out := c.ctl(0, "e2e-o", append([]string{args[0], "-json"}, args[1:]...)...)
+	if err := json.Unmarshal([]byte(out), v); err != nil {
+		c.t.Fatalf("dispatchctl %q -json printed what is not JSON (%v):\n%s", args, err, out)
+	}
+}
+
+// operatorsFirstLook is what a new operator does first: dispatchctl status from the
+// host (the meta group and both dispatchers visible), a wrong password told as such,
+// ingest's metrics on the host, and no warning from a start on default settings.
+func (c *composeStack) operatorsFirstLook(t *testing.T) {
+	var st admin.Status
+	waitFor(t, 60*time.Second, "status to show both dispatchers holding every partition", func() bool {
+		c.ctlJSON(&st, "status")
+		return st.Leases != nil && len(st.Leases.Instances) == 2 && len(st.Leases.Unowned) == 0
+	})
+	if st.NATS.Meta == nil || st.NATS.Meta.Leader == "" || len(st.NATS.Meta.Replicas) != 2 || len(st.NATS.Servers) != 3 {
+		t.Errorf("status: meta %+v (%s), servers %v; want the meta leader and two followers of three servers", st.NATS.Meta, st.NATS.MetaNote, st.NATS.Servers)
+	}
+	mustContain(t, c.ctl(1, "wrong-password", "clients"), `refused user "ops"`)
+	if m := scrapeQuiet(c.url("INGEST_OPS_PORT", "/metrics")); len(m) == 0 {
+		t.Error("ingest-1's /metrics is not reachable from the host")
+	}
+	out, _ := c.run(time.Minute, "logs", "--no-color", "ingest-1", "ingest-2", "dispatcher-1", "dispatcher-2")
+	for _, line := range strings.Split(out, "\n") {
+		if strings.Contains(line, `"level":"warn"`) && !strings.Contains(line, "accepts requests from anyone") {
+			t.Errorf("a default start warned: %s", line)
+		}
+	}
+}
+
+// rehearseADeadLetter follows the README: the demo raven refuses bob, bob's request is
+// dead-lettered, its body is shown, raven accepts bob again, and a replay delivers it.
+func (c *composeStack) rehearseADeadLetter(t *testing.T, token string) {
+	call := func(method, url, body string, header map[string]string) (int, string) {
+		req, _ := http.NewRequest(method, url, strings.NewReader(body))
+		for k, v := range header {
+			req.Header.Set(k, v)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatalf("%s %s: %v", method, url, err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, body := call(http.MethodPut, c.url("RAVEN_PORT", "/fail/bob"), "400", nil); code != 200 {
+		t.Fatalf("PUT /fail/bob: %d %s", code, body)
+	}
+	code, body := call(http.MethodPost, c.url("INGEST_PORT", "/v1/requests"), `{"clientId":"bob","n":1}`,
+		map[string]string{"Content-Type": "application/json", "Authorization": "Bearer " + token})
+	var a struct{ ID string }
+	if json.Unmarshal([]byte(body), &a); code != http.StatusAccepted || a.ID == "" {
+		t.Fatalf("posting for bob: %d %s", code, body)
+	}
+	waitFor(t, 30*time.Second, "bob's request to be dead-lettered", func() bool {
+		return strings.Contains(c.ctl(0, "e2e-o", "deadletters", "-client", "bob"), a.ID)
+	})
+	mustContain(t, c.ctl(0, "e2e-o", "deadletters", "-id", a.ID, "-body"), `{"clientId":"bob","n":1}`)
+	if code, body := call(http.MethodDelete, c.url("RAVEN_PORT", "/fail/bob"), "", nil); code != 200 {
+		t.Fatalf("DELETE /fail/bob: %d %s", code, body)
+	}
+	mustContain(t, c.ctl(0, "e2e-o", "replay", "-client", "bob"), "1 matched, 1 requeued")
+	waitFor(t, 30*time.Second, "bob's replayed request at the demo raven", func() bool {
+		_, body := call(http.MethodGet, c.url("RAVEN_PORT", "/arrivals"), "", nil)
+		var as []ledger.Arrival
+		_ = json.Unmarshal([]byte(body), &as)
+		for _, x := range as {
+			if x.ID == a.ID && x.Status == 200 {
+				return true
+			}
+		}
+		return false
+	})
 }

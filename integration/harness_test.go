@@ -42,6 +42,15 @@ func testLog() zerolog.Logger {
 	return zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr}).Level(zerolog.DebugLevel).With().Timestamp().Logger()
 }
 
+// testLogAlso is testLog that also writes the lines at info and above, as JSON, to w.
+func testLogAlso(w io.Writer) zerolog.Logger {
+	keep := &zerolog.FilteredLevelWriter{Writer: zerolog.LevelWriterAdapter{Writer: w}, Level: zerolog.InfoLevel}
+	if os.Getenv("DISPATCH_TEST_LOG") == "" {
+		return zerolog.New(keep).Level(zerolog.InfoLevel)
+	}
+	return zerolog.New(zerolog.MultiLevelWriter(zerolog.ConsoleWriter{Out: os.Stderr}, keep)).Level(zerolog.DebugLevel).With().Timestamp().Logger()
+}
+
 type options struct {
 	interval time.Duration
 	queue    queue.Config
@@ -79,6 +88,7 @@ type stack struct {
 
 	stopDispatch func()
 	metrics      *prometheus.Registry // the running dispatcher's
+	dispatchLog  syncBuffer           // what the dispatchers logged at info and above, as JSON lines
 }
 
 func newStack(t testing.TB, o options) *stack {
@@ -159,8 +169,9 @@ func (s *stack) startDispatcher() {
 	// As the dispatcher binary runs it: steered by the control bucket, counted, and
 	// answering lane queries.
 	s.metrics = prometheus.NewRegistry()
+	log := testLogAlso(&s.dispatchLog)
 	d, err := dispatch.New(dispatch.Config{Policy: s.policy(), ShutdownGrace: 5 * time.Second,
-		Steering: ctl, InstanceID: "test", Metrics: dispatch.NewMetrics(s.metrics, s.opts.interval)}, s.q, rc, testLog())
+		Steering: ctl, InstanceID: "test", Metrics: dispatch.NewMetrics(s.metrics)}, s.q, rc, log)
 	if err != nil {
 		s.t.Fatal(err)
 	}

@@ -66,6 +66,9 @@ func TestBadInputIsRefusedAndNotPublished(t *testing.T) {
 		{"OneByteOverTheLimit", h("Content-Type", jsonCT), `{"clientId":"a","pad":"` + strings.Repeat("p", 4096-len(`{"clientId":"a","pad":""}`)+1) + `"}`, 413, "body_too_large"},
 		{"NotJSON", h("Content-Type", "text/plain"), `{"clientId":"a"}`, 415, "unsupported_media_type"},
 		{"NoContentType", h(), `{"clientId":"a"}`, 415, "unsupported_media_type"},
+		// A Content-Type too long to be stored beside a body of MAX_BODY_BYTES: refused,
+		// not a 503 for ever.
+		{"LongContentType", h("Content-Type", "application/json; x="+strings.Repeat("y", 300)), `{"clientId":"a"}`, 415, "unsupported_media_type"},
 		{"DeeplyNested", h("Content-Type", jsonCT), `{"clientId":"a","x":` + strings.Repeat("[", 20000) + strings.Repeat("]", 20000) + `}`, 413, "body_too_large"},
 	}
 	for _, c := range cases {

@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/penguinhq/dispatcher/pkg/ledger"
+	"github.com/penguinhq/dispatcher/pkg/request"
 )
 
 // scrape reads a Prometheus text exposition into "name{labels}" -> value.
@@ -137,6 +138,22 @@ func TestMetricsMatchTheRecordingRaven(t *testing.T) {
 	waitReady(t, "http://"+ingestOps)
 	waitReady(t, "http://"+dispOps)
 	s.ingestURL = "http://" + ingestAddr + "/v1/requests"
+	// Started on default settings, the binaries agree with each other and say nothing
+	// alarming: the only warning is ingest's that it is open to anyone (no token set).
+	// The dispatcher sums its partitions up in one line.
+	waitFor(t, 10*time.Second, "the dispatcher to log its partitions", func() bool {
+		return len(logLines(disp.out.String(), "partitions acquired")) > 0
+	})
+	for name, out := range map[string]string{"ingest": ing.out.String(), "dispatcher": disp.out.String()} {
+		for _, l := range logLines(out, "") {
+			if l["level"] == "warn" && !strings.HasPrefix(l["message"].(string), "ingest accepts requests from anyone") {
+				t.Errorf("%s warned on a default start: %v", name, l)
+			}
+		}
+	}
+	if got := logLines(disp.out.String(), "partitions acquired"); len(got) != 1 || got[0]["acquired"] != 64.0 {
+		t.Errorf("the dispatcher logged its partitions as %v, want one line of 64", got)
+	}
 
 	for c := range 4 {
 		for n := range 5 {
@@ -192,13 +209,20 @@ func TestMetricsMatchTheRecordingRaven(t *testing.T) {
 	if delivered != 21 || transient == 0 || permanent != 1 {
 		t.Fatalf("raven saw %d delivered, %d transient, %d permanent; the test needs 21, some, 1", delivered, transient, permanent)
 	}
-	// No send kept a gap under the interval: the histogram's lowest bucket (half the
-	// interval) and the one just under it are empty.
-	if n := metric(t, m, `dispatch_send_gap_seconds_bucket{le="0.1485"}`); n != 0 {
+	// No send kept a gap under the interval: the ratio's buckets under 1 are empty, and
+	// the counter an alert watches is 0.
+	if n := metric(t, m, `dispatch_send_gap_ratio_bucket{le="0.99"}`); n != 0 {
 		t.Errorf("%v sends kept a gap under 0.99 of the interval", n)
 	}
-	if n := metric(t, m, `dispatch_send_gap_seconds_count`); n == 0 {
-		t.Error("no gap was observed")
+	if n := metric(t, m, `dispatch_send_gaps_below_interval_total`); n != 0 {
+		t.Errorf("dispatch_send_gaps_below_interval_total = %v, want 0", n)
+	}
+	if n := metric(t, m, `dispatch_send_gap_seconds_count`); n == 0 || n != metric(t, m, `dispatch_send_gap_ratio_count`) {
+		t.Errorf("%v gaps observed in seconds, %v as ratios: want some, the same", n, m[`dispatch_send_gap_ratio_count`])
+	}
+	// Every reason's counter is there from the start, at zero where nothing happened.
+	for _, r := range request.Reasons {
+		metric(t, m, `dispatch_dead_letters_total{reason="`+r+`"}`)
 	}
 
 	im := scrape(t, "http://"+ingestOps+"/metrics")

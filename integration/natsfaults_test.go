@@ -190,10 +190,9 @@ func TestDispatcherPausedPastItsLease(t *testing.T) {
 	// Every attempt a started after it was paused must be in a partition it acquired again after it was resumed, at
 	// least an interval after that acquisition.
 	acquired := map[int][]time.Time{}
-	for _, l := range logLines(a.out.String(), "partition acquired") {
-		at, _ := time.Parse(time.RFC3339Nano, l["time"].(string))
-		if p, ok := l["partition"].(float64); ok && at.After(resumedAt) {
-			acquired[int(p)] = append(acquired[int(p)], at)
+	for _, a := range acquisitions(a.out.String()) {
+		if a.at.After(resumedAt) {
+			acquired[a.p] = append(acquired[a.p], a.at)
 		}
 	}
 	// 200 ms of slack: raven's clock of an arrival runs behind the sender's by scheduling
@@ -270,9 +269,8 @@ func TestLeasesRemovedEarlyByTheStoresClock(t *testing.T) {
 		expireEarly(t, s)
 		time.Sleep(3 * time.Second)
 		for id, p := range map[string]*proc{"a": a, "b": b} {
-			for _, l := range logLines(p.out.String(), "partition acquired") {
-				at, _ := time.Parse(time.RFC3339Nano, l["time"].(string))
-				if n, ok := l["partition"].(float64); ok && at.After(removedAt) && before[int(n)] != id {
+			for _, a := range acquisitions(p.out.String()) {
+				if a.at.After(removedAt) && before[a.p] != id {
 					moved++
 				}
 			}
@@ -295,4 +293,25 @@ func expireEarly(t testing.TB, s *stack) {
 	if err := queuetest.ExpireLeases(context.Background(), s.nc); err != nil {
 		t.Fatal(err)
 	}
+}
+
+type acquisition struct {
+	p  int
+	at time.Time
+}
+
+// acquisitions reads the partitions a dispatcher logged acquiring, and when, from its
+// "partitions acquired" lines (one per round).
+func acquisitions(out string) []acquisition {
+	var found []acquisition
+	for _, l := range logLines(out, "partitions acquired") {
+		at, _ := time.Parse(time.RFC3339Nano, l["time"].(string))
+		ps, _ := l["partitions"].([]any)
+		for _, p := range ps {
+			if n, ok := p.(float64); ok {
+				found = append(found, acquisition{int(n), at})
+			}
+		}
+	}
+	return found
 }

@@ -129,7 +129,26 @@ func TestReplayFromTheDeadLetterStream(t *testing.T) {
 		t.Fatalf("deadletters -reason attempts-exhausted: %d, want 0", dl.Total)
 	}
 
-	mustContain(t, s.ctl(2, "", "replay"), "-all")
+	bare := s.ctl(2, "", "replay")
+	mustContain(t, bare, "needs -all")
+	if strings.Contains(bare, "matched") || strings.Contains(bare, "--all") {
+		t.Fatalf("a bare replay is a usage error, with the flag as it is spelled; it said:\n%s", bare)
+	}
+	// Bodies and headers are shown only when asked for.
+	if out := s.ctl(0, "", "deadletters", "-client", "alice"); strings.Contains(out, `"n":1`) {
+		t.Fatalf("deadletters showed a body unasked:\n%s", out)
+	}
+	shown := s.ctl(0, "", "deadletters", "-id", alice[0], "-body")
+	for _, want := range []string{`{"clientId":"alice","n":1}`, "Dispatch-Dead-Reason: permanent", "Dispatch-Id: " + alice[0], "1 shown of 1 selected"} {
+		mustContain(t, shown, want)
+	}
+	var withBody struct {
+		DeadLetters []admin.DeadLetterBody `json:"dead_letters"`
+	}
+	s.ctlJSON(&withBody, "deadletters", "-id", alice[0], "-body")
+	if len(withBody.DeadLetters) != 1 || withBody.DeadLetters[0].Body == nil || *withBody.DeadLetters[0].Body != `{"clientId":"alice","n":1}` {
+		t.Fatalf("deadletters -body -json: %+v, want alice's first body", withBody.DeadLetters)
+	}
 	mustContain(t, s.ctl(2, "", "replay", "-since", "yesterday"), "RFC 3339")
 	mustContain(t, s.ctl(0, "", "replay", "-dry-run", "-client", "alice"), "3 matched, 3 would be requeued")
 	if n := len(s.dead()); n != 5 {
@@ -236,7 +255,9 @@ func TestReplayJoinsTheBackOfItsClientsBacklog(t *testing.T) {
 func TestPausedClientWaitsThenGoesAtTheSpacedRate(t *testing.T) {
 	t.Parallel()
 	s := newStack(t, options{interval: 150 * time.Millisecond})
-	s.ctl(0, "", "pause", "dave")
+	mustContain(t, s.ctl(0, "", "pause", "dave"), "paused dave: nothing is queued for it now")
+	mustContain(t, s.ctl(0, "", "pause", "dave"), "dave was paused already; nothing changed")
+	mustContain(t, s.ctl(0, "", "resume", "frank"), "frank was not paused; nothing changed")
 	for i := range 4 {
 		s.post("dave", i)
 	}
@@ -256,8 +277,16 @@ func TestPausedClientWaitsThenGoesAtTheSpacedRate(t *testing.T) {
 	}
 
 	resumed := time.Now()
-	s.ctl(0, "", "resume", "dave")
+	mustContain(t, s.ctl(0, "", "resume", "dave"), "resumed dave: its 4 queued requests go out")
 	s.finish(10*time.Second, 0) // spacing and order checked here
+	// The dispatcher logged each change once, saying who made it: the pause and the
+	// resume, not the pause that changed nothing, nor frank's resume.
+	changes := logLines(s.dispatchLog.String(), "client steering changed")
+	byCtl := func(m map[string]any) bool { by, _ := m["by"].(string); return strings.HasPrefix(by, "dispatchctl ") }
+	if len(changes) != 2 || changes[0]["client_id"] != "dave" || changes[0]["now"] != "paused" || !byCtl(changes[0]) ||
+		changes[1]["now"] != "none" || !byCtl(changes[1]) {
+		t.Fatalf("dispatcher logged steering changes %v, want dave's pause then resume, each with by", changes)
+	}
 	as := s.arrivalsOf("dave")
 	if len(as) != 4 {
 		t.Fatalf("dave got %d sends after resuming, want 4", len(as))
@@ -282,11 +311,21 @@ func TestIntervalChangesReachARunningDispatcherAndSurviveARestart(t *testing.T) 
 	s.post("frank", 0)
 	waitFor(t, 10*time.Second, "frank's first request", func() bool { return len(s.arrivalsOf("frank")) == 1 })
 
-	s.ctl(0, "", "interval", "600ms")
 	var st admin.Steered
+	s.ctlJSON(&st, "steering")
+	if st.GlobalInterval != "default" {
+		t.Fatalf("steering shows global interval %q before any was set, want default", st.GlobalInterval)
+	}
+	s.ctl(0, "", "interval", "600ms")
 	s.ctlJSON(&st, "steering")
 	if st.GlobalInterval != "600ms" {
 		t.Fatalf("steering shows global interval %q, want 600ms", st.GlobalInterval)
+	}
+	waitFor(t, 5*time.Second, "the dispatcher to log the change with who made it", func() bool {
+		return len(logLines(s.dispatchLog.String(), "global interval changed")) == 1
+	})
+	if by, _ := logLines(s.dispatchLog.String(), "global interval changed")[0]["by"].(string); !strings.HasPrefix(by, "dispatchctl ") {
+		t.Fatalf("the global change was logged by %q, want dispatchctl's operator", by)
 	}
 	time.Sleep(time.Second) // "within a second"
 	for i := range 3 {
@@ -317,6 +356,18 @@ func TestIntervalChangesReachARunningDispatcherAndSurviveARestart(t *testing.T) 
 	heidi := gapsOf(s.arrivalsOf("heidi"))
 	if len(heidi) != 2 || slices.Max(heidi) > 600*time.Millisecond {
 		t.Fatalf("heidi's gaps %v: want the global interval (100ms) back, well under grace's 800ms", heidi)
+	}
+	// The kept gap reads against each client's interval in force, whatever it was
+	// configured to at start: 800 ms gaps and 100 ms gaps alike sit at 1x and above.
+	m := gather(t, s.metrics)
+	if n := metric(t, m, `dispatch_send_gap_ratio_count`); n < 4 {
+		t.Errorf("dispatch_send_gap_ratio counted %v gaps, want grace's and heidi's", n)
+	}
+	if n := metric(t, m, `dispatch_send_gap_ratio_bucket{le="0.99"}`); n != 0 {
+		t.Errorf("%v gaps under 0.99 of the interval in force", n)
+	}
+	if n := metric(t, m, `dispatch_send_gaps_below_interval_total`); n != 0 {
+		t.Errorf("dispatch_send_gaps_below_interval_total = %v, want 0", n)
 	}
 }
 
@@ -435,6 +486,9 @@ func TestInspectClientsAndRequests(t *testing.T) {
 	s.ctlJSON(&rs, "request", lee)
 	if rs.State != admin.StateSent || rs.Delivery == nil || rs.ClientID != "lee" || rs.Dispatcher != "test" || rs.Delivery.Attempt != 1 {
 		t.Fatalf("delivered request %s: %+v, want sent by the test dispatcher on attempt 1", lee, rs)
+	}
+	if out := s.ctl(0, "", "request", lee); strings.Contains(out, "0001-01-01") {
+		t.Fatalf("request %s printed a zero time:\n%s", lee, out)
 	}
 	mustContain(t, s.ctl(0, "", "request", "NO-SUCH-ID"), "not_queued")
 	mustContain(t, s.ctl(2, "", "request"), "expected")

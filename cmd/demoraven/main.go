@@ -1,11 +1,14 @@
 // Command demoraven is a stand-in for raven: it accepts every request and logs each
 // arrival with the gap since that client's previous one, so that the spacing can be
 // watched. With RECORD_ARRIVALS it also lists every arrival at GET /arrivals, which the
-// end-to-end test reads. The docker-compose stack sends to it.
+// end-to-end test reads. To rehearse failures it refuses chosen clients' requests
+// (DEMO_RAVEN_FAIL, or PUT /fail/{clientId} while it runs). The docker-compose stack
+// sends to it.
 package main
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"time"
 
@@ -21,16 +24,22 @@ func run(ctx context.Context, args []string) error {
 	logs := cli.LogSettings(s)
 	var addr string
 	var record bool
-	s.String(&addr, "DEMO_RAVEN_ADDR", ":8081", "where the demo raven listens")
+	var failRules string
+	s.String(&addr, "DEMO_RAVEN_ADDR", "127.0.0.1:8081", "where the demo raven listens (it has no authentication: loopback unless you mean otherwise)")
 	s.Bool(&record, "RECORD_ARRIVALS", "keep every arrival and list them at GET /arrivals (memory grows with traffic)")
+	cli.DemoFailSetting(s, &failRules)
 	if err := s.Parse(args); err != nil {
 		return err
+	}
+	fail, err := cli.ParseFailRules(failRules)
+	if err != nil {
+		return fmt.Errorf("DEMO_RAVEN_FAIL: %w", err)
 	}
 	log := logs.Logger(os.Stderr, "demoraven")
 	ln, err := cli.Listen(addr, "DEMO_RAVEN_ADDR")
 	if err != nil {
 		return err
 	}
-	log.Info().Str("url", cli.URLFor(ln, "/")).Bool("record", record).Msg("demo raven listening")
-	return cli.Serve(ctx, cli.Server(cli.DemoRaven(log, record)), ln, 5*time.Second)
+	log.Info().Str("url", cli.URLFor(ln, "/")).Bool("record", record).Interface("fail", fail).Msg("demo raven listening")
+	return cli.Serve(ctx, cli.Server(cli.DemoRaven(log, record, fail)), ln, 5*time.Second)
 }

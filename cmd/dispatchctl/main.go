@@ -9,18 +9,24 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/signal"
 	"os/user"
+	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"text/tabwriter"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/rs/zerolog"
 
@@ -56,7 +62,7 @@ type opts struct {
 	sort                             string
 	limit, page                      int
 	client, id, reason, since, until string
-	all, dryRun, yes                 bool
+	all, dryRun, yes, body           bool
 	wait                             time.Duration
 }
 
@@ -71,6 +77,8 @@ type env struct {
 }
 
 var commands = []command{
+	{name: "status", summary: "one screen: queue size, dispatcher instances and the partitions each holds (since when), partitions without an owner, NATS servers, meta and stream leaders, replicas and lag",
+		run: status},
 	{name: "clients", summary: "list clients with a backlog: count, oldest age, lane state, next send, attempts",
 		flags: func(f *flag.FlagSet, o *opts) {
 			f.StringVar(&o.sort, "sort", admin.SortBacklog, "order: backlog (largest first) or age (oldest first)")
@@ -85,6 +93,7 @@ var commands = []command{
 		flags: func(f *flag.FlagSet, o *opts) {
 			filterFlags(f, o)
 			f.IntVar(&o.limit, "limit", 100, "most dead letters to list")
+			f.BoolVar(&o.body, "body", false, fmt.Sprintf("also show each one's stored headers and body (at most %d; select with -id or -client)", admin.MaxBodies))
 		}, run: deadLetters},
 	{name: "replay", summary: "put dead letters back at the end of their clients' queues, keeping their ids",
 		flags: func(f *flag.FlagSet, o *opts) {
@@ -172,9 +181,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	nc, err := natsCfg.Connect("dispatchctl", log)
+	nc, err := natsCfg.ConnectOnce("dispatchctl")
 	if err != nil {
 		fmt.Fprintln(stderr, "dispatchctl:", err)
+		if errors.Is(err, queue.ErrUnreachable) || errors.Is(err, queue.ErrRefused) {
+			fmt.Fprintln(stderr, "(NATS_URL, NATS_USER and NATS_PASSWORD say where and as whom; for the compose stack, see the README's docker-compose section)")
+		}
 		return exitFailed
 	}
 	defer nc.Close()
@@ -225,6 +237,125 @@ func (e *env) print(v any, table func(w *tabwriter.Writer)) error {
 	return tw.Flush()
 }
 
+func status(ctx context.Context, e *env, _ []string) error {
+	st, err := e.svc.Status(ctx)
+	if err != nil {
+		return err
+	}
+	return e.print(st, func(w *tabwriter.Writer) {
+		q := st.Queue
+		fmt.Fprintf(w, "QUEUE\t%d requests for %d clients, oldest %s; %d dead letters\n", q.Requests, q.Clients, orText(ago(q.Oldest), "none"), q.DeadLetters)
+		fmt.Fprintln(w)
+		printLeases(w, st)
+		fmt.Fprintln(w)
+		n := st.NATS
+		fmt.Fprintf(w, "NATS\tconnected to %s; servers answering: %s\n", n.Connected, orText(strings.Join(n.Servers, ", "), "none"))
+		if n.Meta != nil {
+			fmt.Fprintf(w, "meta group\tleader %s; %s\n", orText(n.Meta.Leader, "NONE"), replicasText(n.Meta.Replicas))
+		} else {
+			fmt.Fprintf(w, "meta group\t%s\n", n.MetaNote)
+		}
+		fmt.Fprintf(w, "\nSTREAM\tMESSAGES\tREPLICAS\tLEADER\tFOLLOWERS\n")
+		for _, s := range n.Streams {
+			switch {
+			case s.Error != "":
+				fmt.Fprintf(w, "%s\t-\t-\t-\t%s\n", s.Name, s.Error)
+			case s.Group == nil:
+				fmt.Fprintf(w, "%s\t%d\t%d\t%s\t-\n", s.Name, s.Messages, s.Replicas, orText(n.Connected, "this server"))
+			default:
+				fmt.Fprintf(w, "%s\t%d\t%d\t%s\t%s\n", s.Name, s.Messages, s.Replicas, orText(s.Group.Leader, "NONE"), replicasText(s.Group.Replicas))
+			}
+		}
+	})
+}
+
+func printLeases(w io.Writer, st admin.Status) {
+	l := st.Leases
+	if l == nil {
+		fmt.Fprintf(w, "DISPATCHERS\t%s\n", st.LeasesNote)
+		return
+	}
+	fmt.Fprintf(w, "DISPATCHERS\t%d instances, %d partitions, lease TTL %s\n", len(l.Instances), l.Partitions, l.TTL)
+	fmt.Fprintf(w, "INSTANCE\tHEARTBEAT\tPARTITIONS\tHELD SINCE\tLAST RENEWED\n")
+	for _, in := range l.Instances {
+		var ps []int
+		var oldest, newest, renewed time.Time
+		for _, le := range in.Leases {
+			ps = append(ps, le.Partition)
+			if !le.Since.IsZero() && (oldest.IsZero() || le.Since.Before(oldest)) {
+				oldest = le.Since
+			}
+			newest = later(newest, le.Since)
+			renewed = later(renewed, le.Renewed)
+		}
+		since := ago(oldest)
+		if newest.Sub(oldest) > time.Second {
+			since = ago(oldest) + " to " + ago(newest)
+		}
+		fmt.Fprintf(w, "%s\t%s\t%d: %s\t%s\t%s\n", quote(in.ID), orText(ago(in.Heartbeat), "none (gone; its leases expire)"), len(ps), ranges(ps), since, ago(renewed))
+	}
+	if len(l.Unowned) == 0 {
+		fmt.Fprintf(w, "unowned partitions\tnone\n")
+	} else {
+		fmt.Fprintf(w, "unowned partitions\t%d: %s (nothing is sent for their clients until a dispatcher takes them)\n", len(l.Unowned), ranges(l.Unowned))
+	}
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+// ranges writes sorted partition numbers as runs: 0-31, 40, 42-43.
+func ranges(ps []int) string {
+	var parts []string
+	for i := 0; i < len(ps); {
+		j := i
+		for j+1 < len(ps) && ps[j+1] == ps[j]+1 {
+			j++
+		}
+		if j == i {
+			parts = append(parts, strconv.Itoa(ps[i]))
+		} else {
+			parts = append(parts, fmt.Sprintf("%d-%d", ps[i], ps[j]))
+		}
+		i = j + 1
+	}
+	return orText(strings.Join(parts, ", "), "-")
+}
+
+func replicasText(rs []queue.ReplicaStatus) string {
+	if len(rs) == 0 {
+		return "no followers"
+	}
+	var parts []string
+	for _, r := range rs {
+		state := "current"
+		switch {
+		case r.Offline:
+			state = "OFFLINE"
+		case !r.Current:
+			state = "NOT CURRENT"
+		}
+		seen := "not seen"
+		if r.Active > 0 {
+			seen = "seen " + r.Active.Round(time.Millisecond).String() + " ago"
+		}
+		parts = append(parts, fmt.Sprintf("%s %s (lag %d, %s)", r.Name, state, r.Lag, seen))
+	}
+	return strings.Join(parts, "; ")
+}
+
+// ago says how long before now t was: "3s ago"; "" for the zero time.
+func ago(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return time.Since(t).Round(time.Second).String() + " ago"
+}
+
 func clients(ctx context.Context, e *env, _ []string) error {
 	page, err := e.svc.Clients(ctx, admin.ClientsQuery{Sort: e.o.sort, Limit: e.o.limit, Page: e.o.page})
 	if err != nil {
@@ -246,9 +377,12 @@ func requestState(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	return e.print(rs, func(w *tabwriter.Writer) {
-		fmt.Fprintf(w, "id\t%s\nstate\t%s\ndetail\t%s\n", rs.ID, rs.State, rs.Detail)
+		fmt.Fprintf(w, "id\t%s\nstate\t%s\ndetail\t%s\n", printable(rs.ID), rs.State, printable(rs.Detail))
 		if rs.ClientID != "" {
-			fmt.Fprintf(w, "client\t%s\naccepted at\t%s\n", quote(rs.ClientID), rs.AcceptedAt.Format(time.RFC3339Nano))
+			fmt.Fprintf(w, "client\t%s\n", quote(rs.ClientID))
+		}
+		if !rs.AcceptedAt.IsZero() {
+			fmt.Fprintf(w, "accepted at\t%s\n", rs.AcceptedAt.Format(time.RFC3339Nano))
 		}
 		if rs.Position != nil {
 			fmt.Fprintf(w, "requests ahead\t%d\n", *rs.Position)
@@ -260,7 +394,7 @@ func requestState(ctx context.Context, e *env, args []string) error {
 			fmt.Fprintf(w, "delivered at\t%s on %s, attempt %d\n", d.Delivered.Format(time.RFC3339Nano), rs.Dispatcher, d.Attempt)
 		}
 		if d := rs.DeadLetter; d != nil {
-			fmt.Fprintf(w, "reason\t%s\nattempts\t%d\nlast status\t%d\nlast error\t%s\ndead at\t%s\n", d.Reason, d.Attempts, d.LastStatus, dash(d.LastError), d.DeadAt.Format(time.RFC3339Nano))
+			fmt.Fprintf(w, "reason\t%s\nattempts\t%d\nlast status\t%d\nlast error\t%s\ndead at\t%s\n", d.Reason, d.Attempts, d.LastStatus, dash(printable(d.LastError)), d.DeadAt.Format(time.RFC3339Nano))
 		}
 	})
 }
@@ -274,6 +408,9 @@ func deadLetters(ctx context.Context, e *env, _ []string) error {
 	if err != nil {
 		return err
 	}
+	if e.o.body {
+		return deadLetterBodies(ctx, e, f)
+	}
 	list, total, err := e.svc.DeadLetters(ctx, f, e.o.limit)
 	if err != nil {
 		return err
@@ -281,16 +418,64 @@ func deadLetters(ctx context.Context, e *env, _ []string) error {
 	return e.print(map[string]any{"total": total, "dead_letters": list}, func(w *tabwriter.Writer) {
 		fmt.Fprintf(w, "SEQ\tID\tCLIENT\tREASON\tSTATUS\tATTEMPTS\tDEAD AT\tLAST ERROR\n")
 		for _, d := range list {
-			fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n", d.Seq, d.ID, quote(d.ClientID), d.Reason, d.LastStatus, d.Attempts, d.DeadAt.Format(time.RFC3339), dash(d.LastError))
+			fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n", d.Seq, d.ID, quote(d.ClientID), d.Reason, d.LastStatus, d.Attempts, d.DeadAt.Format(time.RFC3339), dash(printable(d.LastError)))
 		}
 		fmt.Fprintf(w, "%d shown of %d selected\n", len(list), total)
 	})
+}
+
+// deadLetterBodies prints dead letters with their stored headers and bodies: a body
+// that is not UTF-8 text is shown in base64.
+func deadLetterBodies(ctx context.Context, e *env, f queue.DeadFilter) error {
+	list, total, err := e.svc.DeadLetterBodies(ctx, f, e.o.limit)
+	if err != nil {
+		return err
+	}
+	if e.o.json {
+		return e.print(map[string]any{"total": total, "dead_letters": list}, nil)
+	}
+	w := e.stdout // not a tabwriter: a body's own tabs stay as they are
+	for _, d := range list {
+		fmt.Fprintf(w, "== dead letter %d: request %s of %s, %s, %d attempts, last status %d, dead at %s\n",
+			d.Seq, d.ID, quote(d.ClientID), d.Reason, d.Attempts, d.LastStatus, d.DeadAt.Format(time.RFC3339))
+		names := slices.Sorted(maps.Keys(d.Headers))
+		for _, k := range names {
+			for _, v := range d.Headers[k] {
+				fmt.Fprintf(w, "%s: %s\n", k, v)
+			}
+		}
+		fmt.Fprintln(w)
+		if d.Body != nil {
+			fmt.Fprintf(w, "%s\n\n", printable(*d.Body))
+		} else {
+			fmt.Fprintf(w, "(%d bytes, not text; in base64:)\n%s\n\n", d.BodyBytes, base64.StdEncoding.EncodeToString(d.BodyBase64))
+		}
+	}
+	fmt.Fprintf(w, "%d shown of %d selected\n", len(list), total)
+	return nil
+}
+
+// printable escapes the control characters in s but newlines and tabs, so that a body
+// cannot steer the operator's terminal.
+func printable(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		if (unicode.IsControl(r) && r != '\n' && r != '\t') || unicode.Is(unicode.Bidi_Control, r) || r == utf8.RuneError {
+			fmt.Fprintf(&b, "\\x%02x", r)
+			continue
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
 }
 
 func replay(ctx context.Context, e *env, _ []string) error {
 	f, err := e.filter()
 	if err != nil {
 		return err
+	}
+	if f == (queue.DeadFilter{}) && !e.o.all {
+		return fmt.Errorf("%w: replaying every dead letter needs -all; or select them with -id, -client, -reason, -since or -until", admin.ErrInvalid)
 	}
 	var items []admin.ReplayItem
 	rep, err := e.svc.Replay(ctx, f, e.o.all, e.o.dryRun, func(it admin.ReplayItem) {
@@ -311,6 +496,9 @@ func replay(ctx context.Context, e *env, _ []string) error {
 		}
 		fmt.Fprintf(e.stdout, "%d matched, %d %s, %d skipped\n", rep.Matched, n, verb, rep.Skipped)
 	}
+	if errors.Is(err, admin.ErrInvalid) {
+		return err
+	}
 	if err != nil {
 		return fmt.Errorf("stopped after %d of the matches (running it again is safe): %w", rep.Matched, err)
 	}
@@ -323,11 +511,18 @@ func steering(ctx context.Context, e *env, _ []string) error {
 		return err
 	}
 	return e.print(st, func(w *tabwriter.Writer) {
-		fmt.Fprintf(w, "global interval\t%s\n", orText(st.GlobalInterval, "each dispatcher's DISPATCH_INTERVAL"))
+		global := st.GlobalInterval
+		if global == "default" {
+			global = "default: each dispatcher's DISPATCH_INTERVAL"
+		}
+		if st.Global != nil && st.Global.By != "" {
+			global += fmt.Sprintf(" (set by %s at %s)", printable(st.Global.By), st.Global.UpdatedAt.Format(time.RFC3339))
+		}
+		fmt.Fprintf(w, "global interval\t%s\n", global)
 		if len(st.Clients) > 0 {
 			fmt.Fprintf(w, "\nCLIENT\tSTEERING\tBY\tAT\n")
 			for id, s := range st.Clients {
-				fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", quote(id), steerText(&s), s.By, s.UpdatedAt.Format(time.RFC3339))
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", quote(id), steerText(&s), printable(s.By), s.UpdatedAt.Format(time.RFC3339))
 			}
 		}
 	})
@@ -338,8 +533,12 @@ func globalInterval(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	if err := e.svc.SetInterval(ctx, d, e.by); err != nil {
+	changed, err := e.svc.SetInterval(ctx, d, e.by)
+	if err != nil {
 		return err
+	}
+	if !changed && !e.o.json {
+		fmt.Fprintf(e.stdout, "the global interval is %s already; nothing changed\n", args[0])
 	}
 	return steering(ctx, e, nil)
 }
@@ -349,26 +548,62 @@ func clientInterval(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	st, err := e.svc.SetClientInterval(ctx, args[0], d, e.by)
-	return e.steered(args[0], st, err)
+	res, err := e.svc.SetClientInterval(ctx, args[0], d, e.by)
+	return e.steered(res, err, func(w io.Writer, c string) {
+		switch {
+		case !res.Changed && d == 0:
+			fmt.Fprintf(w, "%s has no interval of its own; nothing changed\n", c)
+		case !res.Changed:
+			fmt.Fprintf(w, "%s has interval %s already; nothing changed\n", c, d)
+		case d == 0:
+			fmt.Fprintf(w, "%s is back on the global interval\n", c)
+		default:
+			fmt.Fprintf(w, "%s now has interval %s, on every dispatcher within a second\n", c, d)
+		}
+	})
 }
 
 func pause(ctx context.Context, e *env, args []string) error {
-	st, err := e.svc.Pause(ctx, args[0], e.by)
-	return e.steered(args[0], st, err)
+	res, err := e.svc.Pause(ctx, args[0], e.by)
+	return e.steered(res, err, func(w io.Writer, c string) {
+		switch {
+		case !res.Changed:
+			fmt.Fprintf(w, "%s was paused already; nothing changed\n", c)
+		case res.Queued == nil:
+			fmt.Fprintf(w, "paused %s; what is queued for it waits (its backlog could not be counted just now)\n", c)
+		case *res.Queued == 0:
+			fmt.Fprintf(w, "paused %s: nothing is queued for it now; what is accepted for it waits until resume\n", c)
+		default:
+			fmt.Fprintf(w, "paused %s: its %d queued requests wait (an attempt in flight ends first); new ones are still accepted\n", c, *res.Queued)
+		}
+	})
 }
 
 func resume(ctx context.Context, e *env, args []string) error {
-	st, err := e.svc.Resume(ctx, args[0], e.by)
-	return e.steered(args[0], st, err)
+	res, err := e.svc.Resume(ctx, args[0], e.by)
+	return e.steered(res, err, func(w io.Writer, c string) {
+		switch {
+		case !res.Changed:
+			fmt.Fprintf(w, "%s was not paused; nothing changed\n", c)
+		case res.Queued == nil:
+			fmt.Fprintf(w, "resumed %s; what is queued for it goes out, spaced as usual\n", c)
+		case *res.Queued == 0:
+			fmt.Fprintf(w, "resumed %s: nothing is queued for it\n", c)
+		default:
+			fmt.Fprintf(w, "resumed %s: its %d queued requests go out, spaced as usual\n", c, *res.Queued)
+		}
+	})
 }
 
-func (e *env) steered(client string, st request.Steering, err error) error {
+// steered prints what a change to one client's steering did: say, in a sentence, or
+// the result as JSON; and what the client's steering is now.
+func (e *env) steered(res admin.ClientSteering, err error, say func(w io.Writer, client string)) error {
 	if err != nil {
 		return err
 	}
-	return e.print(map[string]any{"client_id": client, "steering": st}, func(w *tabwriter.Writer) {
-		fmt.Fprintf(w, "%s\t%s\n", quote(client), steerText(&st))
+	return e.print(res, func(w *tabwriter.Writer) {
+		say(w, quote(res.ClientID))
+		fmt.Fprintf(w, "steering of %s now: %s\n", quote(res.ClientID), res.Steering)
 	})
 }
 
@@ -405,17 +640,7 @@ func steerText(s *request.Steering) string {
 	if s == nil || s.IsZero() {
 		return "-"
 	}
-	var parts []string
-	if s.Interval > 0 {
-		parts = append(parts, "interval "+time.Duration(s.Interval).String())
-	}
-	if s.Paused {
-		parts = append(parts, "paused")
-	}
-	if s.PurgeThrough > 0 {
-		parts = append(parts, fmt.Sprintf("purging through seq %d", s.PurgeThrough))
-	}
-	return strings.Join(parts, ", ")
+	return s.String()
 }
 
 func relative(t time.Time) string {
@@ -429,12 +654,14 @@ func relative(t time.Time) string {
 	return "in " + d.String()
 }
 
+// quote shows an id (a clientId, an instance) safely: quoted when it holds spaces or
+// quotes, and any control character escaped, so that it cannot steer the terminal.
 func quote(s string) string {
 	if s == "" {
 		return "-"
 	}
-	if strings.ContainsAny(s, " \t\"") {
-		return fmt.Sprintf("%q", s)
+	if strings.ContainsAny(s, " \t\"") || printable(s) != s {
+		return strconv.QuoteToASCII(s)
 	}
 	return s
 }

@@ -39,6 +39,7 @@ type settings struct {
 	natsListen string
 	natsSync   string
 	demoAddr   string
+	demoFail   string
 	logs       *cli.Log
 	nats       *cli.NATS
 	queue      *queue.Config
@@ -55,6 +56,7 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (*settin
 	s.String(&c.natsListen, "NATS_LISTEN", "", "standalone: host:port where the embedded NATS also takes outside clients; empty for in-process only")
 	s.OneOf(&c.natsSync, "NATS_SYNC", "always", "standalone: fsync every write before acknowledging (always), or every 2 minutes (interval)", "always", "interval")
 	s.String(&c.demoAddr, "DEMO_RAVEN_ADDR", "127.0.0.1:8081", "standalone without RAVEN_URL: where the demo raven listens")
+	cli.DemoFailSetting(s, &c.demoFail)
 	c.logs = cli.LogSettings(s)
 	c.nats = cli.NATSSettings(s)
 	c.queue = cli.QueueSettings(s)
@@ -117,7 +119,7 @@ func runDispatcher(ctx context.Context, c *settings, q *queue.Queue, reg *promet
 		return err
 	}
 	c.dispatch.Steering = ctl
-	c.dispatch.Metrics = dispatch.NewMetrics(reg, c.dispatch.Interval)
+	c.dispatch.Metrics = dispatch.NewMetrics(reg)
 	reg.MustRegister(queue.NewCollector(q), q.WritesCollector())
 	d, err := dispatch.New(c.dispatch.Config, q, rc, log)
 	if err != nil {
@@ -133,7 +135,7 @@ func runDispatcher(ctx context.Context, c *settings, q *queue.Queue, reg *promet
 		return err
 	}
 	defer stopLanes()
-	adm, err := admin.New(admin.Config{Queue: q, Control: ctl, Log: log, Registerer: reg})
+	adm, err := admin.New(admin.Config{Queue: q, Control: ctl, Log: log, Registerer: reg, Interval: c.dispatch.Interval})
 	if err != nil {
 		return err
 	}
@@ -309,12 +311,16 @@ func startIngest(ctx context.Context, c *settings, q *queue.Queue, nc *queue.Con
 }
 
 func startDemoRaven(ctx context.Context, c *settings, log zerolog.Logger, g *parts) (string, error) {
+	fail, err := cli.ParseFailRules(c.demoFail)
+	if err != nil {
+		return "", fmt.Errorf("DEMO_RAVEN_FAIL: %w", err)
+	}
 	ln, err := cli.Listen(c.demoAddr, "DEMO_RAVEN_ADDR")
 	if err != nil {
 		return "", err
 	}
 	url := cli.URLFor(ln, "/")
 	log.Info().Str("component", "demo-raven").Str("url", url).Msg("demo raven listening; set RAVEN_URL to send to a real one")
-	g.start(func() error { return cli.Serve(ctx, cli.Server(cli.DemoRaven(log, false)), ln, 5*time.Second) })
+	g.start(func() error { return cli.Serve(ctx, cli.Server(cli.DemoRaven(log, false, fail)), ln, 5*time.Second) })
 	return url, nil
 }

@@ -21,7 +21,7 @@ func TestSettings(t *testing.T) {
 		check   func(t *testing.T, c *settings)
 	}{
 		{name: "Defaults", args: []string{"-standalone"}, check: func(t *testing.T, c *settings) {
-			if c.dispatch.Interval != 5*time.Second || c.dataDir != "./data" || c.ingest.Addr != ":8080" || c.ingest.MaxBodyBytes != 1<<20 || c.natsSync != "always" {
+			if c.dispatch.Interval != 5*time.Second || c.dataDir != "./data" || c.ingest.Addr != ":8080" || c.ingest.MaxBodyBytes != 1<<20-4<<10 || c.natsSync != "always" {
 				t.Fatalf("defaults: interval %s, data %s, addr %s, body %d, sync %s", c.dispatch.Interval, c.dataDir, c.ingest.Addr, c.ingest.MaxBodyBytes, c.natsSync)
 			}
 		}},

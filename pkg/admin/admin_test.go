@@ -158,7 +158,7 @@ func TestAPIBadInputIsAProblem(t *testing.T) {
 		{"PUT", "/admin/v1/client/interval", `{"client":"","interval":"10s"}`, "client"},
 		{"POST", "/admin/v1/client/purge", `{"client":"alice"}`, "confirmation"},
 		{"POST", "/admin/v1/client/purge", `{"client":"alice","confirm":"alice","wait":"1h"}`, "wait"},
-		{"POST", "/admin/v1/replay", `{}`, "--all"},
+		{"POST", "/admin/v1/replay", `{}`, `"all": true`},
 		{"GET", "/admin/v1/deadletters?since=yesterday", "", "since"},
 		{"GET", "/admin/v1/deadletters?since=1h&until=2h", "", "not before"},
 		{"GET", "/admin/v1/clients?limit=0x10", "", "whole number"},
@@ -189,19 +189,25 @@ func TestSteeringThroughTheAPI(t *testing.T) {
 	if st.GlobalInterval != "10s" {
 		t.Fatalf("after setting 10s: %+v", st)
 	}
-	var cs request.Steering
-	if rec := f.call(t, "PUT", "/admin/v1/client/interval", token, `{"client":"bob","interval":"1m"}`, &cs); rec.Code != 200 || time.Duration(cs.Interval) != time.Minute {
+	var cs admin.ClientSteering
+	if rec := f.call(t, "PUT", "/admin/v1/client/interval", token, `{"client":"bob","interval":"1m"}`, &cs); rec.Code != 200 ||
+		time.Duration(cs.Steering.Interval) != time.Minute || !cs.Changed || cs.ClientID != "bob" {
 		t.Fatalf("client interval: %d %+v", rec.Code, cs)
 	}
-	cs = request.Steering{}
+	cs = admin.ClientSteering{}
 	f.call(t, "POST", "/admin/v1/client/pause", token, `{"client":"bob"}`, &cs)
-	if !cs.Paused || time.Duration(cs.Interval) != time.Minute || !strings.HasPrefix(cs.By, "admin-api ") {
+	if !cs.Steering.Paused || time.Duration(cs.Steering.Interval) != time.Minute || !strings.HasPrefix(cs.Steering.By, "admin-api ") || !cs.Changed {
 		t.Fatalf("after pause: %+v, want paused, interval kept, by the API", cs)
+	}
+	cs = admin.ClientSteering{}
+	f.call(t, "POST", "/admin/v1/client/pause", token, `{"client":"bob"}`, &cs)
+	if !cs.Steering.Paused || cs.Changed {
+		t.Fatalf("pausing again: %+v, want paused and nothing changed", cs)
 	}
 	st = admin.Steered{}
 	f.call(t, "PUT", "/admin/v1/interval", token, `{"interval":"default"}`, &st)
-	if st.GlobalInterval != "" || !st.Clients["bob"].Paused {
-		t.Fatalf("after default: %+v, want no global interval and bob still paused", st)
+	if st.GlobalInterval != "default" || st.Global != nil || !st.Clients["bob"].Paused {
+		t.Fatalf("after default: %+v, want the default global interval, no record, and bob still paused", st)
 	}
 	f.call(t, "POST", "/admin/v1/client/resume", token, `{"client":"bob"}`, nil)
 	f.call(t, "PUT", "/admin/v1/client/interval", token, `{"client":"bob","interval":"0s"}`, nil)
@@ -229,6 +235,15 @@ func TestDeadLettersListAndReplay(t *testing.T) {
 	f.call(t, "GET", "/admin/v1/deadletters?client=carol&limit=2", token, "", &list)
 	if list.Total != 3 || len(list.DeadLetters) != 2 || list.DeadLetters[0].ID != "c1" || list.DeadLetters[0].Attempts != 3 || list.DeadLetters[0].BodyBytes != 2 {
 		t.Fatalf("carol's dead letters: %+v, want 3 in all, the first 2 shown oldest first", list)
+	}
+
+	var bodies struct {
+		Total       int                    `json:"total"`
+		DeadLetters []admin.DeadLetterBody `json:"dead_letters"`
+	}
+	f.call(t, "GET", "/admin/v1/deadletters?id=d1&body=true", token, "", &bodies)
+	if d := bodies.DeadLetters; bodies.Total != 1 || len(d) != 1 || d[0].Body == nil || d[0].Headers["Dispatch-Dead-Reason"][0] != request.ReasonPermanent {
+		t.Fatalf("d1 with its body: %+v, want its body and headers", bodies)
 	}
 
 	var rs admin.RequestState
@@ -297,5 +312,23 @@ func TestAnswersAreJSON(t *testing.T) {
 	rec := f.call(t, "GET", "/admin/v1/clients", token, "", nil)
 	if rec.Code != 200 || !strings.HasPrefix(rec.Header().Get("Content-Type"), "application/json") || !json.Valid(bytes.TrimSpace(rec.Body.Bytes())) {
 		t.Fatalf("clients: %d %q %q", rec.Code, rec.Header().Get("Content-Type"), rec.Body.String())
+	}
+}
+
+// Status on a single server: what is queued and dead, no leases (and why), the server,
+// and the streams.
+func TestStatusOnOneServer(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.publish(t, "erin", "e1")
+	var st admin.Status
+	if rec := f.call(t, "GET", "/admin/v1/status", token, "", &st); rec.Code != 200 {
+		t.Fatalf("status: %d", rec.Code)
+	}
+	if st.Queue.Requests != 1 || st.Queue.Clients != 1 || st.Leases != nil || !strings.Contains(st.LeasesNote, "lease bucket does not exist") {
+		t.Fatalf("status: queue %+v, leases %+v %q; want erin's request and no leases, saying why", st.Queue, st.Leases, st.LeasesNote)
+	}
+	if len(st.NATS.Servers) != 1 || len(st.NATS.Streams) != 4 || st.NATS.Streams[0].Name != "REQUESTS" || st.NATS.Streams[0].Messages != 1 {
+		t.Fatalf("status: NATS %+v, want one server and the four streams", st.NATS)
 	}
 }

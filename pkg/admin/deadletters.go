@@ -5,13 +5,15 @@ import (
 	"context"
 	"errors"
 	"time"
+	"unicode/utf8"
 
 	"github.com/penguinhq/dispatcher/pkg/queue"
 	"github.com/penguinhq/dispatcher/pkg/request"
 )
 
 // DeadLetters lists up to limit dead letters f selects, oldest first, and how many it
-// selects in all.
+// selects in all. Their bodies and headers are left out: bodies can be large, and may
+// hold what operators should not see in passing; DeadLetterBodies shows them.
 func (s *Service) DeadLetters(ctx context.Context, f queue.DeadFilter, limit int) (list []request.DeadLetter, total int, err error) {
 	if err := checkFilter(f); err != nil {
 		return nil, 0, err
@@ -24,8 +26,50 @@ func (s *Service) DeadLetters(ctx context.Context, f queue.DeadFilter, limit int
 		}
 		total++
 		if len(list) < limit {
-			r.Body = nil // listed, not kept: bodies can be large
+			r.Body, r.Headers = nil, nil
 			list = append(list, r)
+		}
+	}
+	return list, total, nil
+}
+
+// MaxBodies is the most dead letters DeadLetterBodies shows at once.
+const MaxBodies = 20
+
+// DeadLetterBody is a dead letter with what was stored of it: its headers, and its body
+// as text when it is UTF-8, else in base64.
+type DeadLetterBody struct {
+	request.DeadLetter
+	ContentType string              `json:"content_type,omitempty"`
+	Headers     map[string][]string `json:"headers"`
+	Body        *string             `json:"body,omitempty"`
+	BodyBase64  []byte              `json:"body_base64,omitempty"`
+}
+
+// DeadLetterBodies shows up to MaxBodies dead letters f selects, with their headers and
+// bodies, and how many it selects in all. Select one by id, or a few by client.
+func (s *Service) DeadLetterBodies(ctx context.Context, f queue.DeadFilter, limit int) (list []DeadLetterBody, total int, err error) {
+	if err := checkFilter(f); err != nil {
+		return nil, 0, err
+	}
+	if limit <= 0 || limit > MaxBodies {
+		limit = MaxBodies
+	}
+	list = []DeadLetterBody{}
+	for r, err := range s.q.DeadLetters(ctx, f) {
+		if err != nil {
+			return list, total, err
+		}
+		total++
+		if len(list) < limit {
+			d := DeadLetterBody{DeadLetter: r, ContentType: r.ContentType, Headers: r.Headers}
+			if utf8.Valid(r.Body) {
+				text := string(r.Body)
+				d.Body = &text
+			} else {
+				d.BodyBase64 = r.Body
+			}
+			list = append(list, d)
 		}
 	}
 	return list, total, nil
@@ -75,7 +119,7 @@ type ReplayReport struct {
 func (s *Service) Replay(ctx context.Context, f queue.DeadFilter, all, dryRun bool, each func(ReplayItem)) (ReplayReport, error) {
 	rep := ReplayReport{DryRun: dryRun}
 	if f == (queue.DeadFilter{}) && !all {
-		return rep, invalid("replaying every dead letter needs all (--all); or select by id, client or time range")
+		return rep, invalid("replaying every dead letter needs \"all\": true; or select them by id, client, reason or time range")
 	}
 	if err := checkFilter(f); err != nil {
 		return rep, err
@@ -91,7 +135,7 @@ func (s *Service) Replay(ctx context.Context, f queue.DeadFilter, all, dryRun bo
 				return rep, err // the queue is unreachable: stop; running again is safe
 			}
 		}
-		item.Body = nil // reported, not kept: bodies can be large
+		item.Body, item.Headers = nil, nil // reported, not kept: bodies can be large
 		if item.Outcome == ReplaySkipped {
 			rep.Skipped++
 		} else if !dryRun {

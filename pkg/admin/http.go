@@ -28,6 +28,7 @@ func (s *Service) Handler(token string) http.Handler {
 	r.Get("/v1/deadletters", s.handle(s.getDeadLetters))              // ?client=&id=&reason=&since=&until=&limit=
 	r.Post("/v1/replay", s.handle(s.postReplay))                      // {"id","client","reason","since","until","all","dry_run"}
 	r.Get("/v1/steering", s.handle(s.getSteering))                    //
+	r.Get("/v1/status", s.handle(s.getStatus))                        // instances, partitions, NATS health
 	r.Put("/v1/interval", s.handle(s.putInterval))                    // {"interval":"10s"} ("default": DISPATCH_INTERVAL)
 	r.Put("/v1/client/interval", s.steerHandler(s.putClientInterval)) // {"client","interval"}
 	r.Post("/v1/client/pause", s.steerHandler(s.postPause))           // {"client"}
@@ -87,6 +88,10 @@ func (s *Service) getDeadLetters(r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
+	if q.Get("body") == "true" { // with headers and bodies: at most MaxBodies
+		list, total, err := s.DeadLetterBodies(r.Context(), f, limit)
+		return map[string]any{"total": total, "dead_letters": list}, err
+	}
 	list, total, err := s.DeadLetters(r.Context(), f, limit)
 	return map[string]any{"total": total, "dead_letters": list}, err
 }
@@ -118,6 +123,8 @@ func (s *Service) postReplay(r *http.Request) (any, error) {
 
 func (s *Service) getSteering(r *http.Request) (any, error) { return s.Steering(r.Context()) }
 
+func (s *Service) getStatus(r *http.Request) (any, error) { return s.Status(r.Context()) }
+
 func (s *Service) putInterval(r *http.Request) (any, error) {
 	var b struct{ Interval string }
 	if err := decode(r, &b); err != nil {
@@ -127,7 +134,7 @@ func (s *Service) putInterval(r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := s.SetInterval(r.Context(), d, by(r)); err != nil {
+	if _, err := s.SetInterval(r.Context(), d, by(r)); err != nil {
 		return nil, err
 	}
 	return s.Steering(r.Context())

@@ -39,6 +39,9 @@ type Config struct {
 	// LaneWait is how long to wait for the dispatchers to describe their lanes; the
 	// answers that arrive later are left out. Defaults to DefaultLaneWait.
 	LaneWait time.Duration
+	// Interval is the configured DISPATCH_INTERVAL of the dispatcher serving the API,
+	// shown with the steering; zero where there is none (dispatchctl).
+	Interval time.Duration
 }
 
 // WithDefaults returns c with zero fields set to their defaults.
@@ -67,6 +70,7 @@ type Service struct {
 	ctl      *queue.Control
 	log      zerolog.Logger
 	laneWait time.Duration
+	interval time.Duration
 	replayed prometheus.Counter // nil: not counted
 }
 
@@ -76,7 +80,7 @@ func New(cfg Config) (*Service, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Service{q: cfg.Queue, ctl: cfg.Control, log: cfg.Log.With().Str("component", "admin").Logger(), laneWait: cfg.LaneWait}
+	s := &Service{q: cfg.Queue, ctl: cfg.Control, log: cfg.Log.With().Str("component", "admin").Logger(), laneWait: cfg.LaneWait, interval: cfg.Interval}
 	if cfg.Registerer != nil {
 		s.replayed = prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "dispatch_replayed_total",

@@ -10,10 +10,12 @@ import (
 // MinInterval is the shortest interval an operator may set.
 const MinInterval = time.Millisecond
 
-// Steered is the steering in force: the global interval (empty when each dispatcher
-// uses its configured DISPATCH_INTERVAL) and every client with a record.
+// Steered is the steering in force: the global interval an operator set ("default" when
+// none: each dispatcher uses its configured DISPATCH_INTERVAL), that configured interval
+// where the answer comes from a dispatcher, and every client with a record.
 type Steered struct {
-	GlobalInterval string                      `json:"global_interval,omitempty"`
+	GlobalInterval string                      `json:"global_interval"`
+	Configured     string                      `json:"configured_interval,omitempty"`
 	Global         *request.Steering           `json:"global,omitempty"`
 	Clients        map[string]request.Steering `json:"clients"`
 }
@@ -28,54 +30,82 @@ func (s *Service) Steering(ctx context.Context) (Steered, error) {
 	if err != nil {
 		return Steered{}, err
 	}
-	out := Steered{Clients: cs}
-	if !g.IsZero() {
-		out.Global, out.GlobalInterval = &g, time.Duration(g.Interval).String()
+	out := Steered{Clients: cs, GlobalInterval: "default"}
+	if s.interval > 0 {
+		out.Configured = s.interval.String()
+	}
+	if g.By != "" || !g.IsZero() {
+		out.Global = &g
+	}
+	if g.Interval > 0 {
+		out.GlobalInterval = time.Duration(g.Interval).String()
 	}
 	return out, nil
 }
 
 // SetInterval sets the global interval for every dispatcher; zero restores each one's
-// configured DISPATCH_INTERVAL.
-func (s *Service) SetInterval(ctx context.Context, d time.Duration, by string) error {
+// configured DISPATCH_INTERVAL. changed is false when it was so already.
+func (s *Service) SetInterval(ctx context.Context, d time.Duration, by string) (changed bool, err error) {
 	if d != 0 && d < MinInterval {
-		return invalid("interval %s: must be at least %s, or 0 for the configured one", d, MinInterval)
+		return false, invalid("interval %s: must be at least %s, or 0 for the configured one", d, MinInterval)
 	}
-	if err := s.ctl.SetGlobalInterval(ctx, d, by); err != nil {
-		return err
+	if changed, err = s.ctl.SetGlobalInterval(ctx, d, by); err != nil || !changed {
+		return changed, err
 	}
 	s.log.Info().Stringer("interval", d).Str("by", by).Msg("global interval set")
-	return nil
+	return true, nil
+}
+
+// ClientSteering is what a change to one client's steering did.
+type ClientSteering struct {
+	ClientID string           `json:"client_id"`
+	Steering request.Steering `json:"steering"`
+	// Changed is false when the client was steered so already (paused twice, say):
+	// nothing was written, and the dispatchers have nothing to apply.
+	Changed bool `json:"changed"`
+	// Queued is how many of the client's requests are queued now; nil when that could
+	// not be read just after the change.
+	Queued *uint64 `json:"queued,omitempty"`
 }
 
 // SetClientInterval gives one client its own interval; zero returns it to the global one.
-func (s *Service) SetClientInterval(ctx context.Context, clientID string, d time.Duration, by string) (request.Steering, error) {
+func (s *Service) SetClientInterval(ctx context.Context, clientID string, d time.Duration, by string) (ClientSteering, error) {
 	if d != 0 && d < MinInterval {
-		return request.Steering{}, invalid("interval %s: must be at least %s, or 0 for the global one", d, MinInterval)
+		return ClientSteering{}, invalid("interval %s: must be at least %s, or 0 for the global one", d, MinInterval)
 	}
 	return s.steer(ctx, clientID, by, "client interval set", func(st *request.Steering) { st.Interval = request.Duration(d) })
 }
 
 // Pause stops sends to one client; its requests wait, and new ones are still accepted.
-func (s *Service) Pause(ctx context.Context, clientID, by string) (request.Steering, error) {
+func (s *Service) Pause(ctx context.Context, clientID, by string) (ClientSteering, error) {
 	return s.steer(ctx, clientID, by, "client paused", func(st *request.Steering) { st.Paused = true })
 }
 
 // Resume lets one client's requests go again, spaced as before.
-func (s *Service) Resume(ctx context.Context, clientID, by string) (request.Steering, error) {
+func (s *Service) Resume(ctx context.Context, clientID, by string) (ClientSteering, error) {
 	return s.steer(ctx, clientID, by, "client resumed", func(st *request.Steering) { st.Paused = false })
 }
 
-func (s *Service) steer(ctx context.Context, clientID, by, what string, change func(*request.Steering)) (request.Steering, error) {
+func (s *Service) steer(ctx context.Context, clientID, by, what string, change func(*request.Steering)) (ClientSteering, error) {
+	res := ClientSteering{ClientID: clientID}
 	if err := request.ValidateClientID(clientID); err != nil {
-		return request.Steering{}, invalid("client: %s", err)
+		return res, invalid("client: %s", err)
 	}
-	st, err := s.ctl.UpdateClient(ctx, clientID, by, change)
+	var was request.Steering
+	st, err := s.ctl.UpdateClient(ctx, clientID, by, func(st *request.Steering) { was = *st; change(st) })
 	if err != nil {
-		return request.Steering{}, err
+		return res, err
 	}
-	s.log.Info().Str("client_id", clientID).Str("by", by).Interface("steering", st).Msg(what)
-	return st, nil
+	res.Steering = st
+	res.Changed = !st.Same(was)
+	if res.Changed {
+		s.log.Info().Str("client_id", clientID).Str("by", by).Stringer("steering", st).Msg(what)
+	}
+	// The change is made: a count that cannot be read now does not undo it.
+	if _, n, _, err := s.q.ClientSubject(ctx, clientID); err == nil {
+		res.Queued = &n
+	}
+	return res, nil
 }
 
 // PurgeResult says what a purge asked for.

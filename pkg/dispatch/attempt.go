@@ -124,7 +124,7 @@ func (d *Dispatcher) attempt(ctx context.Context, job Job, st request.Stored, se
 	err := d.snd.Send(ctx, st, attempt)
 	end := d.now()
 	judged := judge(err)
-	d.cfg.Metrics.attempt(start, end, job.PrevEnd, judged)
+	d.cfg.Metrics.attempt(start, end, job.PrevEnd, job.Interval, judged)
 	// Fields are added per event, not through a child logger: no allocation per attempt
 	// when the level is off.
 	about := func(ev *zerolog.Event) *zerolog.Event {

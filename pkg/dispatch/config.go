@@ -92,6 +92,14 @@ func (c Config) leaseMargin() time.Duration { return c.SendTimeout + c.LeaseTTL/
 // which sends may start.
 func (c Config) leaseEvery() time.Duration { return (c.LeaseTTL - c.leaseMargin()) / 3 }
 
+// TakeoverBound is the longest a partition's clients wait for their next send after the
+// instance that owned it crashed: its lease expires LeaseTTL after its last renewal,
+// which may have come just before the crash; another instance sees the partition free at
+// its next renewal round (leaseEvery); and it sends there one interval after taking it.
+// An instance whose lease watch has run for less than a TTL (just started, or the watch
+// broke) waits a TTL more. With the defaults: 30 s + 5.7 s + 5 s = 40.7 s.
+func (c Config) TakeoverBound() time.Duration { return c.LeaseTTL + c.leaseEvery() + c.Interval }
+
 // Validate reports every field that cannot work.
 func (c Config) Validate() error {
 	errs := []error{c.Policy.Validate()}

@@ -17,6 +17,8 @@ type Job struct {
 	FirstAttempt time.Time
 	// PrevEnd is when the client's previous attempt ended; zero if none is remembered.
 	PrevEnd time.Time
+	// Interval is the client's interval in force when the job was handed out.
+	Interval time.Duration
 	// Since is the lane's fence: an attempt by an earlier owner of the client may have
 	// ended as late as this (zero: none can have).
 	Since time.Time

@@ -66,8 +66,15 @@ func (l *loop) watchSteering(ctx context.Context) (stop func(), err error) {
 	if err != nil {
 		return nil, err
 	}
+	clients := 0
 	for _, c := range current {
-		l.steer(c)
+		l.steer(c, true)
+		if c.Client != "" && !c.Steering.IsZero() {
+			clients++
+		}
+	}
+	if len(current) > 0 {
+		l.d.log.Info().Stringer("interval", l.sched.Interval()).Int("steered_clients", clients).Msg("steering in force")
 	}
 	return stop, nil
 }
@@ -143,7 +150,7 @@ func (l *loop) serve(ctx context.Context) {
 		case e := <-l.events:
 			l.ownership(e)
 		case c := <-l.steers:
-			l.steer(c)
+			l.steer(c, false)
 		case q := <-d.queries:
 			q.reply <- l.lanesOf(q)
 		case <-timer.C:
@@ -218,18 +225,27 @@ func (l *loop) drain() {
 	}
 }
 
-// steer applies one steering change.
-func (l *loop) steer(c request.SteerChange) {
+// steer applies one steering change. A change is logged once, with who made it, on
+// every dispatcher that applies it; the steering found in force at start is summed up
+// by watchSteering instead, and a record that steers as before (seen again when a watch
+// restarts, or a cleared record deleted after it was written) is not logged.
+func (l *loop) steer(c request.SteerChange, quiet bool) {
 	if c.Client == "" {
 		iv := time.Duration(c.Steering.Interval)
 		if iv <= 0 {
 			iv = l.d.cfg.Interval
 		}
-		if iv != l.sched.Interval() {
-			l.d.log.Info().Stringer("interval", iv).Msg("global interval changed")
+		if iv != l.sched.Interval() && !quiet {
+			l.d.log.Info().Stringer("interval", iv).Bool("configured", c.Steering.Interval <= 0).Str("by", c.Steering.By).
+				Msg("global interval changed")
 		}
 		l.sched.SetInterval(iv, l.d.now())
 		return
+	}
+	if old := l.sched.SteeringOf(c.Client); !old.Same(c.Steering) && !quiet {
+		id, _ := request.DecodeClientID(c.Client)
+		l.d.log.Info().Str("client_id", id).Str("by", c.Steering.By).Str("was", old.String()).Str("now", c.Steering.String()).
+			Msg("client steering changed")
 	}
 	l.sched.Steer(c.Client, c.Steering, l.d.now())
 }

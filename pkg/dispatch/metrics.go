@@ -1,23 +1,26 @@
 package dispatch
 
 import (
-	"math"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/penguinhq/dispatcher/pkg/request"
 )
 
 // Metrics is what a Dispatcher counts, for Prometheus. No metric has a per-client label:
 // client ids are unbounded, and operators find one client with dispatchctl instead.
 // A nil *Metrics counts nothing.
 type Metrics struct {
-	attempts    *prometheus.CounterVec
-	attemptTime prometheus.Histogram
-	gap         prometheus.Histogram
-	deadLetters *prometheus.CounterVec
-	removals    prometheus.Counter
-	leftOver    prometheus.Counter
-	reg         prometheus.Registerer
+	attempts      *prometheus.CounterVec
+	attemptTime   prometheus.Histogram
+	gap           prometheus.Histogram
+	gapRatio      prometheus.Histogram
+	belowInterval prometheus.Counter
+	deadLetters   *prometheus.CounterVec
+	removals      prometheus.Counter
+	leftOver      prometheus.Counter
+	reg           prometheus.Registerer
 }
 
 // Outcomes of an attempt, as the "outcome" label of dispatch_attempts_total.
@@ -27,14 +30,10 @@ const (
 	OutcomePermanent = "permanent_failure"
 )
 
-// NewMetrics registers the dispatcher's metrics with reg. interval shapes the buckets of
-// the gap histogram, so that the buckets just around it say how close spacing runs.
-func NewMetrics(reg prometheus.Registerer, interval time.Duration) *Metrics {
-	iv := interval.Seconds()
-	var gapBuckets []float64
-	for _, f := range []float64{0.5, 0.99, 1, 1.001, 1.002, 1.005, 1.01, 1.05, 1.1, 1.5, 2, 5, 10, 60} {
-		gapBuckets = append(gapBuckets, math.Round(iv*f*1e6)/1e6) // to the microsecond: readable labels
-	}
+// NewMetrics registers the dispatcher's metrics with reg. None depends on the interval
+// configured at start: the kept gap is measured against the interval in force for each
+// client when its attempt starts, so it reads the same after an operator changes it.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		attempts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "dispatch_attempts_total",
@@ -47,8 +46,17 @@ func NewMetrics(reg prometheus.Registerer, interval time.Duration) *Metrics {
 		}),
 		gap: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "dispatch_send_gap_seconds",
-			Help:    "For each attempt after a client's first: time from the end of the client's previous attempt to the start of this one. Never below the interval in force for the client.",
-			Buckets: gapBuckets,
+			Help:    "For each attempt after a client's first: time from the end of the client's previous attempt to the start of this one, by this instance's clock. dispatch_send_gap_ratio relates it to the client's interval.",
+			Buckets: prometheus.ExponentialBuckets(0.01, 2, 20),
+		}),
+		gapRatio: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "dispatch_send_gap_ratio",
+			Help:    "For each attempt after a client's first: its gap (dispatch_send_gap_seconds) divided by the client's interval in force. Never below 1; the buckets just above 1 say how close spacing runs.",
+			Buckets: []float64{0.5, 0.99, 1, 1.001, 1.002, 1.005, 1.01, 1.05, 1.1, 1.5, 2, 5, 10, 60},
+		}),
+		belowInterval: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "dispatch_send_gaps_below_interval_total",
+			Help: "Attempts that started less than the client's interval in force after its previous attempt ended, by this instance's clock. The guarantee: it stays 0; alert on any increase.",
 		}),
 		deadLetters: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "dispatch_dead_letters_total",
@@ -64,9 +72,12 @@ func NewMetrics(reg prometheus.Registerer, interval time.Duration) *Metrics {
 		}),
 	}
 	m.reg = reg
-	reg.MustRegister(m.attempts, m.attemptTime, m.gap, m.deadLetters, m.removals, m.leftOver)
+	reg.MustRegister(m.attempts, m.attemptTime, m.gap, m.gapRatio, m.belowInterval, m.deadLetters, m.removals, m.leftOver)
 	for _, o := range []string{OutcomeDelivered, OutcomeTransient, OutcomePermanent} {
 		m.attempts.WithLabelValues(o)
+	}
+	for _, r := range request.Reasons { // every series from zero, as Prometheus asks
+		m.deadLetters.WithLabelValues(r)
 	}
 	return m
 }
@@ -89,13 +100,19 @@ func (m *Metrics) watch(d *Dispatcher) {
 
 // attempt counts one attempt and its gap; outcome is judge's, and delivered attempts
 // are counted by delivered, once the request is removed.
-func (m *Metrics) attempt(start, end, prevEnd time.Time, outcome string) {
+func (m *Metrics) attempt(start, end, prevEnd time.Time, interval time.Duration, outcome string) {
 	if m == nil {
 		return
 	}
 	m.attemptTime.Observe(end.Sub(start).Seconds())
-	if !prevEnd.IsZero() {
-		m.gap.Observe(start.Sub(prevEnd).Seconds())
+	if gap := start.Sub(prevEnd); !prevEnd.IsZero() {
+		m.gap.Observe(gap.Seconds())
+		if interval > 0 {
+			m.gapRatio.Observe(float64(gap) / float64(interval))
+			if gap < interval {
+				m.belowInterval.Inc()
+			}
+		}
 	}
 	if outcome != OutcomeDelivered {
 		m.attempts.WithLabelValues(outcome).Inc()

@@ -205,7 +205,7 @@ func (m *leaser) run(ctx context.Context) {
 				m.log.Warn().Err(err).Int("partition", d.p).Msg("releasing lease failed; it will expire instead")
 			}
 			delete(m.held, d.p)
-			m.log.Info().Int("partition", d.p).Msg("partition handed back")
+			m.log.Debug().Int("partition", d.p).Msg("partition handed back")
 		}
 	}
 }
@@ -239,14 +239,21 @@ func (m *leaser) round(ctx context.Context) {
 
 	if excess := len(m.held) - share; excess > 0 {
 		keys := slices.Sorted(maps.Keys(m.held))
+		var back []int
+		defer func() {
+			if len(back) > 0 {
+				m.log.Info().Ints("partitions", back).Int("share", share).Int("instances", n).Msg("handing partitions back to balance")
+			}
+		}()
 		for _, p := range keys[len(keys)-excess:] { // the highest-numbered ones
 			h := m.held[p]
 			if h.releasing {
 				continue
 			}
 			h.releasing = true
+			back = append(back, p)
 			done := make(chan struct{})
-			m.log.Info().Int("partition", p).Int("share", share).Msg("handing partition back to balance")
+			m.log.Debug().Int("partition", p).Int("share", share).Msg("handing partition back to balance")
 			m.emit(ctx, ownEvent{kind: ownRelease, partition: p, done: done})
 			go func() {
 				select {
@@ -353,9 +360,18 @@ func (m *leaser) acquire(ctx context.Context, share, instances int) {
 			newest = max(newest, r.rev)
 		}
 		sure := m.watchCaughtUp(newest)
+		if len(taken) > 0 { // one line for the batch (usually the round), before any is used; each at debug
+			ps := make([]int, 0, len(taken))
+			for _, r := range taken {
+				ps = append(ps, r.p)
+			}
+			slices.Sort(ps)
+			m.log.Info().Int("acquired", len(ps)).Ints("partitions", ps).Int("held", len(m.held)+len(ps)).Int("share", share).
+				Int("instances", instances).Msg("partitions acquired")
+		}
 		for _, r := range taken {
 			m.held[r.p] = &holding{rev: r.rev}
-			m.log.Info().Int("partition", r.p).Int("share", share).Int("instances", instances).Msg("partition acquired")
+			m.log.Debug().Int("partition", r.p).Int("share", share).Int("instances", instances).Msg("partition acquired")
 			m.emit(ctx, ownEvent{kind: ownAcquired, partition: r.p, validUntil: r.sent.Add(m.ttl - m.margin), notBefore: m.notBefore(r.p, sure)})
 		}
 		if failed {

@@ -95,6 +95,9 @@ func (s *Scheduler) Steer(client string, st request.Steering, now time.Time) {
 	s.rescheduleWaiting(mine)
 }
 
+// SteeringOf is the steering record in force for client; the zero record when none.
+func (s *Scheduler) SteeringOf(client string) request.Steering { return s.steers[client] }
+
 // IntervalOf is the interval in force for subject's client.
 func (s *Scheduler) IntervalOf(subject string) time.Duration {
 	if len(s.steers) == 0 {
@@ -187,7 +190,7 @@ func (s *Scheduler) Due(now time.Time) (Job, bool) {
 		s.inFlight++
 		st := s.steerOf(l.subject)
 		return Job{Subject: l.subject, SendAt: l.due, HeadSeq: l.headSeq, Attempts: l.attempts, FirstAttempt: l.firstAttempt,
-			PrevEnd: l.lastEnd, Since: l.since, Paused: st.Paused, PurgeThrough: st.PurgeThrough}, true
+			PrevEnd: l.lastEnd, Interval: s.IntervalOf(l.subject), Since: l.since, Paused: st.Paused, PurgeThrough: st.PurgeThrough}, true
 	}
 	return Job{}, false
 }

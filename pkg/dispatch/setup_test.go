@@ -264,3 +264,11 @@ func TestDefaultInstanceIDIsValid(t *testing.T) {
 		t.Fatalf("this machine's default id: %v", err)
 	}
 }
+
+// The takeover bound the README states, with the defaults: 40.7 s.
+func TestTakeoverBoundWithTheDefaults(t *testing.T) {
+	c := Config{Policy: Policy{Interval: 5 * time.Second}, LeaseTTL: 30 * time.Second, SendTimeout: 10 * time.Second}
+	if got := c.TakeoverBound().Round(100 * time.Millisecond); got != 40700*time.Millisecond {
+		t.Fatalf("takeover bound %s with the defaults, want 40.7s as the README says", got)
+	}
+}

@@ -30,9 +30,14 @@ type Readiness interface {
 	Ready(ctx context.Context) error
 }
 
-// Defaults for Config.
+// HeaderRoom is what a stored request's headers may take beside its body in one NATS
+// message.
+const HeaderRoom = 4 << 10
+
+// Defaults for Config. DefaultMaxBodyBytes fits NATS's default max_payload (1 MiB) with
+// the headers.
 const (
-	DefaultMaxBodyBytes   = 1 << 20
+	DefaultMaxBodyBytes   = 1<<20 - HeaderRoom
 	DefaultPublishTimeout = 5 * time.Second
 	DefaultBacklogRetry   = 5 * time.Second
 	DefaultMaxPublishing  = 4096

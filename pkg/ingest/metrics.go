@@ -12,6 +12,12 @@ type Metrics struct {
 	publish  prometheus.Histogram
 }
 
+// Outcomes are the outcome label's values: accepted, duplicate, and the problem code of
+// every refusal that is counted.
+var Outcomes = []string{"accepted", "duplicate", "unauthorized", "overloaded", "backlog_full", "queue_full",
+	"queue_unavailable", "unsupported_media_type", "body_timeout", "body_unreadable", "body_too_large",
+	"malformed_json", "client_id_invalid", "client_id_missing", "idempotency_key_invalid"}
+
 // NewMetrics registers the ingest metrics with reg.
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
@@ -26,7 +32,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 	}
 	reg.MustRegister(m.requests, m.publish)
-	for _, o := range []string{"accepted", "duplicate"} {
+	for _, o := range Outcomes { // every series from zero, as Prometheus asks
 		m.requests.WithLabelValues(o)
 	}
 	return m

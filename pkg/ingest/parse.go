@@ -16,10 +16,18 @@ import (
 	"github.com/penguinhq/dispatcher/pkg/request"
 )
 
+// maxContentType is the longest Content-Type taken: with the other headers it stays well
+// within HeaderRoom.
+const maxContentType = 256
+
 // parse reads and checks one POST /v1/requests. It returns the request to publish, or
 // the problem to answer with.
 func (a *API) parse(w http.ResponseWriter, r *http.Request) (request.Request, *problem) {
 	ct := r.Header.Get("Content-Type")
+	if len(ct) > maxContentType { // stored with the body: it must fit beside it (HeaderRoom)
+		return request.Request{}, &problem{Status: http.StatusUnsupportedMediaType, Code: "unsupported_media_type",
+			Detail: fmt.Sprintf("the Content-Type is %d bytes long; at most %d are taken: send Content-Type: application/json", len(ct), maxContentType)}
+	}
 	if !isJSON(ct) {
 		return request.Request{}, &problem{Status: http.StatusUnsupportedMediaType, Code: "unsupported_media_type",
 			Detail: fmt.Sprintf("Content-Type %q is not JSON; send Content-Type: application/json", ct)}

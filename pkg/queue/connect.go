@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"net/url"
 	"os"
 	"strings"
@@ -89,6 +91,65 @@ func Connect(url, name string, log zerolog.Logger, sec Security) (*Conn, error) 
 		return nil, fmt.Errorf("connecting to NATS at %s: %w", RedactURLs(url), err)
 	}
 	return &Conn{nc: nc}, nil
+}
+
+// ConnectOnce dials NATS for a tool that runs one command: each server in url is tried
+// once, each dial bounded by dialTimeout (a connection made rides out a short blip
+// afterwards). The error says which went wrong: a server refused the credentials
+// (ErrRefused; said first, if any server did), or no server could be reached
+// (ErrUnreachable).
+func ConnectOnce(url, name string, dialTimeout time.Duration, sec Security) (*Conn, error) {
+	opts, err := sec.options()
+	if err != nil {
+		return nil, err
+	}
+	opts = append(opts, nats.Name(name), nats.Timeout(dialTimeout), nats.MaxReconnects(10), nats.ReconnectWait(500*time.Millisecond))
+	nc, err := nats.Connect(url, opts...)
+	if err == nil {
+		return &Conn{nc: nc}, nil
+	}
+	// nats.go reports the last server's error only: a refusal by another is what
+	// the operator must hear, so look at each server alone.
+	if servers := strings.Split(url, ","); !isRefusal(err) && len(servers) > 1 {
+		for _, one := range servers {
+			if one, oerr := nats.Connect(strings.TrimSpace(one), opts...); oerr == nil {
+				one.Close()
+			} else if isRefusal(oerr) {
+				err = oerr
+				break
+			}
+		}
+	}
+	who := "the credentials given"
+	if sec.User != "" {
+		who = fmt.Sprintf("user %q", sec.User)
+	}
+	switch {
+	case isRefusal(err):
+		return nil, fmt.Errorf("%w: NATS at %s refused %s (%v): check NATS_USER and NATS_PASSWORD, or the credentials file",
+			ErrRefused, RedactURLs(url), who, err)
+	case errors.Is(err, nats.ErrNoServers):
+		return nil, fmt.Errorf("%w at %s: no server there took a connection (each tried once, for up to %s)", ErrUnreachable, RedactURLs(url), dialTimeout)
+	case isDialError(err):
+		return nil, fmt.Errorf("%w at %s: %v", ErrUnreachable, RedactURLs(url), err)
+	}
+	return nil, fmt.Errorf("connecting to NATS at %s: %w", RedactURLs(url), err)
+}
+
+func isRefusal(err error) bool {
+	return errors.Is(err, nats.ErrAuthorization) || errors.Is(err, nats.ErrAuthExpired) || errors.Is(err, nats.ErrAuthRevoked)
+}
+
+// Errors of ConnectOnce.
+var (
+	ErrUnreachable = errors.New("cannot reach NATS")
+	ErrRefused     = errors.New("NATS refused the credentials")
+)
+
+func isDialError(err error) bool {
+	var opErr *net.OpError
+	return errors.As(err, &opErr) || errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, nats.ErrTimeout) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
 }
 
 // Open opens the queue on c (see the function Open).

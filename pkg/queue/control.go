@@ -56,15 +56,40 @@ func (c *Control) Global(ctx context.Context) (request.Steering, error) {
 }
 
 // SetGlobalInterval sets the global interval; zero goes back to each dispatcher's
-// configured DISPATCH_INTERVAL.
-func (c *Control) SetGlobalInterval(ctx context.Context, d time.Duration, by string) error {
+// configured DISPATCH_INTERVAL. changed is false when it was so already (nothing is
+// written). A change is written with who made it, so that the dispatchers log it; a
+// change back to the configured interval is then deleted, leaving no record.
+func (c *Control) SetGlobalInterval(ctx context.Context, d time.Duration, by string) (changed bool, err error) {
 	if d < 0 {
-		return fmt.Errorf("interval %s: must not be negative", d)
+		return false, fmt.Errorf("interval %s: must not be negative", d)
+	}
+	cur, _, err := c.get(ctx, globalKey)
+	if err != nil {
+		return false, err
+	}
+	if time.Duration(cur.Interval) == d {
+		return false, nil
+	}
+	rev, err := c.kv.Put(ctx, globalKey, marshal(request.Steering{Interval: request.Duration(d), UpdatedAt: time.Now().UTC(), By: by}))
+	if err != nil {
+		return false, fmt.Errorf("writing %s: %w", globalKey, err)
 	}
 	if d == 0 {
-		return c.delete(ctx, globalKey)
+		c.dropCleared(ctx, globalKey, rev)
 	}
-	return c.put(ctx, globalKey, request.Steering{Interval: request.Duration(d), UpdatedAt: time.Now().UTC(), By: by})
+	return true, nil
+}
+
+// dropCleared deletes a record that steers nothing, if it is still at rev: the dispatchers
+// have the record (and who cleared it) from the watch, and a kept record would be read
+// by every dispatcher at every start. Failing, the record stays; it steers nothing.
+func (c *Control) dropCleared(ctx context.Context, key string, rev uint64) {
+	_ = c.kv.Delete(ctx, key, jetstream.LastRevision(rev))
+}
+
+func marshal(s request.Steering) []byte {
+	b, _ := json.Marshal(s)
+	return b
 }
 
 // Client returns clientID's record; the zero request.Steering when none was set.
@@ -75,7 +100,8 @@ func (c *Control) Client(ctx context.Context, clientID string) (request.Steering
 
 // UpdateClient changes clientID's record with change, by compare-and-swap, so that two
 // operators changing different fields at once both take effect. A record left steering
-// nothing is deleted.
+// nothing is written (with who cleared it), then deleted; a change that changes nothing
+// is not written, and the record as it was is returned.
 func (c *Control) UpdateClient(ctx context.Context, clientID, by string, change func(*request.Steering)) (request.Steering, error) {
 	key := clientKey(clientID)
 	for range maxSteerAttempts {
@@ -83,22 +109,24 @@ func (c *Control) UpdateClient(ctx context.Context, clientID, by string, change 
 		if err != nil {
 			return request.Steering{}, err
 		}
+		was := s
 		change(&s)
+		if s.Same(was) {
+			return was, nil // already so: nothing to write, nothing for the dispatchers to apply
+		}
 		s.UpdatedAt, s.By = time.Now().UTC(), by
-		if s.IsZero() {
-			if rev == 0 {
-				return request.Steering{}, nil
-			}
-			err = c.kv.Delete(ctx, key, jetstream.LastRevision(rev))
+		// A record left steering nothing is written first, saying who cleared it, so
+		// that the dispatchers log by whom; then it is dropped.
+		var newRev uint64
+		if rev == 0 {
+			newRev, err = c.kv.Create(ctx, key, marshal(s))
 		} else {
-			b, _ := json.Marshal(s)
-			if rev == 0 {
-				_, err = c.kv.Create(ctx, key, b)
-			} else {
-				_, err = c.kv.Update(ctx, key, b, rev)
-			}
+			newRev, err = c.kv.Update(ctx, key, marshal(s), rev)
 		}
 		if err == nil {
+			if s.IsZero() {
+				c.dropCleared(ctx, key, newRev)
+			}
 			return s, nil
 		}
 		if !isWrongRevision(err) {
@@ -220,19 +248,4 @@ func (c *Control) get(ctx context.Context, key string) (request.Steering, uint64
 		return request.Steering{}, 0, fmt.Errorf("record %s is not valid: %w", key, err)
 	}
 	return s, e.Revision(), nil
-}
-
-func (c *Control) put(ctx context.Context, key string, s request.Steering) error {
-	b, _ := json.Marshal(s)
-	if _, err := c.kv.Put(ctx, key, b); err != nil {
-		return fmt.Errorf("writing %s: %w", key, err)
-	}
-	return nil
-}
-
-func (c *Control) delete(ctx context.Context, key string) error {
-	if err := c.kv.Delete(ctx, key); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
-		return fmt.Errorf("deleting %s: %w", key, err)
-	}
-	return nil
 }

@@ -94,7 +94,7 @@ func deadLetterOf(subject string, h nats.Header, body []byte, seq uint64, at tim
 			FirstAttempt: parse(headerDeadFirstAttempt),
 			LastAttempt:  parse(headerDeadLastAttempt),
 		},
-		DeadAt: at, BodyBytes: len(body), ContentType: st.ContentType, Body: body, Subject: subject,
+		DeadAt: at, BodyBytes: len(body), ContentType: st.ContentType, Body: body, Subject: subject, Headers: h,
 	}
 }
 

@@ -2,10 +2,12 @@ package queue
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -20,11 +22,52 @@ const (
 	memberKeyPrefix = "m."
 )
 
-// Leases is the partition-lease store: one key per partition whose value names its owner,
-// and one heartbeat key per dispatcher instance. Every key lives for the bucket's TTL
-// unless written again, so a dead instance's leases and heartbeat expire by themselves.
+// Leases is the partition-lease store: one key per partition whose value names its owner
+// (and since when it holds the partition), and one heartbeat key per dispatcher instance.
+// Every key lives for the bucket's TTL unless written again, so a dead instance's leases
+// and heartbeat expire by themselves.
 type Leases struct {
-	kv jetstream.KeyValue
+	kv    jetstream.KeyValue
+	mu    sync.Mutex
+	since map[held]time.Time // when each owner using this store acquired each partition it holds
+}
+
+type held struct {
+	p     int
+	owner string
+}
+
+// lease is a lease key's value: JSON; a value that is not JSON is the owner alone (as
+// written by earlier versions).
+type lease struct {
+	Owner string    `json:"owner"`
+	Since time.Time `json:"since,omitzero"`
+}
+
+func leaseOf(v []byte) lease {
+	var l lease
+	if len(v) > 0 && v[0] == '{' && json.Unmarshal(v, &l) == nil {
+		return l
+	}
+	return lease{Owner: string(v)}
+}
+
+func (l *Leases) value(p int, owner string) []byte {
+	l.mu.Lock()
+	since, ok := l.since[held{p, owner}]
+	if !ok {
+		since = time.Now().UTC()
+		l.since[held{p, owner}] = since
+	}
+	l.mu.Unlock()
+	b, _ := json.Marshal(lease{Owner: owner, Since: since})
+	return b
+}
+
+func (l *Leases) forget(p int, owner string) {
+	l.mu.Lock()
+	delete(l.since, held{p, owner})
+	l.mu.Unlock()
 }
 
 // Leases opens the lease bucket, creating it with the given TTL, replicated like the
@@ -48,7 +91,7 @@ func (q *Queue) Leases(ctx context.Context, ttl time.Duration) (*Leases, error) 
 		return nil, fmt.Errorf("LEASE_TTL is %s but the lease bucket %s has %s: every dispatcher must use the bucket's TTL (to change it, stop all dispatchers and delete the bucket)",
 			ttl, LeaseBucket, st.TTL())
 	}
-	return &Leases{kv: kv}, nil
+	return &Leases{kv: kv, since: map[held]time.Time{}}, nil
 }
 
 func leaseKey(p int) string { return leaseKeyPrefix + strconv.Itoa(p) }
@@ -85,11 +128,13 @@ func (l *Leases) Members(ctx context.Context) ([]string, error) {
 // Acquire takes partition p for owner if nobody holds it. ok is false when another
 // instance holds it.
 func (l *Leases) Acquire(ctx context.Context, p int, owner string) (rev uint64, ok bool, err error) {
-	rev, err = l.kv.Create(ctx, leaseKey(p), []byte(owner))
+	l.forget(p, owner) // a new holding: since now
+	rev, err = l.kv.Create(ctx, leaseKey(p), l.value(p, owner))
 	switch {
 	case err == nil:
 		return rev, true, nil
 	case errors.Is(err, jetstream.ErrKeyExists):
+		l.forget(p, owner)
 		return 0, false, nil
 	}
 	return 0, false, fmt.Errorf("acquiring partition %d: %w", p, err)
@@ -98,13 +143,14 @@ func (l *Leases) Acquire(ctx context.Context, p int, owner string) (rev uint64, 
 // Renew extends owner's lease on p, by compare-and-swap on the revision it holds. ok is
 // false when the lease is no longer owner's (it expired, or another instance took it).
 func (l *Leases) Renew(ctx context.Context, p int, owner string, rev uint64) (newRev uint64, ok bool, err error) {
-	newRev, err = l.kv.Update(ctx, leaseKey(p), []byte(owner), rev)
+	newRev, err = l.kv.Update(ctx, leaseKey(p), l.value(p, owner), rev)
 	if err == nil {
 		return newRev, true, nil
 	}
 	var apiErr *jetstream.APIError
 	if errors.Is(err, jetstream.ErrKeyRevisionMismatch) ||
 		(errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)) {
+		l.forget(p, owner)
 		return 0, false, nil
 	}
 	return 0, false, fmt.Errorf("renewing partition %d: %w", p, err)
@@ -112,6 +158,13 @@ func (l *Leases) Renew(ctx context.Context, p int, owner string, rev uint64) (ne
 
 // Release gives up p, if rev is still the current revision.
 func (l *Leases) Release(ctx context.Context, p int, rev uint64) error {
+	l.mu.Lock()
+	for h := range l.since {
+		if h.p == p {
+			delete(l.since, h) // whoever held it holds it no longer
+		}
+	}
+	l.mu.Unlock()
 	err := l.kv.Delete(ctx, leaseKey(p), jetstream.LastRevision(rev))
 	if err != nil {
 		return fmt.Errorf("releasing partition %d: %w", p, err)
@@ -126,10 +179,17 @@ func (l *Leases) ReleaseAll(ctx context.Context, owner string) (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	l.mu.Lock()
+	for h := range l.since {
+		if h.owner == owner {
+			delete(l.since, h)
+		}
+	}
+	l.mu.Unlock()
 	n := 0
 	var errs []error
 	for _, e := range leases {
-		if string(e.Value()) != owner {
+		if leaseOf(e.Value()).Owner != owner {
 			continue
 		}
 		if err := l.kv.Delete(ctx, e.Key(), jetstream.LastRevision(e.Revision())); err != nil {
@@ -163,7 +223,11 @@ func (l *Leases) WatchLeases(ctx context.Context, fn func(partition int, owner s
 					p = n
 				}
 			}
-			fn(p, string(e.Value()), e.Operation() != jetstream.KeyValuePut, e.Revision())
+			owner := string(e.Value())
+			if p >= 0 {
+				owner = leaseOf(e.Value()).Owner
+			}
+			fn(p, owner, e.Operation() != jetstream.KeyValuePut, e.Revision())
 		}
 		if !stopped.Load() && ctx.Err() == nil {
 			lost(errors.New("the lease watch's updates ended"))
@@ -181,7 +245,7 @@ func (l *Leases) Owners(ctx context.Context) (map[int]string, error) {
 	owners := map[int]string{}
 	for _, e := range leases {
 		if p, err := strconv.Atoi(strings.TrimPrefix(e.Key(), leaseKeyPrefix)); err == nil {
-			owners[p] = string(e.Value())
+			owners[p] = leaseOf(e.Value()).Owner
 		}
 	}
 	return owners, nil

@@ -116,7 +116,7 @@ func TestControlRecordsAndWatch(t *testing.T) {
 	if _, err := ctl.UpdateClient(ctx, "carol", "test", func(s *request.Steering) { s.Paused = true }); err != nil {
 		t.Fatal(err)
 	}
-	if err := ctl.SetGlobalInterval(ctx, 7e9, "test"); err != nil {
+	if _, err := ctl.SetGlobalInterval(ctx, 7e9, "test"); err != nil {
 		t.Fatal(err)
 	}
 	events := make(chan request.SteerChange, 16)

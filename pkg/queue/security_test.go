@@ -3,6 +3,8 @@ package queue_test
 import (
 	"bytes"
 	"context"
+	"errors"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -124,5 +126,57 @@ func TestNATSMutualTLS(t *testing.T) {
 	}
 	if _, err := queue.Connect(url, "test", zerolog.Nop(), queue.Security{CertFile: pki.ClientCert}); err == nil {
 		t.Fatal("a certificate without its key was accepted as a setting")
+	}
+}
+
+// A tool's connection says why it could not connect, at once: wrong credentials are a
+// refusal naming the user (not a closed connection), and no server listening is
+// "cannot reach", tried once per server (not retried until the command's timeout).
+func TestConnectOnceSaysWhy(t *testing.T) {
+	t.Parallel()
+	s := queuetest.ServerWith(t, t.TempDir(), "127.0.0.1:0", func(o *server.Options) {
+		o.Users = []*server.User{{Username: "ops", Password: "ops-pw"}}
+	})
+	url := "nats://" + s.Addr().String()
+	nc, err := queue.ConnectOnce(url, "test", 2*time.Second, queue.Security{User: "ops", Password: "ops-pw"})
+	if err != nil {
+		t.Fatalf("the right password: %v", err)
+	}
+	nc.Close()
+
+	_, err = queue.ConnectOnce(url, "test", 2*time.Second, queue.Security{User: "ops", Password: "wrong-pw"})
+	if !errors.Is(err, queue.ErrRefused) || !strings.Contains(err.Error(), `user "ops"`) || strings.Contains(err.Error(), "wrong-pw") {
+		t.Fatalf("a wrong password: %v, want a refusal naming the user and not the password", err)
+	}
+
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := "nats://" + ln.Addr().String()
+	ln.Close()
+	_, err = queue.ConnectOnce(closed+","+closed, "test", 2*time.Second, queue.Security{})
+	if !errors.Is(err, queue.ErrUnreachable) || !strings.Contains(err.Error(), ln.Addr().String()) {
+		t.Fatalf("nothing listening: %v, want cannot reach NATS at the address", err)
+	}
+}
+
+// With one server of the list down and another refusing the password, the refusal is
+// what the operator hears, whichever server nats.go tried last.
+func TestConnectOnceReportsARefusalBeforeADownServer(t *testing.T) {
+	t.Parallel()
+	s := queuetest.ServerWith(t, t.TempDir(), "127.0.0.1:0", func(o *server.Options) {
+		o.Users = []*server.User{{Username: "ops", Password: "ops-pw"}}
+	})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	down := "nats://" + ln.Addr().String()
+	ln.Close()
+	for _, url := range []string{down + ",nats://" + s.Addr().String(), "nats://" + s.Addr().String() + "," + down} {
+		if _, err := queue.ConnectOnce(url, "test", 2*time.Second, queue.Security{User: "ops", Password: "wrong"}); !errors.Is(err, queue.ErrRefused) {
+			t.Errorf("%s: %v, want a refusal", url, err)
+		}
 	}
 }

@@ -64,6 +64,8 @@ type DeadLetter struct {
 	ContentType string    `json:"-"`
 	Body        []byte    `json:"-"`
 	Subject     string    `json:"-"` // its subject in the dead-letter stream
+	// Headers are the stored message's headers, as the dead-letter stream holds them.
+	Headers map[string][]string `json:"-"`
 }
 
 // Reasons for dead-lettering.
@@ -74,6 +76,9 @@ const (
 	ReasonUndecodable       = "undecodable"
 	ReasonPurged            = "purged" // an operator purged the client's backlog
 )
+
+// Reasons lists every reason for dead-lettering.
+var Reasons = []string{ReasonPermanent, ReasonAttemptsExhausted, ReasonAgeExhausted, ReasonUndecodable, ReasonPurged}
 
 // Receipt is what the queue says about a request it accepted.
 type Receipt struct {

@@ -3,6 +3,7 @@ package request
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -24,6 +25,29 @@ type Steering struct {
 
 // IsZero says whether s steers nothing.
 func (s Steering) IsZero() bool { return s.Interval == 0 && !s.Paused && s.PurgeThrough == 0 }
+
+// Same says whether s and o steer alike, whoever changed them when.
+func (s Steering) Same(o Steering) bool {
+	return s.Interval == o.Interval && s.Paused == o.Paused && s.PurgeThrough == o.PurgeThrough
+}
+
+// String says what s steers, for people: "interval 8s, paused", or "none".
+func (s Steering) String() string {
+	var parts []string
+	if s.Interval > 0 {
+		parts = append(parts, "interval "+time.Duration(s.Interval).String())
+	}
+	if s.Paused {
+		parts = append(parts, "paused")
+	}
+	if s.PurgeThrough > 0 {
+		parts = append(parts, fmt.Sprintf("purging through seq %d", s.PurgeThrough))
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ", ")
+}
 
 // SteerChange is one change of steering: for one client (Client is its subject token,
 // EncodeClientID of its id), or for all when Client is empty. Steering removed comes as

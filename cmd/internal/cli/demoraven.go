@@ -2,40 +2,168 @@ package cli
 
 import (
 	"encoding/json"
+	"fmt"
+	"io"
+	"maps"
 	"net/http"
+	"strconv"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/rs/zerolog"
 
 	"github.com/penguinhq/dispatcher/pkg/ledger"
+	"github.com/penguinhq/dispatcher/pkg/request"
 )
 
 // DemoRaven is a stand-in raven that accepts every request and logs each arrival with
 // the gap since that client's previous one. With record, it also keeps every arrival
 // and lists them at GET /arrivals (for end-to-end checks; memory grows with traffic).
-func DemoRaven(log zerolog.Logger, record bool) http.Handler {
+//
+// So that operators can rehearse failures, it refuses the requests of chosen clients
+// with a chosen status: fail holds the rules at start (ParseFailRules), and
+// PUT /fail/{clientId} (the status as the body), DELETE /fail/{clientId} and GET /fail
+// change and show them while it runs. A rule "prefix*" matches every clientId that
+// starts with prefix.
+func DemoRaven(log zerolog.Logger, record bool, fail map[string]int) http.Handler {
 	dlog := log.With().Str("component", "demo-raven").Logger()
-	rec := ledger.New(ledger.Options{Forget: !record, OnArrival: func(a ledger.Arrival, gap time.Duration) {
-		ev := dlog.Info().Str("client_id", a.ClientID).Str("request_id", a.ID).Int("attempt", a.Attempt)
-		if gap > 0 {
-			ev = ev.Int64("gap_ms", gap.Milliseconds())
-		} else {
-			ev = ev.Str("gap_ms", "first")
-		}
-		ev.Msg("raven received")
-	}})
+	rules := &failRules{m: maps.Clone(fail)}
+	if rules.m == nil {
+		rules.m = map[string]int{}
+	}
+	rec := ledger.New(ledger.Options{Forget: !record,
+		Respond: func(a ledger.Arrival) ledger.Response { return ledger.Response{Status: rules.status(a.ClientID)} },
+		OnArrival: func(a ledger.Arrival, gap time.Duration) {
+			ev := dlog.Info().Str("client_id", a.ClientID).Str("request_id", a.ID).Int("attempt", a.Attempt).Int("status", a.Status)
+			if gap > 0 {
+				ev = ev.Int64("gap_ms", gap.Milliseconds())
+			} else {
+				ev = ev.Str("gap_ms", "first")
+			}
+			ev.Msg("raven received")
+		}})
 	mux := http.NewServeMux()
 	mux.Handle("POST /", rec)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
+	mux.HandleFunc("GET /fail", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, http.StatusOK, rules.all()) })
+	mux.HandleFunc("PUT /fail/{client}", func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(io.LimitReader(r.Body, 16))
+		rule := r.PathValue("client")
+		status, err := failStatus(rule, strings.TrimSpace(string(b)))
+		if err != nil {
+			writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
+			return
+		}
+		if !rules.set(rule, status) {
+			writeJSON(w, http.StatusBadRequest, map[string]string{"error": fmt.Sprintf("at most %d rules", maxFailRules)})
+			return
+		}
+		dlog.Warn().Str("rule", rule).Int("status", status).Msg("demo raven now refuses these clients' requests")
+		writeJSON(w, http.StatusOK, rules.all())
+	})
+	mux.HandleFunc("DELETE /fail/{client}", func(w http.ResponseWriter, r *http.Request) {
+		rules.set(r.PathValue("client"), 0)
+		dlog.Info().Str("rule", r.PathValue("client")).Msg("demo raven accepts these clients' requests again")
+		writeJSON(w, http.StatusOK, rules.all())
+	})
 	if record {
 		mux.HandleFunc("GET /arrivals", func(w http.ResponseWriter, _ *http.Request) {
 			as := rec.Arrivals()
 			for i := range as {
 				as[i].Header, as[i].Body = nil, nil
 			}
-			w.Header().Set("Content-Type", "application/json")
-			_ = json.NewEncoder(w).Encode(as)
+			writeJSON(w, http.StatusOK, as)
 		})
 	}
 	return mux
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// failRules are the demo raven's refusals: clientId (or "prefix*") to status.
+type failRules struct {
+	mu sync.Mutex
+	m  map[string]int
+}
+
+func (f *failRules) status(client string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if s, ok := f.m[client]; ok {
+		return s
+	}
+	status, longest := http.StatusOK, -1
+	for rule, s := range f.m { // the longest prefix wins
+		if prefix, ok := strings.CutSuffix(rule, "*"); ok && strings.HasPrefix(client, prefix) && len(prefix) > longest {
+			status, longest = s, len(prefix)
+		}
+	}
+	return status
+}
+
+// maxFailRules bounds the rules, so that the unauthenticated /fail endpoint cannot grow
+// the demo raven's memory without end. (The demo raven is for rehearsals: it has no
+// authentication, and listens on loopback unless told otherwise.)
+const maxFailRules = 1000
+
+func (f *failRules) set(rule string, status int) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if status == 0 {
+		delete(f.m, rule)
+		return true
+	}
+	if _, ok := f.m[rule]; !ok && len(f.m) >= maxFailRules {
+		return false
+	}
+	f.m[rule] = status
+	return true
+}
+
+func (f *failRules) all() map[string]int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return maps.Clone(f.m)
+}
+
+// DemoFailSetting registers DEMO_RAVEN_FAIL.
+func DemoFailSetting(s *Settings, p *string) {
+	s.String(p, "DEMO_RAVEN_FAIL", "", "the demo raven refuses these clients' requests: clientId=status pairs, comma-separated (bob=503,test-*=400); change them while it runs with PUT or DELETE /fail/{clientId}")
+}
+
+// ParseFailRules reads DEMO_RAVEN_FAIL: comma-separated clientId=status pairs, for
+// example "bob=503,carol=400,test-*=500".
+func ParseFailRules(s string) (map[string]int, error) {
+	out := map[string]int{}
+	for pair := range strings.SplitSeq(s, ",") {
+		if pair = strings.TrimSpace(pair); pair == "" {
+			continue
+		}
+		rule, status, ok := strings.Cut(pair, "=")
+		if !ok {
+			return nil, fmt.Errorf("%q: want clientId=status, for example bob=503", pair)
+		}
+		n, err := failStatus(strings.TrimSpace(rule), strings.TrimSpace(status))
+		if err != nil {
+			return nil, err
+		}
+		out[strings.TrimSpace(rule)] = n
+	}
+	return out, nil
+}
+
+func failStatus(rule, status string) (int, error) {
+	if err := request.ValidateClientID(strings.TrimSuffix(rule, "*")); err != nil {
+		return 0, fmt.Errorf("%q: %v", rule, err)
+	}
+	n, err := strconv.Atoi(status)
+	if err != nil || n < 300 || n > 599 {
+		return 0, fmt.Errorf("%s: status %q: want a number from 300 to 599 (4xx but 408, 425 and 429 dead-letter at once; 5xx, 408, 425 and 429 are retried)", rule, status)
+	}
+	return n, nil
 }

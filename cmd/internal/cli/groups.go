@@ -70,6 +70,12 @@ func (n *NATS) Connect(name string, log zerolog.Logger) (*queue.Conn, error) {
 	return queue.Connect(n.URL, name, log, n.Security)
 }
 
+// ConnectOnce connects a tool that runs one command: one try at each server, failing
+// within seconds with what went wrong.
+func (n *NATS) ConnectOnce(name string) (*queue.Conn, error) {
+	return queue.ConnectOnce(n.URL, name, 3*time.Second, n.Security)
+}
+
 // QueueSettings registers the stream settings.
 func QueueSettings(s *Settings) *queue.Config {
 	c := &queue.Config{}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/penguinhq/dispatcher/pkg/ingest"
 	"github.com/penguinhq/dispatcher/pkg/queue"
 	"github.com/penguinhq/dispatcher/pkg/retry"
 )
@@ -34,7 +35,13 @@ func Retry[T any](ctx context.Context, log zerolog.Logger, what string, open fun
 	began := time.Now()
 	var v T
 	p := retry.Policy{First: time.Second, OnFail: func(_ int, err error, _ time.Duration) {
-		log.Warn().Err(err).Msg(what + ": not reachable yet; retrying")
+		// A cluster starting with its services elects leaders for some seconds: that is
+		// no cause for a warning yet.
+		ev := log.Info()
+		if time.Since(began) > startPatience {
+			ev = log.Warn()
+		}
+		ev.Err(err).Msg(what + ": not reachable yet; retrying")
 	}}
 	_, err := retry.Do(ctx, p, func(ctx context.Context) error {
 		octx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -54,14 +61,17 @@ func Retry[T any](ctx context.Context, log zerolog.Logger, what string, open fun
 	return v, err
 }
 
+// startPatience is how long NATS not answering yet is taken for a cluster starting (and
+// logged at info), before it is warned about.
+const startPatience = 30 * time.Second
+
 // noPeersPatience is how long "no suitable peers" is taken for a cluster still forming.
 const noPeersPatience = 2 * time.Minute
 
 // FitBody lowers limit to what one NATS message can carry beside a request's headers, and
 // says so in the log when it had to.
 func FitBody(limit int64, nc *queue.Conn, log zerolog.Logger) int64 {
-	const headroom = 4 << 10
-	if max := nc.MaxPayload() - headroom; max > 0 && limit > max {
+	if max := nc.MaxPayload() - ingest.HeaderRoom; max > 0 && limit > max {
 		log.Warn().Int64("max_body_bytes", limit).Int64("nats_max_payload", nc.MaxPayload()).Int64("using", max).
 			Msg("MAX_BODY_BYTES does not fit the NATS server's max_payload; lowering it")
 		return max

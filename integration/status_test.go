@@ -1,0 +1,128 @@
+package integration
+
+import (
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/penguinhq/dispatcher/pkg/admin"
+	"github.com/penguinhq/dispatcher/pkg/dispatch"
+)
+
+// dispatchctl status on a 3-node cluster with two dispatchers shows both instances, the
+// partitions each holds and since when, none unowned, the three servers and each
+// stream's leader and followers. Then one dispatcher is killed: its clients' next sends
+// come within the takeover bound the README states (LEASE_TTL + one renewal round + one
+// interval), and status shows the survivor holding every partition.
+func TestStatusAndTheTakeoverBound(t *testing.T) {
+	const interval = 200 * time.Millisecond
+	c := newClusterStack(t, options{interval: interval})
+	started := time.Now()
+	c.startDispatcher("a")
+	b := c.startDispatcher("b")
+	waitFor(t, 30*time.Second, "a and b to hold 32 partitions each", func() bool {
+		o := c.owners()
+		return o["a"] == 32 && o["b"] == 32
+	})
+
+	var st admin.Status
+	c.ctlJSON(&st, "status")
+	if st.Leases == nil || len(st.Leases.Instances) != 2 || len(st.Leases.Unowned) != 0 || st.Leases.Partitions != 64 {
+		t.Fatalf("status: leases %+v (%s), want a and b holding all 64", st.Leases, st.LeasesNote)
+	}
+	for _, in := range st.Leases.Instances {
+		if len(in.Leases) != 32 || in.Heartbeat.IsZero() || in.Leases[0].Since.IsZero() || in.Leases[0].Since.Before(started.Add(-time.Second)) {
+			t.Fatalf("status: instance %s: %d leases, heartbeat %s, first since %s; want 32 held since the start", in.ID, len(in.Leases), in.Heartbeat, in.Leases[0].Since)
+		}
+	}
+	if n := st.NATS; len(n.Servers) != 3 || len(n.Streams) != 4 {
+		t.Fatalf("status: servers %v, streams %+v; want 3 servers and the 4 streams", n.Servers, n.Streams)
+	}
+	for _, s := range st.NATS.Streams {
+		if s.Error != "" || s.Group == nil || s.Group.Leader == "" || len(s.Group.Replicas) != 2 || s.Replicas != 3 {
+			t.Fatalf("status: stream %+v, want a leader and two followers", s)
+		}
+	}
+	table := c.ctl(0, "", "status")
+	for _, want := range []string{"a  ", "32: 0-", "unowned partitions  none", "REQUESTS", "KV_DISPATCH_LEASES"} {
+		mustContain(t, table, want)
+	}
+
+	// Every client has a backlog when b dies; the test does not need to know which
+	// clients b sent for: theirs are the gaps longer than the lease TTL.
+	const clients, each = 16, 30
+	for n := range each {
+		for i := range clients {
+			c.post(clientName(i), n)
+		}
+	}
+	waitFor(t, 30*time.Second, "deliveries before the kill", func() bool { return c.ledger.Delivered() >= 2*clients })
+	if since := time.Since(started); since < 3*2*time.Second {
+		time.Sleep(3*2*time.Second - since) // both watches have run for a TTL: no extra wait
+	}
+	killed := time.Now()
+	b.signal(syscall.SIGKILL)
+	c.waitDone(60 * time.Second)
+
+	cfg := dispatch.Config{Policy: dispatch.Policy{Interval: interval}, LeaseTTL: 2 * time.Second, SendTimeout: 500 * time.Millisecond}
+	bound := cfg.TakeoverBound()
+	var longest time.Duration
+	for i := range clients {
+		for _, ar := range c.arrivalsOf(clientName(i)) {
+			if ar.Start.After(killed) {
+				longest = max(longest, ar.Start.Sub(killed))
+				break
+			}
+		}
+	}
+	// A second of slack for the store's expiry timer (it fires every 250 ms at best), the
+	// lease watch catching up, and a loaded machine's scheduling. b's last renewal came
+	// at most a renewal round before the kill, so its clients waited at least the TTL
+	// less that round: the kill must have mattered.
+	every := (cfg.LeaseTTL - cfg.SendTimeout - cfg.LeaseTTL/10) / 3
+	t.Logf("longest wait after the kill: %s; stated bound %s", longest.Round(time.Millisecond), bound)
+	if longest > bound+time.Second {
+		t.Errorf("a client of the killed dispatcher waited %s after the kill, over the stated bound %s", longest, bound)
+	}
+	if longest < cfg.LeaseTTL-every {
+		t.Errorf("no client waited a lease TTL less a renewal round (longest %s): the kill did not stop b's clients", longest)
+	}
+
+	c.ctlJSON(&st, "status")
+	if st.Leases == nil || len(st.Leases.Unowned) != 0 {
+		t.Fatalf("status after the takeover: %+v, want every partition owned", st.Leases)
+	}
+	for _, in := range st.Leases.Instances {
+		if in.ID == "a" && len(in.Leases) != 64 {
+			t.Fatalf("status after the takeover: a holds %d partitions, want 64", len(in.Leases))
+		}
+		if in.ID == "b" && len(in.Leases) != 0 {
+			t.Fatalf("status after the takeover: b still holds %d", len(in.Leases))
+		}
+	}
+	c.finish(30*time.Second, clients)
+}
+
+// dispatchctl fails at once, saying why, when NATS is not there: not a minute later with
+// "context deadline exceeded".
+func TestDispatchctlSaysWhenNATSIsUnreachable(t *testing.T) {
+	t.Parallel()
+	addr := freeAddr(t) // nothing listens there
+	cmd := exec.Command(ctlBin, "clients")
+	cmd.Env = []string{"NATS_URL=nats://" + addr, "PATH=" + os.Getenv("PATH")}
+	start := time.Now()
+	out, err := cmd.CombinedOutput()
+	took := time.Since(start)
+	if code := cmd.ProcessState.ExitCode(); err == nil || code != 1 {
+		t.Fatalf("dispatchctl with NATS unreachable: exit %d (%v), want 1\n%s", code, err, out)
+	}
+	if !strings.Contains(string(out), "cannot reach NATS at nats://"+addr) {
+		t.Fatalf("dispatchctl with NATS unreachable said:\n%s", out)
+	}
+	if took > 15*time.Second {
+		t.Fatalf("dispatchctl took %s to give up on an unreachable NATS, want a few seconds", took)
+	}
+}

@@ -1,0 +1,70 @@
+package queue_test
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/penguinhq/dispatcher/pkg/queue"
+)
+
+// A lease says since when its owner holds it, and keeps saying so when renewed; a lease
+// written by an earlier version (the owner's id alone) still names its owner. Status
+// shows both, the instances' heartbeats, and the partitions no one holds.
+func TestLeaseStatusSaysWhoHoldsWhatSinceWhen(t *testing.T) {
+	t.Parallel()
+	q := open(t, queue.Config{Partitions: 4})
+	ctx := context.Background()
+	if _, err := q.LeaseStatus(ctx); err != queue.ErrNoLeases {
+		t.Fatalf("status before any lease: %v, want ErrNoLeases", err)
+	}
+	l, err := q.Leases(ctx, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := time.Now().UTC().Add(-time.Second)
+	if err := l.Heartbeat(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	rev, ok, err := l.Acquire(ctx, 0, "a")
+	if err != nil || !ok {
+		t.Fatalf("acquire: %v %v", ok, err)
+	}
+	first, err := q.LeaseStatus(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(20 * time.Millisecond)
+	if _, ok, err := l.Renew(ctx, 0, "a", rev); err != nil || !ok {
+		t.Fatalf("renew: %v %v", ok, err)
+	}
+	if err := l.PutLegacyLease(2, "old"); err != nil {
+		t.Fatal(err)
+	}
+	st, err := q.LeaseStatus(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Instances) != 2 || st.Instances[0].ID != "a" || st.Instances[1].ID != "old" || st.TTL != 10*time.Second || st.Partitions != 4 {
+		t.Fatalf("status: %+v, want a and old", st)
+	}
+	a := st.Instances[0]
+	if a.Heartbeat.IsZero() || len(a.Leases) != 1 || a.Leases[0].Partition != 0 || a.Leases[0].Since.Before(before) ||
+		!a.Leases[0].Since.Equal(first.Instances[0].Leases[0].Since) || !a.Leases[0].Renewed.After(first.Instances[0].Leases[0].Renewed) {
+		t.Fatalf("a: %+v (before the renewal %+v), want partition 0 held since the acquisition, renewed since", a, first.Instances[0])
+	}
+	if old := st.Instances[1]; !old.Heartbeat.IsZero() || len(old.Leases) != 1 || old.Leases[0].Partition != 2 || !old.Leases[0].Since.IsZero() {
+		t.Fatalf("old: %+v, want partition 2, no heartbeat, no since", old)
+	}
+	if !slices.Equal(st.Unowned, []int{1, 3}) {
+		t.Fatalf("unowned %v, want 1 and 3", st.Unowned)
+	}
+	owners, err := l.Owners(ctx)
+	if err != nil || owners[0] != "a" || owners[2] != "old" {
+		t.Fatalf("owners %v (%v), want a and old named plainly", owners, err)
+	}
+	if n, err := l.ReleaseAll(ctx, "a"); err != nil || n != 1 {
+		t.Fatalf("release all of a: %d %v, want 1", n, err)
+	}
+}
