@@ -357,8 +357,8 @@ func deadLetters(q *queue.Queue) map[string]bool {
 
 // explain finds, for every request that may have been delivered twice, the cause on
 // record: a dispatcher's log line (a removal that failed or landed late, an attempt
-// given up on) or a SIGKILL of the instance that had it delivered, before it could
-// remove it.
+// given up on, an attempt that failed although raven had answered it 2xx: the answer was
+// lost) or a SIGKILL of the instance that had it delivered, before it could remove it.
 func (s *soak) explain() map[string]string {
 	arrivals := s.raven.Arrivals()
 	accepted := map[string]map[int]bool{} // id -> attempt numbers raven answered 2xx
@@ -386,6 +386,12 @@ func (s *soak) explain() map[string]string {
 			case (strings.Contains(cause, "Timeout") || strings.Contains(cause, "deadline")) && accepted[id][int(attempt)]:
 				if _, ok := causes[id]; !ok {
 					causes[id] = "attempt timed out; raven accepted it all the same"
+				}
+			case accepted[id][int(attempt)]:
+				// Raven answered 2xx and the answer was lost on the way: the connection was
+				// cut (a fault's proxy resetting it) after raven had written it.
+				if _, ok := causes[id]; !ok {
+					causes[id] = "raven accepted it, its answer was lost (connection cut)"
 				}
 			}
 		}
