@@ -351,14 +351,37 @@ func (c *composeStack) rehearseADeadLetter(t *testing.T, token string) {
 	if json.Unmarshal([]byte(body), &a); code != http.StatusAccepted || a.ID == "" {
 		t.Fatalf("posting for bob: %d %s", code, body)
 	}
-	waitFor(t, 30*time.Second, "bob's request to be dead-lettered", func() bool {
-		return strings.Contains(c.ctl(0, "e2e-o", "deadletters", "-client", "bob"), a.ID)
+	waitFor(t, 60*time.Second, "bob's request to be dead-lettered", func() bool {
+		cmd := exec.Command(ctlBin, "deadletters", "-client", "bob")
+		cmd.Env = c.ctlEnv("e2e-o")
+		out, _ := cmd.CombinedOutput()
+		return strings.Contains(string(out), a.ID)
 	})
-	mustContain(t, c.ctl(0, "e2e-o", "deadletters", "-id", a.ID, "-body"), `{"clientId":"bob","n":1}`)
+	// While a restarted node catches up a read may stall and fail; the operator, and the
+	// test, run it again.
+	waitFor(t, 60*time.Second, "deadletters -body to show bob's body", func() bool {
+		cmd := exec.Command(ctlBin, "deadletters", "-id", a.ID, "-body")
+		cmd.Env = c.ctlEnv("e2e-o")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Logf("deadletters -body: %v\n%s", err, out)
+		}
+		return err == nil && strings.Contains(string(out), `{"clientId":"bob","n":1}`)
+	})
 	if code, body := call(http.MethodDelete, c.url("RAVEN_PORT", "/fail/bob"), "", nil); code != 200 {
 		t.Fatalf("DELETE /fail/bob: %d %s", code, body)
 	}
-	mustContain(t, c.ctl(0, "e2e-o", "replay", "-client", "bob"), "1 matched, 1 requeued")
+	waitFor(t, 60*time.Second, "replay -client bob to requeue bob's request", func() bool {
+		cmd := exec.Command(ctlBin, "replay", "-client", "bob")
+		cmd.Env = c.ctlEnv("e2e-o")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Logf("replay: %v\n%s", err, out)
+		}
+		// A run that failed midway may have requeued it already: running it again is
+		// safe, and the delivery below is what counts.
+		return err == nil && (strings.Contains(string(out), "1 matched, 1 requeued") || strings.Contains(string(out), "0 matched"))
+	})
 	waitFor(t, 30*time.Second, "bob's replayed request at the demo raven", func() bool {
 		_, body := call(http.MethodGet, c.url("RAVEN_PORT", "/arrivals"), "", nil)
 		var as []ledger.Arrival

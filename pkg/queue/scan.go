@@ -10,6 +10,10 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
+// scanStall is how long a scan waits for a message, with some pending, before it gives
+// up.
+const scanStall = 10 * time.Second
+
 // scan calls fn with each message of s on filter, in order, up to the stream's last
 // sequence when it began, reading through an ordered consumer that the server drops
 // soon after the scan ends.
@@ -39,6 +43,7 @@ func (q *Queue) scan(ctx context.Context, s jetstream.Stream, filter string, hea
 	if ci := cons.CachedInfo(); ci != nil && ci.NumPending == 0 {
 		return nil // nothing on this filter
 	}
+	progress := time.Now()
 	for {
 		m, err := it.Next(jetstream.NextMaxWait(time.Second))
 		if errors.Is(err, nats.ErrTimeout) {
@@ -50,8 +55,15 @@ func (q *Queue) scan(ctx context.Context, s jetstream.Stream, filter string, hea
 			if err == nil && ci.NumPending == 0 {
 				return nil
 			}
+			// Nothing for a long while with messages pending: the consumer is stuck (its
+			// stream's leader changing, a node catching up). Say so rather than wait for
+			// the caller's whole deadline; trying again makes a new consumer.
+			if time.Since(progress) > scanStall {
+				return fmt.Errorf("reading %s: no message for %s though some are pending (the stream's leader may be changing); try again", filter, scanStall)
+			}
 			continue
 		}
+		progress = time.Now()
 		if err != nil {
 			return fmt.Errorf("reading %s: %w", filter, err)
 		}
