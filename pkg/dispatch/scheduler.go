@@ -107,7 +107,12 @@ func (s *Scheduler) IntervalOf(subject string) time.Duration {
 }
 
 func (s *Scheduler) intervalOfClient(client string) time.Duration {
-	if st, ok := s.steers[client]; ok && st.Interval > 0 {
+	return s.intervalOf(s.steers[client])
+}
+
+// intervalOf is the interval in force for a client steered by st.
+func (s *Scheduler) intervalOf(st request.Steering) time.Duration {
+	if st.Interval > 0 {
 		return time.Duration(st.Interval)
 	}
 	return s.policy.Interval
@@ -190,7 +195,7 @@ func (s *Scheduler) Due(now time.Time) (Job, bool) {
 		s.inFlight++
 		st := s.steerOf(l.subject)
 		return Job{Subject: l.subject, SendAt: l.due, HeadSeq: l.headSeq, Attempts: l.attempts, FirstAttempt: l.firstAttempt,
-			PrevEnd: l.lastEnd, Interval: s.IntervalOf(l.subject), Since: l.since, Paused: st.Paused, PurgeThrough: st.PurgeThrough}, true
+			PrevEnd: l.lastEnd, Interval: s.intervalOf(st), Since: l.since, Paused: st.Paused, PurgeThrough: st.PurgeThrough}, true
 	}
 	return Job{}, false
 }

@@ -60,6 +60,30 @@ func TestLeaseStatusSaysWhoHoldsWhatSinceWhen(t *testing.T) {
 	if !slices.Equal(st.Unowned, []int{1, 3}) {
 		t.Fatalf("unowned %v, want 1 and 3", st.Unowned)
 	}
+	// The lease watch names owners plainly, whichever way the value is written: the
+	// dispatcher tells its own renewals from others' by it (the early-expiry fence).
+	seen := map[int]string{}
+	done := make(chan struct{}, 8)
+	stop, err := l.WatchLeases(ctx, func(p int, owner string, _ bool, _ uint64) {
+		if p >= 0 {
+			seen[p] = owner
+			done <- struct{}{}
+		}
+	}, func(error) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			t.Fatal("the lease watch did not report the leases in place")
+		}
+	}
+	stop()
+	if seen[0] != "a" || seen[2] != "old" {
+		t.Fatalf("the watch named owners %v, want a and old", seen)
+	}
 	owners, err := l.Owners(ctx)
 	if err != nil || owners[0] != "a" || owners[2] != "old" {
 		t.Fatalf("owners %v (%v), want a and old named plainly", owners, err)

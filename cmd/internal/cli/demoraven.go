@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"maps"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/penguinhq/dispatcher/pkg/httpapi"
 	"github.com/penguinhq/dispatcher/pkg/ledger"
 	"github.com/penguinhq/dispatcher/pkg/request"
 )
@@ -46,26 +46,26 @@ func DemoRaven(log zerolog.Logger, record bool, fail map[string]int) http.Handle
 	mux := http.NewServeMux()
 	mux.Handle("POST /", rec)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
-	mux.HandleFunc("GET /fail", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, http.StatusOK, rules.all()) })
+	mux.HandleFunc("GET /fail", func(w http.ResponseWriter, _ *http.Request) { httpapi.WriteJSON(w, http.StatusOK, rules.all()) })
 	mux.HandleFunc("PUT /fail/{client}", func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(io.LimitReader(r.Body, 16))
 		rule := r.PathValue("client")
 		status, err := failStatus(rule, strings.TrimSpace(string(b)))
 		if err != nil {
-			writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
+			httpapi.WriteJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
 			return
 		}
 		if !rules.set(rule, status) {
-			writeJSON(w, http.StatusBadRequest, map[string]string{"error": fmt.Sprintf("at most %d rules", maxFailRules)})
+			httpapi.WriteJSON(w, http.StatusBadRequest, map[string]string{"error": fmt.Sprintf("at most %d rules", maxFailRules)})
 			return
 		}
 		dlog.Warn().Str("rule", rule).Int("status", status).Msg("demo raven now refuses these clients' requests")
-		writeJSON(w, http.StatusOK, rules.all())
+		httpapi.WriteJSON(w, http.StatusOK, rules.all())
 	})
 	mux.HandleFunc("DELETE /fail/{client}", func(w http.ResponseWriter, r *http.Request) {
 		rules.set(r.PathValue("client"), 0)
 		dlog.Info().Str("rule", r.PathValue("client")).Msg("demo raven accepts these clients' requests again")
-		writeJSON(w, http.StatusOK, rules.all())
+		httpapi.WriteJSON(w, http.StatusOK, rules.all())
 	})
 	if record {
 		mux.HandleFunc("GET /arrivals", func(w http.ResponseWriter, _ *http.Request) {
@@ -73,16 +73,10 @@ func DemoRaven(log zerolog.Logger, record bool, fail map[string]int) http.Handle
 			for i := range as {
 				as[i].Header, as[i].Body = nil, nil
 			}
-			writeJSON(w, http.StatusOK, as)
+			httpapi.WriteJSON(w, http.StatusOK, as)
 		})
 	}
 	return mux
-}
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(v)
 }
 
 // failRules are the demo raven's refusals: clientId (or "prefix*") to status.
