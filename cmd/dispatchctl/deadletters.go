@@ -1,0 +1,124 @@
+package main
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/penguinhq/dispatcher/pkg/admin"
+	"github.com/penguinhq/dispatcher/pkg/queue"
+)
+
+func (e *env) filter() (queue.DeadFilter, error) {
+	return admin.FilterOf(e.o.id, e.o.client, e.o.reason, e.o.since, e.o.until, time.Now())
+}
+
+func deadLetters(ctx context.Context, e *env, _ []string) error {
+	f, err := e.filter()
+	if err != nil {
+		return err
+	}
+	if e.o.body {
+		return deadLetterBodies(ctx, e, f)
+	}
+	list, total, err := e.svc.DeadLetters(ctx, f, e.o.limit)
+	if err != nil {
+		return err
+	}
+	return e.print(map[string]any{"total": total, "dead_letters": list}, func(w *tabwriter.Writer) {
+		fmt.Fprintf(w, "SEQ\tID\tCLIENT\tREASON\tSTATUS\tATTEMPTS\tDEAD AT\tLAST ERROR\n")
+		for _, d := range list {
+			fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n", d.Seq, d.ID, quote(d.ClientID), d.Reason, d.LastStatus, d.Attempts, d.DeadAt.Format(time.RFC3339), dash(printable(d.LastError)))
+		}
+		fmt.Fprintf(w, "%d shown of %d selected\n", len(list), total)
+	})
+}
+
+// deadLetterBodies prints dead letters with their stored headers and bodies: a body
+// that is not UTF-8 text is shown in base64.
+func deadLetterBodies(ctx context.Context, e *env, f queue.DeadFilter) error {
+	list, total, err := e.svc.DeadLetterBodies(ctx, f, e.o.limit)
+	if err != nil {
+		return err
+	}
+	if e.o.json {
+		return e.print(map[string]any{"total": total, "dead_letters": list}, nil)
+	}
+	w := e.stdout // not a tabwriter: a body's own tabs stay as they are
+	for _, d := range list {
+		fmt.Fprintf(w, "== dead letter %d: request %s of %s, %s, %d attempts, last status %d, dead at %s\n",
+			d.Seq, d.ID, quote(d.ClientID), d.Reason, d.Attempts, d.LastStatus, d.DeadAt.Format(time.RFC3339))
+		names := slices.Sorted(maps.Keys(d.Headers))
+		for _, k := range names {
+			for _, v := range d.Headers[k] {
+				fmt.Fprintf(w, "%s: %s\n", k, v)
+			}
+		}
+		fmt.Fprintln(w)
+		if d.Body != nil {
+			fmt.Fprintf(w, "%s\n\n", printable(*d.Body))
+		} else {
+			fmt.Fprintf(w, "(%d bytes, not text; in base64:)\n%s\n\n", d.BodyBytes, base64.StdEncoding.EncodeToString(d.BodyBase64))
+		}
+	}
+	fmt.Fprintf(w, "%d shown of %d selected\n", len(list), total)
+	return nil
+}
+
+// printable escapes the control characters in s but newlines and tabs, so that a body
+// cannot steer the operator's terminal.
+func printable(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		if (unicode.IsControl(r) && r != '\n' && r != '\t') || unicode.Is(unicode.Bidi_Control, r) || r == utf8.RuneError {
+			fmt.Fprintf(&b, "\\x%02x", r)
+			continue
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+func replay(ctx context.Context, e *env, _ []string) error {
+	f, err := e.filter()
+	if err != nil {
+		return err
+	}
+	if f == (queue.DeadFilter{}) && !e.o.all {
+		return fmt.Errorf("%w: replaying every dead letter needs -all; or select them with -id, -client, -reason, -since or -until", admin.ErrInvalid)
+	}
+	var items []admin.ReplayItem
+	rep, err := e.svc.Replay(ctx, f, e.o.all, e.o.dryRun, func(it admin.ReplayItem) {
+		if e.o.json {
+			items = append(items, it)
+			return
+		}
+		fmt.Fprintf(e.stdout, "%s\t%s\t%s\t%s\n", it.Outcome, it.ID, quote(it.ClientID), it.Why)
+	})
+	if e.o.json {
+		if perr := e.print(map[string]any{"report": rep, "items": items}, nil); perr != nil {
+			return perr
+		}
+	} else {
+		n, verb := rep.Requeued, "requeued"
+		if rep.DryRun {
+			n, verb = rep.Matched, "would be requeued"
+		}
+		fmt.Fprintf(e.stdout, "%d matched, %d %s, %d skipped\n", rep.Matched, n, verb, rep.Skipped)
+	}
+	if errors.Is(err, admin.ErrInvalid) {
+		return err
+	}
+	if err != nil {
+		return fmt.Errorf("stopped after %d of the matches (running it again is safe): %w", rep.Matched, err)
+	}
+	return nil
+}
