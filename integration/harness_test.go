@@ -176,7 +176,7 @@ func (s *stack) startDispatcher() {
 		s.t.Fatal(err)
 	}
 	stopLanes, err := s.q.ServeLaneQueries(func(ctx context.Context, lq queue.LaneQuery) (any, error) {
-		return d.AnswerLanes(ctx, lq.IDs, lq.Subjects, lq.Limit)
+		return d.AnswerLanes(ctx, lq.IDs, lq.Subjects, lq.Limit, lq.Budget)
 	})
 	if err != nil {
 		s.t.Fatal(err)

@@ -56,6 +56,7 @@ type opts struct {
 	limit, page                      int
 	client, id, reason, since, until string
 	all, dryRun, yes, body           bool
+	rate, inflight                   string
 	wait                             time.Duration
 }
 
@@ -94,6 +95,11 @@ var commands = []command{
 			f.BoolVar(&o.all, "all", false, "replay every dead letter (needed when no filter is given)")
 			f.BoolVar(&o.dryRun, "dry-run", false, "list what would be replayed, change nothing")
 		}, run: replay},
+	{name: "budget", summary: "show raven's budget and each dispatcher's share, effective rate and why it last changed; with -rate or -inflight, change it for every dispatcher",
+		flags: func(f *flag.FlagSet, o *opts) {
+			f.StringVar(&o.rate, "rate", "", "set the most attempts per second to raven across all dispatchers: a number, none (no limit) or configured (back to RAVEN_MAX_RATE)")
+			f.StringVar(&o.inflight, "inflight", "", "set the most attempts in flight to raven across all dispatchers: a number, none or configured (back to RAVEN_MAX_INFLIGHT)")
+		}, run: budget},
 	{name: "steering", summary: "show the steering in force: global interval, steered clients", run: steering},
 	{name: "interval", args: "<duration>|default", summary: "set the global interval for every dispatcher (default: back to DISPATCH_INTERVAL)",
 		minArgs: 1, maxArgs: 1, run: globalInterval},

@@ -30,6 +30,8 @@ func (s *Service) Handler(token string) http.Handler {
 	r.Get("/v1/steering", s.handle(s.getSteering))                    //
 	r.Get("/v1/status", s.handle(s.getStatus))                        // instances, partitions, NATS health
 	r.Put("/v1/interval", s.handle(s.putInterval))                    // {"interval":"10s"} ("default": DISPATCH_INTERVAL)
+	r.Get("/v1/budget", s.handle(s.getBudget))                        // raven's budget, and each instance's share
+	r.Put("/v1/budget", s.handle(s.putBudget))                        // {"max_rate":500,"max_inflight":"configured"}
 	r.Put("/v1/client/interval", s.steerHandler(s.putClientInterval)) // {"client","interval"}
 	r.Post("/v1/client/pause", s.steerHandler(s.postPause))           // {"client"}
 	r.Post("/v1/client/resume", s.steerHandler(s.postResume))         // {"client"}
@@ -138,6 +140,40 @@ func (s *Service) putInterval(r *http.Request) (any, error) {
 		return nil, err
 	}
 	return s.Steering(r.Context())
+}
+
+func (s *Service) getBudget(r *http.Request) (any, error) { return s.Budget(r.Context()) }
+
+func (s *Service) putBudget(r *http.Request) (any, error) {
+	var b struct {
+		MaxRate     json.RawMessage `json:"max_rate"`
+		MaxInFlight json.RawMessage `json:"max_inflight"`
+	}
+	if err := decode(r, &b); err != nil {
+		return nil, err
+	}
+	rate, err1 := numberOrWord(b.MaxRate, "max_rate")
+	inflight, err2 := numberOrWord(b.MaxInFlight, "max_inflight")
+	if err := errors.Join(err1, err2); err != nil {
+		return nil, err
+	}
+	return s.SetBudget(r.Context(), BudgetChange{MaxRate: rate, MaxInFlight: inflight}, by(r))
+}
+
+// numberOrWord reads a JSON number or string as text; absent or null is empty.
+func numberOrWord(raw json.RawMessage, field string) (string, error) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return "", nil
+	}
+	var n json.Number
+	if json.Unmarshal(raw, &n) == nil {
+		return n.String(), nil
+	}
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		return s, nil
+	}
+	return "", invalid("%s: a number, or %q", field, Configured)
 }
 
 // clientBody is the body of every call that steers one client.

@@ -3,6 +3,7 @@ package dispatch
 import (
 	"context"
 	"errors"
+	"net/http"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -29,9 +30,20 @@ const (
 // holds it when its partition does not let attempts start now.
 func (l *loop) startDue() {
 	now := l.d.now()
+	g := l.d.gov
+	if g.needsCount(now) {
+		l.countOpen(now)
+	}
 	for l.sched.InFlight() < l.d.cfg.MaxInFlight {
+		if !g.mayStart(now, l.sched.InFlight()) {
+			// Raven's budget holds the lanes that are due back, longest-waiting first
+			// when it lets one go: the heap's order.
+			g.countWaiting(now, func() int { return l.sched.DueBy(now) })
+			return
+		}
 		job, ok := l.sched.Due(now)
 		if !ok {
+			g.countWaiting(now, func() int { return 0 })
 			return
 		}
 		p, part := l.owner(job.Subject)
@@ -47,6 +59,7 @@ func (l *loop) startDue() {
 			l.sched.Done(Result{Subject: job.Subject, Kind: Held}, now)
 		default:
 			part.inFlight++
+			g.started(now, job.SendAt)
 			sendBy := part.validUntil // read here: the loop moves it on as leases are renewed
 			go func() { l.results <- outcome{Result: l.d.work(l.workCtx, job, sendBy), partition: p} }()
 		}
@@ -137,8 +150,9 @@ func (d *Dispatcher) attempt(ctx context.Context, job Job, st request.Stored, se
 		about(ev).Dur("took", end.Sub(start)).Err(err).Msg("attempt")
 	}
 
-	res := Result{Subject: job.Subject, AttemptEnd: end}
+	res := Result{Subject: job.Subject, AttemptEnd: end, Took: end.Sub(start)}
 	why := request.Verdict{Attempts: attempt, FirstAttempt: first, LastAttempt: start, LastStatus: statusOf(err)}
+	res.Refused, res.PauseAll = overloaded(err, why.LastStatus)
 	switch judged {
 	case OutcomeDelivered:
 		if d.remove(ctx, st, sendBy) != nil {
@@ -256,6 +270,27 @@ func (d *Dispatcher) retry(ctx context.Context, logged bool, op func() error) er
 		d.log.Info().Int("tries", tries).Msg("queue operation succeeded after retrying")
 	}
 	return err
+}
+
+// overloaded says whether an attempt's failure says raven is overloaded (429, 503, or
+// a timeout), and for a 503 with Retry-After how long raven asked every sender to wait.
+func overloaded(err error, status int) (bool, time.Duration) {
+	var timeout interface{ Timeout() bool }
+	switch {
+	case err == nil:
+		return false, 0
+	case status == http.StatusServiceUnavailable:
+		var ra interface{ RetryAfter() time.Duration }
+		if errors.As(err, &ra) {
+			return true, ra.RetryAfter()
+		}
+		return true, 0
+	case status == http.StatusTooManyRequests:
+		return true, 0
+	case status == 0 && (errors.Is(err, context.DeadlineExceeded) || errors.As(err, &timeout) && timeout.Timeout()):
+		return true, 0
+	}
+	return false, 0
 }
 
 func statusOf(err error) int {

@@ -47,6 +47,12 @@ type Config struct {
 	// name and a random suffix (DefaultInstanceID).
 	InstanceID string
 
+	// Budget limits attempts to raven across all instances (each holds itself to its
+	// share); operators can change it through Steering. The zero Budget is no limit.
+	Budget Budget
+	// Adaptive makes the rate to raven follow raven's answers (off unless Enabled).
+	Adaptive Adaptive
+
 	// Steering brings operators' changes (intervals, pause, purge) while running. Nil
 	// means none: the Policy holds.
 	Steering Steering
@@ -75,6 +81,7 @@ func (c Config) WithDefaults() Config {
 	if c.LeaseTTL == 0 {
 		c.LeaseTTL = DefaultLeaseTTL
 	}
+	c.Adaptive = c.Adaptive.WithDefaults(c.SendTimeout)
 	if c.InstanceID == "" {
 		c.InstanceID = DefaultInstanceID()
 	}
@@ -109,6 +116,7 @@ func (c Config) Validate() error {
 	if c.ShutdownGrace < 0 || c.ResyncEvery <= 0 {
 		errs = append(errs, fmt.Errorf("shutdown grace %s and resync %s: must not be negative", c.ShutdownGrace, c.ResyncEvery))
 	}
+	errs = append(errs, c.Budget.Validate(), c.Adaptive.Validate())
 	if err := ValidInstanceID(c.InstanceID); err != nil {
 		errs = append(errs, err)
 	}

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+
+	"github.com/penguinhq/dispatcher/pkg/request"
 )
 
 // Dispatcher sends queued requests to raven, client by client, spaced by the interval.
@@ -22,6 +24,7 @@ type Dispatcher struct {
 	running                atomic.Bool
 	queries                chan laneQuery
 	recent                 *recent
+	gov                    *governor
 }
 
 // Stats is a snapshot of a running Dispatcher.
@@ -45,6 +48,7 @@ func New(cfg Config, src Source, snd Sender, log zerolog.Logger) (*Dispatcher, e
 	log = log.With().Str("component", "dispatch").Str("instance", cfg.InstanceID).Logger()
 	d := &Dispatcher{cfg: cfg, src: src, snd: snd, log: log, now: time.Now, rand: rand.Float64,
 		queries: make(chan laneQuery), recent: newRecent(cfg.RecentDeliveries)}
+	d.gov = newGovernor(cfg, src.Partitions(), log)
 	cfg.Metrics.watch(d)
 	return d, nil
 }
@@ -70,6 +74,10 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		return err
 	}
 	defer stopSteering()
+	if st := d.BudgetState(); st.Limited() {
+		d.log.Info().Str("rate", request.FormatRate(st.MaxRate)).Str("in_flight", request.FormatInFlight(st.MaxInFlight)).
+			Bool("adaptive", st.Adaptive).Bool("steered", st.Steered != nil).Msg("raven's budget in force, each instance holding to its share")
+	}
 	stopWatch, err := l.watchBacklog(ctx)
 	if err != nil {
 		return err

@@ -63,4 +63,10 @@ type Result struct {
 	AttemptEnd time.Time
 	// RetryAfter is raven's Retry-After for a Retry, zero when it gave none.
 	RetryAfter time.Duration
+	// For an attempt, what raven's budget learns from it: how long it took, whether raven
+	// refused it as overloaded (429, 503, or a timeout), and for a 503 with Retry-After
+	// how long raven asked every sender to wait.
+	Took     time.Duration
+	Refused  bool
+	PauseAll time.Duration
 }

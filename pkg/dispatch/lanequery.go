@@ -49,13 +49,23 @@ type LaneAnswer struct {
 	Instance  string     `json:"instance"`
 	Lanes     []LaneInfo `json:"lanes,omitempty"`
 	Delivered []Delivery `json:"delivered,omitempty"`
+	// Budget is the instance's view of raven's budget, when asked for.
+	Budget *BudgetState `json:"budget,omitempty"`
 }
 
 // AnswerLanes says which of ids this instance delivered lately, and describes its lanes
 // for subjects (or up to limit of them, at most MaxLaneAnswer, when subjects and ids are
-// both empty).
-func (d *Dispatcher) AnswerLanes(ctx context.Context, ids, subjects []string, limit int) (LaneAnswer, error) {
+// both empty). With budget it describes its view of raven's budget instead, and its
+// lanes only for subjects.
+func (d *Dispatcher) AnswerLanes(ctx context.Context, ids, subjects []string, limit int, budget bool) (LaneAnswer, error) {
 	a := LaneAnswer{Instance: d.cfg.InstanceID}
+	if budget {
+		st := d.BudgetState()
+		a.Budget = &st
+		if len(subjects) == 0 {
+			return a, nil
+		}
+	}
 	for _, id := range ids {
 		if dl, ok := d.Delivered(id); ok {
 			a.Delivered = append(a.Delivered, dl)

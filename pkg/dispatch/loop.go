@@ -135,8 +135,12 @@ func (l *loop) serve(ctx context.Context) {
 		d.lanes.Store(int64(l.sched.Lanes()))
 		d.inFlight.Store(int64(l.sched.InFlight()))
 		d.owned.Store(int64(len(l.owned)))
-		if next, ok := l.sched.Next(); ok && l.sched.InFlight() < d.cfg.MaxInFlight {
-			timer.Reset(max(next.Sub(d.now()), 0))
+		// Wake when the next lane is due, and not before raven's budget lets one go: a
+		// budget held back for attempts in flight waits for their results instead.
+		next, ok := l.sched.Next()
+		held, wake := l.d.gov.heldBack()
+		if ok && l.sched.InFlight() < d.cfg.MaxInFlight && (!held || !wake.IsZero()) {
+			timer.Reset(max(later(next, wake).Sub(d.now()), 0))
 		} else {
 			timer.Stop()
 		}
@@ -230,6 +234,14 @@ func (l *loop) drain() {
 // by watchSteering instead, and a record that steers as before (seen again when a watch
 // restarts, or a cleared record deleted after it was written) is not logged.
 func (l *loop) steer(c request.SteerChange, quiet bool) {
+	if c.Budget != nil {
+		was, is := l.d.gov.steer(*c.Budget, l.d.now())
+		if was != is && !quiet {
+			l.d.log.Info().Str("was", describeBudget(was)).Str("now", describeBudget(is)).Str("by", c.Budget.By).
+				Msg("raven's budget changed")
+		}
+		return
+	}
 	if c.Client == "" {
 		iv := time.Duration(c.Steering.Interval)
 		if iv <= 0 {

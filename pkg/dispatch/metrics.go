@@ -20,6 +20,8 @@ type Metrics struct {
 	deadLetters   *prometheus.CounterVec
 	removals      prometheus.Counter
 	leftOver      prometheus.Counter
+	budgetWaits   prometheus.Histogram
+	rateChanges   *prometheus.CounterVec
 	reg           prometheus.Registerer
 }
 
@@ -70,9 +72,22 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "dispatch_unremoved_total",
 			Help: "Requests raven accepted that this instance stopped before removing from the queue: each will be sent again, a duplicate raven can drop by its Idempotency-Key.",
 		}),
+		budgetWaits: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "dispatch_raven_budget_wait_seconds",
+			Help:    "While raven's budget or adaptive mode is in force: for each attempt handed out, how long its lane had been due (waiting for the budget, a pause, or the loop).",
+			Buckets: prometheus.ExponentialBuckets(0.001, 3, 12),
+		}),
+		rateChanges: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "dispatch_raven_rate_changes_total",
+			Help: "Changes of the limits this instance holds itself to towards raven, by why: budget (configured or steered), share (partitions moved), refused and slow (adaptive cuts), increase (adaptive), paused and resumed (a 503 with Retry-After).",
+		}, []string{"why"}),
 	}
 	m.reg = reg
-	reg.MustRegister(m.attempts, m.attemptTime, m.gap, m.gapRatio, m.belowInterval, m.deadLetters, m.removals, m.leftOver)
+	reg.MustRegister(m.attempts, m.attemptTime, m.gap, m.gapRatio, m.belowInterval, m.deadLetters, m.removals, m.leftOver,
+		m.budgetWaits, m.rateChanges)
+	for _, w := range rateWhys {
+		m.rateChanges.WithLabelValues(w)
+	}
 	for _, o := range []string{OutcomeDelivered, OutcomeTransient, OutcomePermanent} {
 		m.attempts.WithLabelValues(o)
 	}
@@ -96,6 +111,44 @@ func (m *Metrics) watch(d *Dispatcher) {
 		gauge("dispatch_in_flight", "Attempts in flight on this instance.", func(s Stats) int { return s.InFlight }),
 		gauge("dispatch_partitions_owned", "Partitions this instance owns and sends for.", func(s Stats) int { return s.Owned }),
 	)
+	budget := func(name, help string, v func(BudgetState) float64) prometheus.Collector {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, func() float64 { return v(d.BudgetState()) })
+	}
+	m.reg.MustRegister(
+		budget("dispatch_raven_budget_rate", "Raven's budget in force, attempts per second across all instances (0: no limit).",
+			func(s BudgetState) float64 { return s.MaxRate }),
+		budget("dispatch_raven_budget_inflight", "Raven's budget in force, attempts in flight across all instances (0: no limit).",
+			func(s BudgetState) float64 { return float64(s.MaxInFlight) }),
+		budget("dispatch_raven_share_rate", "This instance's share of dispatch_raven_budget_rate: the budget times the part of the partitions it may send for.",
+			func(s BudgetState) float64 { return s.ShareRate }),
+		budget("dispatch_raven_share_inflight", "This instance's share of dispatch_raven_budget_inflight.",
+			func(s BudgetState) float64 { return float64(s.ShareInFlight) }),
+		budget("dispatch_raven_effective_rate", "The rate this instance holds itself to now: its share, or less in adaptive mode (0: no limit).",
+			func(s BudgetState) float64 { return s.EffectiveRate }),
+		budget("dispatch_raven_adaptive_rate", "Adaptive mode: the rate raven's answers allow all instances together, as this instance judges them (0: not limiting).",
+			func(s BudgetState) float64 { return s.AdaptiveRate }),
+		budget("dispatch_raven_budget_waiting_lanes", "Lanes due but held back by raven's budget or a pause, at the last count (every 250 ms while it binds).",
+			func(s BudgetState) float64 { return float64(s.Waiting) }),
+		budget("dispatch_raven_paused", "1 while raven's 503 with Retry-After holds every send of this instance back.",
+			func(s BudgetState) float64 {
+				if time.Now().Before(s.PausedUntil) {
+					return 1
+				}
+				return 0
+			}),
+	)
+}
+
+func (m *Metrics) budgetWait(d time.Duration) {
+	if m != nil {
+		m.budgetWaits.Observe(max(d, 0).Seconds())
+	}
+}
+
+func (m *Metrics) rateChanged(why string) {
+	if m != nil {
+		m.rateChanges.WithLabelValues(why).Inc()
+	}
 }
 
 // attempt counts one attempt and its gap; outcome is judge's, and delivered attempts

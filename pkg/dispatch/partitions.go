@@ -51,6 +51,7 @@ func (l *loop) list(p int) {
 
 func (l *loop) ownership(e ownEvent) {
 	now := l.d.now()
+	l.d.gov.recount = true // raven's budget is shared by the partitions one may send for
 	part := l.owned[e.partition]
 	switch e.kind {
 	case ownAcquired:
@@ -118,7 +119,9 @@ func (l *loop) notify(subj string) {
 // done takes a finished attempt back: the lane goes on, unless its partition is no
 // longer open to attempts.
 func (l *loop) done(r outcome) {
-	l.sched.Done(r.Result, l.d.now())
+	now := l.d.now()
+	l.sched.Done(r.Result, now)
+	l.d.gov.finished(r.Result, now)
 	part := l.owned[r.partition]
 	if part != nil {
 		part.inFlight--
@@ -126,6 +129,7 @@ func (l *loop) done(r outcome) {
 	if part.open() {
 		return
 	}
+	l.d.gov.recount = true
 	l.sched.Forget(r.Subject)
 	if part != nil {
 		l.dropIfDrained(r.partition, part)
@@ -139,4 +143,21 @@ func (l *loop) listOpen() {
 			l.list(p)
 		}
 	}
+}
+
+// countOpen tells raven's budget how many partitions this instance may send for at now
+// (open, and the lease not lapsed by this instance's clock), and when the first of those
+// leases could lapse.
+func (l *loop) countOpen(now time.Time) {
+	n, until := 0, time.Time{}
+	for _, part := range l.owned {
+		if !part.open() || lapsed(part.validUntil, now) {
+			continue
+		}
+		n++
+		if !part.validUntil.IsZero() && (until.IsZero() || part.validUntil.Before(until)) {
+			until = part.validUntil
+		}
+	}
+	l.d.gov.count(n, until, now)
 }

@@ -174,6 +174,24 @@ func (s *Scheduler) Notify(subject string, now, since time.Time) {
 	}
 }
 
+// DueBy counts the lanes waiting with something queued that are due by at.
+func (s *Scheduler) DueBy(at time.Time) int {
+	n := 0
+	var walk func(i int)
+	walk = func(i int) { // the heap's order: a lane due later has only later ones below it
+		if i >= len(s.waiting) || s.waiting[i].due.After(at) {
+			return
+		}
+		if s.waiting[i].state == waiting {
+			n++
+		}
+		walk(2*i + 1)
+		walk(2*i + 2)
+	}
+	walk(0)
+	return n
+}
+
 // Next returns the earliest time Due may hand out a lane, and false when none waits.
 func (s *Scheduler) Next() (time.Time, bool) {
 	if len(s.waiting) == 0 {

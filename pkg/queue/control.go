@@ -22,6 +22,7 @@ const ControlBucket = "DISPATCH_CONTROL"
 
 const (
 	globalKey        = "global"
+	budgetKey        = "budget"
 	clientKeyPrefix  = "client."
 	controlHistory   = 5
 	maxSteerAttempts = 20
@@ -188,6 +189,16 @@ func (c *Control) WatchSteering(ctx context.Context, fn func(request.SteerChange
 		var ev request.SteerChange
 		switch k := e.Key(); {
 		case k == globalKey:
+		case k == budgetKey:
+			ev.Budget = &request.Budget{}
+			if e.Operation() != jetstream.KeyValuePut {
+				return ev, true // deleted: back to the configured budget
+			}
+			if err := json.Unmarshal(e.Value(), ev.Budget); err != nil {
+				onBad(e.Key(), err)
+				return ev, false
+			}
+			return ev, true
 		case strings.HasPrefix(k, clientKeyPrefix):
 			ev.Client = strings.TrimPrefix(k, clientKeyPrefix)
 		default:
@@ -236,16 +247,79 @@ func (c *Control) WatchSteering(ctx context.Context, fn func(request.SteerChange
 }
 
 func (c *Control) get(ctx context.Context, key string) (request.Steering, uint64, error) {
+	var s request.Steering
+	rev, err := c.getJSON(ctx, key, &s)
+	return s, rev, err
+}
+
+// getJSON reads key's record into v; the revision is 0 (and v untouched) when there is
+// none.
+func (c *Control) getJSON(ctx context.Context, key string, v any) (uint64, error) {
 	e, err := c.kv.Get(ctx, key)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return request.Steering{}, 0, nil
+		return 0, nil
 	}
 	if err != nil {
-		return request.Steering{}, 0, fmt.Errorf("reading %s: %w", key, err)
+		return 0, fmt.Errorf("reading %s: %w", key, err)
 	}
-	var s request.Steering
-	if err := json.Unmarshal(e.Value(), &s); err != nil {
-		return request.Steering{}, 0, fmt.Errorf("record %s is not valid: %w", key, err)
+	if err := json.Unmarshal(e.Value(), v); err != nil {
+		return 0, fmt.Errorf("record %s is not valid: %w", key, err)
 	}
-	return s, e.Revision(), nil
+	return e.Revision(), nil
+}
+
+// Budget returns raven's budget as operators set it; the zero request.Budget (the
+// configured one in force) when none was set.
+func (c *Control) Budget(ctx context.Context) (request.Budget, error) {
+	var b request.Budget
+	_, err := c.getJSON(ctx, budgetKey, &b)
+	return b, err
+}
+
+// UpdateBudget changes raven's budget with change, by compare-and-swap, as UpdateClient
+// does a client's record: a change that changes nothing is not written, and a record
+// left overriding nothing is written (with who cleared it), then deleted.
+func (c *Control) UpdateBudget(ctx context.Context, by string, change func(*request.Budget)) (request.Budget, error) {
+	for range maxSteerAttempts {
+		var b request.Budget
+		rev, err := c.getJSON(ctx, budgetKey, &b)
+		if err != nil {
+			return request.Budget{}, err
+		}
+		was := b
+		change(&b)
+		if b.MaxRate != nil || b.MaxInFlight != nil {
+			r, n := 0.0, 0
+			if b.MaxRate != nil {
+				r = *b.MaxRate
+			}
+			if b.MaxInFlight != nil {
+				n = *b.MaxInFlight
+			}
+			if err := request.ValidateBudget(r, n); err != nil {
+				return request.Budget{}, err
+			}
+		}
+		if b.Same(was) {
+			return was, nil
+		}
+		b.UpdatedAt, b.By = time.Now().UTC(), by
+		data, _ := json.Marshal(b)
+		var newRev uint64
+		if rev == 0 {
+			newRev, err = c.kv.Create(ctx, budgetKey, data)
+		} else {
+			newRev, err = c.kv.Update(ctx, budgetKey, data, rev)
+		}
+		if err == nil {
+			if b.IsZero() {
+				c.dropCleared(ctx, budgetKey, newRev)
+			}
+			return b, nil
+		}
+		if !isWrongRevision(err) {
+			return request.Budget{}, fmt.Errorf("setting raven's budget: %w", err)
+		}
+	}
+	return request.Budget{}, errors.New("setting raven's budget: too many concurrent changes; try again")
 }

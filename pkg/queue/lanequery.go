@@ -15,11 +15,12 @@ const laneQuerySubject = "dispatch.ctl.lanes"
 
 // LaneQuery asks every dispatcher about its lanes for the given request subjects, or
 // about up to Limit of its lanes when Subjects and IDs are both empty, and whether it
-// delivered any of the request IDs lately.
+// delivered any of the request IDs lately; with Budget, about raven's budget instead.
 type LaneQuery struct {
 	Subjects []string `json:"subjects,omitempty"`
 	Limit    int      `json:"limit,omitempty"`
 	IDs      []string `json:"ids,omitempty"`
+	Budget   bool     `json:"budget,omitempty"`
 }
 
 // ServeLaneQueries answers lane queries with what answer returns (JSON), until stop is

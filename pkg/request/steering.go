@@ -51,10 +51,12 @@ func (s Steering) String() string {
 
 // SteerChange is one change of steering: for one client (Client is its subject token,
 // EncodeClientID of its id), or for all when Client is empty. Steering removed comes as
-// the zero Steering: back to the configured defaults.
+// the zero Steering: back to the configured defaults. A change of raven's budget comes
+// with Budget set instead (the zero Budget: back to the configured one).
 type SteerChange struct {
 	Client   string
 	Steering Steering
+	Budget   *Budget
 }
 
 // Duration is a time.Duration that reads and writes as text ("10s") in JSON.

@@ -12,6 +12,7 @@ import (
 	"github.com/penguinhq/dispatcher/pkg/ingest"
 	"github.com/penguinhq/dispatcher/pkg/queue"
 	"github.com/penguinhq/dispatcher/pkg/raven"
+	"github.com/penguinhq/dispatcher/pkg/request"
 )
 
 // Log is the logging settings.
@@ -126,7 +127,7 @@ type Dispatch struct {
 // by ingest, as the Retry-After of a 429.
 func DispatchSettings(s *Settings) *Dispatch {
 	c := &Dispatch{}
-	var attempts, inFlight, recent int64
+	var attempts, inFlight, recent, budgetInFlight int64
 	s.URLs(&c.Raven.URL, "RAVEN_URL", "", "where requests are sent (POST)", "http", "https")
 	s.Duration(&c.Raven.Timeout, "RAVEN_TIMEOUT", raven.DefaultTimeout, time.Millisecond, "bound on one attempt to raven")
 	s.Duration(&c.Interval, "DISPATCH_INTERVAL", dispatch.DefaultInterval, time.Millisecond, "least time between the end of one attempt for a client and the start of the next")
@@ -138,10 +139,18 @@ func DispatchSettings(s *Settings) *Dispatch {
 	s.Duration(&c.ShutdownGrace, "SHUTDOWN_GRACE", dispatch.DefaultShutdownGrace, 0, "how long a stopping dispatcher waits for attempts in flight")
 	s.Duration(&c.LeaseTTL, "LEASE_TTL", dispatch.DefaultLeaseTTL, 100*time.Millisecond, "how long a partition lease lives unless renewed; a crashed dispatcher's partitions move after about this plus one interval")
 	s.Int(&recent, "RECENT_DELIVERIES", dispatch.DefaultRecentDeliveries, 0, 10_000_000, "deliveries remembered by id for dispatchctl request (about 150 bytes each); 0 for none")
+	s.Float(&c.Budget.MaxRate, "RAVEN_MAX_RATE", 0, 0, request.MaxBudgetRate, "raven's budget: attempts per second across all dispatcher instances, each holding to its share; 0 for no limit (dispatchctl budget changes it at runtime)")
+	s.Int(&budgetInFlight, "RAVEN_MAX_INFLIGHT", 0, 0, request.MaxBudgetInFlight, "raven's budget: attempts in flight at once across all dispatcher instances; 0 for no limit (at least the number of instances when set)")
+	s.Bool(&c.Adaptive.Enabled, "RAVEN_ADAPTIVE", "adapt the rate to raven's answers: cut it when raven answers 429/503 or times out, or is slow; raise it step by step while raven answers in time; a 503 with Retry-After pauses every send")
+	s.Float(&c.Adaptive.Threshold, "RAVEN_ADAPTIVE_THRESHOLD", dispatch.DefaultAdaptiveThreshold, 0.001, 0.5, "adaptive: share of a second's attempts refused (429, 503, timeout) above which the rate is cut")
+	s.Duration(&c.Adaptive.LatencyTarget, "RAVEN_LATENCY_TARGET", 0, 0, "adaptive: the rate is cut when more than a tenth of a second's attempts take longer; 0 for a quarter of RAVEN_TIMEOUT")
+	s.Float(&c.Adaptive.Decrease, "RAVEN_ADAPTIVE_DECREASE", dispatch.DefaultAdaptiveDecrease, 0.1, 0.99, "adaptive: what a cut multiplies the rate by")
+	s.Float(&c.Adaptive.Increase, "RAVEN_ADAPTIVE_INCREASE", dispatch.DefaultAdaptiveIncrease, 0.005, 1, "adaptive: the step up after each good second, as a share of the rate the last cut set")
 	s.String(&c.InstanceID, "INSTANCE_ID", "", "this dispatcher's name in the lease store, unique among live instances; empty for host name plus a random suffix")
 	s.afterParse(func() {
 		c.MaxAttempts, c.MaxInFlight = int(attempts), int(inFlight)
 		c.RecentDeliveries = int(recent)
+		c.Budget.MaxInFlight = int(budgetInFlight)
 		if recent == 0 {
 			c.RecentDeliveries = -1 // none
 		}

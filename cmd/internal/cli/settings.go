@@ -202,6 +202,18 @@ func (s *Settings) Int(p *int64, env string, def, min, max int64, usage string) 
 	})
 }
 
+// Float registers a number setting between min and max.
+func (s *Settings) Float(p *float64, env string, def, min, max float64, usage string) {
+	*p = def
+	accepts := fmt.Sprintf("a number from %v to %v", min, max)
+	s.add(env, usage, accepts, (*floatValue)(p), func(string) error {
+		if !(*p >= min && *p <= max) {
+			return errors.New("out of range")
+		}
+		return nil
+	})
+}
+
 // Bool registers an on/off setting.
 func (s *Settings) Bool(p *bool, env string, usage string) {
 	s.add(env, usage, "true or false", (*boolValue)(p), nil)
@@ -220,6 +232,15 @@ func (v *durationValue) Set(s string) error {
 	return err
 }
 func (v *durationValue) String() string { return time.Duration(*v).String() }
+
+type floatValue float64
+
+func (v *floatValue) Set(s string) error {
+	f, err := strconv.ParseFloat(s, 64)
+	*v = floatValue(f)
+	return err
+}
+func (v *floatValue) String() string { return strconv.FormatFloat(float64(*v), 'g', -1, 64) }
 
 type intValue int64
 

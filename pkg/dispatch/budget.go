@@ -1,0 +1,498 @@
+package dispatch
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"sync/atomic"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/penguinhq/dispatcher/pkg/request"
+)
+
+// Budget limits attempts to raven across all dispatcher instances together; a zero field
+// is no limit. Each instance holds itself to its share: the budget times the part of the
+// partitions it may send for (ADR 7).
+type Budget struct {
+	// MaxRate is attempts per second.
+	MaxRate float64
+	// MaxInFlight is attempts in flight at once.
+	MaxInFlight int
+}
+
+// Validate reports a limit that cannot work.
+func (b Budget) Validate() error { return request.ValidateBudget(b.MaxRate, b.MaxInFlight) }
+
+// Defaults for Adaptive (ADR 7 says how they were chosen).
+const (
+	DefaultAdaptiveThreshold = 0.02
+	DefaultAdaptiveDecrease  = 0.85
+	DefaultAdaptiveIncrease  = 0.05
+	DefaultAdaptivePeriod    = time.Second
+	DefaultAdaptiveMaxPause  = 5 * time.Minute
+	// A cut never takes the rate below this, across all instances: raven is still asked,
+	// and its answers can raise the rate again.
+	adaptiveFloor = 1.0
+	// slowShare: the latency target is passed when more than this share of a period's
+	// attempts took longer than it (its 90th percentile is above it).
+	slowShare = 0.1
+	// burstWindow: a share's token bucket holds this much of its rate, at least one
+	// token, so that a loop woken a little late still sends at the rate.
+	burstWindow = 50 * time.Millisecond
+	// waitingEvery: how often the lanes waiting for the budget are counted while it binds.
+	waitingEvery = 250 * time.Millisecond
+)
+
+// Adaptive configures adaptive mode: the rate to raven follows raven's own answers,
+// additive increase and multiplicative decrease, never above Budget.MaxRate when set.
+type Adaptive struct {
+	Enabled bool
+	// Threshold is the share of a period's attempts answered 429 or 503, or timed out,
+	// above which the rate is cut. Defaults to 0.02.
+	Threshold float64
+	// LatencyTarget: the rate is cut when more than a tenth of a period's attempts took
+	// longer than this. Defaults to a quarter of the send timeout.
+	LatencyTarget time.Duration
+	// Decrease is what a cut multiplies the rate by. Defaults to 0.85.
+	Decrease float64
+	// Increase is the step by which the rate rises after each good period, as a share of
+	// the rate set by the last cut. Defaults to 0.05.
+	Increase float64
+	// Period is how often raven's answers are judged. Defaults to 1s.
+	Period time.Duration
+	// MaxPause caps how long a 503 with Retry-After pauses every send. Defaults to 5m.
+	MaxPause time.Duration
+}
+
+// WithDefaults returns a with zero fields set to their defaults; sendTimeout sets the
+// latency target's.
+func (a Adaptive) WithDefaults(sendTimeout time.Duration) Adaptive {
+	if a.Threshold == 0 {
+		a.Threshold = DefaultAdaptiveThreshold
+	}
+	if a.LatencyTarget == 0 {
+		a.LatencyTarget = sendTimeout / 4
+	}
+	if a.Decrease == 0 {
+		a.Decrease = DefaultAdaptiveDecrease
+	}
+	if a.Increase == 0 {
+		a.Increase = DefaultAdaptiveIncrease
+	}
+	if a.Period == 0 {
+		a.Period = DefaultAdaptivePeriod
+	}
+	if a.MaxPause == 0 {
+		a.MaxPause = DefaultAdaptiveMaxPause
+	}
+	return a
+}
+
+// Validate reports every field that cannot work.
+func (a Adaptive) Validate() error {
+	var errs []error
+	if a.Threshold <= 0 || a.Threshold >= 1 {
+		errs = append(errs, fmt.Errorf("adaptive threshold %v: must be above 0 and below 1", a.Threshold))
+	}
+	if a.Decrease <= 0 || a.Decrease >= 1 {
+		errs = append(errs, fmt.Errorf("adaptive decrease %v: must be above 0 and below 1", a.Decrease))
+	}
+	if a.Increase <= 0 || a.Increase > 1 {
+		errs = append(errs, fmt.Errorf("adaptive increase %v: must be above 0 and at most 1", a.Increase))
+	}
+	if a.LatencyTarget <= 0 || a.Period < 10*time.Millisecond || a.MaxPause <= 0 {
+		errs = append(errs, fmt.Errorf("adaptive latency target %s, period %s, max pause %s: must be positive (the period at least 10ms)",
+			a.LatencyTarget, a.Period, a.MaxPause))
+	}
+	return errors.Join(errs...)
+}
+
+// Why the rate an instance holds itself to last changed (BudgetState.Why starts with one;
+// the label of dispatch_raven_rate_changes_total).
+const (
+	WhyBudget   = "budget"    // the budget was configured or steered
+	WhyShare    = "share"     // the partitions this instance sends for changed
+	WhyRefused  = "refused"   // adaptive: too many 429, 503 or timeouts
+	WhySlow     = "slow"      // adaptive: attempts slower than the latency target
+	WhyIncrease = "increase"  // adaptive: raven answered in time while the rate bound
+	WhyPause    = "paused"    // raven answered 503 with Retry-After: every send waits
+	WhyResumed  = "resumed"   // the pause is over
+	whyStart    = "start"     // before any change
+	WhyNoBudget = "no budget" // nothing limits this instance
+)
+
+// rateWhys are every value of WhyX that labels dispatch_raven_rate_changes_total.
+var rateWhys = []string{WhyBudget, WhyShare, WhyRefused, WhySlow, WhyIncrease, WhyPause, WhyResumed}
+
+// BudgetState is one instance's view of raven's budget, for operators.
+type BudgetState struct {
+	// MaxRate and MaxInFlight are the budget in force for all instances together (0: no
+	// limit); Steered says which of them an operator set (the others are configured).
+	MaxRate     float64         `json:"max_rate"`
+	MaxInFlight int             `json:"max_inflight"`
+	Steered     *request.Budget `json:"steered,omitempty"`
+	Adaptive    bool            `json:"adaptive"`
+	// Partitions this instance may send for now, of all.
+	Owned      int `json:"owned"`
+	Partitions int `json:"partitions"`
+	// ShareRate and ShareInFlight are this instance's share of the budget (0: no limit).
+	ShareRate     float64 `json:"share_rate"`
+	ShareInFlight int     `json:"share_inflight"`
+	// AdaptiveRate is what adaptive mode allows all instances together, as this instance
+	// judges raven's answers (0: not limiting).
+	AdaptiveRate float64 `json:"adaptive_rate,omitempty"`
+	// EffectiveRate is the rate this instance holds itself to now: the lower of its share
+	// and its part of the adaptive rate (0: no limit).
+	EffectiveRate float64 `json:"effective_rate"`
+	// Why and Changed say why and when the effective rate last changed.
+	Why     string    `json:"why"`
+	Changed time.Time `json:"changed,omitzero"`
+	// PausedUntil: raven asked every sender to wait (503 with Retry-After) until then.
+	PausedUntil time.Time `json:"paused_until,omitzero"`
+	// Waiting is how many lanes were due but waiting for the budget, at the last count.
+	Waiting  int `json:"waiting"`
+	InFlight int `json:"in_flight"`
+}
+
+// Limited says whether anything limits this instance's sends to raven.
+func (s BudgetState) Limited() bool {
+	return s.EffectiveRate > 0 || s.ShareInFlight > 0 || s.MaxInFlight > 0 || s.Adaptive
+}
+
+// bucket is a token bucket: rate tokens a second, up to burst. A token taken for a turn
+// that made no attempt (the lane turned out empty, paused, held) is given back, which
+// x/time/rate cannot do once the reservation's time has passed.
+type bucket struct {
+	rate, burst, tokens float64
+	last                time.Time
+}
+
+func (b *bucket) fill(now time.Time) {
+	if now.After(b.last) {
+		if !b.last.IsZero() {
+			b.tokens = min(b.burst, b.tokens+now.Sub(b.last).Seconds()*b.rate)
+		}
+		b.last = now
+	}
+}
+
+// set changes the rate at now; a bucket set for the first time starts full.
+func (b *bucket) set(rate float64, now time.Time) {
+	first := b.last.IsZero()
+	b.fill(now)
+	b.last = now
+	b.rate, b.burst = rate, max(1, rate*burstWindow.Seconds())
+	if first {
+		b.tokens = b.burst
+	}
+	b.tokens = min(b.tokens, b.burst)
+}
+
+// ready says whether a token is there at now, and if not, when one will be.
+func (b *bucket) ready(now time.Time) (bool, time.Time) {
+	b.fill(now)
+	if b.tokens >= 1-1e-9 { // not held back by a rounding of the fill
+		return true, time.Time{}
+	}
+	if b.rate <= 0 {
+		return false, time.Time{}
+	}
+	return false, now.Add(time.Duration((1 - b.tokens) / b.rate * float64(time.Second)))
+}
+
+func (b *bucket) take()   { b.tokens-- }
+func (b *bucket) refund() { b.tokens = min(b.burst, b.tokens+1) }
+
+// governor holds one instance to its share of raven's budget, and runs adaptive mode.
+// Only the loop's goroutine touches it; operators read the state it publishes.
+type governor struct {
+	configured Budget
+	steered    request.Budget
+	ad         Adaptive
+	partitions int
+	metrics    *Metrics
+	log        zerolog.Logger
+
+	budget       Budget // in force
+	owned        int    // partitions open to attempts, leases not lapsed
+	countedUntil time.Time
+	recount      bool
+
+	rate          float64 // effective, per instance; 0: none
+	tokens        bucket
+	shareInFlight int // 0: none
+
+	// adaptive mode
+	adRate             float64 // across all instances; 0: not limiting yet
+	lastCut            float64
+	cutAt              time.Time // attempts started before the last cut do not judge it
+	winStart           time.Time
+	winN, winBad, slow int
+	winBound           bool // the rate held a lane back during the period
+	pausedUntil        time.Time
+
+	why       string
+	changed   time.Time
+	held      bool      // the last look held a lane back
+	wake      time.Time // a token (or the end of a pause) is due then
+	waiting   int
+	countedAt time.Time
+	state     atomic.Pointer[BudgetState]
+}
+
+func newGovernor(cfg Config, partitions int, log zerolog.Logger) *governor {
+	g := &governor{configured: cfg.Budget, ad: cfg.Adaptive, partitions: partitions, metrics: cfg.Metrics, log: log,
+		budget: cfg.Budget, recount: true, why: whyStart}
+	g.publish()
+	return g
+}
+
+// mayStart says whether another attempt may be handed out at now with inFlight attempts
+// in flight. When it may not, wake says when to look again (zero: when an attempt ends).
+func (g *governor) mayStart(now time.Time, inFlight int) bool {
+	g.wake, g.held = time.Time{}, true
+	if now.Before(g.pausedUntil) {
+		g.wake = g.pausedUntil
+		return false
+	}
+	if !g.pausedUntil.IsZero() {
+		g.pausedUntil = time.Time{}
+		g.changedTo(now, WhyResumed, "raven's Retry-After is over")
+	}
+	if g.shareInFlight > 0 && inFlight >= g.shareInFlight || g.budget.MaxInFlight > 0 && g.shareInFlight == 0 {
+		return false
+	}
+	if g.rate > 0 {
+		ok, at := g.tokens.ready(now)
+		if !ok {
+			g.winBound = true
+			g.wake = at
+			return false
+		}
+	}
+	g.held = false
+	return true
+}
+
+// heldBack says whether the last look held a lane back, and until when (zero: until an
+// attempt in flight ends).
+func (g *governor) heldBack() (bool, time.Time) { return g.held, g.wake }
+
+// limits says whether a budget or adaptive mode may hold lanes back.
+func (g *governor) limits() bool {
+	return g.rate > 0 || g.budget.MaxInFlight > 0 || g.ad.Enabled
+}
+
+// started takes a token for an attempt handed out at now, for a lane due at due.
+func (g *governor) started(now, due time.Time) {
+	if g.rate > 0 {
+		g.tokens.take()
+	}
+	if g.limits() {
+		g.metrics.budgetWait(now.Sub(due))
+	}
+}
+
+// finished takes back a worker's result: a turn without an attempt gives its token
+// back; an attempt's answer feeds adaptive mode.
+func (g *governor) finished(r Result, now time.Time) {
+	if r.AttemptEnd.IsZero() {
+		if g.rate > 0 {
+			g.tokens.refund()
+		}
+		return
+	}
+	if !g.ad.Enabled {
+		return
+	}
+	if r.PauseAll > 0 {
+		until := r.AttemptEnd.Add(min(r.PauseAll, g.ad.MaxPause))
+		if until.After(g.pausedUntil) {
+			if !now.Before(g.pausedUntil) {
+				g.log.Warn().Dur("retry_after", r.PauseAll).Time("until", until).Msg("raven answered 503 with Retry-After: pausing every send to raven")
+			}
+			g.pausedUntil = until
+			g.changedTo(now, WhyPause, fmt.Sprintf("raven answered 503 with Retry-After %s", r.PauseAll))
+		}
+	}
+	if r.AttemptEnd.Add(-r.Took).Before(g.cutAt) {
+		return // sent at the rate before the last cut: says nothing of the new one
+	}
+	g.winN++
+	if r.Refused {
+		g.winBad++
+	}
+	if r.Took > g.ad.LatencyTarget {
+		g.slow++
+	}
+	if g.winStart.IsZero() {
+		g.winStart = now
+	}
+	if now.Sub(g.winStart) >= g.ad.Period {
+		g.judge(now)
+	}
+}
+
+// judge ends an adaptive period at now: a cut when raven refused or was slow, a step up
+// when it answered well while the rate held lanes back.
+func (g *governor) judge(now time.Time) {
+	n, bad, slow, bound, took := float64(g.winN), float64(g.winBad), float64(g.slow), g.winBound, now.Sub(g.winStart)
+	g.winStart, g.winN, g.winBad, g.slow, g.winBound = now, 0, 0, 0, false
+	if g.owned == 0 || n == 0 {
+		return
+	}
+	toAll := float64(g.partitions) / float64(g.owned) // from this instance's rate to all instances'
+	refused, slowed := bad/n > g.ad.Threshold, slow/n > slowShare
+	switch {
+	case refused || slowed:
+		sent := n / took.Seconds() * toAll
+		base := sent
+		if g.adRate > 0 {
+			base = min(g.adRate, sent)
+		}
+		// Down by the factor, and no higher than what raven took without refusing.
+		cut := max(adaptiveFloor, min(base*g.ad.Decrease, (n-bad)/took.Seconds()*toAll))
+		g.adRate, g.lastCut = cut, cut
+		g.cutAt = now
+		why := WhyRefused
+		detail := fmt.Sprintf("%.0f%% of %d attempts refused (429, 503 or timed out), over %.0f%%", 100*bad/n, int(n), 100*g.ad.Threshold)
+		if !refused {
+			why = WhySlow
+			detail = fmt.Sprintf("%.0f%% of %d attempts slower than %s", 100*slow/n, int(n), g.ad.LatencyTarget)
+		}
+		g.log.Debug().Float64("adaptive_rate", cut).Str("why", detail).Msg("raven rate cut")
+		g.apply(now, why, detail)
+	case g.adRate > 0 && bound:
+		up := g.adRate + max(g.ad.Increase*g.lastCut, adaptiveFloor)
+		if g.budget.MaxRate > 0 {
+			up = min(up, g.budget.MaxRate)
+		}
+		if up != g.adRate {
+			g.adRate = up
+			g.apply(now, WhyIncrease, fmt.Sprintf("raven answered %d attempts in time", int(n)))
+		}
+	}
+}
+
+// steer applies an operator's budget record.
+func (g *governor) steer(b request.Budget, now time.Time) (was, is Budget) {
+	was = g.budget
+	g.steered = b
+	g.budget = g.configured
+	if b.MaxRate != nil {
+		g.budget.MaxRate = *b.MaxRate
+	}
+	if b.MaxInFlight != nil {
+		g.budget.MaxInFlight = *b.MaxInFlight
+	}
+	if g.budget.MaxRate > 0 && g.adRate > g.budget.MaxRate {
+		g.adRate = g.budget.MaxRate
+	}
+	if g.budget != was {
+		g.apply(now, WhyBudget, "raven's budget "+describeBudget(g.budget))
+	}
+	return was, g.budget
+}
+
+func describeBudget(b Budget) string {
+	return "rate " + request.FormatRate(b.MaxRate) + ", in flight " + request.FormatInFlight(b.MaxInFlight)
+}
+
+// count sets how many partitions this instance may send for, open and with a lease not
+// lapsed at now; until is when the first of those leases could lapse (zero: never).
+func (g *governor) count(owned int, until, now time.Time) {
+	g.countedUntil, g.recount = until, false
+	if owned != g.owned {
+		g.owned = owned
+		g.apply(now, WhyShare, fmt.Sprintf("%d of %d partitions", owned, g.partitions))
+	}
+}
+
+// needsCount says whether the partitions must be counted again at now.
+func (g *governor) needsCount(now time.Time) bool {
+	return g.recount || !g.countedUntil.IsZero() && !now.Before(g.countedUntil)
+}
+
+// apply works out the share and the effective rate at now after a change, and records
+// why when the effective limits changed.
+func (g *governor) apply(now time.Time, why, detail string) {
+	frac := g.fraction()
+	share, shareInFlight := g.budget.MaxRate*frac, 0
+	if g.budget.MaxInFlight > 0 {
+		shareInFlight = int(math.Floor(float64(g.budget.MaxInFlight)*frac + 1e-9))
+		if shareInFlight == 0 && g.owned > 0 {
+			g.log.Warn().Int("max_inflight", g.budget.MaxInFlight).Int("owned", g.owned).Int("partitions", g.partitions).
+				Msg("raven's in-flight budget is too small to give this instance a share: its clients wait; set RAVEN_MAX_INFLIGHT to at least the number of instances")
+		}
+	}
+	rate := share
+	if g.ad.Enabled && g.adRate > 0 {
+		if r := g.adRate * frac; rate == 0 || r < rate {
+			rate = r
+		}
+	}
+	if rate > 0 && g.owned == 0 {
+		rate = 0
+	}
+	if rate == g.rate && shareInFlight == g.shareInFlight && why != WhyPause && why != WhyResumed {
+		g.publish()
+		return
+	}
+	g.rate, g.shareInFlight = rate, shareInFlight
+	if rate > 0 {
+		g.tokens.set(rate, now)
+	}
+	g.changedTo(now, why, detail)
+	g.publish()
+}
+
+// changedTo records why and when the limits changed.
+func (g *governor) changedTo(now time.Time, why, detail string) {
+	g.why, g.changed = why+": "+detail, now
+	g.metrics.rateChanged(why)
+	g.publish()
+}
+
+func (g *governor) fraction() float64 {
+	if g.partitions == 0 {
+		return 0
+	}
+	return float64(g.owned) / float64(g.partitions)
+}
+
+// countWaiting records how many lanes are due but held back, at most every waitingEvery.
+func (g *governor) countWaiting(now time.Time, count func() int) {
+	if now.Sub(g.countedAt) < waitingEvery || g.waiting == 0 && !g.limits() {
+		return
+	}
+	g.countedAt = now
+	if n := count(); n != g.waiting {
+		g.waiting = n
+		g.publish()
+	}
+}
+
+// publish makes the state readable by operators.
+func (g *governor) publish() {
+	share := g.budget.MaxRate * g.fraction()
+	st := &BudgetState{MaxRate: g.budget.MaxRate, MaxInFlight: g.budget.MaxInFlight, Adaptive: g.ad.Enabled,
+		Owned: g.owned, Partitions: g.partitions, ShareRate: share, ShareInFlight: g.shareInFlight,
+		AdaptiveRate: g.adRate, EffectiveRate: g.rate, Why: g.why, Changed: g.changed, PausedUntil: g.pausedUntil, Waiting: g.waiting}
+	if !g.steered.IsZero() {
+		s := g.steered
+		st.Steered = &s
+	}
+	if !st.Limited() && st.Why == whyStart {
+		st.Why = WhyNoBudget
+	}
+	g.state.Store(st)
+}
+
+// BudgetState is this instance's view of raven's budget; safe from any goroutine.
+func (d *Dispatcher) BudgetState() BudgetState {
+	st := *d.gov.state.Load()
+	st.InFlight = int(d.inFlight.Load())
+	return st
+}

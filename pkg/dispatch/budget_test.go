@@ -1,0 +1,368 @@
+package dispatch
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/penguinhq/dispatcher/pkg/raven"
+	"github.com/penguinhq/dispatcher/pkg/request"
+)
+
+// Unit tests of raven's budget: the loop driven by the test's clock, with every partition
+// of the in-memory source owned, and the governor fed results directly.
+
+// ownAll gives l every partition from now, leases valid for an hour.
+func ownAll(b *bundle, l *loop) {
+	for p := range b.src.Partitions() {
+		l.ownership(ownEvent{kind: ownAcquired, partition: p, validUntil: b.clock.now().Add(time.Hour)})
+	}
+}
+
+// drive runs l by the test's clock for d in steps of step: at each step it starts what is
+// due and takes back every result.
+func drive(t *testing.T, b *bundle, l *loop, d, step time.Duration) {
+	t.Helper()
+	for end := b.clock.now().Add(d); b.clock.now().Before(end); b.clock.advance(step) {
+		l.startDue()
+		for l.sched.InFlight() > 0 {
+			l.result(t)
+		}
+	}
+}
+
+// queue adds n requests for each of clients, spread over the partitions, and notifies l.
+func queue(b *bundle, l *loop, clients []string, n int) {
+	for i, c := range clients {
+		subj := subject(i%b.src.Partitions(), c)
+		for k := range n {
+			b.src.add(subj, fmt.Sprintf("%s-%d", c, k), start)
+		}
+		l.notify(subj)
+	}
+}
+
+func names(prefix string, n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf("%s%03d", prefix, i)
+	}
+	return out
+}
+
+// A static rate holds the instance to it, whatever is due: over any stretch the
+// attempts are at most rate × time plus the bucket's one token of burst.
+func TestBudgetRateBindsTheLoop(t *testing.T) {
+	t.Parallel()
+	b := setup(t, Config{Policy: Policy{Interval: time.Second}, Budget: Budget{MaxRate: 20}})
+	l := newTestLoop(t, b)
+	ownAll(b, l)
+	queue(b, l, names("c", 200), 3)
+	b.clock.advance(time.Second) // the fence
+	t0 := b.clock.now()
+	drive(t, b, l, 5*time.Second, 5*time.Millisecond)
+	a := b.snd.attempts()
+	if len(a) < 95 || len(a) > 101 {
+		t.Fatalf("%d attempts in 5s under a budget of 20/s, want 100 (and at most 101)", len(a))
+	}
+	for i := range a {
+		for j := i; j < len(a); j++ {
+			if span := a[j].at.Sub(a[i].at); float64(j-i+1) > 20*span.Seconds()+1+1e-9 {
+				t.Fatalf("attempts %d..%d (%d) within %s: more than the rate allows", i, j, j-i+1, span)
+			}
+		}
+	}
+	if st := b.d.BudgetState(); st.EffectiveRate != 20 || st.ShareRate != 20 || st.Owned != 4 {
+		t.Fatalf("budget state %+v, want rate 20 of 20 with 4 partitions", st)
+	}
+	if b.d.BudgetState().Waiting == 0 {
+		t.Fatal("no lanes counted as waiting for the budget while it bound")
+	}
+	if a[0].at.Before(t0) {
+		t.Fatalf("first attempt at %s, before the fence", a[0].at.Sub(start))
+	}
+}
+
+// Turns that make no attempt (the client's queue turned out empty) give their token
+// back: 50 clients with one request each are sent at the full rate, not half of it.
+func TestBudgetTokensOfEmptyTurnsAreGivenBack(t *testing.T) {
+	t.Parallel()
+	b := setup(t, Config{Policy: Policy{Interval: 100 * time.Millisecond}, Budget: Budget{MaxRate: 10}})
+	l := newTestLoop(t, b)
+	ownAll(b, l)
+	queue(b, l, names("c", 50), 1)
+	b.clock.advance(100 * time.Millisecond)
+	drive(t, b, l, 5*time.Second, 5*time.Millisecond)
+	if n := len(b.snd.attempts()); n < 49 {
+		t.Fatalf("%d of 50 sent in 5s at 10/s: the empty turns after each delivery cost tokens", n)
+	}
+}
+
+// Fairness under a binding budget: a client with a huge backlog takes one slot per turn
+// like any other (it can go no more often than its interval), and the lanes go in the
+// order they became due: all 100 one-request clients are sent within 100/B plus one
+// interval of the first send.
+func TestBudgetIsFairToSmallClients(t *testing.T) {
+	t.Parallel()
+	const rate = 20.0
+	b := setup(t, Config{Policy: Policy{Interval: time.Second}, Budget: Budget{MaxRate: rate}})
+	l := newTestLoop(t, b)
+	ownAll(b, l)
+	queue(b, l, []string{"big"}, 2000)
+	b.clock.advance(100 * time.Millisecond) // the big one became due first
+	queue(b, l, names("small", 100), 1)
+	b.clock.advance(time.Second)
+	drive(t, b, l, 10*time.Second, 5*time.Millisecond)
+	a := b.snd.attempts()
+	first := a[0].at
+	last, big := map[string]time.Time{}, 0
+	for _, s := range a {
+		if strings.HasPrefix(s.id, "big-") {
+			big++
+			continue
+		}
+		last[s.id] = s.at
+	}
+	bound := first.Add(time.Duration(100/rate*float64(time.Second)) + time.Second)
+	for _, c := range names("small", 100) {
+		at, ok := last[c+"-0"]
+		if !ok || at.After(bound) {
+			t.Fatalf("%s sent at %v (sent: %v), want by %s after the first send", c, at.Sub(first), ok, bound.Sub(first))
+		}
+	}
+	// The big client went first, then waited its turn behind the 100 (due before its next
+	// send), then every interval: not starved, and never more often than its interval.
+	if big < 5 || big > 11 {
+		t.Fatalf("the big client was sent %d times in 10s at a 1s interval, want 5 to 10", big)
+	}
+}
+
+// An in-flight budget caps attempts in flight to the instance's share: 4 of 8 partitions
+// owned gives half of it.
+func TestBudgetInFlightShare(t *testing.T) {
+	t.Parallel()
+	b := setup(t, Config{Policy: Policy{Interval: time.Second}, Budget: Budget{MaxInFlight: 6}})
+	b.src.partitions = 8
+	b.d.gov.partitions = 8
+	l := newTestLoop(t, b)
+	for p := range 4 {
+		l.ownership(ownEvent{kind: ownAcquired, partition: p, validUntil: b.clock.now().Add(time.Hour)})
+	}
+	var clients []string
+	for i := range 40 {
+		clients = append(clients, fmt.Sprintf("c%02d", i))
+	}
+	for i, c := range clients {
+		subj := subject(i%4, c)
+		b.src.add(subj, c, start)
+		l.notify(subj)
+	}
+	b.clock.advance(time.Second)
+	l.startDue()
+	if n := l.sched.InFlight(); n != 3 {
+		t.Fatalf("%d attempts in flight, want 3 (6 × 4/8)", n)
+	}
+	if st := b.d.BudgetState(); st.ShareInFlight != 3 {
+		t.Fatalf("share %+v, want 3 in flight", st)
+	}
+	l.result(t)
+	l.startDue()
+	if n := l.sched.InFlight(); n != 3 {
+		t.Fatalf("%d in flight after one ended, want 3 again", n)
+	}
+}
+
+// The share follows the partitions this instance may send for: acquired, lapsed (by its
+// own clock, before the store lets anyone else take it), lost.
+func TestBudgetShareFollowsOwnership(t *testing.T) {
+	t.Parallel()
+	b := setup(t, Config{Policy: Policy{Interval: time.Second}, Budget: Budget{MaxRate: 100, MaxInFlight: 40}})
+	l := newTestLoop(t, b)
+	now := b.clock.now()
+	l.ownership(ownEvent{kind: ownAcquired, partition: 0, validUntil: now.Add(time.Hour)})
+	l.ownership(ownEvent{kind: ownAcquired, partition: 1, validUntil: now.Add(2 * time.Second)})
+	l.startDue()
+	if st := b.d.BudgetState(); st.ShareRate != 50 || st.ShareInFlight != 20 || st.EffectiveRate != 50 {
+		t.Fatalf("2 of 4 partitions: %+v, want 50/s and 20 in flight", st)
+	}
+	b.clock.advance(2 * time.Second) // partition 1's lease could lapse now: it no longer counts
+	l.startDue()
+	if st := b.d.BudgetState(); st.ShareRate != 25 || st.ShareInFlight != 10 || !strings.HasPrefix(st.Why, WhyShare) {
+		t.Fatalf("after a lease lapsed: %+v, want 25/s, 10 in flight, why share", st)
+	}
+	l.ownership(ownEvent{kind: ownLost, partition: 0})
+	l.startDue()
+	if st := b.d.BudgetState(); st.ShareRate != 0 || st.EffectiveRate != 0 || st.Owned != 0 {
+		t.Fatalf("nothing owned: %+v, want no share", st)
+	}
+}
+
+// An operator's budget replaces the configured one field by field, and clearing it goes
+// back to the configured one.
+func TestBudgetSteered(t *testing.T) {
+	t.Parallel()
+	b := setup(t, Config{Policy: Policy{Interval: time.Second}, Budget: Budget{MaxRate: 100, MaxInFlight: 8}})
+	l := newTestLoop(t, b)
+	ownAll(b, l)
+	l.startDue()
+	rate := 40.0
+	l.steer(request.SteerChange{Budget: &request.Budget{MaxRate: &rate, By: "ops"}}, false)
+	if st := b.d.BudgetState(); st.MaxRate != 40 || st.MaxInFlight != 8 || st.EffectiveRate != 40 || st.Steered == nil {
+		t.Fatalf("steered rate: %+v, want 40/s and the configured 8 in flight", st)
+	}
+	if !strings.Contains(b.log.String(), "raven's budget changed") {
+		t.Fatal("the change was not logged")
+	}
+	zero := 0
+	l.steer(request.SteerChange{Budget: &request.Budget{MaxInFlight: &zero}}, false)
+	if st := b.d.BudgetState(); st.MaxInFlight != 0 || st.ShareInFlight != 0 || st.MaxRate != 100 {
+		t.Fatalf("steered in flight to none: %+v", st)
+	}
+	l.steer(request.SteerChange{Budget: &request.Budget{}}, false)
+	if st := b.d.BudgetState(); st.MaxRate != 100 || st.MaxInFlight != 8 || st.Steered != nil {
+		t.Fatalf("cleared: %+v, want the configured budget", st)
+	}
+}
+
+// feed gives g one period of n attempts, bad of them refused, each taking took, and ends
+// the period.
+func feed(g *governor, from time.Time, n, bad int, took time.Duration) time.Time {
+	at := from
+	for i := range n {
+		g.finished(Result{AttemptEnd: at, Took: took, Refused: i < bad}, at)
+		at = at.Add(g.ad.Period / time.Duration(n))
+	}
+	end := from.Add(g.ad.Period)
+	g.finished(Result{AttemptEnd: end, Took: took}, end)
+	return end
+}
+
+// Adaptive mode: refusals cut the rate to no more than raven took, answers to attempts
+// sent before a cut do not judge it, good periods while the rate binds raise
+// it by a step, and never above a static budget.
+func TestAdaptiveCutsAndRaises(t *testing.T) {
+	t.Parallel()
+	b := setup(t, Config{Policy: Policy{Interval: time.Second}, Adaptive: Adaptive{Enabled: true}})
+	g := b.d.gov
+	g.count(4, time.Time{}, start)
+	at := feed(g, start, 300, 200, 10*time.Millisecond) // 300/s sent, 100/s taken
+	st := b.d.BudgetState()
+	if st.AdaptiveRate < 95 || st.AdaptiveRate > 101 || !strings.HasPrefix(st.Why, WhyRefused) {
+		t.Fatalf("after 2 of 3 refused at 300/s: %+v, want a cut to about what raven took (100/s)", st)
+	}
+	cut := st.AdaptiveRate
+	at = feed(g, at, 100, 50, 2*time.Second) // answers to attempts sent before the cut
+	if st := b.d.BudgetState(); st.AdaptiveRate != cut {
+		t.Fatalf("cut again by answers to attempts sent before the last cut: %v, want %v", st.AdaptiveRate, cut)
+	}
+	g.winBound = true
+	at = feed(g, at, 100, 0, 10*time.Millisecond)
+	g.winBound = true
+	at = feed(g, at, 100, 0, 10*time.Millisecond)
+	st = b.d.BudgetState()
+	if want := cut + 2*DefaultAdaptiveIncrease*cut; st.AdaptiveRate < want-0.01 || st.AdaptiveRate > want+0.01 {
+		t.Fatalf("after two good periods: %v, want %v", st.AdaptiveRate, want)
+	}
+	// Not bound: the rate is not what held the sends back, so it does not grow.
+	before := st.AdaptiveRate
+	at = feed(g, at, 100, 0, 10*time.Millisecond)
+	if st := b.d.BudgetState(); st.AdaptiveRate != before {
+		t.Fatalf("grew while not binding: %v", st.AdaptiveRate)
+	}
+	// Slow answers cut too.
+	feed(g, at, 100, 0, 3*DefaultSendTimeout/8) // over the target, a quarter of the timeout
+	if st := b.d.BudgetState(); st.AdaptiveRate >= before || !strings.HasPrefix(st.Why, WhySlow) {
+		t.Fatalf("slow answers: %+v, want a cut, why slow", st)
+	}
+}
+
+// A static budget caps adaptive mode's rises.
+func TestAdaptiveNeverAboveTheBudget(t *testing.T) {
+	t.Parallel()
+	b := setup(t, Config{Policy: Policy{Interval: time.Second}, Budget: Budget{MaxRate: 50}, Adaptive: Adaptive{Enabled: true}})
+	g := b.d.gov
+	g.count(4, time.Time{}, start)
+	at := feed(g, start, 50, 10, time.Millisecond)
+	for range 40 {
+		g.winBound = true
+		at = feed(g, at, 50, 0, time.Millisecond)
+	}
+	if st := b.d.BudgetState(); st.AdaptiveRate != 50 || st.EffectiveRate != 50 {
+		t.Fatalf("after 40 good periods: %+v, want 50 (the budget)", st)
+	}
+}
+
+// A 503 with Retry-After pauses every send of the instance for that long; a 429 with
+// Retry-After does not.
+func TestAdaptivePausesOn503RetryAfter(t *testing.T) {
+	t.Parallel()
+	b := setup(t, Config{Policy: Policy{Interval: 100 * time.Millisecond}, Adaptive: Adaptive{Enabled: true}})
+	l := newTestLoop(t, b)
+	ownAll(b, l)
+	queue(b, l, names("c", 20), 5)
+	b.clock.advance(100 * time.Millisecond)
+	b.snd.answer = func(st request.Stored, _ int) error {
+		if st.ClientID == "c000" {
+			return raven.Classify(429, "3", b.clock.now())
+		}
+		return nil
+	}
+	drive(t, b, l, 500*time.Millisecond, 10*time.Millisecond)
+	if b.d.BudgetState().PausedUntil.After(b.clock.now()) {
+		t.Fatal("a 429 with Retry-After paused every send")
+	}
+	if n := len(b.snd.attempts()); n < 30 {
+		t.Fatalf("%d attempts in 500ms beside a client answered 429: the others were held", n)
+	}
+	n := len(b.snd.attempts())
+	var pausedAt time.Time
+	b.snd.answer = func(st request.Stored, _ int) error {
+		if st.ClientID == "c000" {
+			return raven.Classify(429, "3", b.clock.now())
+		}
+		if pausedAt.IsZero() {
+			pausedAt = b.clock.now()
+			return raven.Classify(503, "2", b.clock.now())
+		}
+		return nil
+	}
+	drive(t, b, l, 3*time.Second, 10*time.Millisecond)
+	var during, after int
+	for _, s := range b.snd.attempts()[n:] {
+		switch {
+		case s.at.Equal(pausedAt):
+		case s.at.Before(pausedAt.Add(2 * time.Second)):
+			during++
+		default:
+			after++
+		}
+	}
+	if during != 0 || after == 0 {
+		t.Fatalf("after raven's 503 Retry-After 2: %d attempts during the pause, %d after; want none, then some", during, after)
+	}
+}
+
+// The bucket: tokens at the rate up to the burst, and a token given back is there again.
+func TestBucket(t *testing.T) {
+	t.Parallel()
+	var bk bucket
+	bk.set(100, start) // burst 5
+	for i := range 5 {
+		if ok, _ := bk.ready(start); !ok {
+			t.Fatalf("token %d of a full bucket missing", i)
+		}
+		bk.take()
+	}
+	ok, at := bk.ready(start)
+	if ok || at.Sub(start) != 10*time.Millisecond {
+		t.Fatalf("empty bucket: ready %v at %v, want the next token in 10ms", ok, at.Sub(start))
+	}
+	bk.refund()
+	if ok, _ := bk.ready(start); !ok {
+		t.Fatal("a token given back is not there")
+	}
+	if ok, _ := bk.ready(start.Add(time.Hour)); !ok || bk.tokens != 5 {
+		t.Fatalf("after an hour: %v tokens, want the burst (5)", bk.tokens)
+	}
+}
