@@ -58,6 +58,7 @@ type options struct {
 	timeout  time.Duration // raven timeout
 	respond  func(ledger.Arrival) ledger.Response
 	noStart  bool   // do not start the dispatcher
+	budget   dispatch.Budget
 	natsURL  string // use this NATS (a cluster) instead of starting a server
 	// ravenProxy puts a fault proxy between the dispatcher and raven (stack.ravenProxy).
 	ravenProxy bool
@@ -170,7 +171,7 @@ func (s *stack) startDispatcher() {
 	// answering lane queries.
 	s.metrics = prometheus.NewRegistry()
 	log := testLogAlso(&s.dispatchLog)
-	d, err := dispatch.New(dispatch.Config{Policy: s.policy(), ShutdownGrace: 5 * time.Second,
+	d, err := dispatch.New(dispatch.Config{Policy: s.policy(), ShutdownGrace: 5 * time.Second, Budget: s.opts.budget,
 		Steering: ctl, InstanceID: "test", Metrics: dispatch.NewMetrics(s.metrics)}, s.q, rc, log)
 	if err != nil {
 		s.t.Fatal(err)

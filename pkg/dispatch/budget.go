@@ -58,7 +58,7 @@ type Adaptive struct {
 	// Decrease is what a cut multiplies the rate by. Defaults to 0.85.
 	Decrease float64
 	// Increase is the step by which the rate rises after each good period, as a share of
-	// the rate set by the last cut. Defaults to 0.05.
+	// the rate before the last cut. Defaults to 0.05.
 	Increase float64
 	// Period is how often raven's answers are judged. Defaults to 1s.
 	Period time.Duration
@@ -158,7 +158,7 @@ type BudgetState struct {
 
 // Limited says whether anything limits this instance's sends to raven.
 func (s BudgetState) Limited() bool {
-	return s.EffectiveRate > 0 || s.ShareInFlight > 0 || s.MaxInFlight > 0 || s.Adaptive
+	return s.MaxRate > 0 || s.MaxInFlight > 0 || s.Adaptive
 }
 
 // bucket is a token bucket: rate tokens a second, up to burst. A token taken for a turn
@@ -317,6 +317,9 @@ func (g *governor) finished(r Result, now time.Time) {
 			g.changedTo(now, WhyPause, fmt.Sprintf("raven answered 503 with Retry-After %s", r.PauseAll))
 		}
 	}
+	if r.PauseAll > 0 {
+		return // raven said how long to wait, and the pause does what a cut would
+	}
 	if r.AttemptEnd.Add(-r.Took).Before(g.cutAt) {
 		return // sent at the rate before the last cut: says nothing of the new one
 	}
@@ -354,7 +357,9 @@ func (g *governor) judge(now time.Time) {
 		}
 		// Down by the factor, and no higher than what raven took without refusing.
 		cut := max(adaptiveFloor, min(base*g.ad.Decrease, (n-bad)/took.Seconds()*toAll))
-		g.adRate, g.lastCut = cut, cut
+		// The step up is a share of the rate before the cut, so that the rate finds its
+		// way back in about 1/Increase periods after raven recovers, however deep the cut.
+		g.adRate, g.lastCut = cut, base
 		g.cutAt = now
 		why := WhyRefused
 		detail := fmt.Sprintf("%.0f%% of %d attempts refused (429, 503 or timed out), over %.0f%%", 100*bad/n, int(n), 100*g.ad.Threshold)

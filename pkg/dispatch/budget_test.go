@@ -261,7 +261,7 @@ func TestAdaptiveCutsAndRaises(t *testing.T) {
 	g.winBound = true
 	at = feed(g, at, 100, 0, 10*time.Millisecond)
 	st = b.d.BudgetState()
-	if want := cut + 2*DefaultAdaptiveIncrease*cut; st.AdaptiveRate < want-0.01 || st.AdaptiveRate > want+0.01 {
+	if want := cut + 2*DefaultAdaptiveIncrease*301; st.AdaptiveRate < want-0.01 || st.AdaptiveRate > want+0.01 { // steps of 5% of the rate before the cut
 		t.Fatalf("after two good periods: %v, want %v", st.AdaptiveRate, want)
 	}
 	// Not bound: the rate is not what held the sends back, so it does not grow.
@@ -300,7 +300,7 @@ func TestAdaptivePausesOn503RetryAfter(t *testing.T) {
 	b := setup(t, Config{Policy: Policy{Interval: 100 * time.Millisecond}, Adaptive: Adaptive{Enabled: true}})
 	l := newTestLoop(t, b)
 	ownAll(b, l)
-	queue(b, l, names("c", 20), 5)
+	queue(b, l, names("c", 20), 20)
 	b.clock.advance(100 * time.Millisecond)
 	b.snd.answer = func(st request.Stored, _ int) error {
 		if st.ClientID == "c000" {
@@ -317,10 +317,8 @@ func TestAdaptivePausesOn503RetryAfter(t *testing.T) {
 	}
 	n := len(b.snd.attempts())
 	var pausedAt time.Time
+	before := b.d.BudgetState().AdaptiveRate
 	b.snd.answer = func(st request.Stored, _ int) error {
-		if st.ClientID == "c000" {
-			return raven.Classify(429, "3", b.clock.now())
-		}
 		if pausedAt.IsZero() {
 			pausedAt = b.clock.now()
 			return raven.Classify(503, "2", b.clock.now())
@@ -340,6 +338,9 @@ func TestAdaptivePausesOn503RetryAfter(t *testing.T) {
 	}
 	if during != 0 || after == 0 {
 		t.Fatalf("after raven's 503 Retry-After 2: %d attempts during the pause, %d after; want none, then some", during, after)
+	}
+	if st := b.d.BudgetState(); st.AdaptiveRate != 0 && st.AdaptiveRate < before {
+		t.Fatalf("the pause also cut the rate, from %v to %v: sends would crawl after it", before, st.AdaptiveRate)
 	}
 }
 

@@ -145,7 +145,7 @@ func DispatchSettings(s *Settings) *Dispatch {
 	s.Float(&c.Adaptive.Threshold, "RAVEN_ADAPTIVE_THRESHOLD", dispatch.DefaultAdaptiveThreshold, 0.001, 0.5, "adaptive: share of a second's attempts refused (429, 503, timeout) above which the rate is cut")
 	s.Duration(&c.Adaptive.LatencyTarget, "RAVEN_LATENCY_TARGET", 0, 0, "adaptive: the rate is cut when more than a tenth of a second's attempts take longer; 0 for a quarter of RAVEN_TIMEOUT")
 	s.Float(&c.Adaptive.Decrease, "RAVEN_ADAPTIVE_DECREASE", dispatch.DefaultAdaptiveDecrease, 0.1, 0.99, "adaptive: what a cut multiplies the rate by")
-	s.Float(&c.Adaptive.Increase, "RAVEN_ADAPTIVE_INCREASE", dispatch.DefaultAdaptiveIncrease, 0.005, 1, "adaptive: the step up after each good second, as a share of the rate the last cut set")
+	s.Float(&c.Adaptive.Increase, "RAVEN_ADAPTIVE_INCREASE", dispatch.DefaultAdaptiveIncrease, 0.005, 1, "adaptive: the step up after each good second, as a share of the rate before the last cut")
 	s.String(&c.InstanceID, "INSTANCE_ID", "", "this dispatcher's name in the lease store, unique among live instances; empty for host name plus a random suffix")
 	s.afterParse(func() {
 		c.MaxAttempts, c.MaxInFlight = int(attempts), int(inFlight)
