@@ -57,7 +57,7 @@ type options struct {
 	policy   dispatch.Policy
 	timeout  time.Duration // raven timeout
 	respond  func(ledger.Arrival) ledger.Response
-	noStart  bool   // do not start the dispatcher
+	noStart  bool // do not start the dispatcher
 	budget   dispatch.Budget
 	natsURL  string // use this NATS (a cluster) instead of starting a server
 	// ravenProxy puts a fault proxy between the dispatcher and raven (stack.ravenProxy).
