@@ -77,14 +77,18 @@ func serve(h http.Handler) (url string, stop func(), err error) {
 	return "http://" + ln.Addr().String(), func() { _ = srv.Close() }, nil
 }
 
-// startDispatcher runs a dispatcher (owning every partition) against n and raven.
-func startDispatcher(ctx context.Context, n *node, ravenURL string, interval time.Duration) (*dispatch.Dispatcher, func(), error) {
+// startDispatcher runs a dispatcher (owning every partition) against n and raven; tune,
+// if given, changes its configuration first.
+func startDispatcher(ctx context.Context, n *node, ravenURL string, interval time.Duration, tune ...func(*dispatch.Config)) (*dispatch.Dispatcher, func(), error) {
 	rc, err := raven.New(raven.Config{URL: ravenURL, Timeout: 5 * time.Second})
 	if err != nil {
 		return nil, nil, err
 	}
-	d, err := dispatch.New(dispatch.Config{Policy: dispatch.Policy{Interval: interval}, SendTimeout: 5 * time.Second, ShutdownGrace: 5 * time.Second},
-		n.q, rc, zerolog.Nop())
+	cfg := dispatch.Config{Policy: dispatch.Policy{Interval: interval}, SendTimeout: 5 * time.Second, ShutdownGrace: 5 * time.Second}
+	for _, t := range tune {
+		t(&cfg)
+	}
+	d, err := dispatch.New(cfg, n.q, rc, zerolog.Nop())
 	if err != nil {
 		return nil, nil, err
 	}

@@ -46,22 +46,32 @@ func WriteJSON(w http.ResponseWriter, status int, v any) {
 // Ready answers /readyz: 200 while check passes, else 503 not_ready with detail. The
 // cause goes to the log, not to whoever asks, and only when readiness changes (a probe
 // every second must not write a line every second; the part that failed logs its own
-// changes of cause).
+// changes of cause). Not ready before the first ready answer is a start, not a warning.
 func Ready(check func(ctx context.Context) error, detail string, log zerolog.Logger) http.Handler {
 	var mu sync.Mutex
-	notReady := false
+	notReady, wasReady := false, false
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 		defer cancel()
 		err := check(ctx)
 		mu.Lock()
 		switch {
+		case err != nil && !notReady && !wasReady:
+			notReady = true
+			log.Info().Err(err).Msg("not ready yet")
 		case err != nil && !notReady:
 			notReady = true
 			log.Warn().Err(err).Msg("not ready")
 		case err == nil && notReady:
 			notReady = false
-			log.Info().Msg("ready again")
+			if wasReady {
+				log.Info().Msg("ready again")
+			} else {
+				log.Info().Msg("ready")
+			}
+		}
+		if err == nil {
+			wasReady = true
 		}
 		mu.Unlock()
 		if err != nil {
