@@ -19,7 +19,7 @@ import (
 func benchBudget(ctx context.Context, s settings, log io.Writer) ([]row, error) {
 	clients, interval, capacity, adaptFor := 10_000, 5*time.Second, 500.0, 60*time.Second
 	if s.quick {
-		clients, interval, capacity, adaptFor = 500, time.Second, 100, 10*time.Second
+		clients, interval, capacity, adaptFor = 500, time.Second, 100, 20*time.Second
 	}
 	var rows []row
 
@@ -45,7 +45,7 @@ func benchBudget(ctx context.Context, s settings, log io.Writer) ([]row, error) 
 	// take at a 10 ms interval (far more than it sends), without a budget and with one far
 	// above, in interleaved rounds.
 	var without, with []float64
-	rounds, roundFor := 3, s.dispatchFor/3
+	rounds, roundFor := 5, s.dispatchFor/5
 	if s.quick {
 		rounds = 1
 	}
@@ -90,8 +90,13 @@ func benchBudget(ctx context.Context, s settings, log io.Writer) ([]row, error) 
 	conv, ok := rec.converged(first, first.Add(adaptFor), 0.8*capacity, 1.05*capacity)
 	attempts, refused := rec.refused(conv, first.Add(adaptFor))
 	share := float64(refused) / float64(max(attempts, 1))
-	fmt.Fprintf(log, "bench: adaptive against capacity %.0f/s (load %.0f/s): converged after %s (%v), then %d attempts, %.1f%% refused\n",
-		capacity, load, conv.Sub(first), ok, attempts, 100*share)
+	var perSecond []string
+	for t := first; t.Before(first.Add(adaptFor)); t = t.Add(time.Second) {
+		a, r := rec.refused(t, t.Add(time.Second))
+		perSecond = append(perSecond, fmt.Sprintf("%d-%d", a, r))
+	}
+	fmt.Fprintf(log, "bench: adaptive against capacity %.0f/s (load %.0f/s): converged after %s (%v), then %d attempts, %.1f%% refused; attempts each second %v\n",
+		capacity, load, conv.Sub(first), ok, attempts, 100*share, perSecond)
 	convText := "never"
 	if ok {
 		convText = conv.Sub(first).Round(100 * time.Millisecond).String()

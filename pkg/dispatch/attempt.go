@@ -35,6 +35,10 @@ func (l *loop) startDue() {
 		l.countOpen(now)
 	}
 	for l.sched.InFlight() < l.d.cfg.MaxInFlight {
+		if next, ok := l.sched.Next(); !ok || next.After(now) {
+			g.countWaiting(now, func() int { return 0 })
+			return // nothing due: the budget holds nothing back
+		}
 		if !g.mayStart(now, l.sched.InFlight()) {
 			// Raven's budget holds the lanes that are due back, longest-waiting first
 			// when it lets one go: the heap's order.
@@ -43,7 +47,6 @@ func (l *loop) startDue() {
 		}
 		job, ok := l.sched.Due(now)
 		if !ok {
-			g.countWaiting(now, func() int { return 0 })
 			return
 		}
 		p, part := l.owner(job.Subject)
@@ -59,9 +62,9 @@ func (l *loop) startDue() {
 			l.sched.Done(Result{Subject: job.Subject, Kind: Held}, now)
 		default:
 			part.inFlight++
-			g.started(now, job.SendAt)
+			token := g.started(now, job.SendAt)
 			sendBy := part.validUntil // read here: the loop moves it on as leases are renewed
-			go func() { l.results <- outcome{Result: l.d.work(l.workCtx, job, sendBy), partition: p} }()
+			go func() { l.results <- outcome{Result: l.d.work(l.workCtx, job, sendBy), partition: p, token: token} }()
 		}
 	}
 }

@@ -32,6 +32,7 @@ const (
 	DefaultAdaptiveIncrease  = 0.05
 	DefaultAdaptivePeriod    = time.Second
 	DefaultAdaptiveMaxPause  = 5 * time.Minute
+	DefaultAdaptiveStart     = 10.0
 	// A cut never takes the rate below this, across all instances: raven is still asked,
 	// and its answers can raise the rate again.
 	adaptiveFloor = 1.0
@@ -58,8 +59,11 @@ type Adaptive struct {
 	// Decrease is what a cut multiplies the rate by. Defaults to 0.85.
 	Decrease float64
 	// Increase is the step by which the rate rises after each good period, as a share of
-	// the rate before the last cut. Defaults to 0.05.
+	// the rate held before the last cuts. Defaults to 0.05.
 	Increase float64
+	// Start is the rate, across all instances, adaptive mode starts from; it doubles
+	// after each good period until raven first refuses. Defaults to 10 a second.
+	Start float64
 	// Period is how often raven's answers are judged. Defaults to 1s.
 	Period time.Duration
 	// MaxPause caps how long a 503 with Retry-After pauses every send. Defaults to 5m.
@@ -84,6 +88,9 @@ func (a Adaptive) WithDefaults(sendTimeout time.Duration) Adaptive {
 	if a.Period == 0 {
 		a.Period = DefaultAdaptivePeriod
 	}
+	if a.Start == 0 {
+		a.Start = DefaultAdaptiveStart
+	}
 	if a.MaxPause == 0 {
 		a.MaxPause = DefaultAdaptiveMaxPause
 	}
@@ -101,6 +108,9 @@ func (a Adaptive) Validate() error {
 	}
 	if a.Increase <= 0 || a.Increase > 1 {
 		errs = append(errs, fmt.Errorf("adaptive increase %v: must be above 0 and at most 1", a.Increase))
+	}
+	if a.Start < adaptiveFloor {
+		errs = append(errs, fmt.Errorf("adaptive start %v: must be at least %v a second", a.Start, adaptiveFloor))
 	}
 	if a.LatencyTarget <= 0 || a.Period < 10*time.Millisecond || a.MaxPause <= 0 {
 		errs = append(errs, fmt.Errorf("adaptive latency target %s, period %s, max pause %s: must be positive (the period at least 10ms)",
@@ -199,7 +209,8 @@ func (b *bucket) ready(now time.Time) (bool, time.Time) {
 	if b.rate <= 0 {
 		return false, time.Time{}
 	}
-	return false, now.Add(time.Duration((1 - b.tokens) / b.rate * float64(time.Second)))
+	wait := min((1-b.tokens)/b.rate, 3600) // a tiny rate must not overflow the wait
+	return false, now.Add(time.Duration(wait * float64(time.Second)))
 }
 
 func (b *bucket) take()   { b.tokens-- }
@@ -225,10 +236,13 @@ type governor struct {
 	shareInFlight int // 0: none
 
 	// adaptive mode
-	adRate             float64 // across all instances; 0: not limiting yet
-	lastCut            float64
+	adRate             float64   // across all instances; 0: not limiting
+	slowStart          bool      // no cut yet: the rate doubles after each good period
+	stepBase           float64   // the rate held before the streak of cuts: steps up are a share of it
+	cutStreak          bool      // the last change was a cut
 	cutAt              time.Time // attempts started before the last cut do not judge it
 	winStart           time.Time
+	winFirst, winLast  time.Time // the first attempt's start and the last one's end in the period
 	winN, winBad, slow int
 	winBound           bool // the rate held a lane back during the period
 	pausedUntil        time.Time
@@ -245,6 +259,14 @@ type governor struct {
 func newGovernor(cfg Config, partitions int, log zerolog.Logger) *governor {
 	g := &governor{configured: cfg.Budget, ad: cfg.Adaptive, partitions: partitions, metrics: cfg.Metrics, log: log,
 		budget: cfg.Budget, recount: true, why: whyStart}
+	if g.ad.Enabled {
+		// Nothing is known of raven yet: start low and double while it answers well, so
+		// that a start with every lane due does not land on raven all at once.
+		g.adRate, g.slowStart = g.ad.Start, true
+		if g.budget.MaxRate > 0 {
+			g.adRate = min(g.adRate, g.budget.MaxRate)
+		}
+	}
 	g.publish()
 	return g
 }
@@ -261,7 +283,7 @@ func (g *governor) mayStart(now time.Time, inFlight int) bool {
 		g.pausedUntil = time.Time{}
 		g.changedTo(now, WhyResumed, "raven's Retry-After is over")
 	}
-	if g.shareInFlight > 0 && inFlight >= g.shareInFlight || g.budget.MaxInFlight > 0 && g.shareInFlight == 0 {
+	if g.shareInFlight > 0 && inFlight >= g.shareInFlight {
 		return false
 	}
 	if g.rate > 0 {
@@ -285,21 +307,24 @@ func (g *governor) limits() bool {
 	return g.rate > 0 || g.budget.MaxInFlight > 0 || g.ad.Enabled
 }
 
-// started takes a token for an attempt handed out at now, for a lane due at due.
-func (g *governor) started(now, due time.Time) {
-	if g.rate > 0 {
-		g.tokens.take()
-	}
+// started takes a token for an attempt handed out at now, for a lane due at due, and
+// says whether it did.
+func (g *governor) started(now, due time.Time) (token bool) {
 	if g.limits() {
 		g.metrics.budgetWait(now.Sub(due))
 	}
+	if g.rate > 0 {
+		g.tokens.take()
+		return true
+	}
+	return false
 }
 
-// finished takes back a worker's result: a turn without an attempt gives its token
-// back; an attempt's answer feeds adaptive mode.
-func (g *governor) finished(r Result, now time.Time) {
+// finished takes back a worker's result: a turn without an attempt gives back the token
+// it took; an attempt's answer feeds adaptive mode.
+func (g *governor) finished(r Result, token bool, now time.Time) {
 	if r.AttemptEnd.IsZero() {
-		if g.rate > 0 {
+		if token && g.rate > 0 {
 			g.tokens.refund()
 		}
 		return
@@ -323,6 +348,10 @@ func (g *governor) finished(r Result, now time.Time) {
 	if r.AttemptEnd.Add(-r.Took).Before(g.cutAt) {
 		return // sent at the rate before the last cut: says nothing of the new one
 	}
+	if start := r.AttemptEnd.Add(-r.Took); g.winN == 0 || start.Before(g.winFirst) {
+		g.winFirst = start
+	}
+	g.winLast = later(g.winLast, r.AttemptEnd)
 	g.winN++
 	if r.Refused {
 		g.winBad++
@@ -341,8 +370,12 @@ func (g *governor) finished(r Result, now time.Time) {
 // judge ends an adaptive period at now: a cut when raven refused or was slow, a step up
 // when it answered well while the rate held lanes back.
 func (g *governor) judge(now time.Time) {
-	n, bad, slow, bound, took := float64(g.winN), float64(g.winBad), float64(g.slow), g.winBound, now.Sub(g.winStart)
-	g.winStart, g.winN, g.winBad, g.slow, g.winBound = now, 0, 0, 0, false
+	n, bad, slow, bound := float64(g.winN), float64(g.winBad), float64(g.slow), g.winBound
+	// Rates are over the time the period's attempts took place, not the whole period: a
+	// burst (every lane due at once after a start) is judged at the rate it was sent at.
+	span := max(g.winLast.Sub(g.winFirst), g.ad.Period/10).Seconds()
+	period := max(now.Sub(g.winStart), g.ad.Period/10).Seconds()
+	g.winStart, g.winN, g.winBad, g.slow, g.winBound, g.winLast = now, 0, 0, 0, false, time.Time{}
 	if g.owned == 0 || n == 0 {
 		return
 	}
@@ -350,17 +383,31 @@ func (g *governor) judge(now time.Time) {
 	refused, slowed := bad/n > g.ad.Threshold, slow/n > slowShare
 	switch {
 	case refused || slowed:
-		sent := n / took.Seconds() * toAll
+		sent := n / span * toAll
 		base := sent
 		if g.adRate > 0 {
 			base = min(g.adRate, sent)
 		}
 		// Down by the factor, and no higher than what raven took without refusing.
-		cut := max(adaptiveFloor, min(base*g.ad.Decrease, (n-bad)/took.Seconds()*toAll))
-		// The step up is a share of the rate before the cut, so that the rate finds its
-		// way back in about 1/Increase periods after raven recovers, however deep the cut.
-		g.adRate, g.lastCut = cut, base
-		g.cutAt = now
+		cut := max(adaptiveFloor, min(base*g.ad.Decrease, (n-bad)/span*toAll))
+		// Steps up are a share of the rate held before a streak of cuts, so that the rate
+		// finds its way back in about 1/Increase periods after raven recovers, however
+		// deep the streak went.
+		switch {
+		case g.adRate == 0 || g.slowStart:
+			// The first cut: the rate offered over the period (bursts included) is what
+			// there is to find back.
+			offered := n / period * toAll
+			if g.adRate > 0 {
+				offered = min(offered, g.adRate)
+			}
+			g.stepBase = max(cut, offered)
+		case !g.cutStreak:
+			g.stepBase = g.adRate
+		default:
+			g.stepBase = max(g.stepBase, g.adRate)
+		}
+		g.adRate, g.cutStreak, g.cutAt, g.slowStart = cut, true, now, false
 		why := WhyRefused
 		detail := fmt.Sprintf("%.0f%% of %d attempts refused (429, 503 or timed out), over %.0f%%", 100*bad/n, int(n), 100*g.ad.Threshold)
 		if !refused {
@@ -370,10 +417,15 @@ func (g *governor) judge(now time.Time) {
 		g.log.Debug().Float64("adaptive_rate", cut).Str("why", detail).Msg("raven rate cut")
 		g.apply(now, why, detail)
 	case g.adRate > 0 && bound:
-		up := g.adRate + max(g.ad.Increase*g.lastCut, adaptiveFloor)
+		up := g.adRate + max(g.ad.Increase*g.stepBase, adaptiveFloor)
+		if g.slowStart {
+			up = 2 * g.adRate
+		}
+		up = min(up, request.MaxBudgetRate)
 		if g.budget.MaxRate > 0 {
 			up = min(up, g.budget.MaxRate)
 		}
+		g.cutStreak = false
 		if up != g.adRate {
 			g.adRate = up
 			g.apply(now, WhyIncrease, fmt.Sprintf("raven answered %d attempts in time", int(n)))
@@ -398,6 +450,7 @@ func (g *governor) steer(b request.Budget, now time.Time) (was, is Budget) {
 	if g.budget != was {
 		g.apply(now, WhyBudget, "raven's budget "+describeBudget(g.budget))
 	}
+	g.publish() // the record shown to operators, also when it steers as before
 	return was, g.budget
 }
 
@@ -425,11 +478,14 @@ func (g *governor) needsCount(now time.Time) bool {
 func (g *governor) apply(now time.Time, why, detail string) {
 	frac := g.fraction()
 	share, shareInFlight := g.budget.MaxRate*frac, 0
-	if g.budget.MaxInFlight > 0 {
+	if g.budget.MaxInFlight > 0 && g.owned > 0 {
 		shareInFlight = int(math.Floor(float64(g.budget.MaxInFlight)*frac + 1e-9))
-		if shareInFlight == 0 && g.owned > 0 {
+		if shareInFlight == 0 {
+			// Its clients must not wait for ever: one attempt at a time, which can take
+			// the sum over the budget by one (ADR 7).
+			shareInFlight = 1
 			g.log.Warn().Int("max_inflight", g.budget.MaxInFlight).Int("owned", g.owned).Int("partitions", g.partitions).
-				Msg("raven's in-flight budget is too small to give this instance a share: its clients wait; set RAVEN_MAX_INFLIGHT to at least the number of instances")
+				Msg("raven's in-flight budget gives this instance less than one attempt; it takes one, so all instances together may go over the budget: raise RAVEN_MAX_INFLIGHT to at least partitions ÷ the fewest partitions an instance holds")
 		}
 	}
 	rate := share

@@ -230,11 +230,11 @@ func TestBudgetSteered(t *testing.T) {
 func feed(g *governor, from time.Time, n, bad int, took time.Duration) time.Time {
 	at := from
 	for i := range n {
-		g.finished(Result{AttemptEnd: at, Took: took, Refused: i < bad}, at)
+		g.finished(Result{AttemptEnd: at, Took: took, Refused: i < bad}, true, at)
 		at = at.Add(g.ad.Period / time.Duration(n))
 	}
 	end := from.Add(g.ad.Period)
-	g.finished(Result{AttemptEnd: end, Took: took}, end)
+	g.finished(Result{AttemptEnd: end, Took: took}, true, end)
 	return end
 }
 
@@ -243,7 +243,7 @@ func feed(g *governor, from time.Time, n, bad int, took time.Duration) time.Time
 // it by a step, and never above a static budget.
 func TestAdaptiveCutsAndRaises(t *testing.T) {
 	t.Parallel()
-	b := setup(t, Config{Policy: Policy{Interval: time.Second}, Adaptive: Adaptive{Enabled: true}})
+	b := setup(t, Config{Policy: Policy{Interval: time.Second}, Adaptive: Adaptive{Enabled: true, Start: 1000}})
 	g := b.d.gov
 	g.count(4, time.Time{}, start)
 	at := feed(g, start, 300, 200, 10*time.Millisecond) // 300/s sent, 100/s taken
@@ -261,7 +261,7 @@ func TestAdaptiveCutsAndRaises(t *testing.T) {
 	g.winBound = true
 	at = feed(g, at, 100, 0, 10*time.Millisecond)
 	st = b.d.BudgetState()
-	if want := cut + 2*DefaultAdaptiveIncrease*301; st.AdaptiveRate < want-0.01 || st.AdaptiveRate > want+0.01 { // steps of 5% of the rate before the cut
+	if want := cut + 2*DefaultAdaptiveIncrease*301; st.AdaptiveRate < want-0.01 || st.AdaptiveRate > want+0.01 { // steps of 5% of the 301/s offered before the first cut
 		t.Fatalf("after two good periods: %v, want %v", st.AdaptiveRate, want)
 	}
 	// Not bound: the rate is not what held the sends back, so it does not grow.
@@ -277,12 +277,15 @@ func TestAdaptiveCutsAndRaises(t *testing.T) {
 	}
 }
 
-// A static budget caps adaptive mode's rises.
+// A static budget caps adaptive mode's start and its rises.
 func TestAdaptiveNeverAboveTheBudget(t *testing.T) {
 	t.Parallel()
-	b := setup(t, Config{Policy: Policy{Interval: time.Second}, Budget: Budget{MaxRate: 50}, Adaptive: Adaptive{Enabled: true}})
+	b := setup(t, Config{Policy: Policy{Interval: time.Second}, Budget: Budget{MaxRate: 50}, Adaptive: Adaptive{Enabled: true, Start: 1000}})
 	g := b.d.gov
 	g.count(4, time.Time{}, start)
+	if st := b.d.BudgetState(); st.AdaptiveRate != 50 {
+		t.Fatalf("start: %v, want the budget (50) rather than the start of 1000", st.AdaptiveRate)
+	}
 	at := feed(g, start, 50, 10, time.Millisecond)
 	for range 40 {
 		g.winBound = true
@@ -297,7 +300,7 @@ func TestAdaptiveNeverAboveTheBudget(t *testing.T) {
 // Retry-After does not.
 func TestAdaptivePausesOn503RetryAfter(t *testing.T) {
 	t.Parallel()
-	b := setup(t, Config{Policy: Policy{Interval: 100 * time.Millisecond}, Adaptive: Adaptive{Enabled: true}})
+	b := setup(t, Config{Policy: Policy{Interval: 100 * time.Millisecond}, Adaptive: Adaptive{Enabled: true, Start: 1000}})
 	l := newTestLoop(t, b)
 	ownAll(b, l)
 	queue(b, l, names("c", 20), 20)
@@ -365,5 +368,120 @@ func TestBucket(t *testing.T) {
 	}
 	if ok, _ := bk.ready(start.Add(time.Hour)); !ok || bk.tokens != 5 {
 		t.Fatalf("after an hour: %v tokens, want the burst (5)", bk.tokens)
+	}
+	var tiny bucket
+	tiny.set(1e-12, start)
+	tiny.take()
+	if _, at := tiny.ready(start); at.Before(start) || at.After(start.Add(time.Hour)) {
+		t.Fatalf("a tiny rate's next token at %v, want within the hour (no overflow)", at)
+	}
+}
+
+// After an outage (a streak of cuts down to the floor), the rate comes back in steps of
+// the rate held before the streak, not of the floor: within 1/Increase good periods.
+func TestAdaptiveRecoversFromAnOutageInSteps(t *testing.T) {
+	t.Parallel()
+	b := setup(t, Config{Policy: Policy{Interval: time.Second}, Adaptive: Adaptive{Enabled: true}})
+	g := b.d.gov
+	g.count(4, time.Time{}, start)
+	at := feed(g, start, 120, 20, time.Millisecond) // 120/s offered, 100/s taken
+	held := b.d.BudgetState().AdaptiveRate
+	for range 8 { // raven down: everything refused
+		at = feed(g, at, 10, 10, time.Millisecond)
+	}
+	if st := b.d.BudgetState(); st.AdaptiveRate > 2 {
+		t.Fatalf("after an outage: %v, want the floor", st.AdaptiveRate)
+	}
+	periods := 0
+	for b.d.BudgetState().AdaptiveRate < held && periods < 100 {
+		g.winBound = true
+		at = feed(g, at, 10, 0, time.Millisecond)
+		periods++
+	}
+	if periods > int(1/DefaultAdaptiveIncrease)+1 {
+		t.Fatalf("back to %v after %d good periods, want within %d", held, periods, int(1/DefaultAdaptiveIncrease)+1)
+	}
+}
+
+// Adaptive mode starts low and doubles while raven answers well and the rate binds; the
+// first refusals end the doubling.
+func TestAdaptiveSlowStart(t *testing.T) {
+	t.Parallel()
+	b := setup(t, Config{Policy: Policy{Interval: time.Second}, Adaptive: Adaptive{Enabled: true}})
+	g := b.d.gov
+	g.count(4, time.Time{}, start)
+	if st := b.d.BudgetState(); st.AdaptiveRate != DefaultAdaptiveStart || st.EffectiveRate != DefaultAdaptiveStart {
+		t.Fatalf("at start: %+v, want %v", st, DefaultAdaptiveStart)
+	}
+	at := start
+	for _, want := range []float64{20, 40, 80} {
+		g.winBound = true
+		at = feed(g, at, 10, 0, time.Millisecond)
+		if got := b.d.BudgetState().AdaptiveRate; got != want {
+			t.Fatalf("slow start: %v, want %v", got, want)
+		}
+	}
+	at = feed(g, at, 80, 20, time.Millisecond)
+	cut := b.d.BudgetState().AdaptiveRate
+	g.winBound = true
+	feed(g, at, 50, 0, time.Millisecond)
+	if got := b.d.BudgetState().AdaptiveRate; got >= 2*cut || got <= cut {
+		t.Fatalf("after the first cut (to %v): %v, want a step up, no longer doubling", cut, got)
+	}
+}
+
+// An in-flight share that rounds below one is one, so that the instance's clients do not
+// wait for ever (ADR 7 says what that costs).
+func TestBudgetInFlightShareIsAtLeastOne(t *testing.T) {
+	t.Parallel()
+	b := setup(t, Config{Policy: Policy{Interval: time.Second}, Budget: Budget{MaxInFlight: 3}})
+	b.src.partitions, b.d.gov.partitions = 8, 8
+	l := newTestLoop(t, b)
+	l.ownership(ownEvent{kind: ownAcquired, partition: 0, validUntil: b.clock.now().Add(time.Hour)})
+	subj := subject(0, "alice")
+	b.src.add(subj, "r1", start)
+	l.notify(subj)
+	b.clock.advance(time.Second)
+	l.startDue()
+	if n := l.sched.InFlight(); n != 1 {
+		t.Fatalf("%d in flight with a share of 3 × 1/8, want 1", n)
+	}
+	if !strings.Contains(b.log.String(), "less than one attempt") {
+		t.Fatal("no warning that the share was raised to one")
+	}
+}
+
+// A partition handed back under an in-flight budget is released only once this
+// instance's attempts in flight are within its share without it.
+func TestHandBackWaitsForTheInFlightShare(t *testing.T) {
+	t.Parallel()
+	b := setup(t, Config{Policy: Policy{Interval: time.Second}, Budget: Budget{MaxInFlight: 4}})
+	release := make(chan struct{})
+	b.snd.answer = func(request.Stored, int) error { <-release; return nil }
+	l := newTestLoop(t, b)
+	ownAll(b, l)
+	for i, c := range names("c", 4) {
+		subj := subject(i%3, c) // partitions 0-2: none in 3
+		b.src.add(subj, c, start)
+		l.notify(subj)
+	}
+	b.clock.advance(time.Second)
+	l.startDue()
+	if n := l.sched.InFlight(); n != 4 {
+		t.Fatalf("%d in flight, want 4 (the whole budget)", n)
+	}
+	done := make(chan struct{})
+	l.ownership(ownEvent{kind: ownRelease, partition: 3, done: done})
+	select {
+	case <-done:
+		t.Fatal("partition 3 released with 4 in flight and a share of 3 without it")
+	default:
+	}
+	close(release)
+	l.result(t)
+	select {
+	case <-done:
+	default:
+		t.Fatal("partition 3 not released once in flight came within the share")
 	}
 }

@@ -13,23 +13,25 @@ const prefetchLead = 50 * time.Millisecond
 // loop is the state of one Run. Only the goroutine running serve touches its maps and
 // the scheduler; the lister goroutine and the workers reach it through channels only.
 type loop struct {
-	d        *Dispatcher
-	sched    *Scheduler
-	owned    map[int]*partition
-	notes    chan string  // subjects with (perhaps) new requests: watch and lister
-	results  chan outcome // finished attempts: workers
-	listReq  chan int     // partitions to list: to the lister
-	steers   chan request.SteerChange
-	events   chan ownEvent // the leaser's
-	resync   chan struct{}
-	ctx      context.Context    // Run's: ends when it is asked to stop
-	workCtx  context.Context    // attempts': outlives ctx by the shutdown grace
-	stopWork context.CancelFunc // ends workCtx
+	d         *Dispatcher
+	sched     *Scheduler
+	owned     map[int]*partition
+	releasing bool         // a hand-back waits for attempts in flight to come within the budget's share
+	notes     chan string  // subjects with (perhaps) new requests: watch and lister
+	results   chan outcome // finished attempts: workers
+	listReq   chan int     // partitions to list: to the lister
+	steers    chan request.SteerChange
+	events    chan ownEvent // the leaser's
+	resync    chan struct{}
+	ctx       context.Context    // Run's: ends when it is asked to stop
+	workCtx   context.Context    // attempts': outlives ctx by the shutdown grace
+	stopWork  context.CancelFunc // ends workCtx
 }
 
 type outcome struct {
 	Result
 	partition int
+	token     bool // the attempt took a token of raven's budget
 }
 
 func newLoop(d *Dispatcher, ctx context.Context) *loop {

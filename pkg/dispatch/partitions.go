@@ -78,10 +78,22 @@ func (l *loop) ownership(e ownEvent) {
 }
 
 // dropIfDrained lets go of partition p, closed to new attempts, once none is in flight
-// there: a partition handed back is then released.
+// there: a partition handed back is then released. Under an in-flight budget a hand-back
+// also waits until this instance's attempts in flight are within its share without p,
+// so that the one taking p over cannot take the sum over the budget.
 func (l *loop) dropIfDrained(p int, part *partition) {
-	if part.inFlight > 0 {
-		return
+	if part.inFlight > 0 || l.owned[p] != part {
+		return // attempts in flight, or let go of already
+	}
+	if part.release != nil && l.d.gov.budget.MaxInFlight > 0 {
+		now := l.d.now()
+		if l.d.gov.needsCount(now) {
+			l.countOpen(now)
+		}
+		if l.sched.InFlight() > l.d.gov.shareInFlight {
+			l.releasing = true
+			return
+		}
 	}
 	if part.release != nil {
 		close(part.release)
@@ -121,10 +133,13 @@ func (l *loop) notify(subj string) {
 func (l *loop) done(r outcome) {
 	now := l.d.now()
 	l.sched.Done(r.Result, now)
-	l.d.gov.finished(r.Result, now)
+	l.d.gov.finished(r.Result, r.token, now)
 	part := l.owned[r.partition]
 	if part != nil {
 		part.inFlight--
+	}
+	if l.releasing {
+		l.releaseDrained()
 	}
 	if part.open() {
 		return
@@ -160,4 +175,15 @@ func (l *loop) countOpen(now time.Time) {
 		}
 	}
 	l.d.gov.count(n, until, now)
+}
+
+// releaseDrained hands back the partitions that wait for this instance's attempts in
+// flight to come within its share of raven's in-flight budget.
+func (l *loop) releaseDrained() {
+	l.releasing = false
+	for p, part := range l.owned {
+		if part.release != nil {
+			l.dropIfDrained(p, part)
+		}
+	}
 }

@@ -198,6 +198,10 @@ func (c *Control) WatchSteering(ctx context.Context, fn func(request.SteerChange
 				onBad(e.Key(), err)
 				return ev, false
 			}
+			if err := ev.Budget.Validate(); err != nil { // written by hand, not by UpdateBudget
+				onBad(e.Key(), err)
+				return ev, false
+			}
 			return ev, true
 		case strings.HasPrefix(k, clientKeyPrefix):
 			ev.Client = strings.TrimPrefix(k, clientKeyPrefix)
@@ -288,17 +292,8 @@ func (c *Control) UpdateBudget(ctx context.Context, by string, change func(*requ
 		}
 		was := b
 		change(&b)
-		if b.MaxRate != nil || b.MaxInFlight != nil {
-			r, n := 0.0, 0
-			if b.MaxRate != nil {
-				r = *b.MaxRate
-			}
-			if b.MaxInFlight != nil {
-				n = *b.MaxInFlight
-			}
-			if err := request.ValidateBudget(r, n); err != nil {
-				return request.Budget{}, err
-			}
+		if err := b.Validate(); err != nil {
+			return request.Budget{}, err
 		}
 		if b.Same(was) {
 			return was, nil

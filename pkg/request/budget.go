@@ -59,11 +59,23 @@ func FormatInFlight(n int) string {
 	return strconv.Itoa(n)
 }
 
+// Validate reports a limit b sets that cannot work.
+func (b Budget) Validate() error {
+	r, n := 0.0, 0
+	if b.MaxRate != nil {
+		r = *b.MaxRate
+	}
+	if b.MaxInFlight != nil {
+		n = *b.MaxInFlight
+	}
+	return ValidateBudget(r, n)
+}
+
 // ValidateBudget reports a rate or in-flight limit that cannot work.
 func ValidateBudget(rate float64, inflight int) error {
 	var errs []string
-	if rate < 0 || rate > MaxBudgetRate || rate != rate {
-		errs = append(errs, fmt.Sprintf("max rate %v: must be 0 (no limit) to %d attempts per second", rate, MaxBudgetRate))
+	if !(rate == 0 || rate >= MinBudgetRate && rate <= MaxBudgetRate) {
+		errs = append(errs, fmt.Sprintf("max rate %v: must be 0 (no limit) or %v to %d attempts per second", rate, MinBudgetRate, MaxBudgetRate))
 	}
 	if inflight < 0 || inflight > MaxBudgetInFlight {
 		errs = append(errs, fmt.Sprintf("max in flight %d: must be 0 (no limit) to %d", inflight, MaxBudgetInFlight))
@@ -74,9 +86,10 @@ func ValidateBudget(rate float64, inflight int) error {
 	return nil
 }
 
-// The largest budgets accepted: far above what one raven takes, small enough to compute
-// with.
+// The budgets accepted: the largest far above what one raven takes, small enough to
+// compute with; the least rate one attempt a minute.
 const (
+	MinBudgetRate     = 1.0 / 60
 	MaxBudgetRate     = 1_000_000
 	MaxBudgetInFlight = 1_000_000
 )

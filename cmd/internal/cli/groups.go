@@ -140,7 +140,7 @@ func DispatchSettings(s *Settings) *Dispatch {
 	s.Duration(&c.LeaseTTL, "LEASE_TTL", dispatch.DefaultLeaseTTL, 100*time.Millisecond, "how long a partition lease lives unless renewed; a crashed dispatcher's partitions move after about this plus one interval")
 	s.Int(&recent, "RECENT_DELIVERIES", dispatch.DefaultRecentDeliveries, 0, 10_000_000, "deliveries remembered by id for dispatchctl request (about 150 bytes each); 0 for none")
 	s.Float(&c.Budget.MaxRate, "RAVEN_MAX_RATE", 0, 0, request.MaxBudgetRate, "raven's budget: attempts per second across all dispatcher instances, each holding to its share; 0 for no limit (dispatchctl budget changes it at runtime)")
-	s.Int(&budgetInFlight, "RAVEN_MAX_INFLIGHT", 0, 0, request.MaxBudgetInFlight, "raven's budget: attempts in flight at once across all dispatcher instances; 0 for no limit (at least the number of instances when set)")
+	s.Int(&budgetInFlight, "RAVEN_MAX_INFLIGHT", 0, 0, request.MaxBudgetInFlight, "raven's budget: attempts in flight at once across all dispatcher instances; 0 for no limit (when set, at least partitions ÷ the fewest partitions an instance holds)")
 	s.Bool(&c.Adaptive.Enabled, "RAVEN_ADAPTIVE", "adapt the rate to raven's answers: cut it when raven answers 429/503 or times out, or is slow; raise it step by step while raven answers in time; a 503 with Retry-After pauses every send")
 	s.Float(&c.Adaptive.Threshold, "RAVEN_ADAPTIVE_THRESHOLD", dispatch.DefaultAdaptiveThreshold, 0.001, 0.5, "adaptive: share of a second's attempts refused (429, 503, timeout) above which the rate is cut")
 	s.Duration(&c.Adaptive.LatencyTarget, "RAVEN_LATENCY_TARGET", 0, 0, "adaptive: the rate is cut when more than a tenth of a second's attempts take longer; 0 for a quarter of RAVEN_TIMEOUT")
