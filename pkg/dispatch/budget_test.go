@@ -470,18 +470,6 @@ func TestHandBackWaitsForTheInFlightShare(t *testing.T) {
 	if n := l.sched.InFlight(); n != 4 {
 		t.Fatalf("%d in flight, want 4 (the whole budget)", n)
 	}
-	done := make(chan struct{})
-	l.ownership(ownEvent{kind: ownRelease, partition: 3, done: done})
-	select {
-	case <-done:
-		t.Fatal("partition 3 released with 4 in flight and a share of 3 without it")
-	default:
-	}
-	close(release)
-	l.result(t)
-	select {
-	case <-done:
-	default:
-		t.Fatal("partition 3 not released once in flight came within the share")
-	}
+	handBack(t, l, 3, release, "partition 3 released with 4 in flight and a share of 3 without it",
+		"partition 3 not released once in flight came within the share")
 }

@@ -174,20 +174,7 @@ func TestReleaseWaitsForTheAttemptInFlight(t *testing.T) {
 	l.startDue()
 	waitFor(t, func() bool { return len(b.snd.attempts()) == 1 })
 
-	done := make(chan struct{})
-	l.ownership(ownEvent{kind: ownRelease, partition: 0, done: done})
-	select {
-	case <-done:
-		t.Fatal("released with an attempt in flight")
-	default:
-	}
-	close(release)
-	l.result(t)
-	select {
-	case <-done:
-	default:
-		t.Fatal("not released once the attempt ended")
-	}
+	handBack(t, l, 0, release, "released with an attempt in flight", "not released once the attempt ended")
 	if _, ok := l.owned[0]; ok {
 		t.Fatal("the released partition is still held")
 	}
@@ -210,5 +197,25 @@ func waitFor(t testing.TB, cond func() bool) {
 			t.Fatal("condition not met within 10s")
 		}
 		time.Sleep(time.Millisecond)
+	}
+}
+
+// handBack hands partition p back and checks that it is not released until the attempts
+// held on release end and one result is taken back, and then is.
+func handBack(t *testing.T, l *loop, p int, release chan struct{}, early, late string) {
+	t.Helper()
+	done := make(chan struct{})
+	l.ownership(ownEvent{kind: ownRelease, partition: p, done: done})
+	select {
+	case <-done:
+		t.Fatal(early)
+	default:
+	}
+	close(release)
+	l.result(t)
+	select {
+	case <-done:
+	default:
+		t.Fatal(late)
 	}
 }
