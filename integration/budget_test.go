@@ -273,7 +273,7 @@ func TestStaticBudgetAcrossInstances(t *testing.T) {
 		respond: func(ledger.Arrival) ledger.Response { return ledger.Response{Delay: 2 * time.Millisecond} }})
 	c.env = with(c.env, "RAVEN_MAX_RATE", fmt.Sprint(budget))
 	clients := clientNames(100)
-	const each = 25 // about 1,500 are sent during the test, the rest after it
+	const each = 20 // about 1,200 are sent during the test, the rest after it
 	c.postMany(clients, each)
 	procs := map[string]*proc{}
 	for _, id := range []string{"a", "b", "c"} {
@@ -284,7 +284,7 @@ func TestStaticBudgetAcrossInstances(t *testing.T) {
 		return len(o) == 3 && o["a"]+o["b"]+o["c"] == 64
 	})
 	shared := time.Now()
-	time.Sleep(10 * time.Second)
+	time.Sleep(7 * time.Second)
 	st := c.budgets()
 	var shares float64
 	for _, s := range st {
@@ -302,7 +302,7 @@ func TestStaticBudgetAcrossInstances(t *testing.T) {
 		return o["a"] == 0 && o["b"]+o["c"] == 64
 	})
 	moved := time.Now()
-	time.Sleep(8 * time.Second)
+	time.Sleep(5 * time.Second)
 
 	// Runtime change: every instance has it within 1 s.
 	ctl, err := c.q.Control(context.Background(), testLog())
@@ -322,7 +322,7 @@ func TestStaticBudgetAcrossInstances(t *testing.T) {
 	if took := time.Since(changed); took > time.Second {
 		t.Errorf("the new budget was in force on every instance %s after the change, want within 1 s", took)
 	}
-	time.Sleep(6 * time.Second)
+	time.Sleep(5 * time.Second)
 	end := time.Now()
 
 	arrivals := c.ledger.Arrivals()
