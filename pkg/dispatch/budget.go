@@ -240,6 +240,7 @@ type governor struct {
 	slowStart          bool      // no cut yet: the rate doubles after each good period
 	stepBase           float64   // the rate held before the streak of cuts: steps up are a share of it
 	cutStreak          bool      // the last change was a cut
+	ssthresh           float64   // below this (a cut of a rate raven took) the rate doubles back up
 	cutAt              time.Time // attempts started before the last cut do not judge it
 	winStart           time.Time
 	winFirst, winLast  time.Time // the first attempt's start and the last one's end in the period
@@ -393,6 +394,9 @@ func (g *governor) judge(now time.Time) {
 		// Steps up are a share of the rate held before a streak of cuts, so that the rate
 		// finds its way back in about 1/Increase periods after raven recovers, however
 		// deep the streak went.
+		if !g.slowStart && !g.cutStreak {
+			g.ssthresh = g.ad.Decrease * g.adRate // a rate raven took before this streak
+		}
 		switch {
 		case g.adRate == 0 || g.slowStart:
 			// The first cut: the rate offered over the period (bursts included) is what
@@ -407,7 +411,12 @@ func (g *governor) judge(now time.Time) {
 		default:
 			g.stepBase = max(g.stepBase, g.adRate)
 		}
-		g.adRate, g.cutStreak, g.cutAt, g.slowStart = cut, true, now, false
+		g.adRate, g.cutStreak, g.cutAt = cut, true, now
+		if bad < n {
+			// Raven took some: its capacity is near. A start with raven refusing
+			// everything (down) learns nothing, and keeps doubling once it answers.
+			g.slowStart = false
+		}
 		why := WhyRefused
 		detail := fmt.Sprintf("%.0f%% of %d attempts refused (429, 503 or timed out), over %.0f%%", 100*bad/n, int(n), 100*g.ad.Threshold)
 		if !refused {
@@ -418,7 +427,12 @@ func (g *governor) judge(now time.Time) {
 		g.apply(now, why, detail)
 	case g.adRate > 0 && bound:
 		up := g.adRate + max(g.ad.Increase*g.stepBase, adaptiveFloor)
-		if g.slowStart {
+		switch {
+		case g.slowStart:
+			up = 2 * g.adRate
+		case 2*g.adRate <= g.ssthresh:
+			// Far below the rate held before the cuts (an outage drove it down):
+			// double back towards it, then step.
 			up = 2 * g.adRate
 		}
 		up = min(up, request.MaxBudgetRate)

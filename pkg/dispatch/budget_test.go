@@ -234,7 +234,7 @@ func feed(g *governor, from time.Time, n, bad int, took time.Duration) time.Time
 		at = at.Add(g.ad.Period / time.Duration(n))
 	}
 	end := from.Add(g.ad.Period)
-	g.finished(Result{AttemptEnd: end, Took: took}, true, end)
+	g.finished(Result{AttemptEnd: end, Took: took, Refused: bad == n}, true, end) // ends the period
 	return end
 }
 
@@ -472,4 +472,27 @@ func TestHandBackWaitsForTheInFlightShare(t *testing.T) {
 	}
 	handBack(t, l, 3, release, "partition 3 released with 4 in flight and a share of 3 without it",
 		"partition 3 not released once in flight came within the share")
+}
+
+// A start with raven refusing everything learns nothing of its capacity: once raven
+// answers, the rate doubles again from the floor instead of creeping up a step at a time.
+func TestAdaptiveStartWithRavenDownKeepsDoubling(t *testing.T) {
+	t.Parallel()
+	b := setup(t, Config{Policy: Policy{Interval: time.Second}, Adaptive: Adaptive{Enabled: true}})
+	g := b.d.gov
+	g.count(4, time.Time{}, start)
+	at := start
+	for range 5 {
+		at = feed(g, at, 10, 10, time.Millisecond)
+	}
+	if got := b.d.BudgetState().AdaptiveRate; got != adaptiveFloor {
+		t.Fatalf("raven down from the start: %v, want the floor", got)
+	}
+	for _, want := range []float64{2, 4, 8, 16} {
+		g.winBound = true
+		at = feed(g, at, 10, 0, time.Millisecond)
+		if got := b.d.BudgetState().AdaptiveRate; got != want {
+			t.Fatalf("raven back: %v, want %v (doubling)", got, want)
+		}
+	}
 }
