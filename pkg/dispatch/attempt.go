@@ -31,6 +31,7 @@ const (
 func (l *loop) startDue() {
 	now := l.d.now()
 	g := l.d.gov
+	g.held = false // until this look holds a lane back: the loop's timer depends on it
 	if g.needsCount(now) {
 		l.countOpen(now)
 	}

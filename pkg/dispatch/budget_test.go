@@ -496,3 +496,30 @@ func TestAdaptiveStartWithRavenDownKeepsDoubling(t *testing.T) {
 		}
 	}
 }
+
+// A lane held back by the in-flight share that then goes away (its partition lost) does
+// not leave the loop thinking it is held back: its timer must wake for the next lane due.
+func TestHeldBackDoesNotOutliveTheHeldLane(t *testing.T) {
+	t.Parallel()
+	b := setup(t, Config{Policy: Policy{Interval: time.Second}, Budget: Budget{MaxInFlight: 4}})
+	release := make(chan struct{})
+	t.Cleanup(func() { close(release) })
+	b.snd.answer = func(request.Stored, int) error { <-release; return nil }
+	l := newTestLoop(t, b)
+	ownAll(b, l)
+	for i, c := range names("c", 5) {
+		subj := subject(min(i, 3), c) // the fifth shares partition 3 with the fourth
+		b.src.add(subj, c, start)
+		l.notify(subj)
+	}
+	b.clock.advance(time.Second)
+	l.startDue()
+	if held, _ := b.d.gov.heldBack(); !held || l.sched.InFlight() != 4 {
+		t.Fatalf("4 in flight and one held back expected; in flight %d, held %v", l.sched.InFlight(), held)
+	}
+	l.sched.ForgetWaiting(func(string) bool { return true }) // the held lane goes (as on a lost lease)
+	l.startDue()
+	if held, _ := b.d.gov.heldBack(); held {
+		t.Fatal("still held back with no lane due: the loop would stop its timer")
+	}
+}
