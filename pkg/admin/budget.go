@@ -88,7 +88,7 @@ func ParseBudgetChange(c BudgetChange) (func(*request.Budget), error) {
 	default:
 		r, err := strconv.ParseFloat(strings.TrimSuffix(v, "/s"), 64)
 		if err != nil || request.ValidateBudget(r, 0) != nil {
-			return nil, invalid("max rate %q: attempts per second from 0 (no limit) to %d, or %q", v, request.MaxBudgetRate, Configured)
+			return nil, invalid("max rate %q: attempts per second, 0 (no limit) or %.4g to %d, or %q", v, request.MinBudgetRate, request.MaxBudgetRate, Configured)
 		}
 		setRate = func(b *request.Budget) { b.MaxRate = &r }
 	}
