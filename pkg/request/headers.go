@@ -8,6 +8,11 @@ const (
 	HeaderID = "Dispatch-Id"
 	// HeaderContentType carries the Content-Type the request arrived with.
 	HeaderContentType = "Content-Type"
+	// HeaderNotBefore carries, on a stored message, the earliest time (RFC 3339) the
+	// request may be attempted.
+	HeaderNotBefore = "Dispatch-Not-Before"
+	// HeaderCycle carries, on a stored message, how many times the request was replayed.
+	HeaderCycle = "Dispatch-Cycle"
 
 	// HeaderIdempotencyKey is sent to raven with the request id, and read by ingest.
 	HeaderIdempotencyKey = "Idempotency-Key"
@@ -27,6 +32,10 @@ type Request struct {
 	ContentType string
 	// Body is the request body, byte for byte.
 	Body []byte
+	// NotBefore is the earliest the request may be attempted; zero: at once.
+	NotBefore time.Time
+	// Cycle is how many times the request was replayed from the dead-letter stream.
+	Cycle int
 }
 
 // Stored is a request read back from the queue.
@@ -66,6 +75,8 @@ type DeadLetter struct {
 	Subject     string    `json:"-"` // its subject in the dead-letter stream
 	// Headers are the stored message's headers, as the dead-letter stream holds them.
 	Headers map[string][]string `json:"-"`
+	// Cycle is how many times the request was replayed before it came here.
+	Cycle int `json:"cycle,omitempty"`
 }
 
 // Reasons for dead-lettering.

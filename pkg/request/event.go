@@ -1,0 +1,226 @@
+package request
+
+import (
+	"errors"
+	"slices"
+	"strings"
+	"time"
+)
+
+// EventPrefix starts every event subject: "dispatch.events.<client token>.<request
+// id>.<type>", the client token as in request subjects. Penguin follows one client with
+// "dispatch.events.<token>.>", one request with "dispatch.events.*.<id>.*", one kind of
+// outcome with "dispatch.events.*.*.delivered".
+const EventPrefix = "dispatch.events."
+
+// Event types: one per outcome in a request's life.
+const (
+	// EventAccepted: ingest stored the request (written by ingest).
+	EventAccepted = "accepted"
+	// EventAttemptStarted: a dispatcher started an attempt to raven.
+	EventAttemptStarted = "attempt_started"
+	// EventAttemptFailed: an attempt failed transiently; the request will be retried.
+	EventAttemptFailed = "attempt_failed"
+	// EventDelivered: raven accepted the request and it left the queue.
+	EventDelivered = "delivered"
+	// EventDeadLettered: the request went to the dead-letter stream (Reason says why).
+	EventDeadLettered = "dead_lettered"
+	// EventPurged: an operator purged the client's backlog; the request went to the
+	// dead-letter stream unsent.
+	EventPurged = "purged"
+	// EventReplayed: an operator replayed the dead letter: the request is queued again,
+	// at the end of its client's queue.
+	EventReplayed = "replayed"
+)
+
+// EventTypes lists every event type.
+var EventTypes = []string{EventAccepted, EventAttemptStarted, EventAttemptFailed, EventDelivered, EventDeadLettered, EventPurged, EventReplayed}
+
+// Event is one outcome of one request, as the events stream holds it (JSON).
+type Event struct {
+	Type     string    `json:"type"`
+	ID       string    `json:"id"`
+	ClientID string    `json:"clientId"`
+	At       time.Time `json:"at"`
+	// Cycle counts the request's replays: 0 until it is first replayed. The events of the
+	// latest cycle say where the request is.
+	Cycle int `json:"cycle"`
+	// Attempt is the attempt's number (attempt events; delivered and dead_lettered: the
+	// last attempt's). A dispatcher that takes a client over counts from 1 again.
+	Attempt int `json:"attempt,omitempty"`
+	// Status is raven's HTTP status, when it answered.
+	Status int `json:"status,omitempty"`
+	// Error is why an attempt failed without an answer from raven (or with one, briefly).
+	Error string `json:"error,omitempty"`
+	// Reason is why it was dead-lettered: one of the Reason constants.
+	Reason string `json:"reason,omitempty"`
+	// Seq is the request's sequence in the request stream (accepted and replayed).
+	Seq uint64 `json:"seq,omitempty"`
+	// NotBefore is the earliest the request may be attempted, when it has one.
+	NotBefore time.Time `json:"notBefore,omitzero"`
+	// AcceptedAt is when the queue first stored the request (accepted, and carried on
+	// later events where known).
+	AcceptedAt time.Time `json:"acceptedAt,omitzero"`
+	// Instance is the dispatcher (or ingest) that wrote it.
+	Instance string `json:"instance,omitempty"`
+}
+
+// Subject is where the event is published.
+func (e Event) Subject() string {
+	return EventPrefix + EncodeClientID(e.ClientID) + "." + e.ID + "." + e.Type
+}
+
+// Final says whether the event ends its cycle: nothing more happens to the request
+// unless an operator replays it.
+func (e Event) Final() bool {
+	return e.Type == EventDelivered || e.Type == EventDeadLettered || e.Type == EventPurged
+}
+
+// EventFilter is the subject filter of every event of request id.
+func EventFilter(id string) string { return EventPrefix + "*." + id + ".*" }
+
+// ErrIDInvalid is returned for a request id that ingest never gives out.
+var ErrIDInvalid = errors.New("a request id is the 26 characters ingest answered with (or \"k\" and 26 for one sent with an Idempotency-Key), of 0-9 and a-z without i, l, o, u")
+
+// ValidateID checks that id has the shape of a request id. It keeps ids that are not a
+// single subject token (".", "*", ">", spaces) out of subject filters.
+func ValidateID(id string) error {
+	body := strings.TrimPrefix(id, "k")
+	if len(body) != 26 {
+		return ErrIDInvalid
+	}
+	for i := 0; i < len(body); i++ {
+		if strings.IndexByte(idAlphabet, body[i]) < 0 {
+			return ErrIDInvalid
+		}
+	}
+	return nil
+}
+
+const idAlphabet = "0123456789abcdefghjkmnpqrstvwxyz"
+
+// States of a request, as its status says.
+const (
+	StateQueued       = "queued"
+	StateInFlight     = "in_flight"
+	StateDelivered    = "delivered"
+	StateDeadLettered = "dead_lettered"
+	StateUnknown      = "unknown"
+)
+
+// Status is where a request is, worked out from its events (StatusOf).
+type Status struct {
+	ID          string       `json:"id"`
+	ClientID    string       `json:"clientId,omitempty"`
+	State       string       `json:"status"`
+	AcceptedAt  time.Time    `json:"acceptedAt,omitzero"`
+	NotBefore   time.Time    `json:"notBefore,omitzero"`
+	Attempts    int          `json:"attempts"`
+	LastAttempt *AttemptInfo `json:"lastAttempt,omitempty"`
+	DeliveredAt time.Time    `json:"deliveredAt,omitzero"`
+	RavenStatus int          `json:"ravenStatus,omitempty"`
+	DeadLetter  *DeadInfo    `json:"deadLetter,omitempty"`
+	Replays     int          `json:"replays"`
+	Queue       *QueuePlace  `json:"queue,omitempty"`
+	UpdatedAt   time.Time    `json:"updatedAt,omitzero"`
+	// Seq is the request's sequence in the request stream while it is queued (not shown:
+	// for looking it up there).
+	Seq uint64 `json:"-"`
+}
+
+// AttemptInfo is the latest attempt of a request.
+type AttemptInfo struct {
+	At     time.Time `json:"at"`
+	Status int       `json:"status,omitempty"`
+	Error  string    `json:"error,omitempty"`
+}
+
+// DeadInfo says why a request is in the dead-letter stream.
+type DeadInfo struct {
+	Reason     string    `json:"reason"`
+	At         time.Time `json:"at"`
+	LastStatus int       `json:"lastStatus,omitempty"`
+	LastError  string    `json:"lastError,omitempty"`
+	// Replayable: an operator can put it back in its client's queue (dispatchctl replay).
+	Replayable bool `json:"replayable"`
+}
+
+// QueuePlace is where a queued request stands in its client's queue.
+type QueuePlace struct {
+	// Backlog is how many requests the client has queued, this one included.
+	Backlog uint64 `json:"backlog"`
+	// AtHead: it is the next of its client's requests to go.
+	AtHead bool `json:"atHead"`
+}
+
+// Final says whether the state is one a request stays in unless replayed.
+func (s Status) Final() bool { return s.State == StateDelivered || s.State == StateDeadLettered }
+
+// StatusOf works out a request's status from its events, in whatever order they were
+// stored: events are written by several processes (ingest, dispatchers, replay), each
+// retrying a failed write, so one can land after a later one. The latest cycle counts;
+// within it, a final event wins; else the latest attempt event (by At); else accepted
+// or replayed: queued. No events: unknown.
+func StatusOf(id string, events []Event) Status {
+	st := Status{ID: id, State: StateUnknown}
+	if len(events) == 0 {
+		return st
+	}
+	cycle := 0
+	for _, e := range events {
+		cycle = max(cycle, e.Cycle)
+		if st.AcceptedAt.IsZero() && !e.AcceptedAt.IsZero() {
+			st.AcceptedAt = e.AcceptedAt
+		}
+		if e.At.After(st.UpdatedAt) {
+			st.UpdatedAt = e.At
+		}
+		if st.ClientID == "" {
+			st.ClientID = e.ClientID
+		}
+	}
+	st.Replays = cycle
+	cur := slices.DeleteFunc(slices.Clone(events), func(e Event) bool { return e.Cycle != cycle })
+	slices.SortStableFunc(cur, func(a, b Event) int { return a.At.Compare(b.At) })
+	var final, attempt, queued *Event
+	for i := range cur {
+		e := &cur[i]
+		switch {
+		case e.Final():
+			final = e
+		case e.Type == EventAttemptStarted || e.Type == EventAttemptFailed:
+			attempt = e
+		default:
+			queued = e
+		}
+		if e.Type == EventAttemptStarted || e.Type == EventAttemptFailed || e.Final() && e.Attempt > 0 {
+			st.Attempts = max(st.Attempts, e.Attempt)
+		}
+		if !e.NotBefore.IsZero() {
+			st.NotBefore = e.NotBefore
+		}
+		if e.Seq != 0 {
+			st.Seq = e.Seq
+		}
+	}
+	if attempt != nil {
+		st.LastAttempt = &AttemptInfo{At: attempt.At, Status: attempt.Status, Error: attempt.Error}
+	}
+	switch {
+	case final != nil && final.Type == EventDelivered:
+		st.State, st.DeliveredAt, st.RavenStatus = StateDelivered, final.At, final.Status
+		st.LastAttempt = &AttemptInfo{At: final.At, Status: final.Status}
+	case final != nil:
+		st.State = StateDeadLettered
+		st.DeadLetter = &DeadInfo{Reason: final.Reason, At: final.At, LastStatus: final.Status, LastError: final.Error,
+			Replayable: final.Reason != ReasonUndecodable}
+	case attempt != nil && attempt.Type == EventAttemptStarted:
+		st.State = StateInFlight
+	case attempt != nil, queued != nil:
+		st.State = StateQueued
+	}
+	if st.Final() {
+		st.Seq = 0
+	}
+	return st
+}

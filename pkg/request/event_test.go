@@ -1,0 +1,93 @@
+package request_test
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/penguinhq/dispatcher/pkg/request"
+)
+
+// A request's status follows from its events whatever order they landed in: the latest
+// cycle counts, a final event wins within it, else the latest attempt event.
+func TestStatusOf(t *testing.T) {
+	t0 := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
+	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
+	ev := func(typ string, s, cycle, attempt int) request.Event {
+		return request.Event{Type: typ, ID: "r1", ClientID: "alice", At: at(s), Cycle: cycle, Attempt: attempt, Seq: uint64(10 + cycle)}
+	}
+	accepted := ev(request.EventAccepted, 0, 0, 0)
+	accepted.AcceptedAt = at(0)
+	started1, failed1 := ev(request.EventAttemptStarted, 1, 0, 1), ev(request.EventAttemptFailed, 2, 0, 1)
+	failed1.Status = 503
+	started2 := ev(request.EventAttemptStarted, 7, 0, 2)
+	dead := ev(request.EventDeadLettered, 8, 0, 2)
+	dead.Reason, dead.Status = request.ReasonPermanent, 400
+	replayed := ev(request.EventReplayed, 20, 1, 0)
+	delivered := ev(request.EventDelivered, 26, 1, 1)
+	delivered.Status = 201
+
+	for _, tc := range []struct {
+		name   string
+		events []request.Event
+		want   string
+		check  func(t *testing.T, st request.Status)
+	}{
+		{"None", nil, request.StateUnknown, nil},
+		{"Accepted", []request.Event{accepted}, request.StateQueued, func(t *testing.T, st request.Status) {
+			if st.Seq != 10 || st.ClientID != "alice" || !st.AcceptedAt.Equal(at(0)) || st.Attempts != 0 {
+				t.Errorf("%+v, want seq 10, alice, accepted at t0, no attempts", st)
+			}
+		}},
+		{"InFlight", []request.Event{accepted, started1}, request.StateInFlight, nil},
+		// The accepted event, written by ingest, landed after the dispatcher's first.
+		{"AcceptedLate", []request.Event{started1, accepted}, request.StateInFlight, nil},
+		{"Retrying", []request.Event{accepted, started1, failed1}, request.StateQueued, func(t *testing.T, st request.Status) {
+			if st.Attempts != 1 || st.LastAttempt == nil || st.LastAttempt.Status != 503 {
+				t.Errorf("%+v, want 1 attempt, the last answered 503", st)
+			}
+		}},
+		{"SecondAttempt", []request.Event{accepted, failed1, started2}, request.StateInFlight, nil},
+		{"DeadLettered", []request.Event{accepted, started2, failed1, dead}, request.StateDeadLettered, func(t *testing.T, st request.Status) {
+			if st.DeadLetter == nil || st.DeadLetter.Reason != request.ReasonPermanent || st.DeadLetter.LastStatus != 400 || !st.DeadLetter.Replayable || st.Seq != 0 {
+				t.Errorf("%+v, want dead-lettered as permanent, last 400, replayable", st)
+			}
+		}},
+		// A non-final event retried and landing after the final one does not undo it.
+		{"FinalWins", []request.Event{accepted, dead, started2}, request.StateDeadLettered, nil},
+		{"Replayed", []request.Event{accepted, dead, replayed}, request.StateQueued, func(t *testing.T, st request.Status) {
+			if st.Replays != 1 || st.Seq != 11 || st.DeadLetter != nil || !st.AcceptedAt.Equal(at(0)) {
+				t.Errorf("%+v, want queued after 1 replay at seq 11, accepted at t0", st)
+			}
+		}},
+		{"DeliveredAfterReplay", []request.Event{delivered, replayed, dead, accepted}, request.StateDelivered, func(t *testing.T, st request.Status) {
+			if st.RavenStatus != 201 || !st.DeliveredAt.Equal(at(26)) || st.Attempts != 1 || !st.Final() {
+				t.Errorf("%+v, want delivered at +26s with 201 on attempt 1", st)
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := request.StatusOf("r1", slices.Clone(tc.events))
+			if st.State != tc.want || st.ID != "r1" {
+				t.Fatalf("status %q (%+v), want %q", st.State, st, tc.want)
+			}
+			if tc.check != nil {
+				tc.check(t, st)
+			}
+		})
+	}
+}
+
+func TestValidateID(t *testing.T) {
+	good := []string{request.NewID(time.Now()), request.IDFromKey("alice", "k1")}
+	for _, id := range good {
+		if err := request.ValidateID(id); err != nil {
+			t.Errorf("%q: %v", id, err)
+		}
+	}
+	for _, id := range []string{"", "d1", "*", ">", "a.b", "0123456789abcdefghjkmnpqr*", "0123456789abcdefghjkmnpqrsu", "K0123456789abcdefghjkmnpqrs", "0123456789abcdefghjkmnpqrs.x"} {
+		if request.ValidateID(id) == nil {
+			t.Errorf("%q: accepted, want refused", id)
+		}
+	}
+}
