@@ -41,6 +41,12 @@ type Config struct {
 	// DeadLetterMaxAge is how long dead letters are kept; zero keeps them until removed.
 	// Defaults to 0 (forever).
 	DeadLetterMaxAge time.Duration
+	// StatusRetention is how long request events, and so each request's status, are
+	// kept. Defaults to 24h.
+	StatusRetention time.Duration
+	// EventsMaxBytes caps the events stream's size; past it the oldest events go. Zero or
+	// less means no cap beyond StatusRetention. Defaults to no cap.
+	EventsMaxBytes int64
 }
 
 // WithDefaults returns c with zero fields set to their defaults.
@@ -56,6 +62,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.DuplicateWindow == 0 {
 		c.DuplicateWindow = DefaultDuplicateWindow
+	}
+	if c.StatusRetention == 0 {
+		c.StatusRetention = DefaultStatusRetention
 	}
 	return c
 }
@@ -77,6 +86,9 @@ func (c Config) Validate() error {
 	}
 	if c.DeadLetterMaxAge < 0 {
 		errs = append(errs, fmt.Errorf("dead-letter max age %s: must be 0 (forever) or positive", c.DeadLetterMaxAge))
+	}
+	if c.StatusRetention < time.Minute {
+		errs = append(errs, fmt.Errorf("status retention %s: must be at least 1m", c.StatusRetention))
 	}
 	return errors.Join(errs...)
 }

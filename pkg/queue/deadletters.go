@@ -33,6 +33,7 @@ func (q *Queue) AddDeadLetter(ctx context.Context, st request.Stored, why reques
 	if st.ContentType != "" {
 		h.Set(request.HeaderContentType, st.ContentType)
 	}
+	setPlanHeaders(h, st.Request)
 	h.Set(headerDeadReason, why.Reason)
 	h.Set(headerDeadLastStatus, strconv.Itoa(why.LastStatus))
 	if why.LastError != "" {
@@ -94,7 +95,7 @@ func deadLetterOf(subject string, h nats.Header, body []byte, seq uint64, at tim
 			FirstAttempt: parse(headerDeadFirstAttempt),
 			LastAttempt:  parse(headerDeadLastAttempt),
 		},
-		DeadAt: at, BodyBytes: len(body), ContentType: st.ContentType, Body: body, Subject: subject, Headers: h,
+		DeadAt: at, BodyBytes: len(body), ContentType: st.ContentType, Body: body, Subject: subject, Headers: h, Cycle: st.Cycle,
 	}
 }
 
@@ -142,11 +143,12 @@ func (q *Queue) DeadLetters(ctx context.Context, f DeadFilter) iter.Seq2[request
 // only then removes it from the dead-letter stream. Requeueing the same dead letter twice
 // within the duplicate window (an interrupted replay run again) queues it once; requeued
 // reports whether this call queued it. A full backlog or queue is returned as the
-// ErrBacklogFull or ErrQueueFull it is, and the dead letter stays.
-func (q *Queue) Requeue(ctx context.Context, r request.DeadLetter) (requeued bool, err error) {
-	dup, err := q.requeuePublish(ctx, r)
+// ErrBacklogFull or ErrQueueFull it is, and the dead letter stays. seq is the request's
+// sequence in the request stream now.
+func (q *Queue) Requeue(ctx context.Context, r request.DeadLetter) (requeued bool, seq uint64, err error) {
+	dup, seq, err := q.requeuePublish(ctx, r)
 	if err != nil {
-		return false, err
+		return false, 0, err
 	}
 	// Removing it is retried for a while: past DUPLICATE_WINDOW, a dead letter left
 	// behind would be queued again by the next replay.
@@ -157,25 +159,25 @@ func (q *Queue) Requeue(ctx context.Context, r request.DeadLetter) (requeued boo
 		return nil
 	})
 	if err != nil {
-		return !dup, fmt.Errorf("request %s is queued again but dead letter %d could not be removed; run the replay again within %s, when it is recognised as queued, or remove it: %w",
+		return !dup, seq, fmt.Errorf("request %s is queued again but dead letter %d could not be removed; run the replay again within %s, when it is recognised as queued, or remove it: %w",
 			r.ID, r.Seq, q.cfg.DuplicateWindow, err)
 	}
-	return !dup, nil
+	return !dup, seq, nil
 }
 
 // requeuePublish is Requeue's first step: it publishes r to its client's subject and
 // says whether JetStream found it a duplicate.
-func (q *Queue) requeuePublish(ctx context.Context, r request.DeadLetter) (duplicate bool, err error) {
+func (q *Queue) requeuePublish(ctx context.Context, r request.DeadLetter) (duplicate bool, seq uint64, err error) {
 	if r.ClientID == "" {
-		return false, fmt.Errorf("dead letter %d (request %s) has no valid clientId in its subject %q: it cannot be requeued", r.Seq, r.ID, r.Subject)
+		return false, 0, fmt.Errorf("dead letter %d (request %s) has no valid clientId in its subject %q: it cannot be requeued", r.Seq, r.ID, r.Subject)
 	}
-	msg := requestMsg(request.Request{ID: r.ID, ClientID: r.ClientID, ContentType: r.ContentType, Body: r.Body})
+	msg := requestMsg(request.Request{ID: r.ID, ClientID: r.ClientID, ContentType: r.ContentType, Body: r.Body, Cycle: r.Cycle + 1})
 	// The message id names this dead letter, not the request: the request's own id may
 	// still be in the window from when ingest took it.
 	ack, err := q.js.PublishMsg(ctx, msg, jetstream.WithMsgID("replay:"+r.ID+":"+strconv.FormatUint(r.Seq, 10)),
 		jetstream.WithExpectStream(RequestStream))
 	if err != nil {
-		return false, classifyPublishError(err)
+		return false, 0, classifyPublishError(err)
 	}
-	return ack.Duplicate, nil
+	return ack.Duplicate, ack.Sequence, nil
 }

@@ -8,7 +8,8 @@ import (
 
 // RequeuePublishOnly is Requeue stopped between its two steps, as by a crash.
 func (q *Queue) RequeuePublishOnly(r request.DeadLetter) (bool, error) {
-	return q.requeuePublish(context.Background(), r)
+	dup, _, err := q.requeuePublish(context.Background(), r)
+	return dup, err
 }
 
 // ProbeWrite is one test write, as WatchWrites makes them.

@@ -23,6 +23,8 @@ type Queue struct {
 	guard  *StoreGuard // set by UseGuard when the server runs in this process
 }
 
+const maxPendingPublishes = 16384
+
 // Ensure says what Open does with the streams.
 type Ensure int
 
@@ -44,7 +46,9 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config, ensure Ensure) (*Queue
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	js, err := jetstream.New(nc)
+	// Batches and events publish many messages at once; past this many waiting for an
+	// acknowledgement, a publish waits (then fails) instead of queueing more.
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(maxPendingPublishes))
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: %w", err)
 	}
@@ -59,6 +63,9 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config, ensure Ensure) (*Queue
 		return nil, err
 	}
 	if q.dead, err = q.ensure(ctx, deadLetterStreamConfig(cfg), ensure); err != nil {
+		return nil, err
+	}
+	if _, err = q.ensure(ctx, eventStreamConfig(cfg), ensure); err != nil {
 		return nil, err
 	}
 	return q, nil
@@ -172,7 +179,7 @@ func (q *Queue) Ready(ctx context.Context) error {
 	if !q.nc.IsConnected() {
 		return fmt.Errorf("not connected to NATS (%s)", q.nc.Status())
 	}
-	for _, name := range []string{RequestStream, DeadLetterStream} {
+	for _, name := range []string{RequestStream, DeadLetterStream, EventStream} {
 		if _, err := q.js.Stream(ctx, name); err != nil {
 			return fmt.Errorf("stream %s: %w", name, err)
 		}

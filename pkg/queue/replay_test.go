@@ -65,7 +65,7 @@ func TestRequeueAfterACrashQueuesOnce(t *testing.T) {
 	if dup, err := q.RequeuePublishOnly(rec); err != nil || dup {
 		t.Fatalf("first half of the requeue: duplicate %v, err %v", dup, err)
 	}
-	queued, err := q.Requeue(ctx, rec) // the rerun
+	queued, _, err := q.Requeue(ctx, rec) // the rerun
 	if err != nil || queued {
 		t.Fatalf("requeue after the crash: queued %v, err %v; want it found already queued", queued, err)
 	}
@@ -93,7 +93,7 @@ func TestRequeueIntoAFullBacklogKeepsTheDeadLetter(t *testing.T) {
 	q := open(t, queue.Config{BacklogCap: 1})
 	rec := deadLetterOne(t, q, "bob", "req-1")
 	publish(t, q, "bob", "req-2") // fills bob's backlog
-	_, err := q.Requeue(context.Background(), rec)
+	_, _, err := q.Requeue(context.Background(), rec)
 	if !errors.Is(err, queue.ErrBacklogFull) {
 		t.Fatalf("requeue into a full backlog: %v, want ErrBacklogFull", err)
 	}

@@ -38,6 +38,64 @@ func (q *Queue) Publish(ctx context.Context, r request.Request) (request.Receipt
 	return request.Receipt{Seq: ack.Sequence, Duplicate: ack.Duplicate}, nil
 }
 
+// PublishAll stores rs together: it publishes them all at once and waits for every
+// acknowledgement, or ctx. It returns a receipt or an error (as Publish's) for each, in
+// order.
+func (q *Queue) PublishAll(ctx context.Context, rs []request.Request) ([]request.Receipt, []error) {
+	receipts, errs := make([]request.Receipt, len(rs)), make([]error, len(rs))
+	fail := func(err error) ([]request.Receipt, []error) {
+		for i := range errs {
+			errs[i] = err
+		}
+		return receipts, errs
+	}
+	if !q.nc.IsConnected() {
+		return fail(fmt.Errorf("%w: not connected to NATS (%s)", ErrUnavailable, q.nc.Status()))
+	}
+	if err := q.WriteErr(); err != nil {
+		return fail(fmt.Errorf("%w: the store does not take writes: %w", ErrUnavailable, err))
+	}
+	futures := make([]jetstream.PubAckFuture, len(rs))
+	for i, r := range rs {
+		futures[i], errs[i] = q.js.PublishMsgAsync(requestMsg(r), jetstream.WithMsgID(r.ID), jetstream.WithExpectStream(RequestStream))
+		if errs[i] != nil {
+			errs[i] = fmt.Errorf("%w: %w", ErrUnavailable, errs[i])
+		}
+	}
+	for i, f := range futures {
+		if f == nil {
+			continue
+		}
+		var ack *jetstream.PubAck
+		select {
+		case ack = <-f.Ok():
+		case errs[i] = <-f.Err():
+		default:
+			if ctx.Err() != nil { // an answer already in counts; wait no longer for the rest
+				break
+			}
+			select {
+			case ack = <-f.Ok():
+			case errs[i] = <-f.Err():
+			case <-ctx.Done():
+			}
+		}
+		switch {
+		case ack != nil:
+			receipts[i] = request.Receipt{Seq: ack.Sequence, Duplicate: ack.Duplicate}
+			q.writes.note(nil)
+		case errs[i] != nil:
+			errs[i] = classifyPublishError(errs[i])
+			q.writes.note(errs[i])
+		default:
+			// Not known to be stored: the caller hears so, and a retry with the same id
+			// is dropped as a duplicate if it was.
+			errs[i] = fmt.Errorf("%w: no acknowledgement in time: %w", ErrUnavailable, ctx.Err())
+		}
+	}
+	return receipts, errs
+}
+
 const (
 	errCodeStoreFailed           = 10077 // JSStreamStoreFailedF
 	errCodeInsufficientResources = 10023 // JSInsufficientResourcesErr
@@ -145,20 +203,36 @@ func requestMsg(r request.Request) *nats.Msg {
 	if r.ContentType != "" {
 		msg.Header.Set(request.HeaderContentType, r.ContentType)
 	}
+	setPlanHeaders(msg.Header, r)
 	msg.Data = r.Body
 	return msg
+}
+
+// setPlanHeaders writes r's not-before time and replay count, when it has them.
+func setPlanHeaders(h nats.Header, r request.Request) {
+	if !r.NotBefore.IsZero() {
+		h.Set(request.HeaderNotBefore, r.NotBefore.UTC().Format(time.RFC3339Nano))
+	}
+	if r.Cycle > 0 {
+		h.Set(request.HeaderCycle, strconv.Itoa(r.Cycle))
+	}
 }
 
 // storedOf reads a stored request (or a dead letter's request) back from its message; the
 // clientId is empty when the subject holds no valid token.
 func storedOf(subject string, h nats.Header, body []byte, seq uint64, at time.Time) request.Stored {
 	clientID, _ := request.ClientIDOf(subject)
+	// A header that does not parse (not written by this service) reads as none.
+	notBefore, _ := time.Parse(time.RFC3339Nano, h.Get(request.HeaderNotBefore))
+	cycle, _ := strconv.Atoi(h.Get(request.HeaderCycle))
 	return request.Stored{
 		Request: request.Request{
 			ID:          h.Get(request.HeaderID),
 			ClientID:    clientID,
 			ContentType: h.Get(request.HeaderContentType),
 			Body:        body,
+			NotBefore:   notBefore,
+			Cycle:       max(cycle, 0),
 		},
 		Seq:        seq,
 		Subject:    subject,

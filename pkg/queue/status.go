@@ -167,7 +167,7 @@ const MetaSubject = "dispatch.sys.jsz"
 func (q *Queue) ClusterStatus(ctx context.Context, wait time.Duration) (ClusterStatus, error) {
 	out := ClusterStatus{Connected: q.nc.ConnectedServerName(), Servers: q.pingServers(ctx, 500*time.Millisecond)}
 	out.Meta, out.MetaNote = q.metaGroup(ctx)
-	for _, name := range []string{RequestStream, DeadLetterStream, "KV_" + LeaseBucket, "KV_" + ControlBucket} {
+	for _, name := range []string{RequestStream, DeadLetterStream, EventStream, "KV_" + LeaseBucket, "KV_" + ControlBucket} {
 		ss := StreamStatus{Name: name}
 		sctx, cancel := context.WithTimeout(ctx, wait)
 		s, err := q.js.Stream(sctx, name)

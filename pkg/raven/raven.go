@@ -104,9 +104,15 @@ func New(cfg Config) (*Client, error) {
 
 // Send POSTs one attempt of st. It returns nil when raven answered 2xx.
 func (c *Client) Send(ctx context.Context, st request.Stored, attempt int) error {
+	_, err := c.SendStatus(ctx, st, attempt)
+	return err
+}
+
+// SendStatus is Send that also says raven's HTTP status (0 when it did not answer).
+func (c *Client) SendStatus(ctx context.Context, st request.Stored, attempt int) (int, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.cfg.URL, bytes.NewReader(st.Body))
 	if err != nil {
-		return &PermanentError{Err: fmt.Errorf("building request: %w", err)}
+		return 0, &PermanentError{Err: fmt.Errorf("building request: %w", err)}
 	}
 	// One attempt is one exchange on the wire. With GetBody set (NewRequest sets it for a
 	// bytes reader), net/http takes a POST carrying an Idempotency-Key for replayable and
@@ -129,11 +135,11 @@ func (c *Client) Send(ctx context.Context, st request.Stored, attempt int) error
 	req.Header.Set("User-Agent", c.cfg.UserAgent)
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return &TransientError{Err: err}
+		return 0, &TransientError{Err: err}
 	}
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxResponseBodyBytes))
 	_ = resp.Body.Close()
-	return Classify(resp.StatusCode, resp.Header.Get("Retry-After"), time.Now())
+	return resp.StatusCode, Classify(resp.StatusCode, resp.Header.Get("Retry-After"), time.Now())
 }
 
 // Classify turns an HTTP status (and Retry-After header) into an outcome.

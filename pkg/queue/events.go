@@ -1,0 +1,449 @@
+package queue
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
+	"github.com/penguinhq/dispatcher/pkg/request"
+	"github.com/penguinhq/dispatcher/pkg/retry"
+)
+
+// EventStream holds every request's events (request.Event) on request.EventPrefix
+// subjects, for StatusRetention: the durable status record and what penguin follows.
+const EventStream = "EVENTS"
+
+// DefaultStatusRetention is how long events, and so a request's status, are kept.
+const DefaultStatusRetention = 24 * time.Hour
+
+func eventStreamConfig(cfg Config) jetstream.StreamConfig {
+	maxBytes := cfg.EventsMaxBytes
+	if maxBytes <= 0 {
+		maxBytes = -1
+	}
+	return jetstream.StreamConfig{
+		Name:        EventStream,
+		Description: "Every request's outcomes (accepted, attempts, delivered, dead-lettered, replayed, purged): its status record.",
+		Subjects:    []string{request.EventPrefix + ">"},
+		Retention:   jetstream.LimitsPolicy,
+		Storage:     jetstream.FileStorage,
+		Replicas:    cfg.Replicas,
+		// The oldest events go first when a limit is reached: the status of an old
+		// request becomes unknown, nothing is refused.
+		Discard:    jetstream.DiscardOld,
+		MaxAge:     cfg.StatusRetention,
+		MaxMsgs:    -1,
+		MaxBytes:   maxBytes,
+		Duplicates: cfg.DuplicateWindow,
+		// Status reads are direct gets of the last event of each type; on a cluster a
+		// follower may answer, at most its replication lag behind.
+		AllowDirect: true,
+	}
+}
+
+// Events reads every event type's latest event of request id (its latest attempt
+// started and failed, its acceptance, ...): what request.StatusOf needs. No events: an
+// empty list.
+func (q *Queue) Events(ctx context.Context, id string) ([]request.Event, error) {
+	if err := request.ValidateID(id); err != nil {
+		return nil, err
+	}
+	body, _ := json.Marshal(struct {
+		MultiLast []string `json:"multi_last"`
+		Batch     int      `json:"batch"`
+	}{[]string{request.EventFilter(id)}, 4 * len(request.EventTypes)})
+	inbox := q.nc.NewRespInbox()
+	sub, err := q.nc.SubscribeSync(inbox)
+	if err != nil {
+		return nil, fmt.Errorf("reading events of %s: %w", id, err)
+	}
+	defer sub.Unsubscribe()
+	if err := q.nc.PublishRequest("$JS.API.DIRECT.GET."+EventStream, inbox, body); err != nil {
+		return nil, fmt.Errorf("reading events of %s: %w", id, err)
+	}
+	var out []request.Event
+	for {
+		m, err := sub.NextMsgWithContext(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("reading events of %s: %w", id, err)
+		}
+		switch status := m.Header.Get("Status"); status {
+		case "":
+		case "204": // end of the batch
+			return out, nil
+		case "404":
+			return out, nil
+		case "503":
+			return nil, fmt.Errorf("reading events of %s: %w: no responders (is stream %s there?)", id, ErrUnavailable, EventStream)
+		default:
+			return nil, fmt.Errorf("reading events of %s: status %s %s", id, status, m.Header.Get("Description"))
+		}
+		var e request.Event
+		if err := json.Unmarshal(m.Data, &e); err != nil || e.ID != id {
+			continue // not written by this service
+		}
+		out = append(out, e)
+	}
+}
+
+// Status reads request id's status from its events, and for a queued request where it
+// stands in its client's queue.
+func (q *Queue) Status(ctx context.Context, id string) (request.Status, error) {
+	events, err := q.Events(ctx, id)
+	if err != nil {
+		return request.Status{}, err
+	}
+	st := request.StatusOf(id, events)
+	st.Queue = q.Place(ctx, st)
+	return st, nil
+}
+
+// Place says where a queued request stands in its client's queue: its client's backlog,
+// and whether it is at the head. Nil when it is not queued, or that cannot be read (the
+// status stands without it).
+func (q *Queue) Place(ctx context.Context, st request.Status) *request.QueuePlace {
+	if st.State != request.StateQueued || st.ClientID == "" || st.Seq == 0 {
+		return nil
+	}
+	subject, n, ok, err := q.ClientSubject(ctx, st.ClientID)
+	if err != nil || !ok {
+		return nil
+	}
+	place := &request.QueuePlace{Backlog: n}
+	if head, ok, err := q.Head(ctx, subject); err == nil && ok {
+		place.AtHead = head.Seq == st.Seq
+	}
+	return place
+}
+
+// WatchEvents calls fn for every event written for request id from now on, until the
+// returned stop is called. It listens on the events' subjects as they are published (no
+// consumer): an event written while it is not listening is not heard, so a caller reads
+// the status after starting the watch.
+func (q *Queue) WatchEvents(id string, fn func(request.Event)) (stop func(), err error) {
+	if err := request.ValidateID(id); err != nil {
+		return nil, err
+	}
+	sub, err := q.nc.Subscribe(request.EventFilter(id), func(m *nats.Msg) {
+		var e request.Event
+		if json.Unmarshal(m.Data, &e) == nil && e.ID == id {
+			fn(e)
+		}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("watching events of %s: %w", id, err)
+	}
+	return func() { _ = sub.Unsubscribe() }, nil
+}
+
+// EventWriter writes events to the events stream without ever holding up its caller for
+// long: Record queues an event and returns; a loop (Run) publishes them in the order
+// recorded, many at once, and retries a failed write until it lands. WriteNow queues
+// one and waits (up to its context) until it and everything recorded before it are
+// written. Only more than its buffer of events waiting at once (the stream unwritable
+// for long) makes it drop one, counted and logged.
+type EventWriter struct {
+	js       jetstream.JetStream
+	log      zerolog.Logger
+	instance string
+	in       chan queuedEvent
+	metrics  eventMetrics
+
+	failing atomic.Bool // the last write failed: WriteNow does not wait then
+
+	mu      sync.Mutex
+	pending int           // recorded and not yet written
+	idle    chan struct{} // closed when pending drops to zero
+	dropped bool          // a drop was logged since the last success
+}
+
+// queuedEvent is an event waiting to be written; done, if not nil, is closed once it is.
+type queuedEvent struct {
+	request.Event
+	done chan struct{}
+}
+
+// Defaults for the event writer.
+const (
+	DefaultEventBuffer = 100_000
+	eventBatch         = 512
+	eventAckWait       = 5 * time.Second
+	eventRetryMax      = time.Second
+)
+
+// NewEventWriter returns a writer for this queue's events stream; instance names the
+// writing process in each event. buffer bounds the events waiting (DefaultEventBuffer
+// if zero). Start its loop with Run.
+func (q *Queue) NewEventWriter(instance string, buffer int, reg prometheus.Registerer, log zerolog.Logger) *EventWriter {
+	if buffer <= 0 {
+		buffer = DefaultEventBuffer
+	}
+	return &EventWriter{js: q.js, log: log.With().Str("component", "events").Logger(), instance: instance,
+		in: make(chan queuedEvent, buffer), metrics: newEventMetrics(reg)}
+}
+
+// Record queues e to be written. It never blocks: with the buffer full it drops e,
+// counts it and logs once until a write succeeds again.
+func (w *EventWriter) Record(e request.Event) { w.enqueue(e, nil) }
+
+// WriteNow queues e and waits until it is written, or ctx ends (it stays queued then).
+// Dispatchers write final events this way before removing the request from the queue,
+// so that a crash right after the removal cannot lose them; going through the queue
+// keeps them after the request's earlier events. While writes fail it does not wait:
+// the events stream being down must not hold up every lane.
+func (w *EventWriter) WriteNow(ctx context.Context, e request.Event) {
+	done := make(chan struct{})
+	if !w.enqueue(e, done) || w.failing.Load() {
+		return
+	}
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
+}
+
+func (w *EventWriter) enqueue(e request.Event, done chan struct{}) bool {
+	if w == nil || !writable(e) {
+		return false
+	}
+	if e.Instance == "" {
+		e.Instance = w.instance
+	}
+	if e.At.IsZero() {
+		e.At = time.Now()
+	}
+	w.mu.Lock()
+	select {
+	case w.in <- queuedEvent{Event: e, done: done}:
+		w.pending++
+		w.mu.Unlock()
+		return true
+	default:
+		logIt := !w.dropped
+		w.dropped = true
+		w.mu.Unlock()
+		w.metrics.dropped.Inc()
+		if logIt {
+			w.log.Error().Str("request_id", e.ID).Str("type", e.Type).
+				Msg("events are not being written (the events stream does not take them) and the buffer is full: dropping events, so some statuses will lag; see dispatch_events_dropped_total")
+		}
+		return false
+	}
+}
+
+// writable says whether e names a request this service stored: one published straight
+// to a request subject may have any id, which must not become an event subject.
+func writable(e request.Event) bool { return e.ClientID != "" && request.ValidateID(e.ID) == nil }
+
+// Flush waits until every event recorded so far is written, or ctx ends.
+func (w *EventWriter) Flush(ctx context.Context) error {
+	for {
+		w.mu.Lock()
+		if w.pending == 0 {
+			w.mu.Unlock()
+			return nil
+		}
+		if w.idle == nil {
+			w.idle = make(chan struct{})
+		}
+		idle := w.idle
+		w.mu.Unlock()
+		select {
+		case <-idle:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+func (w *EventWriter) done(n int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.pending -= n
+	if n > 0 {
+		w.dropped = false
+	}
+	if w.pending == 0 && w.idle != nil {
+		close(w.idle)
+		w.idle = nil
+	}
+}
+
+// Run writes events until ctx ends, then for up to grace more to write what is waiting.
+func (w *EventWriter) Run(ctx context.Context, grace time.Duration) {
+	var retry []queuedEvent // failed writes: they go first, in order
+	wait := 50 * time.Millisecond
+	flushing := false
+	var stopAt time.Time
+	for {
+		batch := retry
+		retry = nil
+		if len(batch) == 0 {
+			select {
+			case e := <-w.in:
+				batch = append(batch, e)
+			case <-ctx.Done():
+				if flushing || len(w.in) == 0 {
+					return
+				}
+				flushing, stopAt = true, time.Now().Add(grace)
+				continue
+			}
+		}
+	fill:
+		for len(batch) < eventBatch {
+			select {
+			case e := <-w.in:
+				batch = append(batch, e)
+			default:
+				break fill
+			}
+		}
+		retry = w.write(batch)
+		w.done(len(batch) - len(retry))
+		if flushing && (time.Now().After(stopAt) || len(retry) == 0 && len(w.in) == 0) {
+			if n := len(retry) + len(w.in); n > 0 {
+				w.log.Warn().Int("events", n).Msg("stopping with events not written: those requests' statuses lag until their next event")
+			}
+			return
+		}
+		if len(retry) == 0 {
+			wait = 50 * time.Millisecond
+			continue
+		}
+		w.metrics.retried.Add(float64(len(retry)))
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			if !flushing {
+				flushing, stopAt = true, time.Now().Add(grace)
+			}
+		}
+		wait = min(2*wait, eventRetryMax)
+	}
+}
+
+// write publishes batch at once and waits for the acknowledgements; it returns the
+// events to write again, in order. A failed event that is not final is given up when a
+// later event of the same request follows it in the batch: written now, it would land
+// after that one.
+func (w *EventWriter) write(batch []queuedEvent) []queuedEvent {
+	futures := make([]jetstream.PubAckFuture, len(batch))
+	errs := make([]error, len(batch))
+	for i, e := range batch {
+		futures[i], errs[i] = w.js.PublishMsgAsync(eventMsg(e.Event), jetstream.WithMsgID(eventMsgID(e.Event)), jetstream.WithExpectStream(EventStream))
+	}
+	deadline := time.NewTimer(eventAckWait)
+	defer deadline.Stop()
+	for i, f := range futures {
+		if errs[i] != nil {
+			continue
+		}
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			errs[i] = err
+		case <-deadline.C:
+			errs[i] = errors.New("no acknowledgement within " + eventAckWait.String())
+			deadline.Reset(0) // the rest have had as long
+		}
+	}
+	var retry []queuedEvent
+	later := map[string]bool{} // requests with a later event in the batch
+	for i := len(batch) - 1; i >= 0; i-- {
+		e := batch[i]
+		switch {
+		case errs[i] == nil:
+			w.metrics.written.Inc()
+			e.finish()
+		case e.Final() || !later[e.ID]:
+			retry = append(retry, e)
+		default:
+			e.finish() // given up: nobody waits for it
+		}
+		later[e.ID] = true
+	}
+	err := firstErr(errs)
+	switch was := w.failing.Swap(err != nil); {
+	case err != nil && !was:
+		w.log.Warn().Err(err).Int("events", len(retry)).Msg("writing request events failed; retrying until they land (statuses lag meanwhile)")
+	case err == nil && was:
+		w.log.Info().Msg("request events are written again")
+	}
+	slices.Reverse(retry)
+	return retry
+}
+
+func (e queuedEvent) finish() {
+	if e.done != nil {
+		close(e.done)
+	}
+}
+
+func firstErr(errs []error) error {
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// WriteEvent writes e and waits for the acknowledgement, retrying a few times within
+// ctx: for processes that write an event now and then (a replay) and have no writer.
+func (q *Queue) WriteEvent(ctx context.Context, e request.Event) error {
+	if e.At.IsZero() {
+		e.At = time.Now()
+	}
+	if err := request.ValidateID(e.ID); err != nil || e.ClientID == "" {
+		return fmt.Errorf("event of request %q: not a request this service stored", e.ID)
+	}
+	_, err := retry.Do(ctx, retry.Policy{First: 100 * time.Millisecond, Max: time.Second, Tries: 5}, func(ctx context.Context) error {
+		_, err := q.js.PublishMsg(ctx, eventMsg(e), jetstream.WithMsgID(eventMsgID(e)), jetstream.WithExpectStream(EventStream))
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("writing the %s event of request %s: %w", e.Type, e.ID, err)
+	}
+	return nil
+}
+
+func eventMsg(e request.Event) *nats.Msg {
+	m := nats.NewMsg(e.Subject())
+	m.Data, _ = json.Marshal(e)
+	return m
+}
+
+// eventMsgID makes a write retried after its acknowledgement was lost land once.
+func eventMsgID(e request.Event) string {
+	return e.ID + ":" + e.Type + ":" + strconv.Itoa(e.Cycle) + ":" + strconv.Itoa(e.Attempt) + ":" + strconv.FormatUint(e.Seq, 10) + ":" + e.Instance
+}
+
+type eventMetrics struct {
+	written, retried, dropped prometheus.Counter
+}
+
+func newEventMetrics(reg prometheus.Registerer) eventMetrics {
+	m := eventMetrics{
+		written: prometheus.NewCounter(prometheus.CounterOpts{Name: "dispatch_events_written_total", Help: "Request events written to the events stream."}),
+		retried: prometheus.NewCounter(prometheus.CounterOpts{Name: "dispatch_events_retried_total", Help: "Event writes that failed and were retried."}),
+		dropped: prometheus.NewCounter(prometheus.CounterOpts{Name: "dispatch_events_dropped_total", Help: "Events dropped because the writer's buffer was full (the events stream not taking writes for long): those requests' statuses lag."}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.written, m.retried, m.dropped)
+	}
+	return m
+}

@@ -1,0 +1,158 @@
+package queue_test
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
+	"github.com/penguinhq/dispatcher/pkg/queue"
+	"github.com/penguinhq/dispatcher/pkg/queue/queuetest"
+	"github.com/penguinhq/dispatcher/pkg/request"
+)
+
+// runWriter runs an event writer on q until the test ends.
+func runWriter(t *testing.T, q *queue.Queue, reg prometheus.Registerer) *queue.EventWriter {
+	t.Helper()
+	w := q.NewEventWriter("test", 0, reg, zerolog.Nop())
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); w.Run(ctx, time.Second) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return w
+}
+
+// Events recorded are written in the order recorded, a WriteNow after the events before
+// it, and read back as the request's status.
+func TestEventWriterKeepsOrder(t *testing.T) {
+	t.Parallel()
+	srv := queuetest.Server(t)
+	nc := queuetest.Conn(t, srv)
+	q, err := queue.Open(context.Background(), nc, queue.Config{}, queue.CreateOrUpdate)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := runWriter(t, q, nil)
+	id := request.NewID(time.Now())
+	t0 := time.Now()
+	ev := func(typ string, attempt int) request.Event {
+		return request.Event{Type: typ, ID: id, ClientID: "a.b *>", Attempt: attempt, At: t0.Add(time.Duration(len(typ)+attempt) * time.Millisecond)}
+	}
+	w.Record(ev(request.EventAccepted, 0))
+	for a := 1; a <= 3; a++ {
+		w.Record(ev(request.EventAttemptStarted, a))
+		w.Record(ev(request.EventAttemptFailed, a))
+	}
+	w.Record(ev(request.EventAttemptStarted, 4))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	w.WriteNow(ctx, ev(request.EventDelivered, 4))
+	w.Record(request.Event{Type: request.EventAccepted, ID: "not-an-id", ClientID: "x"}) // never a subject
+	if err := w.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	js, _ := jetstream.New(nc)
+	stream, err := js.Stream(ctx, queue.EventStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := stream.Info(ctx)
+	if err != nil || info.State.Msgs != 9 {
+		t.Fatalf("events stream holds %+v (%v), want the 9 events of one request", info.State, err)
+	}
+	var got []string
+	for seq := uint64(1); seq <= info.State.LastSeq; seq++ {
+		m, err := stream.GetMsg(ctx, seq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, m.Subject[len(request.EventPrefix):])
+	}
+	token := request.EncodeClientID("a.b *>")
+	want := []string{token + "." + id + ".accepted"}
+	for a := 1; a <= 3; a++ {
+		want = append(want, token+"."+id+".attempt_started", token+"."+id+".attempt_failed")
+	}
+	want = append(want, token+"."+id+".attempt_started", token+"."+id+".delivered")
+	if !slices.Equal(got, want) {
+		t.Fatalf("stored\n%v\nwant\n%v", got, want)
+	}
+	st, err := q.Status(ctx, id)
+	if err != nil || st.State != request.StateDelivered || st.Attempts != 4 || st.ClientID != "a.b *>" {
+		t.Fatalf("status: %+v %v, want delivered after 4 attempts", st, err)
+	}
+	if st, err := q.Status(ctx, request.NewID(time.Now())); err != nil || st.State != request.StateUnknown {
+		t.Fatalf("status of an id without events: %+v %v, want unknown", st, err)
+	}
+	if _, err := q.Status(ctx, "a.*"); err == nil {
+		t.Fatal("status of a malformed id: no error")
+	}
+}
+
+// An event whose write fails is retried until it lands: here the events stream is gone
+// for a while (deleted), and the events recorded meanwhile are written once it is back.
+func TestEventWriterRetriesUntilWritten(t *testing.T) {
+	t.Parallel()
+	srv := queuetest.Server(t)
+	nc := queuetest.Conn(t, srv)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	q, err := queue.Open(ctx, nc, queue.Config{}, queue.CreateOrUpdate)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	w := runWriter(t, q, reg)
+	js, _ := jetstream.New(nc)
+	if err := js.DeleteStream(ctx, queue.EventStream); err != nil {
+		t.Fatal(err)
+	}
+	id := request.NewID(time.Now())
+	w.Record(request.Event{Type: request.EventAccepted, ID: id, ClientID: "c"})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		wctx, wcancel := context.WithTimeout(ctx, 200*time.Millisecond)
+		defer wcancel()
+		w.WriteNow(wctx, request.Event{Type: request.EventDelivered, ID: id, ClientID: "c", Attempt: 1})
+	}()
+	<-done // WriteNow gave up waiting; the event stays queued
+	deadline := time.Now().Add(10 * time.Second)
+	for counter(t, reg, "dispatch_events_retried_total") == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("no write was retried while the stream was gone")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if _, err := queue.Open(ctx, nc, queue.Config{}, queue.CreateMissing); err != nil { // the stream is back
+		t.Fatal(err)
+	}
+	if err := w.Flush(ctx); err != nil {
+		t.Fatalf("events not written after the stream came back: %v", err)
+	}
+	st, err := q.Status(ctx, id)
+	if err != nil || st.State != request.StateDelivered {
+		t.Fatalf("status: %+v %v, want delivered", st, err)
+	}
+}
+
+// counter reads a counter's value from reg.
+func counter(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			return mf.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	t.Fatalf("%s is not registered", name)
+	return 0
+}
