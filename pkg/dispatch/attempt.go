@@ -93,13 +93,16 @@ func (d *Dispatcher) work(ctx context.Context, job Job, sendBy time.Time) Result
 		if lapsed(sendBy, d.now()) {
 			return Result{Subject: job.Subject, Kind: Held}
 		}
-		res := d.bury(ctx, job, st, request.Verdict{Reason: request.ReasonPurged})
+		res := d.bury(ctx, job, st, request.Verdict{Reason: request.ReasonPurged, Attempts: attemptsOf(job, st)})
 		if res.Kind == DeadLettered {
 			d.log.Info().Str("client_id", st.ClientID).Str("request_id", st.ID).Msg("request purged to the dead-letter stream")
 		}
 		return res
 	case job.Paused:
 		return Result{Subject: job.Subject, Kind: Parked}
+	case st.NotBefore.After(job.SendAt):
+		// Not before its time: the lane waits, and its client's later requests with it.
+		return Result{Subject: job.Subject, Kind: NotYet, NotBefore: st.NotBefore}
 	}
 	// The head was read up to the scheduler's lead in advance: start on time, not before.
 	if !sleepUntil(ctx, d.now, job.SendAt) {
@@ -130,15 +133,20 @@ func sleepUntil(ctx context.Context, now clock, t time.Time) bool {
 // attempt sends st to raven once, and acts on the answer: removes it, dead-letters it, or
 // has the lane retry it.
 func (d *Dispatcher) attempt(ctx context.Context, job Job, st request.Stored, sendBy time.Time) Result {
-	attempt, first := 1, time.Time{}
+	attempt, first := attemptsOf(job, st)+1, time.Time{}
 	if st.Seq == job.HeadSeq {
-		attempt, first = job.Attempts+1, job.FirstAttempt
+		first = job.FirstAttempt
 	}
 	start := d.now()
 	if first.IsZero() {
 		first = start
 	}
-	err := d.snd.Send(ctx, st, attempt)
+	if d.cfg.Events != nil {
+		ev := eventOf(st, request.EventAttemptStarted)
+		ev.Attempt, ev.At = attempt, start
+		d.cfg.Events.Record(ev)
+	}
+	status, err := d.send(ctx, st, attempt)
 	end := d.now()
 	judged := judge(err)
 	d.cfg.Metrics.attempt(start, end, job.PrevEnd, job.Interval, judged)
@@ -159,6 +167,11 @@ func (d *Dispatcher) attempt(ctx context.Context, job Job, st request.Stored, se
 	res.Refused, res.PauseAll = overloaded(err, why.LastStatus)
 	switch judged {
 	case OutcomeDelivered:
+		if d.cfg.Events != nil {
+			ev := eventOf(st, request.EventDelivered)
+			ev.Attempt, ev.At, ev.Status = attempt, end, status
+			d.writeNow(ctx, ev)
+		}
 		if d.remove(ctx, st, sendBy) != nil {
 			res.Kind = Failed // shutting down; the request stays and is sent again later
 			return res
@@ -178,6 +191,14 @@ func (d *Dispatcher) attempt(ctx context.Context, job Job, st request.Stored, se
 			}
 			res.Kind, res.Seq, res.Attempts, res.FirstAttempt = Retry, st.Seq, attempt, first
 			about(d.log.Info()).Err(err).Dur("retry_after", res.RetryAfter).Msg(LogAttemptFailed)
+			if d.cfg.Events != nil {
+				ev := eventOf(st, request.EventAttemptFailed)
+				ev.Attempt, ev.At, ev.Status = attempt, end, why.LastStatus
+				if why.LastStatus == 0 {
+					ev.Error = err.Error()
+				}
+				d.cfg.Events.Record(ev)
+			}
 			return res
 		}
 	}
@@ -243,14 +264,66 @@ func (d *Dispatcher) remove(ctx context.Context, st request.Stored, sendBy time.
 }
 
 // finish moves st to the dead-letter stream, then removes it from the queue, retrying
-// both until they succeed or ctx ends.
+// both until they succeed or ctx ends. Its event is written in between: once the dead
+// letter exists, and before the request leaves the queue.
 func (d *Dispatcher) finish(ctx context.Context, st request.Stored, why request.Verdict) error {
+	written := false
 	return d.retry(ctx, false, func() error {
-		if err := d.src.AddDeadLetter(ctx, st, why); err != nil {
-			return err
+		if !written {
+			if err := d.src.AddDeadLetter(ctx, st, why); err != nil {
+				return err
+			}
+			written = true
+			if d.cfg.Events != nil {
+				ev := eventOf(st, request.EventDeadLettered)
+				if why.Reason == request.ReasonPurged {
+					ev.Type = request.EventPurged
+				}
+				ev.Reason, ev.Attempt, ev.Status, ev.Error = why.Reason, why.Attempts, why.LastStatus, why.LastError
+				d.writeNow(ctx, ev)
+			}
 		}
 		return d.src.Delete(ctx, st.Seq)
 	})
+}
+
+// eventWait bounds the wait for a final event's write before the request is removed
+// all the same (the event writer then keeps retrying it).
+const eventWait = 2 * time.Second
+
+func (d *Dispatcher) writeNow(ctx context.Context, ev request.Event) {
+	ctx, cancel := context.WithTimeout(ctx, eventWait)
+	defer cancel()
+	d.cfg.Events.WriteNow(ctx, ev)
+}
+
+// eventOf is the event of type typ about st, At to be set by the caller.
+func eventOf(st request.Stored, typ string) request.Event {
+	ev := request.Event{Type: typ, ID: st.ID, ClientID: st.ClientID, Cycle: st.Cycle, NotBefore: st.NotBefore}
+	if st.Cycle == 0 {
+		ev.AcceptedAt = st.AcceptedAt
+	}
+	return ev
+}
+
+// attemptsOf is how many attempts of st this dispatcher made so far: those of the lane's
+// head when st is still it.
+func attemptsOf(job Job, st request.Stored) int {
+	if st.Seq == job.HeadSeq {
+		return job.Attempts
+	}
+	return 0
+}
+
+// send makes the attempt, and says raven's status when the Sender tells it.
+func (d *Dispatcher) send(ctx context.Context, st request.Stored, attempt int) (int, error) {
+	if s, ok := d.snd.(interface {
+		SendStatus(ctx context.Context, st request.Stored, attempt int) (int, error)
+	}); ok {
+		return s.SendStatus(ctx, st, attempt)
+	}
+	err := d.snd.Send(ctx, st, attempt)
+	return statusOf(err), err
 }
 
 // retry runs op until it succeeds or ctx ends, backing off up to 2s between tries. The

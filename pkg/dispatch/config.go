@@ -58,6 +58,9 @@ type Config struct {
 	Steering Steering
 	// Metrics, if not nil, counts what the dispatcher does.
 	Metrics *Metrics
+	// Events, if not nil, hears each request's outcomes: attempts started and failed,
+	// delivered, dead-lettered, purged.
+	Events Events
 	// RecentDeliveries is how many deliveries are remembered by id for operators
 	// (Delivered); about 150 bytes each. Negative remembers none. Defaults to 10000.
 	RecentDeliveries int

@@ -48,6 +48,9 @@ const (
 	Held
 	// Parked: the client is paused and has nothing to purge; the lane waits for a resume.
 	Parked
+	// NotYet: the head request's not-before time is later than the job's SendAt; the lane
+	// waits until then. Nothing was sent.
+	NotYet
 )
 
 // Result is what a worker reports back for a Job.
@@ -63,6 +66,8 @@ type Result struct {
 	AttemptEnd time.Time
 	// RetryAfter is raven's Retry-After for a Retry, zero when it gave none.
 	RetryAfter time.Duration
+	// NotBefore is, for NotYet, the head request's not-before time.
+	NotBefore time.Time
 	// For an attempt, what raven's budget learns from it: how long it took, whether raven
 	// refused it as overloaded (429, 503, or a timeout), and for a 503 with Retry-After
 	// how long raven asked every sender to wait.

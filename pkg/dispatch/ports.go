@@ -26,6 +26,16 @@ type Source interface {
 	AddDeadLetter(ctx context.Context, st request.Stored, why request.Verdict) error
 }
 
+// Events records requests' outcomes (the queue's event writer). Neither method may hold
+// up a lane for long: Record only queues the event, WriteNow waits for its write up to
+// ctx and otherwise leaves it queued.
+type Events interface {
+	Record(e request.Event)
+	// WriteNow writes a final event before the request leaves the queue, so that a crash
+	// right after the removal cannot lose it.
+	WriteNow(ctx context.Context, e request.Event)
+}
+
 // Steering is where operators' steering comes from, shared by every instance.
 type Steering interface {
 	// WatchSteering returns the steering in force now, then calls fn with every later

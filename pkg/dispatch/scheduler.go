@@ -260,6 +260,9 @@ func (s *Scheduler) Done(r Result, now time.Time) {
 		} else { // resumed while the worker looked
 			s.schedule(l, now)
 		}
+	case NotYet:
+		// The head's attempts so far (none, as a rule) stay with it.
+		s.schedule(l, later(r.NotBefore, now))
 	case Failed:
 		s.schedule(l, now.Add(failedRetry))
 	case Held:
