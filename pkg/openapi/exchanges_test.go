@@ -1,0 +1,380 @@
+package openapi_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/rs/zerolog"
+
+	"github.com/penguinhq/dispatcher/pkg/admin"
+	"github.com/penguinhq/dispatcher/pkg/ingest"
+	"github.com/penguinhq/dispatcher/pkg/openapi"
+	"github.com/penguinhq/dispatcher/pkg/openapi/openapitest"
+	"github.com/penguinhq/dispatcher/pkg/queue"
+	"github.com/penguinhq/dispatcher/pkg/queue/queuetest"
+	"github.com/penguinhq/dispatcher/pkg/request"
+)
+
+// publisher stores nothing: it answers with err, or a receipt.
+type publisher struct {
+	err       error
+	duplicate bool
+}
+
+func (p publisher) Publish(context.Context, request.Request) (request.Receipt, error) {
+	if p.err != nil {
+		return request.Receipt{}, p.err
+	}
+	return request.Receipt{Seq: 1, Duplicate: p.duplicate}, nil
+}
+
+func (p publisher) PublishAll(ctx context.Context, rs []request.Request) ([]request.Receipt, []error) {
+	receipts, errs := make([]request.Receipt, len(rs)), make([]error, len(rs))
+	for i, r := range rs {
+		receipts[i], errs[i] = p.Publish(ctx, r)
+	}
+	return receipts, errs
+}
+
+type readiness struct{ err error }
+
+// statuses answers status reads from events kept by request id; an id without events
+// is unknown, and the id failing fails.
+type statuses struct {
+	events  map[string][]request.Event
+	failing string
+}
+
+func (s statuses) Events(_ context.Context, id string) ([]request.Event, error) {
+	if id == s.failing {
+		return nil, errors.New("no leader")
+	}
+	return s.events[id], nil
+}
+
+func (s statuses) Place(_ context.Context, st request.Status) *request.QueuePlace {
+	if st.State != request.StateQueued {
+		return nil
+	}
+	return &request.QueuePlace{Backlog: 3, AtHead: true}
+}
+
+func (s statuses) WatchEvents(string, func(request.Event)) (func(), error) { return func() {}, nil }
+
+func (r readiness) Ready(context.Context) error { return r.err }
+
+// exchange is one call and the status it must get.
+type exchange struct {
+	name, method, path, body string
+	header                   map[string]string
+	want                     int
+}
+
+// run makes each exchange with client against base, failing on a status other than
+// the one wanted; client's Checker does the rest.
+func run(t *testing.T, client *http.Client, base string, exchanges []exchange) {
+	t.Helper()
+	for _, x := range exchanges {
+		var body io.Reader
+		if x.body != "" {
+			body = strings.NewReader(x.body)
+		}
+		req, err := http.NewRequest(x.method, base+x.path, body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for k, v := range x.header {
+			req.Header.Set(k, v)
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatalf("%s: %v", x.name, err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != x.want {
+			t.Errorf("%s: %s %s answered %d %s, want %d", x.name, x.method, x.path, resp.StatusCode, b, x.want)
+		}
+	}
+}
+
+func get(t *testing.T, client *http.Client, url, ifNoneMatch string) response {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ifNoneMatch != "" {
+		req.Header.Set("If-None-Match", ifNoneMatch)
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return response{resp, b}
+}
+
+// serveIngest serves the real ingest API with pub and ready, and returns its URL and a
+// client that holds every exchange to the ingest document.
+func serveIngest(t *testing.T, cfg ingest.Config, pub ingest.Publisher, ready ingest.Readiness) (string, *http.Client) {
+	t.Helper()
+	api, err := ingest.New(cfg, pub, ready, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(api.Handler())
+	t.Cleanup(srv.Close)
+	return srv.URL, &http.Client{Transport: openapitest.NewChecker(t, openapi.Ingest()).Transport(t, nil)}
+}
+
+// TestIngestExchanges holds the ingest API's answers, each kind of them, to the document.
+func TestIngestExchanges(t *testing.T) {
+	t.Parallel()
+	const (
+		post = http.MethodPost
+		path = "/v1/requests"
+	)
+	jsonCT := map[string]string{"Content-Type": "application/json", "X-Client-Id": "penguin-7"}
+	t.Run("OK", func(t *testing.T) {
+		t.Parallel()
+		url, client := serveIngest(t, ingest.Config{MaxBodyBytes: 64}, publisher{}, readiness{})
+		run(t, client, url, []exchange{
+			{"header clientId", post, path, `{"a":1}`, jsonCT, 202},
+			{"body clientId", post, path, `{"clientId":"penguin-7","a":[1,2]}`, map[string]string{"Content-Type": "application/cloudevents+json"}, 202},
+			{"idempotency key", post, path, `[1]`, map[string]string{"Content-Type": "application/json", "X-Client-Id": "p", "Idempotency-Key": "order-1"}, 202},
+			{"malformed", post, path, `{"a":`, jsonCT, 400},
+			{"no clientId", post, path, `{"a":1}`, map[string]string{"Content-Type": "application/json"}, 400},
+			{"clientId not a string", post, path, `{"clientId":7}`, map[string]string{"Content-Type": "application/json"}, 400},
+			{"idempotency key invalid", post, path, `{}`, map[string]string{"Content-Type": "application/json", "X-Client-Id": "p", "Idempotency-Key": "é"}, 400},
+			{"not JSON", post, path, `a=1`, map[string]string{"Content-Type": "application/x-www-form-urlencoded", "X-Client-Id": "p"}, 415},
+			{"too large", post, path, `{"a":"` + strings.Repeat("x", 100) + `"}`, jsonCT, 413},
+			{"not before delay", post, path, `{}`, map[string]string{"Content-Type": "application/json", "X-Client-Id": "p", "Not-Before": "90"}, 202},
+			{"not before time", post, path, `{}`, map[string]string{"Content-Type": "application/json", "X-Client-Id": "p", "Not-Before": time.Now().Add(time.Hour).Format(time.RFC3339)}, 202},
+			{"not before too far", post, path, `{}`, map[string]string{"Content-Type": "application/json", "X-Client-Id": "p", "Not-Before": "99999999"}, 400},
+			{"not before invalid", post, path, `{}`, map[string]string{"Content-Type": "application/json", "X-Client-Id": "p", "Not-Before": "tomorrow"}, 400},
+			{"batch", post, path + "/batch", `[{"clientId":"p","body":{"a":1}},{"clientId":"q","body":[1],"notBefore":30,"idempotencyKey":"k"}]`, map[string]string{"Content-Type": "application/json"}, 200},
+			{"batch items refused", post, path + "/batch", `[{"clientId":"p"},{"clientId":"p","body":1,"extra":2},7,{"clientId":"p","body":"` + strings.Repeat("x", 100) + `"}]`, map[string]string{"Content-Type": "application/json"}, 200},
+			{"batch NDJSON", post, path + "/batch", "{\"clientId\":\"p\",\"body\":{}}\n\n{\"clientId\":\"p\",\"body\":null}\nnot JSON\n", map[string]string{"Content-Type": "application/x-ndjson"}, 200},
+			{"batch empty", post, path + "/batch", `[]`, map[string]string{"Content-Type": "application/json"}, 400},
+			{"batch not an array", post, path + "/batch", `{"clientId":"p","body":{}}`, map[string]string{"Content-Type": "application/json"}, 400},
+			{"batch not JSON", post, path + "/batch", `a=1`, map[string]string{"Content-Type": "text/plain"}, 415},
+			{"status disabled", http.MethodGet, path + "/" + request.NewID(time.Now()), "", nil, 501},
+			{"openapi.json", http.MethodGet, "/v1/openapi.json", "", nil, 200},
+			{"healthz", http.MethodGet, "/healthz", "", nil, 200},
+			{"readyz", http.MethodGet, "/readyz", "", nil, 200},
+			{"no route", http.MethodGet, "/v2/nothing", "", nil, 404},
+			{"wrong method", http.MethodDelete, "/healthz", "", nil, 405},
+		})
+	})
+	t.Run("Duplicate", func(t *testing.T) {
+		t.Parallel()
+		url, client := serveIngest(t, ingest.Config{}, publisher{duplicate: true}, readiness{})
+		run(t, client, url, []exchange{{"duplicate", post, path, `{}`, map[string]string{"Content-Type": "application/json", "X-Client-Id": "p", "Idempotency-Key": "k"}, 202}})
+	})
+	for _, c := range []struct {
+		name string
+		err  error
+		want int
+	}{
+		{"BacklogFull", queue.ErrBacklogFull, 429},
+		{"QueueFull", queue.ErrQueueFull, 503},
+		{"Unavailable", errors.New("no leader"), 503},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			url, client := serveIngest(t, ingest.Config{}, publisher{err: c.err}, readiness{})
+			run(t, client, url, []exchange{{c.name, post, path, `{}`, jsonCT, c.want}})
+		})
+	}
+	t.Run("BatchTooLarge", func(t *testing.T) {
+		t.Parallel()
+		url, client := serveIngest(t, ingest.Config{BatchMaxItems: 1}, publisher{}, readiness{})
+		run(t, client, url, []exchange{{"too many", post, path + "/batch", `[{"clientId":"p","body":1},{"clientId":"p","body":2}]`, map[string]string{"Content-Type": "application/json"}, 413}})
+	})
+	t.Run("BatchRefused", func(t *testing.T) {
+		t.Parallel()
+		url, client := serveIngest(t, ingest.Config{}, publisher{err: queue.ErrBacklogFull}, readiness{})
+		run(t, client, url, []exchange{{"backlog full", post, path + "/batch", `[{"clientId":"p","body":1}]`, map[string]string{"Content-Type": "application/json"}, 200}})
+	})
+	t.Run("Status", func(t *testing.T) {
+		t.Parallel()
+		now := time.Now().UTC()
+		id := func(n int) string { return request.NewID(now.Add(time.Duration(n) * time.Millisecond)) }
+		accepted := func(id string) request.Event {
+			return request.Event{Type: request.EventAccepted, ID: id, ClientID: "p", At: now, AcceptedAt: now, NotBefore: now.Add(time.Minute), Seq: 9}
+		}
+		ev := func(id, typ string, attempt, status int, reason string) request.Event {
+			return request.Event{Type: typ, ID: id, ClientID: "p", At: now.Add(time.Second), Attempt: attempt, Status: status, Error: "raven said no", Reason: reason, Cycle: 1}
+		}
+		queued, inFlight, delivered, dead, unknown, failing := id(1), id(2), id(3), id(4), id(5), id(6)
+		st := statuses{failing: failing, events: map[string][]request.Event{
+			queued:    {accepted(queued), ev(queued, request.EventAttemptFailed, 1, 500, "")},
+			inFlight:  {accepted(inFlight), ev(inFlight, request.EventAttemptStarted, 2, 0, "")},
+			delivered: {accepted(delivered), ev(delivered, request.EventDelivered, 3, 200, "")},
+			dead:      {accepted(dead), ev(dead, request.EventDeadLettered, 3, 400, request.ReasonPermanent)},
+		}}
+		url, client := serveIngest(t, ingest.Config{Status: st}, publisher{}, readiness{})
+		get := http.MethodGet
+		run(t, client, url, []exchange{
+			{"queued", get, path + "/" + queued, "", nil, 200},
+			{"in flight", get, path + "/" + inFlight, "", nil, 200},
+			{"delivered", get, path + "/" + delivered + "?wait=1s", "", nil, 200},
+			{"dead-lettered", get, path + "/" + dead, "", nil, 200},
+			{"unknown", get, path + "/" + unknown + "?wait=1ms", "", nil, 200},
+			{"id invalid", get, path + "/not-an-id", "", nil, 400},
+			{"wait invalid", get, path + "/" + queued + "?wait=soon", "", nil, 400},
+			{"unavailable", get, path + "/" + failing, "", nil, 503},
+		})
+	})
+	t.Run("NotReady", func(t *testing.T) {
+		t.Parallel()
+		url, client := serveIngest(t, ingest.Config{}, publisher{}, readiness{err: errors.New("no stream")})
+		run(t, client, url, []exchange{{"not ready", http.MethodGet, "/readyz", "", nil, 503}})
+	})
+	t.Run("Unauthorized", func(t *testing.T) {
+		t.Parallel()
+		tokens, err := ingest.NewTokens("", []string{"tok"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		url, client := serveIngest(t, ingest.Config{Tokens: tokens}, publisher{}, readiness{})
+		run(t, client, url, []exchange{
+			{"no token", post, path, `{}`, jsonCT, 401},
+			{"token", post, path, `{}`, map[string]string{"Content-Type": "application/json", "X-Client-Id": "p", "Authorization": "Bearer tok"}, 202},
+		})
+	})
+}
+
+// TestAdminRefusals holds the admin API's refusals of callers to the document, on every
+// documented route: they come before any handler, so no queue is needed.
+func TestAdminRefusals(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name, token, auth string
+		want              int
+	}{
+		{"Disabled", "", "Bearer x", 403},
+		{"NoToken", "s3cret", "", 401},
+		{"WrongToken", "s3cret", "Bearer wrong", 401},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			r := chi.NewRouter()
+			r.Mount("/admin", new(admin.Service).Handler(c.token))
+			srv := httptest.NewServer(r)
+			t.Cleanup(srv.Close)
+			client := &http.Client{Transport: openapitest.NewChecker(t, openapi.Admin()).Transport(t, nil)}
+			var xs []exchange
+			for _, route := range openapitest.Routes(t, openapi.Admin()) {
+				method, path, _ := strings.Cut(route, " ")
+				path = strings.ReplaceAll(path, "{id}", "some-id")
+				xs = append(xs, exchange{route, method, path, "", map[string]string{"Authorization": c.auth}, c.want})
+			}
+			run(t, client, srv.URL, xs)
+		})
+	}
+}
+
+// TestAdminExchanges holds the admin API's answers to the document, on a real queue
+// with requests, dead letters and steering in it (and no dispatcher running).
+func TestAdminExchanges(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	nc, err := queue.Connect(queuetest.Server(t).ClientURL(), "openapi-test", zerolog.Nop(), queue.Security{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	q, err := nc.Open(ctx, queue.Config{Partitions: 4}, queue.CreateOrUpdate)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctl, err := q.Control(ctx, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := admin.New(admin.Config{Queue: q, Control: ctl, LaneWait: 20 * time.Millisecond, Interval: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, client := range []string{"a", "a", "a", "b", "c"} {
+		body := `{"n":1}`
+		if i == 2 {
+			body = "\xff not UTF-8" // shown in base64
+		}
+		if _, err := q.Publish(ctx, request.Request{ID: fmt.Sprintf("r%d", i), ClientID: client, ContentType: "application/json", Body: []byte(body)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Bury c's request, and a's first, as a dispatcher would.
+	for _, c := range []struct{ client, reason string }{{"c", request.ReasonPermanent}, {"a", request.ReasonAttemptsExhausted}} {
+		subj, _, ok, err := q.ClientSubject(ctx, c.client)
+		if err != nil || !ok {
+			t.Fatalf("client %s: %v %v", c.client, ok, err)
+		}
+		st, _, err := q.Head(ctx, subj)
+		if err != nil {
+			t.Fatal(err)
+		}
+		now := time.Now()
+		if err := q.AddDeadLetter(ctx, st, request.Verdict{Reason: c.reason, LastStatus: 500, LastError: "", Attempts: 3, FirstAttempt: now.Add(-time.Minute), LastAttempt: now}); err != nil {
+			t.Fatal(err)
+		}
+		if err := q.Delete(ctx, st.Seq); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	r := chi.NewRouter()
+	r.Mount("/admin", svc.Handler("s3cret"))
+	srv := httptest.NewServer(r)
+	t.Cleanup(srv.Close)
+	client := &http.Client{Transport: openapitest.NewChecker(t, openapi.Admin()).Transport(t, nil)}
+	auth := map[string]string{"Authorization": "Bearer s3cret"}
+	withJSON := map[string]string{"Authorization": "Bearer s3cret", "Content-Type": "application/json"}
+	const get, post, put = http.MethodGet, http.MethodPost, http.MethodPut
+	// GET /admin/v1/requests/{id} is left out until its answer settles (see RequestState).
+	run(t, client, srv.URL, []exchange{
+		{"clients", get, "/admin/v1/clients", "", auth, 200},
+		{"clients by age", get, "/admin/v1/clients?sort=age&limit=1&page=2", "", auth, 200},
+		{"clients bad sort", get, "/admin/v1/clients?sort=name", "", auth, 400},
+		{"dead letters", get, "/admin/v1/deadletters", "", auth, 200},
+		{"dead letters filtered", get, "/admin/v1/deadletters?client=a&reason=attempts-exhausted&since=1h&limit=5", "", auth, 200},
+		{"dead letters bodies", get, "/admin/v1/deadletters?body=true", "", auth, 200},
+		{"dead letters bad since", get, "/admin/v1/deadletters?since=yesterday", "", auth, 400},
+		{"replay dry run", post, "/admin/v1/replay", `{"client":"a","dry_run":true}`, withJSON, 200},
+		{"replay everything unconfirmed", post, "/admin/v1/replay", `{}`, withJSON, 400},
+		{"replay", post, "/admin/v1/replay", `{"reason":"permanent"}`, withJSON, 200},
+		{"steering", get, "/admin/v1/steering", "", auth, 200},
+		{"interval", put, "/admin/v1/interval", `{"interval":"10s"}`, withJSON, 200},
+		{"interval bad", put, "/admin/v1/interval", `{"interval":"soon"}`, withJSON, 400},
+		{"client interval", put, "/admin/v1/client/interval", `{"client":"a","interval":"30s"}`, withJSON, 200},
+		{"pause", post, "/admin/v1/client/pause", `{"client":"a"}`, withJSON, 200},
+		{"pause unknown field", post, "/admin/v1/client/pause", `{"client":"a","for":"ever"}`, withJSON, 400},
+		{"clients steered", get, "/admin/v1/clients", "", auth, 200},
+		{"steering steered", get, "/admin/v1/steering", "", auth, 200},
+		{"resume", post, "/admin/v1/client/resume", `{"client":"a"}`, withJSON, 200},
+		{"purge unconfirmed", post, "/admin/v1/client/purge", `{"client":"b"}`, withJSON, 400},
+		{"purge", post, "/admin/v1/client/purge", `{"client":"b","confirm":"b"}`, withJSON, 200},
+		{"interval default", put, "/admin/v1/interval", `{"interval":"default"}`, withJSON, 200},
+		{"status", get, "/admin/v1/status", "", auth, 200},
+		{"budget", get, "/admin/v1/budget", "", auth, 200},
+		{"budget set", put, "/admin/v1/budget", `{"max_rate":500,"max_inflight":"none"}`, withJSON, 200},
+		{"budget steered", get, "/admin/v1/budget", "", auth, 200},
+		{"budget bad", put, "/admin/v1/budget", `{"max_rate":"fast"}`, withJSON, 400},
+		{"budget configured", put, "/admin/v1/budget", `{"max_rate":"configured","max_inflight":null}`, withJSON, 200},
+	})
+}
