@@ -79,9 +79,9 @@ var commands = []command{
 			f.IntVar(&o.limit, "limit", 50, "clients per page, 1 to 1000")
 			f.IntVar(&o.page, "page", 1, "page to show, from 1")
 		}, run: clients},
-	{name: "request", args: "<id>", summary: "show where one request is: queued (and its place), in flight, sent, dead-lettered",
+	{name: "request", args: "<id>", summary: "show where one request is, from its status record: queued (and its place), in flight, delivered, dead-lettered",
 		flags: func(f *flag.FlagSet, o *opts) {
-			f.StringVar(&o.client, "client", "", "the request's clientId: searches only its queue, much faster")
+			f.StringVar(&o.client, "client", "", "the request's clientId: for a request without a status record, searches that client's queue")
 		}, minArgs: 1, maxArgs: 1, run: requestState},
 	{name: "deadletters", summary: "list dead letters, oldest first, with filters",
 		flags: func(f *flag.FlagSet, o *opts) {
@@ -275,6 +275,15 @@ func requestState(ctx context.Context, e *env, args []string) error {
 		}
 		if d := rs.DeadLetter; d != nil {
 			fmt.Fprintf(w, "reason\t%s\nattempts\t%d\nlast status\t%d\nlast error\t%s\ndead at\t%s\n", d.Reason, d.Attempts, d.LastStatus, dash(printable(d.LastError)), d.DeadAt.Format(time.RFC3339Nano))
+		}
+		if r := rs.Record; r != nil {
+			fmt.Fprintf(w, "record\t%s, %d attempts, %d replays, updated %s\n", r.State, r.Attempts, r.Replays, r.UpdatedAt.Format(time.RFC3339Nano))
+			if a := r.LastAttempt; a != nil {
+				fmt.Fprintf(w, "last attempt\t%s, status %d %s\n", a.At.Format(time.RFC3339Nano), a.Status, printable(a.Error))
+			}
+			if !r.NotBefore.IsZero() {
+				fmt.Fprintf(w, "not before\t%s\n", r.NotBefore.Format(time.RFC3339Nano))
+			}
 		}
 	})
 }

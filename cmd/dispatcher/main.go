@@ -46,6 +46,7 @@ type settings struct {
 	ingest     *cli.Ingest
 	dispatch   *cli.Dispatch
 	ops        *cli.Ops
+	events     bool
 }
 
 func parse(args []string, getenv func(string) string, stderr io.Writer) (*settings, error) {
@@ -63,6 +64,7 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (*settin
 	c.ingest = cli.IngestSettings(s)
 	c.dispatch = cli.DispatchSettings(s)
 	c.ops = cli.OpsSettings(s, ":9091", true)
+	cli.EventsSetting(s, &c.events)
 	if err := s.Parse(args); err != nil {
 		return nil, err
 	}
@@ -102,13 +104,22 @@ func run(ctx context.Context, args []string, getenv func(string) string, _ io.Wr
 		return err
 	}
 	c.dispatch.Leases = leases
-	return runDispatcher(ctx, c, q, cli.NewRegistry(), log)
+	reg := cli.NewRegistry()
+	var events *queue.EventWriter
+	if c.events {
+		w, stop := cli.StartEvents(q, c.dispatch.InstanceID, reg, log)
+		defer stop() // once the dispatcher has drained
+		events = w
+	}
+	return runDispatcher(ctx, c, q, reg, events, log)
 }
 
 // runDispatcher runs the dispatcher, its answers to lane queries and the operators'
 // listener (metrics, health, admin API) until ctx ends and the dispatcher has drained.
 // The listener stays up while the dispatcher drains, /readyz saying it is not ready.
-func runDispatcher(ctx context.Context, c *settings, q *queue.Queue, reg *prometheus.Registry, log zerolog.Logger) error {
+//
+// events, if not nil, writes requests' events.
+func runDispatcher(ctx context.Context, c *settings, q *queue.Queue, reg *prometheus.Registry, events *queue.EventWriter, log zerolog.Logger) error {
 	c.dispatch.Raven.UserAgent = "dispatcher/" + c.dispatch.InstanceID
 	rc, err := raven.New(c.dispatch.Raven)
 	if err != nil {
@@ -120,6 +131,9 @@ func runDispatcher(ctx context.Context, c *settings, q *queue.Queue, reg *promet
 	}
 	c.dispatch.Steering = ctl
 	c.dispatch.Metrics = dispatch.NewMetrics(reg)
+	if events != nil {
+		c.dispatch.Events = events
+	}
 	reg.MustRegister(queue.NewCollector(q), q.WritesCollector())
 	d, err := dispatch.New(c.dispatch.Config, q, rc, log)
 	if err != nil {
@@ -135,7 +149,7 @@ func runDispatcher(ctx context.Context, c *settings, q *queue.Queue, reg *promet
 		return err
 	}
 	defer stopLanes()
-	adm, err := admin.New(admin.Config{Queue: q, Control: ctl, Log: log, Registerer: reg, Interval: c.dispatch.Interval})
+	adm, err := admin.New(admin.Config{Queue: q, Control: ctl, Log: log, Registerer: reg, Interval: c.dispatch.Interval, Instance: c.dispatch.InstanceID})
 	if err != nil {
 		return err
 	}
@@ -200,17 +214,24 @@ func runStandalone(ctx context.Context, c *settings, log zerolog.Logger) error {
 	}
 	reg := cli.NewRegistry()
 	reg.MustRegister(ns.Guard.Collector())
-	ingestURL, err := startIngest(ctx, c, q, nc, reg, log, g)
+	var events *queue.EventWriter
+	stopEvents := func() {}
+	if c.events { // one writer for both parts
+		events, stopEvents = cli.StartEvents(q, c.dispatch.InstanceID, reg, log)
+	}
+	ingestURL, err := startIngest(ctx, c, q, nc, reg, events, log, g)
 	if err != nil {
+		stopEvents()
 		return err
 	}
 	dispatchDone := make(chan struct{})
-	g.start(func() error { defer close(dispatchDone); return runDispatcher(ctx, c, q, reg, log) })
+	g.start(func() error { defer close(dispatchDone); return runDispatcher(ctx, c, q, reg, events, log) })
 
 	log.Info().Str("ingest", ingestURL).Str("raven", cli.SafeURL(c.dispatch.Raven.URL)).
 		Msgf("standalone ready: try  curl -i -H 'Content-Type: application/json' -d '{\"clientId\":\"alice\",\"n\":1}' %s", ingestURL)
 	err = g.wait()
 	<-dispatchDone
+	stopEvents()
 	nc.Drain(5 * time.Second)
 	log.Info().Msg("standalone stopped")
 	return err
@@ -291,8 +312,11 @@ func untilFatal(ctx context.Context, ns *queue.Node) func() error {
 }
 
 // startIngest starts the ingest API on INGEST_ADDR and returns its URL.
-func startIngest(ctx context.Context, c *settings, q *queue.Queue, nc *queue.Conn, reg *prometheus.Registry, log zerolog.Logger, g *parts) (string, error) {
+func startIngest(ctx context.Context, c *settings, q *queue.Queue, nc *queue.Conn, reg *prometheus.Registry, events *queue.EventWriter, log zerolog.Logger, g *parts) (string, error) {
 	c.ingest.MaxBodyBytes = cli.FitBody(c.ingest.MaxBodyBytes, nc, log)
+	if events != nil {
+		c.ingest.Events, c.ingest.Status, c.ingest.Instance = events, q, c.dispatch.InstanceID
+	}
 	c.ingest.BacklogRetryAfter = c.dispatch.Interval
 	c.ingest.Metrics = ingest.NewMetrics(reg)
 	ln, err := cli.Listen(c.ingest.Addr, "INGEST_ADDR")

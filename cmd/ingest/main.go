@@ -29,6 +29,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, _ io.Wr
 	ingestCfg := cli.IngestSettings(s)
 	ops := cli.OpsSettings(s, ":9090", false)
 	var interval time.Duration
+	var events bool
+	cli.EventsSetting(s, &events)
 	s.Duration(&interval, "DISPATCH_INTERVAL", 5*time.Second, time.Millisecond, "the dispatch interval; sent as Retry-After when a client's backlog is full")
 	if err := s.Parse(args); err != nil {
 		return err
@@ -50,6 +52,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, _ io.Wr
 	reg.MustRegister(q.WritesCollector())
 	go q.WatchWrites(ctx, 0, log)
 	ingestCfg.Metrics = ingest.NewMetrics(reg)
+	if events {
+		instance, _ := os.Hostname()
+		w, stop := cli.StartEvents(q, "ingest/"+instance, reg, log)
+		defer stop() // after the API has drained: deferred after nc.Close, so it runs first
+		ingestCfg.Events, ingestCfg.Status, ingestCfg.Instance = w, q, "ingest/"+instance
+	}
 	ln, err := cli.Listen(ingestCfg.Addr, "INGEST_ADDR")
 	if err != nil {
 		return err

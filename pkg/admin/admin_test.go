@@ -277,8 +277,8 @@ func TestDeadLettersListAndReplay(t *testing.T) {
 	}
 	rs = admin.RequestState{}
 	f.call(t, "GET", "/admin/v1/requests/nothing", token, "", &rs)
-	if rs.State != admin.StateNotQueued {
-		t.Fatalf("an unknown id: %+v, want not_queued", rs)
+	if rs.State != admin.StateUnknown {
+		t.Fatalf("an unknown id: %+v, want unknown", rs)
 	}
 }
 
@@ -328,7 +328,7 @@ func TestStatusOnOneServer(t *testing.T) {
 	if st.Queue.Requests != 1 || st.Queue.Clients != 1 || st.Leases != nil || !strings.Contains(st.LeasesNote, "lease bucket does not exist") {
 		t.Fatalf("status: queue %+v, leases %+v %q; want erin's request and no leases, saying why", st.Queue, st.Leases, st.LeasesNote)
 	}
-	if len(st.NATS.Servers) != 1 || len(st.NATS.Streams) != 4 || st.NATS.Streams[0].Name != "REQUESTS" || st.NATS.Streams[0].Messages != 1 {
-		t.Fatalf("status: NATS %+v, want one server and the four streams", st.NATS)
+	if len(st.NATS.Servers) != 1 || len(st.NATS.Streams) != 5 || st.NATS.Streams[0].Name != "REQUESTS" || st.NATS.Streams[0].Messages != 1 {
+		t.Fatalf("status: NATS %+v, want one server and the five streams", st.NATS)
 	}
 }

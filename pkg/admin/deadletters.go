@@ -155,7 +155,7 @@ func (s *Service) Replay(ctx context.Context, f queue.DeadFilter, all, dryRun bo
 // client to go back to, skips it; any other error is returned.
 func (s *Service) replay(ctx context.Context, r request.DeadLetter) (ReplayItem, error) {
 	item := ReplayItem{DeadLetter: r}
-	queued, err := s.q.Requeue(ctx, r)
+	queued, seq, err := s.q.Requeue(ctx, r)
 	switch {
 	case errors.Is(err, queue.ErrBacklogFull), errors.Is(err, queue.ErrQueueFull), err != nil && r.ClientID == "":
 		item.Outcome, item.Why = ReplaySkipped, err.Error()
@@ -169,6 +169,15 @@ func (s *Service) replay(ctx context.Context, r request.DeadLetter) (ReplayItem,
 	}
 	if s.replayed != nil {
 		s.replayed.Inc()
+	}
+	if queued {
+		ev := request.Event{Type: request.EventReplayed, ID: r.ID, ClientID: r.ClientID, Cycle: r.Cycle + 1, Seq: seq,
+			AcceptedAt: r.AcceptedAt, Reason: r.Reason, Instance: s.instance}
+		if err := s.q.WriteEvent(ctx, ev); err != nil {
+			// The request is queued all the same; its status says dead_lettered until its
+			// next attempt's event.
+			s.log.Warn().Err(err).Str("request_id", r.ID).Msg("the replayed event was not written")
+		}
 	}
 	s.log.Info().Str("request_id", r.ID).Str("client_id", r.ClientID).Str("outcome", item.Outcome).Msg("dead letter replayed")
 	return item, nil

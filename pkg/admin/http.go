@@ -15,6 +15,7 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	"github.com/penguinhq/dispatcher/pkg/httpapi"
+	"github.com/penguinhq/dispatcher/pkg/openapi"
 )
 
 // Handler serves the admin API, to be mounted at /admin, each call authorized by
@@ -36,6 +37,7 @@ func (s *Service) Handler(token string) http.Handler {
 	r.Post("/v1/client/pause", s.steerHandler(s.postPause))           // {"client"}
 	r.Post("/v1/client/resume", s.steerHandler(s.postResume))         // {"client"}
 	r.Post("/v1/client/purge", s.steerHandler(s.postPurge))           // {"client","confirm","wait"}
+	r.Method(http.MethodGet, "/v1/openapi.json", openapi.Handler(openapi.Admin()))
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
 		httpapi.WriteProblem(w, httpapi.Problem{Status: http.StatusNotFound, Code: "not_found", Detail: fmt.Sprintf("no admin route %s %s", r.Method, r.URL.Path)})
 	})

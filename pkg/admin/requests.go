@@ -11,13 +11,13 @@ import (
 	"github.com/penguinhq/dispatcher/pkg/request"
 )
 
-// Request states.
+// Request states: those of its status record (request.State...).
 const (
-	StateQueued       = "queued"
-	StateInFlight     = "in_flight"
-	StateDeadLettered = "dead_lettered"
-	StateSent         = "sent"
-	StateNotQueued    = "not_queued"
+	StateQueued       = request.StateQueued
+	StateInFlight     = request.StateInFlight
+	StateDeadLettered = request.StateDeadLettered
+	StateDelivered    = request.StateDelivered
+	StateUnknown      = request.StateUnknown
 )
 
 // RequestState is where one request is.
@@ -32,10 +32,15 @@ type RequestState struct {
 	Dispatcher string              `json:"dispatcher,omitempty"`
 	DeadLetter *request.DeadLetter `json:"dead_letter,omitempty"`
 	Delivery   *dispatch.Delivery  `json:"delivery,omitempty"`
+	// Record is its status record, as GET /v1/requests/{id} on ingest answers it; nil
+	// when it has none (written before events were, or with EVENTS=false).
+	Record *request.Status `json:"record,omitempty"`
 }
 
-// Request says where the request with this id is. clientID, if given, narrows the
-// search to that client's queue, which is much faster on a large backlog.
+// Request says where the request with this id is: from its status record (its events)
+// first, then from its client's queue and the dead-letter stream. clientID, if given,
+// narrows those searches to that client; without it and without a record, the queue is
+// not searched (it would mean reading every queued request).
 func (s *Service) Request(ctx context.Context, id, clientID string) (RequestState, error) {
 	if id == "" {
 		return RequestState{}, invalid("a request id is required")
@@ -45,17 +50,56 @@ func (s *Service) Request(ctx context.Context, id, clientID string) (RequestStat
 			return RequestState{}, invalid("client: %s", err)
 		}
 	}
-	if rs, ok, err := s.queued(ctx, id, clientID); err != nil || ok {
-		return rs, err
+	var rec *request.Status
+	if request.ValidateID(id) == nil {
+		// Without a record readable (no events stream yet: an older deployment) the
+		// searches below still answer.
+		st, err := s.q.Status(ctx, id)
+		if err == nil && st.State != request.StateUnknown {
+			rec = &st
+			if clientID == "" {
+				clientID = st.ClientID
+			}
+		}
 	}
-	if rs, ok, err := s.deadLettered(ctx, id, clientID); err != nil || ok {
-		return rs, err
+	rs, err := s.where(ctx, id, clientID, rec)
+	rs.Record = rec
+	return rs, err
+}
+
+// where finds the request in its client's queue or dead letters, and among the
+// dispatchers' recent deliveries; rec, if not nil, is its status record, which says
+// where to look and stands when it is found nowhere.
+func (s *Service) where(ctx context.Context, id, clientID string, rec *request.Status) (RequestState, error) {
+	searchQueue := clientID != "" && (rec == nil || !rec.Final())
+	if searchQueue {
+		if rs, ok, err := s.queued(ctx, id, clientID); err != nil || ok {
+			return rs, err
+		}
+	}
+	if rec == nil || rec.State == request.StateDeadLettered {
+		if rs, ok, err := s.deadLettered(ctx, id, clientID); err != nil || ok {
+			return rs, err
+		}
 	}
 	if rs, ok := s.sent(ctx, id); ok {
 		return rs, nil
 	}
-	return RequestState{ID: id, State: StateNotQueued,
-		Detail: "neither queued, nor dead-lettered, nor among the running dispatchers' recent deliveries: raven accepted it a while ago, or it was never accepted (check the id; ingest's 202 gives it)"}, nil
+	if rec != nil {
+		rs := RequestState{ID: id, State: rec.State, ClientID: rec.ClientID, AcceptedAt: rec.AcceptedAt, Detail: "as its status record says"}
+		switch rec.State {
+		case request.StateDelivered:
+			rs.Detail = fmt.Sprintf("raven accepted it at %s, after %d attempts (status %d)", rec.DeliveredAt.UTC().Format(time.RFC3339Nano), rec.Attempts, rec.RavenStatus)
+		case request.StateDeadLettered:
+			rs.Detail = "dead-lettered (" + rec.DeadLetter.Reason + "), and no longer in the dead-letter stream: replayed, or removed"
+		}
+		return rs, nil
+	}
+	detail := "no status record (events are kept for STATUS_RETENTION), not among the dead letters, nor among the running dispatchers' recent deliveries: check the id (ingest's 202 gives it)"
+	if clientID == "" {
+		detail += "; give its client (-client) to search that client's queue"
+	}
+	return RequestState{ID: id, State: StateUnknown, Detail: detail}, nil
 }
 
 // queued finds the request in its client's queue, and asks the dispatchers about its lane.
@@ -117,7 +161,7 @@ func (s *Service) sent(ctx context.Context, id string) (RequestState, bool) {
 			continue
 		}
 		d := a.Delivered[0]
-		rs := RequestState{ID: id, State: StateSent, Dispatcher: a.Instance, Delivery: &d,
+		rs := RequestState{ID: id, State: StateDelivered, Dispatcher: a.Instance, Delivery: &d,
 			Detail: fmt.Sprintf("raven accepted it at %s, on attempt %d", d.Delivered.UTC().Format(time.RFC3339Nano), d.Attempt)}
 		rs.ClientID, _ = request.ClientIDOf(d.Subject)
 		return rs, true

@@ -42,6 +42,8 @@ type Config struct {
 	// Interval is the configured DISPATCH_INTERVAL of the dispatcher serving the API,
 	// shown with the steering; zero where there is none (dispatchctl).
 	Interval time.Duration
+	// Instance names this process in the events it writes (a replay's).
+	Instance string
 }
 
 // WithDefaults returns c with zero fields set to their defaults.
@@ -71,6 +73,7 @@ type Service struct {
 	log      zerolog.Logger
 	laneWait time.Duration
 	interval time.Duration
+	instance string
 	replayed prometheus.Counter // nil: not counted
 }
 
@@ -80,7 +83,7 @@ func New(cfg Config) (*Service, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Service{q: cfg.Queue, ctl: cfg.Control, log: cfg.Log.With().Str("component", "admin").Logger(), laneWait: cfg.LaneWait, interval: cfg.Interval}
+	s := &Service{q: cfg.Queue, ctl: cfg.Control, log: cfg.Log.With().Str("component", "admin").Logger(), laneWait: cfg.LaneWait, interval: cfg.Interval, instance: cfg.Instance}
 	if cfg.Registerer != nil {
 		s.replayed = prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "dispatch_replayed_total",

@@ -15,14 +15,36 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/penguinhq/dispatcher/pkg/httpapi"
+	"github.com/penguinhq/dispatcher/pkg/openapi"
 	"github.com/penguinhq/dispatcher/pkg/queue"
 	"github.com/penguinhq/dispatcher/pkg/request"
 )
 
-// Publisher stores an accepted request durably. Its errors are queue.ErrBacklogFull,
+// Publisher stores accepted requests durably. Its errors are queue.ErrBacklogFull,
 // queue.ErrQueueFull or queue.ErrUnavailable, possibly wrapped.
 type Publisher interface {
 	Publish(ctx context.Context, r request.Request) (request.Receipt, error)
+	// PublishAll stores rs together, publishing them at once and waiting for every
+	// acknowledgement: a receipt or an error for each, in order.
+	PublishAll(ctx context.Context, rs []request.Request) ([]request.Receipt, []error)
+}
+
+// Events records what happens to requests: ingest records each one it stored. Record
+// must not block.
+type Events interface {
+	Record(e request.Event)
+}
+
+// StatusReader reads requests' events, from which their statuses follow
+// (request.StatusOf).
+type StatusReader interface {
+	// Events reads request id's latest event of each type.
+	Events(ctx context.Context, id string) ([]request.Event, error)
+	// Place says where a queued request stands in its client's queue; nil when it is
+	// not queued or that cannot be read.
+	Place(ctx context.Context, st request.Status) *request.QueuePlace
+	// WatchEvents calls fn with each event of request id written from now on.
+	WatchEvents(id string, fn func(request.Event)) (stop func(), err error)
 }
 
 // Readiness reports whether the queue can take requests now.
@@ -42,6 +64,10 @@ const (
 	DefaultBacklogRetry   = 5 * time.Second
 	DefaultMaxPublishing  = 4096
 	DefaultBodyTimeout    = 10 * time.Second
+	DefaultMaxNotBefore   = 7 * 24 * time.Hour
+	DefaultBatchMaxItems  = 1000
+	DefaultBatchMaxBytes  = 10 << 20
+	DefaultMaxStatusWait  = 60 * time.Second
 )
 
 // Config configures the API.
@@ -67,6 +93,22 @@ type Config struct {
 	// instead of holding the connection for the server's whole read timeout. Defaults to
 	// 10s.
 	BodyTimeout time.Duration
+	// MaxNotBefore is how far ahead a Not-Before may be; further is a 400. Defaults to 7
+	// days.
+	MaxNotBefore time.Duration
+	// BatchMaxItems and BatchMaxBytes bound one batch; past either the batch gets 413.
+	// Default to 1000 items and 10 MiB.
+	BatchMaxItems int
+	BatchMaxBytes int64
+	// MaxStatusWait caps a status read's ?wait. Defaults to 60s.
+	MaxStatusWait time.Duration
+	// Events, if not nil, hears of every request stored (its accepted event).
+	Events Events
+	// Status, if not nil, serves GET /v1/requests/{id}; without it that route answers
+	// 501.
+	Status StatusReader
+	// Instance names this process in the events it writes.
+	Instance string
 }
 
 // WithDefaults returns c with zero fields set to their defaults.
@@ -85,6 +127,18 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.BodyTimeout == 0 {
 		c.BodyTimeout = DefaultBodyTimeout
+	}
+	if c.MaxNotBefore == 0 {
+		c.MaxNotBefore = DefaultMaxNotBefore
+	}
+	if c.BatchMaxItems == 0 {
+		c.BatchMaxItems = DefaultBatchMaxItems
+	}
+	if c.BatchMaxBytes == 0 {
+		c.BatchMaxBytes = DefaultBatchMaxBytes
+	}
+	if c.MaxStatusWait == 0 {
+		c.MaxStatusWait = DefaultMaxStatusWait
 	}
 	return c
 }
@@ -106,6 +160,18 @@ func (c Config) Validate() error {
 	}
 	if c.BodyTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("body timeout %s: must be positive", c.BodyTimeout))
+	}
+	if c.MaxNotBefore <= 0 {
+		errs = append(errs, fmt.Errorf("max not-before %s: must be positive", c.MaxNotBefore))
+	}
+	if c.BatchMaxItems < 1 {
+		errs = append(errs, fmt.Errorf("batch max items %d: must be at least 1", c.BatchMaxItems))
+	}
+	if c.BatchMaxBytes < 1 {
+		errs = append(errs, fmt.Errorf("batch max bytes %d: must be at least 1", c.BatchMaxBytes))
+	}
+	if c.MaxStatusWait <= 0 {
+		errs = append(errs, fmt.Errorf("max status wait %s: must be positive", c.MaxStatusWait))
 	}
 	return errors.Join(errs...)
 }
@@ -131,12 +197,18 @@ func New(cfg Config, pub Publisher, ready Readiness, log zerolog.Logger) (*API, 
 
 // Handler returns the routes:
 //
-//	POST /v1/requests  accept a request for dispatch
-//	GET  /healthz      the process is alive
-//	GET  /readyz       the queue is reachable and its streams are in place
+//	POST /v1/requests        accept a request for dispatch
+//	POST /v1/requests/batch  accept many (a JSON array or NDJSON)
+//	GET  /v1/requests/{id}   a request's status (?wait=30s: until final)
+//	GET  /v1/openapi.json    the API's OpenAPI document
+//	GET  /healthz            the process is alive
+//	GET  /readyz             the queue is reachable and its streams are in place
 func (a *API) Handler() http.Handler {
 	r := chi.NewRouter()
 	r.Method(http.MethodPost, "/v1/requests", a.authorize(http.HandlerFunc(a.accept)))
+	r.Method(http.MethodPost, "/v1/requests/batch", a.authorize(http.HandlerFunc(a.acceptBatch)))
+	r.Method(http.MethodGet, "/v1/requests/{id}", a.authorize(http.HandlerFunc(a.status)))
+	r.Method(http.MethodGet, "/v1/openapi.json", openapi.Handler(openapi.Ingest()))
 	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
@@ -151,10 +223,11 @@ func (a *API) Handler() http.Handler {
 }
 
 type accepted struct {
-	ID        string `json:"id"`
-	ClientID  string `json:"clientId"`
-	Status    string `json:"status"`
-	Duplicate bool   `json:"duplicate,omitempty"`
+	ID        string    `json:"id"`
+	ClientID  string    `json:"clientId"`
+	Status    string    `json:"status"`
+	Duplicate bool      `json:"duplicate,omitempty"`
+	NotBefore time.Time `json:"notBefore,omitzero"`
 }
 
 func (a *API) accept(w http.ResponseWriter, r *http.Request) {
@@ -188,13 +261,24 @@ func (a *API) accept(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, p)
 		return
 	}
+	a.stored(req, receipt)
+	writeJSON(w, http.StatusAccepted, accepted{ID: req.ID, ClientID: req.ClientID, Status: request.StateQueued, Duplicate: receipt.Duplicate, NotBefore: req.NotBefore})
+}
+
+// stored counts and records a request the queue acknowledged: its accepted event is
+// written in the background, not waited for (a status read may say unknown for the
+// moment it takes).
+func (a *API) stored(req request.Request, receipt request.Receipt) {
 	if receipt.Duplicate {
 		a.cfg.Metrics.outcome("duplicate")
 	} else {
 		a.cfg.Metrics.outcome("accepted")
 	}
+	if a.cfg.Events != nil {
+		a.cfg.Events.Record(request.Event{Type: request.EventAccepted, ID: req.ID, ClientID: req.ClientID, At: time.Now(),
+			Seq: receipt.Seq, NotBefore: req.NotBefore, AcceptedAt: time.Now(), Instance: a.cfg.Instance})
+	}
 	a.log.Debug().Str("client_id", req.ClientID).Str("request_id", req.ID).Uint64("seq", receipt.Seq).Bool("duplicate", receipt.Duplicate).Msg("request accepted")
-	writeJSON(w, http.StatusAccepted, accepted{ID: req.ID, ClientID: req.ClientID, Status: "queued", Duplicate: receipt.Duplicate})
 }
 
 // publishProblem is the one map from queue errors to HTTP answers.

@@ -9,6 +9,7 @@ import (
 	"mime"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -76,7 +77,59 @@ func (a *API) parse(w http.ResponseWriter, r *http.Request) (request.Request, *p
 	default:
 		return request.Request{}, badRequest("idempotency_key_invalid", "send one Idempotency-Key header, not several")
 	}
-	return request.Request{ID: id, ClientID: clientID, ContentType: ct, Body: body}, nil
+	var notBefore time.Time
+	switch nb := r.Header.Values(HeaderNotBefore); len(nb) {
+	case 0:
+	case 1:
+		if notBefore, p = a.notBefore(nb[0], time.Now()); p != nil {
+			return request.Request{}, p
+		}
+	default:
+		return request.Request{}, badRequest("not_before_invalid", "send one Not-Before header, not several")
+	}
+	return request.Request{ID: id, ClientID: clientID, ContentType: ct, Body: body, NotBefore: notBefore}, nil
+}
+
+// HeaderNotBefore is the header that delays a request: an RFC 3339 time, or a delay in
+// whole seconds.
+const HeaderNotBefore = "Not-Before"
+
+// notBefore reads a Not-Before value (a header, or a batch item's field as text): an
+// RFC 3339 time, or a delay in whole seconds from now. A time already past is no delay
+// (zero); one beyond MaxNotBefore is refused.
+func (a *API) notBefore(v string, now time.Time) (time.Time, *problem) {
+	v = strings.TrimSpace(v)
+	var t time.Time
+	if v != "" && strings.Trim(v, "0123456789") == "" {
+		secs, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || time.Duration(secs) > a.cfg.MaxNotBefore/time.Second {
+			return time.Time{}, a.notBeforeTooFar(v)
+		}
+		t = now.Add(time.Duration(secs) * time.Second)
+	} else {
+		var err error
+		if t, err = time.Parse(time.RFC3339Nano, v); err != nil {
+			return time.Time{}, badRequest("not_before_invalid", fmt.Sprintf("Not-Before %q is neither an RFC 3339 time (2026-12-24T18:00:00Z) nor a delay in whole seconds (90)", truncate(v, 64)))
+		}
+	}
+	if t.After(now.Add(a.cfg.MaxNotBefore)) {
+		return time.Time{}, a.notBeforeTooFar(v)
+	}
+	if !t.After(now) {
+		return time.Time{}, nil
+	}
+	return t.UTC(), nil
+}
+
+func (a *API) notBeforeTooFar(v string) *problem {
+	return badRequest("not_before_invalid", fmt.Sprintf("Not-Before %q is further ahead than the limit of %s (MAX_NOT_BEFORE)", truncate(v, 64), a.cfg.MaxNotBefore))
+}
+
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "..."
+	}
+	return s
 }
 
 func tooLarge(limit int64) *problem {

@@ -87,6 +87,8 @@ func QueueSettings(s *Settings) *queue.Config {
 	s.Int(&c.MaxBytes, "QUEUE_MAX_BYTES", 0, 0, 1<<50, "cap on the request stream's size in bytes, 0 for none; past it ingest answers 503")
 	s.Duration(&c.DuplicateWindow, "DUPLICATE_WINDOW", queue.DefaultDuplicateWindow, time.Second, "how long an Idempotency-Key is remembered")
 	s.Duration(&c.DeadLetterMaxAge, "DEADLETTER_MAX_AGE", 0, 0, "how long dead letters are kept, 0 for until removed")
+	s.Duration(&c.StatusRetention, "STATUS_RETENTION", queue.DefaultStatusRetention, time.Minute, "how long request events, and so each request's status, are kept")
+	s.Int(&c.EventsMaxBytes, "EVENTS_MAX_BYTES", 0, 0, 1<<50, "cap on the events stream's size in bytes, 0 for none; past it the oldest events go")
 	s.afterParse(func() { c.Partitions, c.Replicas = int(partitions), int(replicas) })
 	return c
 }
@@ -102,19 +104,30 @@ type Ingest struct {
 // IngestSettings registers the ingest API settings.
 func IngestSettings(s *Settings) *Ingest {
 	c := &Ingest{}
-	var publishing int64
+	var publishing, batchItems int64
 	s.String(&c.Addr, "INGEST_ADDR", ":8080", "address the ingest API listens on")
 	s.Int(&c.MaxBodyBytes, "MAX_BODY_BYTES", ingest.DefaultMaxBodyBytes, 1, 64<<20, "largest request body accepted, in bytes")
 	s.Duration(&c.PublishTimeout, "PUBLISH_TIMEOUT", ingest.DefaultPublishTimeout, time.Millisecond, "how long ingest waits for JetStream to acknowledge a request")
 	s.Duration(&c.BodyTimeout, "BODY_READ_TIMEOUT", ingest.DefaultBodyTimeout, time.Millisecond, "how long ingest waits for a request's body; a caller sending less than its Content-Length gets 408 then")
 	s.Int(&publishing, "MAX_PUBLISHING", ingest.DefaultMaxPublishing, 1, 1_000_000, "publishes waiting for JetStream at once; past it ingest answers 503 overloaded")
+	s.Duration(&c.MaxNotBefore, "MAX_NOT_BEFORE", ingest.DefaultMaxNotBefore, time.Second, "how far ahead a request's Not-Before may be; further is a 400")
+	s.Int(&batchItems, "BATCH_MAX_ITEMS", ingest.DefaultBatchMaxItems, 1, 1_000_000, "most items in one batch; more is a 413")
+	s.Int(&c.BatchMaxBytes, "BATCH_MAX_BYTES", ingest.DefaultBatchMaxBytes, 1, 1<<30, "largest batch body, in bytes; larger is a 413")
+	s.Duration(&c.MaxStatusWait, "MAX_STATUS_WAIT", ingest.DefaultMaxStatusWait, time.Second, "cap on a status read's ?wait")
 	s.String(&c.TokensFile, "INGEST_TOKENS_FILE", "", "file of accepted bearer tokens, as hex SHA-256 hashes, one per line; re-read when it changes")
 	s.Secret(&c.Tokens, "INGEST_TOKEN", "accepted bearer token(s), comma-separated; with neither this nor INGEST_TOKENS_FILE, ingest accepts anyone")
 	s.String(&c.TLSCert, "INGEST_TLS_CERT", "", "certificate (PEM) to serve the ingest API over TLS")
 	s.String(&c.TLSKey, "INGEST_TLS_KEY", "", "the certificate's private key (PEM)")
 	s.String(&c.ClientCA, "INGEST_TLS_CLIENT_CA", "", "CA certificates (PEM) client certificates must chain to: turns mutual TLS on")
-	s.afterParse(func() { c.MaxPublishing = int(publishing) })
+	s.afterParse(func() { c.MaxPublishing, c.BatchMaxItems = int(publishing), int(batchItems) })
 	return c
+}
+
+// EventsSetting registers EVENTS: whether requests' events (and so their statuses) are
+// written. On by default.
+func EventsSetting(s *Settings, on *bool) {
+	*on = true
+	s.Bool(on, "EVENTS", "write each request's events (accepted, attempts, delivered, dead-lettered, replayed, purged) to the EVENTS stream, for GET /v1/requests/{id} and for penguin to follow; false turns both off")
 }
 
 // Dispatch is the dispatcher and raven client settings.

@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/rs/zerolog"
 
 	"github.com/penguinhq/dispatcher/pkg/ingest"
@@ -26,6 +28,17 @@ func OpenQueue(ctx context.Context, nc *queue.Conn, cfg queue.Config, ensure que
 	return Retry(ctx, log, "opening queue", func(ctx context.Context) (*queue.Queue, error) {
 		return nc.Open(ctx, cfg, ensure)
 	})
+}
+
+// StartEvents starts the writer of requests' events, named instance in them. stop
+// ends it, after it wrote what was waiting (up to 5s): call it once nothing records
+// events any more, and before the connection closes.
+func StartEvents(q *queue.Queue, instance string, reg prometheus.Registerer, log zerolog.Logger) (w *queue.EventWriter, stop func()) {
+	w = q.NewEventWriter(instance, 0, reg, log)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); w.Run(ctx, 5*time.Second) }()
+	return w, func() { cancel(); <-done }
 }
 
 // Retry calls open, each call bounded to 10s, until it succeeds, fails for a reason that

@@ -1,0 +1,327 @@
+package ingest
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/penguinhq/dispatcher/pkg/request"
+)
+
+// batchItem is one item of a batch, read from its JSON object. An item maps to a single
+// POST /v1/requests exactly: clientId is its X-Client-Id header, body the bytes of its
+// body (as they stand in the batch, byte for byte) with Content-Type application/json,
+// idempotencyKey its Idempotency-Key header, notBefore its Not-Before header.
+type batchItem struct {
+	ClientID       string
+	Body           json.RawMessage
+	IdempotencyKey *string
+	NotBefore      *string
+}
+
+// batchResult is one item's result: queued with its id, or failed with its problem.
+type batchResult struct {
+	Index     int           `json:"index"`
+	Status    string        `json:"status"` // queued or failed
+	ID        string        `json:"id,omitempty"`
+	ClientID  string        `json:"clientId,omitempty"`
+	Duplicate bool          `json:"duplicate,omitempty"`
+	NotBefore time.Time     `json:"notBefore,omitzero"`
+	Problem   *itemProblem  `json:"problem,omitempty"`
+	retry     time.Duration // the item's Retry-After
+}
+
+type itemProblem struct {
+	Status     int    `json:"status"`
+	Code       string `json:"code"`
+	Detail     string `json:"detail"`
+	RetryAfter int    `json:"retryAfter,omitempty"` // seconds
+}
+
+type batchAnswer struct {
+	Results  []batchResult `json:"results"`
+	Accepted int           `json:"accepted"`
+	Failed   int           `json:"failed"`
+}
+
+const ndjson = "application/x-ndjson"
+
+// acceptBatch takes many requests in one call: every valid item is published at once,
+// the answer waits for all the acknowledgements and gives each item's result in order.
+func (a *API) acceptBatch(w http.ResponseWriter, r *http.Request) {
+	items, p := a.readBatch(w, r)
+	if p != nil {
+		a.cfg.Metrics.outcome(p.Code)
+		writeProblem(w, *p)
+		return
+	}
+	now := time.Now()
+	results := make([]batchResult, len(items))
+	var reqs []request.Request
+	var at []int // reqs[k] is item at[k]
+	for i, raw := range items {
+		results[i].Index = i
+		req, p := a.parseItem(raw, now)
+		if p != nil {
+			results[i].fail(*p)
+			a.cfg.Metrics.outcome(p.Code)
+			continue
+		}
+		reqs, at = append(reqs, req), append(at, i)
+	}
+	// A slot per publish, as for single requests; the items that find none are told to
+	// come back.
+	taken := 0
+	for taken < len(reqs) {
+		select {
+		case a.publishing <- struct{}{}:
+			taken++
+			continue
+		default:
+		}
+		break
+	}
+	defer func() {
+		for range taken {
+			<-a.publishing
+		}
+	}()
+	for k := taken; k < len(reqs); k++ {
+		a.cfg.Metrics.outcome("overloaded")
+		results[at[k]].fail(problem{Status: http.StatusServiceUnavailable, Code: "overloaded", RetryAfter: time.Second,
+			Detail: "too many requests are being stored at once; this item was not accepted; retry it after the Retry-After delay"})
+	}
+	if taken > 0 {
+		ctx, cancel := context.WithTimeout(r.Context(), a.cfg.PublishTimeout)
+		start := time.Now()
+		receipts, errs := a.pub.PublishAll(ctx, reqs[:taken])
+		cancel()
+		a.cfg.Metrics.published(time.Since(start))
+		for k := range taken {
+			res := &results[at[k]]
+			if errs[k] != nil {
+				p := publishProblem(errs[k], a.cfg.BacklogRetryAfter)
+				a.cfg.Metrics.outcome(p.Code)
+				res.fail(p)
+				continue
+			}
+			a.stored(reqs[k], receipts[k])
+			res.Status, res.ID, res.ClientID, res.Duplicate, res.NotBefore = request.StateQueued, reqs[k].ID, reqs[k].ClientID, receipts[k].Duplicate, reqs[k].NotBefore
+		}
+	}
+	ans := batchAnswer{Results: results}
+	var retry time.Duration
+	for _, res := range results {
+		if res.Problem != nil {
+			ans.Failed++
+			retry = max(retry, res.retry)
+		} else {
+			ans.Accepted++
+		}
+	}
+	if retry > 0 { // what a caller resending the failed items should wait
+		w.Header().Set("Retry-After", strconv.Itoa(int((retry+time.Second-1)/time.Second)))
+	}
+	writeJSON(w, http.StatusOK, ans)
+}
+
+func (res *batchResult) fail(p problem) {
+	res.Status = "failed"
+	res.Problem = &itemProblem{Status: p.Status, Code: p.Code, Detail: p.Detail}
+	if p.RetryAfter > 0 {
+		res.retry = p.RetryAfter
+		res.Problem.RetryAfter = int((p.RetryAfter + time.Second - 1) / time.Second)
+	}
+}
+
+// readBatch reads the batch's items, each as the raw JSON of its line or array element.
+// A line of NDJSON that is not JSON is an item of its own (its problem is reported with
+// it); an array that is not valid JSON is refused whole.
+func (a *API) readBatch(w http.ResponseWriter, r *http.Request) ([]json.RawMessage, *problem) {
+	ct := r.Header.Get("Content-Type")
+	mt, _, err := mime.ParseMediaType(ct)
+	if err != nil || (mt != "application/json" && mt != ndjson) {
+		return nil, &problem{Status: http.StatusUnsupportedMediaType, Code: "unsupported_media_type",
+			Detail: fmt.Sprintf("Content-Type %q: send a JSON array as application/json, or one item per line as %s", truncate(ct, 64), ndjson)}
+	}
+	if r.ContentLength > a.cfg.BatchMaxBytes {
+		return nil, a.batchTooLarge()
+	}
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(a.cfg.BodyTimeout))
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, a.cfg.BatchMaxBytes))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		var ne net.Error
+		switch {
+		case errors.As(err, &mbe):
+			return nil, a.batchTooLarge()
+		case errors.As(err, &ne) && ne.Timeout():
+			return nil, &problem{Status: http.StatusRequestTimeout, Code: "body_timeout",
+				Detail: fmt.Sprintf("the batch did not arrive within %s; nothing was stored", a.cfg.BodyTimeout)}
+		}
+		return nil, &problem{Status: http.StatusBadRequest, Code: "body_unreadable", Detail: "the batch could not be read completely; nothing was stored"}
+	}
+	var items []json.RawMessage
+	if mt == ndjson {
+		sc := bufio.NewScanner(bytes.NewReader(body))
+		sc.Buffer(nil, len(body)+1)
+		for sc.Scan() {
+			line := bytes.TrimSpace(sc.Bytes())
+			if len(line) == 0 {
+				continue
+			}
+			if len(items) == a.cfg.BatchMaxItems {
+				return nil, a.batchTooMany()
+			}
+			items = append(items, line)
+		}
+	} else {
+		dec := json.NewDecoder(bytes.NewReader(body))
+		if tok, err := dec.Token(); err != nil || tok != json.Delim('[') {
+			return nil, badRequest("malformed_json", "a batch sent as application/json is a JSON array of items; nothing was stored")
+		}
+		for dec.More() {
+			var raw json.RawMessage
+			if err := dec.Decode(&raw); err != nil {
+				return nil, badRequest("malformed_json", fmt.Sprintf("the batch is not valid JSON after %d items (%s); nothing was stored", len(items), err))
+			}
+			if len(items) == a.cfg.BatchMaxItems {
+				return nil, a.batchTooMany()
+			}
+			items = append(items, raw)
+		}
+		if _, err := dec.Token(); err != nil {
+			return nil, badRequest("malformed_json", "the batch's array is not closed; nothing was stored")
+		}
+		if _, err := dec.Token(); err != io.EOF {
+			return nil, badRequest("malformed_json", "the batch has more after its array; nothing was stored")
+		}
+	}
+	if len(items) == 0 {
+		return nil, badRequest("malformed_json", "the batch has no items")
+	}
+	return items, nil
+}
+
+func (a *API) batchTooLarge() *problem {
+	return &problem{Status: http.StatusRequestEntityTooLarge, Code: "batch_too_large",
+		Detail: fmt.Sprintf("the batch is larger than the limit of %d bytes (BATCH_MAX_BYTES); nothing was stored: send it in smaller batches", a.cfg.BatchMaxBytes)}
+}
+
+func (a *API) batchTooMany() *problem {
+	return &problem{Status: http.StatusRequestEntityTooLarge, Code: "batch_too_large",
+		Detail: fmt.Sprintf("the batch has more than the limit of %d items (BATCH_MAX_ITEMS); nothing was stored: send it in smaller batches", a.cfg.BatchMaxItems)}
+}
+
+// parseItem checks one item as a single request with its fields as headers would be
+// checked, and returns the request to publish.
+func (a *API) parseItem(raw json.RawMessage, now time.Time) (request.Request, *problem) {
+	it, p := decodeItem(raw)
+	if p != nil {
+		return request.Request{}, p
+	}
+	if it.ClientID == "" {
+		return request.Request{}, badRequest("client_id_missing", `the item has no "clientId": every item names its client`)
+	}
+	if err := request.ValidateClientID(it.ClientID); err != nil {
+		return request.Request{}, badRequest("client_id_invalid", err.Error()+"; a clientId is 1 to 128 bytes of UTF-8 text without control characters")
+	}
+	if len(it.Body) == 0 {
+		return request.Request{}, badRequest("body_missing", `the item has no "body": it holds the JSON raven receives`)
+	}
+	if int64(len(it.Body)) > a.cfg.MaxBodyBytes {
+		return request.Request{}, tooLarge(a.cfg.MaxBodyBytes)
+	}
+	id := request.NewID(now)
+	if it.IdempotencyKey != nil {
+		if err := request.ValidateIdempotencyKey(*it.IdempotencyKey); err != nil {
+			return request.Request{}, badRequest("idempotency_key_invalid", err.Error())
+		}
+		id = request.IDFromKey(it.ClientID, *it.IdempotencyKey)
+	}
+	var notBefore time.Time
+	if it.NotBefore != nil {
+		if notBefore, p = a.notBefore(*it.NotBefore, now); p != nil {
+			return request.Request{}, p
+		}
+	}
+	return request.Request{ID: id, ClientID: it.ClientID, ContentType: "application/json", Body: it.Body, NotBefore: notBefore}, nil
+}
+
+// decodeItem reads an item's fields, refusing what a single request's headers could not
+// say unambiguously: a field twice, an unknown field, a field of the wrong type.
+func decodeItem(raw json.RawMessage) (batchItem, *problem) {
+	var it batchItem
+	if !json.Valid(raw) {
+		return it, badRequest("malformed_json", "the item is not valid JSON")
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return it, badRequest("item_invalid", `an item is a JSON object: {"clientId": "...", "body": {...}}`)
+	}
+	seen := map[string]bool{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return it, badRequest("malformed_json", "the item is not valid JSON")
+		}
+		key, _ := tok.(string)
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			return it, badRequest("malformed_json", "the item is not valid JSON")
+		}
+		if seen[key] {
+			return it, badRequest("item_invalid", fmt.Sprintf("the item has %q more than once; send it once", truncate(key, 64)))
+		}
+		seen[key] = true
+		var str string
+		asString := func(code string) *problem {
+			if len(v) == 0 || v[0] != '"' || json.Unmarshal(v, &str) != nil {
+				return badRequest(code, fmt.Sprintf("%q must be a JSON string, not %s", key, kindOf(v)))
+			}
+			if replaced(v, str) {
+				return badRequest(code, fmt.Sprintf("%q holds a \\u escape that is not a Unicode character (a lone surrogate)", key))
+			}
+			return nil
+		}
+		switch key {
+		case "clientId":
+			if p := asString("client_id_invalid"); p != nil {
+				return it, p
+			}
+			it.ClientID = str
+			if str == "" {
+				return it, badRequest("client_id_invalid", request.ValidateClientID("").Error())
+			}
+		case "body":
+			it.Body = v
+		case "idempotencyKey":
+			if p := asString("idempotency_key_invalid"); p != nil {
+				return it, p
+			}
+			it.IdempotencyKey = &str
+		case "notBefore":
+			if len(v) > 0 && v[0] != '"' { // a delay in seconds, as a JSON number
+				s := string(v)
+				it.NotBefore = &s
+				continue
+			}
+			if p := asString("not_before_invalid"); p != nil {
+				return it, p
+			}
+			it.NotBefore = &str
+		default:
+			return it, badRequest("item_invalid", fmt.Sprintf("the item has an unknown field %q; an item has clientId, body, idempotencyKey and notBefore", truncate(key, 64)))
+		}
+	}
+	return it, nil
+}

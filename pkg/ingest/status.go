@@ -1,0 +1,104 @@
+package ingest
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/penguinhq/dispatcher/pkg/request"
+)
+
+// status answers GET /v1/requests/{id}: the request's status from its events. With
+// ?wait=30s it holds the answer until the request reaches a final state (delivered,
+// dead_lettered) or the wait ends, and answers with the status as it is then.
+func (a *API) status(w http.ResponseWriter, r *http.Request) {
+	if a.cfg.Status == nil {
+		writeProblem(w, problem{Status: http.StatusNotImplemented, Code: "status_disabled",
+			Detail: "request status is off on this ingest (EVENTS=false): turn events on to read statuses"})
+		return
+	}
+	id := chi.URLParam(r, "id")
+	if err := request.ValidateID(id); err != nil {
+		writeProblem(w, *badRequest("id_invalid", fmt.Sprintf("%q is not a request id: %s", truncate(id, 64), err)))
+		return
+	}
+	var wait time.Duration
+	if v := r.URL.Query().Get("wait"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 {
+			writeProblem(w, *badRequest("wait_invalid", fmt.Sprintf("wait %q: give a duration such as 30s (at most %s)", truncate(v, 32), a.cfg.MaxStatusWait)))
+			return
+		}
+		wait = min(d, a.cfg.MaxStatusWait)
+	}
+	st, err := a.readStatus(r.Context(), w, id, wait)
+	if err != nil {
+		if r.Context().Err() != nil {
+			return // the caller left
+		}
+		a.log.Debug().Err(err).Str("request_id", id).Msg("status read failed")
+		writeProblem(w, problem{Status: http.StatusServiceUnavailable, Code: "status_unavailable", RetryAfter: time.Second,
+			Detail: "the request's status could not be read just now; retry after the Retry-After delay"})
+		return
+	}
+	writeJSON(w, http.StatusOK, st)
+}
+
+// readStatus reads id's status; with wait, again at each of its events until it is
+// final or the wait ends. The watch starts before the first read, so that no event falls
+// between the two, and the events it hears count with those read: one heard may not be
+// readable yet.
+func (a *API) readStatus(ctx context.Context, w http.ResponseWriter, id string, wait time.Duration) (request.Status, error) {
+	var mu sync.Mutex
+	var heard []request.Event
+	changed := make(chan struct{}, 1)
+	if wait > 0 {
+		// The server's write timeout is for answers that do not wait: this one may.
+		_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(wait + 10*time.Second))
+		stop, err := a.cfg.Status.WatchEvents(id, func(e request.Event) {
+			mu.Lock()
+			heard = append(heard, e)
+			mu.Unlock()
+			select {
+			case changed <- struct{}{}:
+			default:
+			}
+		})
+		if err != nil {
+			return request.Status{}, err
+		}
+		defer stop()
+	}
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	for {
+		events, err := a.cfg.Status.Events(ctx, id)
+		if err != nil {
+			return request.Status{}, err
+		}
+		mu.Lock()
+		events = append(events, heard...)
+		mu.Unlock()
+		st := request.StatusOf(id, events)
+		if wait <= 0 || st.Final() {
+			return a.placed(ctx, st), nil
+		}
+		select {
+		case <-changed:
+		case <-timer.C:
+			return a.placed(ctx, st), nil
+		case <-ctx.Done():
+			return st, ctx.Err()
+		}
+	}
+}
+
+// placed adds where a queued request stands in its client's queue.
+func (a *API) placed(ctx context.Context, st request.Status) request.Status {
+	st.Queue = a.cfg.Status.Place(ctx, st)
+	return st
+}
