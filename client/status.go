@@ -1,0 +1,177 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/url"
+	"time"
+)
+
+// State is where a request is on its way to raven.
+type State string
+
+// The states ingest reports. Only StatusDelivered and StatusDeadLettered are final.
+const (
+	// StatusQueued is stored and waiting for its turn.
+	StatusQueued State = "queued"
+	// StatusInFlight is being sent to raven now.
+	StatusInFlight State = "in_flight"
+	// StatusDelivered was accepted by raven.
+	StatusDelivered State = "delivered"
+	// StatusDeadLettered was given up on; see Status.DeadLetter.
+	StatusDeadLettered State = "dead_lettered"
+	// StatusUnknown is an id ingest does not know: never accepted, older than the
+	// retention, or accepted a few milliseconds ago and not yet written. It is not
+	// final.
+	StatusUnknown State = "unknown"
+)
+
+// Status is what ingest knows of one request. Optional parts are zero (or nil) when
+// ingest did not send them.
+type Status struct {
+	// ID names the request.
+	ID string `json:"id"`
+	// ClientID is the clientId the request is spaced under.
+	ClientID string `json:"clientId,omitempty"`
+	// State is where the request is.
+	State State `json:"status"`
+	// AcceptedAt is when ingest stored the request.
+	AcceptedAt time.Time `json:"acceptedAt,omitzero"`
+	// NotBefore is the earliest time the request goes to raven.
+	NotBefore time.Time `json:"notBefore,omitzero"`
+	// Attempts is how many times the request was sent to raven.
+	Attempts int `json:"attempts"`
+	// LastAttempt is the latest of those times.
+	LastAttempt *Attempt `json:"lastAttempt,omitempty"`
+	// DeliveredAt is when raven accepted the request.
+	DeliveredAt time.Time `json:"deliveredAt,omitzero"`
+	// RavenStatus is the HTTP status raven accepted the request with.
+	RavenStatus int `json:"ravenStatus,omitempty"`
+	// DeadLetter says why the request was given up on.
+	DeadLetter *DeadLetter `json:"deadLetter,omitempty"`
+	// Replays is how many times the request was replayed from the dead letters.
+	Replays int `json:"replays"`
+	// Queue is where the request stands in its client's queue.
+	Queue *QueuePosition `json:"queue,omitempty"`
+	// UpdatedAt is when this status last changed.
+	UpdatedAt time.Time `json:"updatedAt,omitzero"`
+}
+
+// Final reports whether the status will not change by itself: delivered or
+// dead-lettered. (A dead-lettered request may still be replayed by an operator.)
+func (s Status) Final() bool {
+	return s.State == StatusDelivered || s.State == StatusDeadLettered
+}
+
+// Attempt is one try at sending a request to raven.
+type Attempt struct {
+	// At is when the try was made.
+	At time.Time `json:"at"`
+	// Status is raven's HTTP status, zero when raven did not answer.
+	Status int `json:"status,omitempty"`
+	// Error says what went wrong, empty when nothing did.
+	Error string `json:"error,omitempty"`
+}
+
+// DeadLetter says why a request was given up on.
+type DeadLetter struct {
+	// Reason names why, such as "permanent".
+	Reason string `json:"reason"`
+	// At is when it was given up on.
+	At time.Time `json:"at"`
+	// LastStatus is raven's last HTTP status, zero when raven did not answer.
+	LastStatus int `json:"lastStatus,omitempty"`
+	// LastError is the last try's error.
+	LastError string `json:"lastError,omitempty"`
+	// Replayable is true when an operator can send the request again.
+	Replayable bool `json:"replayable"`
+}
+
+// QueuePosition is where a request stands in its client's queue.
+type QueuePosition struct {
+	// Backlog is how many requests of the client are waiting.
+	Backlog int `json:"backlog"`
+	// AtHead is true when the request is next.
+	AtHead bool `json:"atHead"`
+}
+
+// Status asks ingest once (no long poll) where request id is, retrying as every call
+// does.
+func (c *Client) Status(ctx context.Context, id string) (Status, error) {
+	return c.status(ctx, id, 0)
+}
+
+// status asks where request id is; a wait above zero asks ingest to hold the answer
+// up to that long, until the status is final.
+func (c *Client) status(ctx context.Context, id string, wait time.Duration) (Status, error) {
+	if id == "" {
+		return Status{}, fmt.Errorf("client: asking a status: %w", ErrIDMissing)
+	}
+	path := "/v1/requests/" + url.PathEscape(id)
+	if wait > 0 {
+		path += "?wait=" + url.QueryEscape(wait.String())
+	}
+	var s Status
+	if err := c.call(ctx, "client: asking the status of "+id, http.MethodGet, path, nil, nil, &s); err != nil {
+		return Status{}, err
+	}
+	return s, nil
+}
+
+// Wait asks ingest where request id is until the status is final (delivered or
+// dead-lettered) or ctx ends, and returns the last status it heard of, with ctx's
+// error (wrapped) when ctx ended first. StatusUnknown is not final: right after a
+// Submit the request's record may be milliseconds behind.
+//
+// Each question is a long poll, GET /v1/requests/{id}?wait=D, where D is MaxWaitPoll,
+// or less when ctx ends sooner (D leaves a tenth of the time left, at most a second,
+// for the answer to arrive) or the http.Client's Timeout is short (D is at most half
+// of it). Each poll retries as every call does. Should ingest answer a poll with a
+// status that is not final before half of D has passed, Wait backs off as
+// RetryPolicy says before asking again, so an ingest that does not hold answers is
+// not asked in a tight loop.
+func (c *Client) Wait(ctx context.Context, id string) (Status, error) {
+	var last Status
+	early := retrier{policy: RetryPolicy{Base: c.retry.Base, Max: c.retry.Max}}
+	for {
+		poll := c.pollDuration(ctx)
+		start := time.Now()
+		s, err := c.status(ctx, id, poll)
+		if err != nil {
+			return last, err
+		}
+		last = s
+		if s.Final() {
+			return s, nil
+		}
+		if err := ctx.Err(); err != nil {
+			return last, fmt.Errorf("client: waiting for %s: %w", id, err)
+		}
+		if time.Since(start) >= poll/2 && poll > 0 {
+			early = retrier{policy: early.policy}
+			continue
+		}
+		if err := early.backOff(ctx, 0); err != nil {
+			return last, fmt.Errorf("client: waiting for %s: %w", id, err)
+		}
+	}
+}
+
+// pollDuration is how long the next long poll of Wait asks ingest to hold its
+// answer; zero asks for no hold.
+func (c *Client) pollDuration(ctx context.Context) time.Duration {
+	poll := MaxWaitPoll
+	if t := c.http.Timeout; t > 0 {
+		poll = min(poll, t/2)
+	}
+	if deadline, ok := ctx.Deadline(); ok {
+		left := time.Until(deadline)
+		poll = min(poll, left-min(left/10, time.Second))
+	}
+	poll = poll.Truncate(time.Millisecond)
+	if poll < time.Millisecond {
+		return 0
+	}
+	return poll
+}
