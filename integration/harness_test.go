@@ -77,6 +77,8 @@ type stack struct {
 	ravenURL   string
 	ravenProxy *fault.Proxy // with options.ravenProxy
 	ingestURL  string
+	events     *queue.EventWriter
+	http       *http.Client // to ingest: every exchange checked against the OpenAPI document
 
 	mu          sync.Mutex
 	accepted    []ledger.Accepted
@@ -100,7 +102,7 @@ func newStack(t testing.TB, o options) *stack {
 	if o.timeout == 0 {
 		o.timeout = 5 * time.Second
 	}
-	s := &stack{t: t, opts: o}
+	s := &stack{t: t, opts: o, http: apiClient(t)}
 	if o.natsURL == "" {
 		s.natsDir = t.TempDir()
 		s.srv = queuetest.ServerAt(t, s.natsDir, "127.0.0.1:0")
@@ -130,7 +132,14 @@ func newStack(t testing.TB, o options) *stack {
 		s.ravenProxy, s.ravenURL = p, "http://"+p.Addr()
 	}
 
-	api, err := ingest.New(ingest.Config{MaxBodyBytes: 4096, BacklogRetryAfter: o.interval}, q, q, testLog())
+	// One event writer for ingest and the dispatchers, as in the standalone binary.
+	s.events = q.NewEventWriter("test", 0, nil, testLog())
+	evCtx, stopEvents := context.WithCancel(context.Background())
+	evDone := make(chan struct{})
+	go func() { defer close(evDone); s.events.Run(evCtx, 2*time.Second) }()
+	t.Cleanup(func() { stopEvents(); <-evDone })
+
+	api, err := ingest.New(ingest.Config{MaxBodyBytes: 4096, BacklogRetryAfter: o.interval, Events: s.events, Status: q, Instance: "ingest"}, q, q, testLog())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -172,7 +181,7 @@ func (s *stack) startDispatcher() {
 	s.metrics = prometheus.NewRegistry()
 	log := testLogAlso(&s.dispatchLog)
 	d, err := dispatch.New(dispatch.Config{Policy: s.policy(), ShutdownGrace: 5 * time.Second, Budget: s.opts.budget,
-		Steering: ctl, InstanceID: "test", Metrics: dispatch.NewMetrics(s.metrics)}, s.q, rc, log)
+		Steering: ctl, InstanceID: "test", Metrics: dispatch.NewMetrics(s.metrics), Events: s.events}, s.q, rc, log)
 	if err != nil {
 		s.t.Fatal(err)
 	}
@@ -237,7 +246,7 @@ func (s *stack) tryPost(header http.Header, body []byte) (answer, error) {
 	for k, vs := range header {
 		req.Header[k] = vs
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := s.http.Do(req)
 	if err != nil {
 		return answer{}, fmt.Errorf("posting to ingest: %w", err)
 	}

@@ -486,13 +486,13 @@ func TestInspectClientsAndRequests(t *testing.T) {
 	}
 	waitFor(t, 10*time.Second, "lee's request to be delivered", func() bool { return s.deliveredIDs()[lee] == 1 })
 	s.ctlJSON(&rs, "request", lee)
-	if rs.State != admin.StateSent || rs.Delivery == nil || rs.ClientID != "lee" || rs.Dispatcher != "test" || rs.Delivery.Attempt != 1 {
+	if rs.State != admin.StateDelivered || rs.Delivery == nil || rs.ClientID != "lee" || rs.Dispatcher != "test" || rs.Delivery.Attempt != 1 {
 		t.Fatalf("delivered request %s: %+v, want sent by the test dispatcher on attempt 1", lee, rs)
 	}
 	if out := s.ctl(0, "", "request", lee); strings.Contains(out, "0001-01-01") {
 		t.Fatalf("request %s printed a zero time:\n%s", lee, out)
 	}
-	mustContain(t, s.ctl(0, "", "request", "NO-SUCH-ID"), "not_queued")
+	mustContain(t, s.ctl(0, "", "request", "NO-SUCH-ID"), "unknown")
 	mustContain(t, s.ctl(2, "", "request"), "expected")
 	mustContain(t, s.ctl(2, "", "nonsense"), "unknown command")
 	mustContain(t, s.ctl(0, "", "-h"), "replay")

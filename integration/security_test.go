@@ -313,6 +313,20 @@ func (g gatedPublisher) Publish(ctx context.Context, r request.Request) (request
 	return g.q.Publish(ctx, r)
 }
 
+func (g gatedPublisher) PublishAll(ctx context.Context, rs []request.Request) ([]request.Receipt, []error) {
+	g.waiting.Add(int64(len(rs)))
+	select {
+	case <-g.gate:
+	case <-ctx.Done():
+		errs := make([]error, len(rs))
+		for i := range errs {
+			errs[i] = ctx.Err()
+		}
+		return make([]request.Receipt, len(rs)), errs
+	}
+	return g.q.PublishAll(ctx, rs)
+}
+
 // With MAX_PUBLISHING publishes already waiting for JetStream, the next request gets 503
 // overloaded at once (nothing held in memory), and the waiting ones complete.
 func TestPublishesInFlightAreBounded(t *testing.T) {

@@ -1,0 +1,234 @@
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/penguinhq/dispatcher/pkg/admin"
+	"github.com/penguinhq/dispatcher/pkg/ledger"
+	"github.com/penguinhq/dispatcher/pkg/queue"
+	"github.com/penguinhq/dispatcher/pkg/request"
+)
+
+// followEvents follows the events stream from its start with an ordered consumer, as
+// penguin would with any NATS client, and returns each request's events in the order
+// stored.
+func (s *stack) followEvents(t *testing.T) func() map[string][]request.Event {
+	t.Helper()
+	js, err := jetstream.New(s.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	stream, err := js.Stream(ctx, queue.EventStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{request.EventPrefix + ">"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	got := map[string][]request.Event{}
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		var e request.Event
+		if err := json.Unmarshal(m.Data(), &e); err != nil {
+			t.Errorf("event on %s is not JSON: %v", m.Subject(), err)
+			return
+		}
+		if want := e.Subject(); m.Subject() != want {
+			t.Errorf("event on %s, want it on %s", m.Subject(), want)
+		}
+		mu.Lock()
+		got[e.ID] = append(got[e.ID], e)
+		mu.Unlock()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cc.Stop)
+	return func() map[string][]request.Event {
+		mu.Lock()
+		defer mu.Unlock()
+		out := map[string][]request.Event{}
+		for id, es := range got {
+			out[id] = slices.Clone(es)
+		}
+		return out
+	}
+}
+
+// kinds names events as "type/cycle/attempt".
+func kinds(es []request.Event) []string {
+	var out []string
+	for _, e := range es {
+		out = append(out, fmt.Sprintf("%s/%d/%d", e.Type, e.Cycle, e.Attempt))
+	}
+	return out
+}
+
+// A subscriber to the events stream sees every outcome of a run with retries, a dead
+// letter, a replay and a purge, in order for each request.
+func TestEventsFollowEachRequest(t *testing.T) {
+	t.Parallel()
+	var idaFails atomic.Bool
+	idaFails.Store(true)
+	s := newStack(t, options{interval: 100 * time.Millisecond, respond: func(a ledger.Arrival) ledger.Response {
+		switch {
+		case a.ClientID == "hal" && a.Attempt < 3:
+			return ledger.Response{Status: 503}
+		case a.ClientID == "ida" && idaFails.Load():
+			return ledger.Response{Status: 400}
+		}
+		return ledger.Response{}
+	}})
+	events := s.followEvents(t)
+	ctl, err := s.q.Control(context.Background(), testLog())
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := admin.New(admin.Config{Queue: s.q, Control: ctl, Log: testLog(), Instance: "ops"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := svc.Pause(ctx, "jo", "test"); err != nil {
+		t.Fatal(err)
+	}
+	hal, ida, jo := s.post("hal", 1), s.post("ida", 1), s.post("jo", 1)
+
+	waitFor(t, 20*time.Second, "ida's dead letter", func() bool { return s.dead()[ida] })
+	idaFails.Store(false)
+	if rep, err := svc.Replay(ctx, queue.DeadFilter{ID: ida}, false, false, nil); err != nil || rep.Requeued != 1 {
+		t.Fatalf("replay: %+v %v", rep, err)
+	}
+	s.markReplayed(ida)
+	if _, err := svc.Purge(ctx, "jo", "jo", "test", 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string][]string{
+		hal: {"accepted/0/0", "attempt_started/0/1", "attempt_failed/0/1", "attempt_started/0/2", "attempt_failed/0/2", "attempt_started/0/3", "delivered/0/3"},
+		ida: {"accepted/0/0", "attempt_started/0/1", "dead_lettered/0/1", "replayed/1/0", "attempt_started/1/1", "delivered/1/1"},
+		jo:  {"accepted/0/0", "purged/0/0"},
+	}
+	var got map[string][]request.Event
+	waitFor(t, 20*time.Second, "every event", func() bool {
+		got = events()
+		for id, w := range want {
+			if len(got[id]) < len(w) {
+				return false
+			}
+		}
+		return true
+	})
+	for id, w := range want {
+		if k := kinds(got[id]); !slices.Equal(k, w) {
+			t.Errorf("events of %s: %v, want %v", id, k, w)
+		}
+	}
+	if e := got[hal][2]; e.Status != 503 || e.ClientID != "hal" || e.Instance != "test" {
+		t.Errorf("hal's failed attempt: %+v, want raven's 503 from instance test", e)
+	}
+	if e := got[ida][2]; e.Reason != request.ReasonPermanent || e.Status != 400 {
+		t.Errorf("ida's dead letter: %+v, want permanent after a 400", e)
+	}
+	if e := got[ida][3]; e.Instance != "ops" || e.Seq == 0 {
+		t.Errorf("ida's replay: %+v, want written by the replaying process with ida's new sequence", e)
+	}
+	if e := got[jo][1]; e.Reason != request.ReasonPurged {
+		t.Errorf("jo's purge: %+v, want reason purged", e)
+	}
+	// And the status record says the same.
+	for id, state := range map[string]string{hal: request.StateDelivered, ida: request.StateDelivered, jo: request.StateDeadLettered} {
+		st, err := s.q.Status(ctx, id)
+		if err != nil || st.State != state {
+			t.Errorf("status of %s: %+v %v, want %s", id, st, err, state)
+		}
+	}
+	if st, _ := s.q.Status(ctx, ida); st.Replays != 1 {
+		t.Errorf("ida's status: %+v, want 1 replay", st)
+	}
+	s.finish(20*time.Second, 0)
+}
+
+// Not-Before: a request is not attempted before its time, holds its client's later
+// requests behind it (order and spacing kept), and too far ahead is refused.
+func TestNotBefore(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, options{interval: 200 * time.Millisecond})
+	hc := apiClient(t)
+	post := func(client, notBefore string) (int, map[string]any) {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodPost, s.ingestURL, strings.NewReader(`{"x":1}`))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("X-Client-Id", client)
+		if notBefore != "" {
+			req.Header.Set("Not-Before", notBefore)
+		}
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		raw, _ := io.ReadAll(resp.Body)
+		var out map[string]any
+		_ = json.Unmarshal(raw, &out)
+		if resp.StatusCode == http.StatusAccepted {
+			s.accept(client, out["id"].(string))
+		}
+		return resp.StatusCode, out
+	}
+	sent := time.Now()
+	code, kai1 := post("kai", "2")
+	if code != 202 || kai1["notBefore"] == nil {
+		t.Fatalf("kai with Not-Before 2: %d %v, want 202 with its notBefore", code, kai1)
+	}
+	code, kai2 := post("kai", "")
+	at := time.Now().Add(1500 * time.Millisecond).UTC().Format(time.RFC3339Nano)
+	code2, lou := post("lou", at)
+	if code != 202 || code2 != 202 {
+		t.Fatalf("kai's second, lou's: %d, %d", code, code2)
+	}
+	for _, tc := range []struct{ v, why string }{
+		{strconv.Itoa(8 * 24 * 3600), "MAX_NOT_BEFORE"},
+		{time.Now().Add(8 * 24 * time.Hour).Format(time.RFC3339), "MAX_NOT_BEFORE"},
+		{"soon", "RFC 3339"},
+		{"99999999999999999999999", "MAX_NOT_BEFORE"},
+	} {
+		if code, p := post("kai", tc.v); code != 400 || p["code"] != "not_before_invalid" || !strings.Contains(fmt.Sprint(p["detail"]), tc.why) {
+			t.Errorf("Not-Before %q: %d %v, want 400 not_before_invalid saying %s", tc.v, code, p, tc.why)
+		}
+	}
+	if st, err := s.q.Status(context.Background(), kai1["id"].(string)); err != nil || st.NotBefore.IsZero() {
+		t.Errorf("kai's status: %+v %v, want its not-before", st, err)
+	}
+	s.finish(20*time.Second, 0)
+	first := map[string]time.Time{}
+	for _, a := range s.ledger.Arrivals() {
+		if _, ok := first[a.ID]; !ok {
+			first[a.ID] = a.Start
+		}
+	}
+	if d := first[kai1["id"].(string)].Sub(sent); d < 2*time.Second {
+		t.Errorf("kai's first went %s after it was sent, before its Not-Before of 2s", d)
+	}
+	if !first[kai2["id"].(string)].After(first[kai1["id"].(string)]) {
+		t.Errorf("kai's second request went before the first, which was held by its Not-Before")
+	}
+	nb, _ := time.Parse(time.RFC3339Nano, at)
+	if first[lou["id"].(string)].Before(nb) {
+		t.Errorf("lou's went at %s, before its Not-Before %s", first[lou["id"].(string)], nb)
+	}
+}
