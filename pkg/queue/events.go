@@ -177,7 +177,7 @@ type queuedEvent struct {
 // Defaults for the event writer.
 const (
 	DefaultEventBuffer = 100_000
-	eventBatch         = 512
+	eventBatch         = 2048
 	eventAckWait       = 5 * time.Second
 	eventRetryMax      = time.Second
 )
@@ -284,21 +284,16 @@ func (w *EventWriter) done(n int) {
 func (w *EventWriter) Run(ctx context.Context, grace time.Duration) {
 	var retry []queuedEvent // failed writes: they go first, in order
 	wait := 50 * time.Millisecond
-	flushing := false
-	var stopAt time.Time
+	var stopAt time.Time // set once ctx ended: the flush's deadline
 	for {
 		batch := retry
 		retry = nil
-		if len(batch) == 0 {
+		if len(batch) == 0 && stopAt.IsZero() {
 			select {
 			case e := <-w.in:
 				batch = append(batch, e)
 			case <-ctx.Done():
-				if flushing || len(w.in) == 0 {
-					return
-				}
-				flushing, stopAt = true, time.Now().Add(grace)
-				continue
+				stopAt = time.Now().Add(grace)
 			}
 		}
 	fill:
@@ -310,9 +305,11 @@ func (w *EventWriter) Run(ctx context.Context, grace time.Duration) {
 				break fill
 			}
 		}
-		retry = w.write(batch)
-		w.done(len(batch) - len(retry))
-		if flushing && (time.Now().After(stopAt) || len(retry) == 0 && len(w.in) == 0) {
+		if len(batch) > 0 {
+			retry = w.write(batch)
+			w.done(len(batch) - len(retry))
+		}
+		if !stopAt.IsZero() && (len(retry) == 0 && len(w.in) == 0 || time.Now().After(stopAt)) {
 			if n := len(retry) + len(w.in); n > 0 {
 				w.log.Warn().Int("events", n).Msg("stopping with events not written: those requests' statuses lag until their next event")
 			}
@@ -323,15 +320,17 @@ func (w *EventWriter) Run(ctx context.Context, grace time.Duration) {
 			continue
 		}
 		w.metrics.retried.Add(float64(len(retry)))
-		t := time.NewTimer(wait)
+		pause, stop := wait, ctx.Done()
+		if !stopAt.IsZero() { // flushing: ctx has ended, only the deadline counts
+			pause, stop = min(wait, max(time.Until(stopAt), 0)), nil
+		}
+		t := time.NewTimer(pause)
 		select {
 		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			if !flushing {
-				flushing, stopAt = true, time.Now().Add(grace)
-			}
+		case <-stop:
+			stopAt = time.Now().Add(grace)
 		}
+		t.Stop()
 		wait = min(2*wait, eventRetryMax)
 	}
 }

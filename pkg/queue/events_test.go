@@ -156,3 +156,33 @@ func counter(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	t.Fatalf("%s is not registered", name)
 	return 0
 }
+
+// A writer stopped with events waiting writes them all within its grace: a dispatcher or
+// ingest shutting down behind on its events loses none.
+func TestEventWriterFlushesWhenStopped(t *testing.T) {
+	t.Parallel()
+	srv := queuetest.Server(t)
+	nc := queuetest.Conn(t, srv)
+	ctx := context.Background()
+	q, err := queue.Open(ctx, nc, queue.Config{}, queue.CreateOrUpdate)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := q.NewEventWriter("test", 0, nil, zerolog.Nop())
+	const n = 20_000
+	for range n {
+		w.Record(request.Event{Type: request.EventAccepted, ID: request.NewID(time.Now()), ClientID: "c"})
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	stop() // stopped before it wrote anything
+	w.Run(runCtx, 30*time.Second)
+	js, _ := jetstream.New(nc)
+	stream, err := js.Stream(ctx, queue.EventStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := stream.Info(ctx)
+	if err != nil || info.State.Msgs != n {
+		t.Fatalf("events stream holds %d (%v), want the %d recorded before the stop", info.State.Msgs, err, n)
+	}
+}
