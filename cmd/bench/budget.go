@@ -26,7 +26,8 @@ func benchBudget(ctx context.Context, s settings, log io.Writer) ([]row, error) 
 	// A static budget of half the load, 10,000 backlogged clients.
 	settle()
 	budget := float64(clients) / interval.Seconds() / 2
-	rec, err := budgetRun(ctx, clients, interval, 2*interval+s.dispatchFor, nil, func(c *dispatch.Config) { c.Budget.MaxRate = budget })
+	rec, err := backlogged{clients: clients, interval: interval, d: 2*interval + s.dispatchFor,
+		tune: func(c *dispatch.Config) { c.Budget.MaxRate = budget }}.run(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -41,30 +42,21 @@ func benchBudget(ctx context.Context, s settings, log io.Writer) ([]row, error) 
 		verdict:   verdict(got/budget >= 0.98),
 	})
 
-	// The cost of a budget that does not bind: as many clients as the dispatcher can
-	// take at a 10 ms interval (far more than it sends), without a budget and with one far
-	// above, in interleaved rounds.
-	var without, with []float64
+	// The cost of a budget that does not bind: the dispatcher saturated, without a
+	// budget and with one far above, in interleaved rounds.
 	rounds, roundFor := 5, s.dispatchFor/5
 	if s.quick {
 		rounds = 1
 	}
-	for i := range 2 * rounds {
-		settle()
-		tune := func(*dispatch.Config) {}
-		if i%2 == 1 {
-			tune = func(c *dispatch.Config) { c.Budget.MaxRate = 1_000_000 }
+	without, with, err := interleaved(rounds, func(on bool) (float64, error) {
+		b := backlogged{}
+		if on {
+			b.tune = func(c *dispatch.Config) { c.Budget.MaxRate = 1_000_000 }
 		}
-		rec, err := budgetRun(ctx, 2000, 10*time.Millisecond, time.Second+roundFor, nil, tune)
-		if err != nil {
-			return rows, err
-		}
-		r := rec.rate(rec.start.Add(time.Second), rec.start.Add(time.Second+roundFor))
-		if i%2 == 0 {
-			without = append(without, r)
-		} else {
-			with = append(with, r)
-		}
+		return b.saturated(ctx, roundFor)
+	})
+	if err != nil {
+		return rows, err
 	}
 	mw, mb := median(without), median(with)
 	fmt.Fprintf(log, "bench: budget not binding: %.0f sends/s with, %.0f without (rounds %v / %v)\n", mb, mw, with, without)
@@ -82,7 +74,8 @@ func benchBudget(ctx context.Context, s settings, log io.Writer) ([]row, error) 
 	load := capacity * 4
 	n := int(load * interval.Seconds())
 	cr := &capacityRaven{rate: capacity, tokens: capacity / 10}
-	rec, err = budgetRun(ctx, n, interval, interval+adaptFor, cr, func(c *dispatch.Config) { c.Adaptive.Enabled = true })
+	rec, err = backlogged{clients: n, interval: interval, d: interval + adaptFor, raven: cr,
+		tune: func(c *dispatch.Config) { c.Adaptive.Enabled = true }}.run(ctx)
 	if err != nil {
 		return rows, err
 	}
@@ -119,33 +112,50 @@ func benchBudget(ctx context.Context, s settings, log io.Writer) ([]row, error) 
 	return rows, nil
 }
 
-// budgetRun runs a dispatcher tuned by tune for d against clients backlogged clients at
-// interval, each delivery queueing one more request for its client; raven is cr when
-// given (refusing beyond its capacity), else a raven that takes everything.
-func budgetRun(ctx context.Context, clients int, interval, d time.Duration, cr *capacityRaven, tune func(*dispatch.Config)) (*recorder, error) {
-	n, err := startNode(ctx, false, queue.Config{})
+// backlogged is a run of clients that always have a backlog, through one dispatcher
+// owning every partition: each delivery queues one more request for its client.
+type backlogged struct {
+	clients    int
+	interval   time.Duration
+	d          time.Duration          // how long the dispatcher runs
+	syncAlways bool                   // fsync every write; else every 2 min
+	events     bool                   // write requests' events, as the binaries do by default
+	raven      *capacityRaven         // refusing beyond its capacity; nil: a raven that takes everything
+	tune       func(*dispatch.Config) // if not nil, changes the dispatcher's configuration
+	log        io.Writer              // if not nil, hears what the event writer did
+}
+
+// run queues two requests for each client, then runs the dispatcher for b.d and records
+// each attempt raven receives.
+func (b backlogged) run(ctx context.Context) (*recorder, error) {
+	n, err := startNode(ctx, b.syncAlways, queue.Config{})
 	if err != nil {
 		return nil, err
 	}
 	defer n.close()
+	var ev *events
+	if b.events {
+		ev = startEvents(n)
+		defer ev.close() // once the dispatcher has stopped
+	}
 	rec := &recorder{}
 	topUps := make(chan string, 1<<20)
 	var h http.Handler = fastRaven{arrived: func(client, _ string, at, _ time.Time) {
 		rec.add(at, http.StatusOK)
 		topUps <- client
 	}}
-	if cr != nil {
-		cr.rec, cr.topUps = rec, topUps
-		h = cr
+	if b.raven != nil {
+		b.raven.rec, b.raven.topUps = rec, topUps
+		h = b.raven
 	}
 	ravenURL, stopRaven, err := serve(h)
 	if err != nil {
 		return nil, err
 	}
 	defer stopRaven()
-	stopPublishing := topUp(ctx, n, topUps, io.Discard)
+	stopPublishing := topUp(ctx, n, topUps, ev.accepted, io.Discard)
 	defer stopPublishing()
-	for i := range clients {
+	for i := range b.clients {
 		c := fmt.Sprintf("client-%05d", i)
 		topUps <- c
 		topUps <- c
@@ -153,14 +163,50 @@ func budgetRun(ctx context.Context, clients int, interval, d time.Duration, cr *
 	for len(topUps) > 0 { // queued before the dispatcher starts
 		time.Sleep(10 * time.Millisecond)
 	}
-	_, stopDispatch, err := startDispatcher(ctx, n, ravenURL, interval, tune)
+	if ev != nil { // and their accepted events written, so as not to slow its start
+		_ = ev.w.Flush(ctx)
+	}
+	_, stopDispatch, err := startDispatcher(ctx, n, ravenURL, b.interval, b.tune, ev.on)
 	if err != nil {
 		return nil, err
 	}
 	rec.start = time.Now()
-	time.Sleep(d)
+	time.Sleep(b.d)
 	stopDispatch()
+	if b.log != nil && ev != nil {
+		fmt.Fprintf(b.log, "bench: %s\n", ev.close())
+	}
 	return rec, nil
+}
+
+// saturated gives the dispatcher far more than it can send (2000 clients backlogged at
+// a 10 ms interval) and returns the sends per second raven receives over d, after a
+// second's start.
+func (b backlogged) saturated(ctx context.Context, d time.Duration) (float64, error) {
+	b.clients, b.interval, b.d = 2000, 10*time.Millisecond, time.Second+d
+	rec, err := b.run(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return rec.rate(rec.start.Add(time.Second), rec.start.Add(time.Second+d)), nil
+}
+
+// interleaved measures with run, settling before each round, rounds times off and on
+// in turn (off first), and returns each side's figures.
+func interleaved(rounds int, run func(on bool) (float64, error)) (off, on []float64, err error) {
+	for i := range 2 * rounds {
+		settle()
+		r, err := run(i%2 == 1)
+		if err != nil {
+			return off, on, err
+		}
+		if i%2 == 0 {
+			off = append(off, r)
+		} else {
+			on = append(on, r)
+		}
+	}
+	return off, on, nil
 }
 
 // capacityRaven takes rate attempts a second (a token bucket with a tenth of a second's

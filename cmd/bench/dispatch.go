@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/penguinhq/dispatcher/pkg/ingest"
 	"github.com/penguinhq/dispatcher/pkg/queue"
 	"github.com/penguinhq/dispatcher/pkg/request"
 )
@@ -21,8 +22,12 @@ import (
 // backlog for the whole run.
 //
 // Each delivery is a delete, and each top-up a publish: at N/interval sends per second the
-// stream takes twice that many writes, and with fsync on every write the disk's sync rate
-// bounds what the dispatcher can do. So the largest N runs in both durability modes.
+// request stream takes twice that many writes. Events are on, as in the binaries: each
+// send also writes three events (accepted and attempt started in the background, delivered
+// before the delete). With fsync on every write the disk's sync rate bounds what the
+// dispatcher can do, so the largest N runs in both durability modes.
+//
+// Meanwhile statuses of requests just published are read through the ingest API.
 func benchDispatch(ctx context.Context, s settings, log io.Writer) ([]row, error) {
 	var rows []row
 	for i, n := range s.dispatchN {
@@ -42,29 +47,39 @@ func benchDispatch(ctx context.Context, s settings, log io.Writer) ([]row, error
 	return rows, nil
 }
 
+// dispatchOnce runs benchDispatch's load for clients, with events on (the product's
+// default) and statuses read through the ingest API during the window.
 func dispatchOnce(ctx context.Context, s settings, clients int, syncAlways bool, log io.Writer) ([]row, error) {
 	interval := s.interval
-	mode := "fsync every write"
-	if !syncAlways {
-		mode = "fsync every 2 min"
-	}
+	mode := modeName(syncAlways)
 	n, err := startNode(ctx, syncAlways, queue.Config{})
 	if err != nil {
 		return nil, err
 	}
 	defer n.close()
+	ev := startEvents(n)
+	defer ev.close() // once the dispatcher has stopped
+	ingestURL, stopIngest, err := serveIngest(n, ingest.Config{Events: ev.w, Status: n.q})
+	if err != nil {
+		return nil, err
+	}
+	defer stopIngest()
 	sp := &spacing{interval: interval, topUps: make(chan string, 1<<20), last: make(map[string][2]time.Time, clients)}
 	ravenURL, stopRaven, err := serve(fastRaven{arrived: sp.arrived})
 	if err != nil {
 		return nil, err
 	}
 	defer stopRaven()
-	d, stopDispatch, err := startDispatcher(ctx, n, ravenURL, interval)
+	d, stopDispatch, err := startDispatcher(ctx, n, ravenURL, interval, ev.on)
 	if err != nil {
 		return nil, err
 	}
 	defer stopDispatch()
-	stopPublishing := topUp(ctx, n, sp.topUps, log)
+	recent := &recentIDs{}
+	stopPublishing := topUp(ctx, n, sp.topUps, func(r request.Request, rc request.Receipt) {
+		ev.accepted(r, rc)
+		recent.add(r.ID)
+	}, log)
 	defer stopPublishing()
 
 	time.Sleep(interval + 100*time.Millisecond) // past the dispatcher's start-up fence
@@ -79,20 +94,26 @@ func dispatchOnce(ctx context.Context, s settings, clients int, syncAlways bool,
 	we := ws.Add(s.dispatchFor)
 	sp.windowStart.Store(ws.UnixNano())
 	sp.windowEnd.Store(we.UnixNano())
+	time.Sleep(time.Until(ws))
+	reads, stopReads := readStatuses(ingestURL, recent, statusReadRate)
 	time.Sleep(time.Until(ws.Add(s.dispatchFor / 2)))
 	lanes := d.Stats().Lanes
-	time.Sleep(time.Until(we.Add(100 * time.Millisecond)))
+	time.Sleep(time.Until(we))
+	stopReads()
+	time.Sleep(100 * time.Millisecond)
 	stopPublishing()
+	stopDispatch()
 
 	rate := float64(sp.inWindow.Load()) / s.dispatchFor.Seconds()
 	ideal := float64(clients) / interval.Seconds()
 	q := sp.over.quantiles(0.5, 0.99, 1, 0)
 	qe := sp.overEnd.quantiles(0.5, 0.99, 1, 0)
-	fmt.Fprintf(log, "bench: dispatch %d clients (%s): %.0f sends/s of %.0f ideal, lanes %d, overshoot p50 %s p99 %s max %s min %s; from the previous answer p50 %s p99 %s min %s\n",
-		clients, mode, rate, ideal, lanes, q[0], q[1], q[2], q[3], qe[0], qe[1], qe[3])
+	qs := reads.lat.quantiles(0.5, 0.99)
+	fmt.Fprintf(log, "bench: dispatch %d clients (%s): %.0f sends/s of %.0f ideal, lanes %d, overshoot p50 %s p99 %s max %s min %s; from the previous answer p50 %s p99 %s min %s; status reads p50 %s p99 %s (%s); %s\n",
+		clients, mode, rate, ideal, lanes, q[0], q[1], q[2], q[3], qe[0], qe[1], qe[3], qs[0], qs[1], reads.summary(), ev.close())
 	return []row{
 		{
-			figure:    fmt.Sprintf("dispatch sends/s, %d backlogged clients, %s interval (%s)", clients, interval, mode),
+			figure:    fmt.Sprintf("dispatch sends/s, %d backlogged clients, %s interval (events on; %s)", clients, interval, mode),
 			value:     fmt.Sprintf("%.0f/s", rate),
 			reference: fmt.Sprintf("%.0f/s ideal (N/interval)", ideal),
 			ratio:     fmt.Sprintf("%.3f", rate/ideal),
@@ -114,6 +135,12 @@ func dispatchOnce(ctx context.Context, s settings, clients int, syncAlways bool,
 			ratio:     "-",
 			target:    "none < 0",
 			verdict:   verdict(sp.negative.Load() == 0 && sp.overEnd.len() > 0),
+		},
+		{
+			figure:    fmt.Sprintf("status read latency p50 / p99 during the %d-client dispatch (events on; %s)", clients, mode),
+			value:     ms(qs[0]) + " / " + ms(qs[1]),
+			reference: fmt.Sprintf("GET /v1/requests/{id}, %d/s, of the last 4096 ids published: %s", statusReadRate, reads.summary()),
+			ratio:     "-", target: "-", verdict: "-",
 		},
 	}, nil
 }
@@ -155,13 +182,17 @@ func (sp *spacing) arrived(client, _ string, at, answered time.Time) {
 }
 
 // topUp publishes a request for each client named on topUps, 32 at a time, until stop is
-// called (which waits for the publishers).
-func topUp(ctx context.Context, n *node, topUps <-chan string, log io.Writer) (stop func()) {
+// called (which waits for the publishers). Each has an id as ingest gives out, so that
+// its events are written; stored hears of each one the queue stored.
+func topUp(ctx context.Context, n *node, topUps <-chan string, stored func(request.Request, request.Receipt), log io.Writer) (stop func()) {
 	pctx, cancel := context.WithCancel(ctx)
-	var seq atomic.Int64
 	publish := func(client string) {
-		_, err := n.q.Publish(pctx, request.Request{ID: fmt.Sprint("r", seq.Add(1)), ClientID: client, ContentType: "application/json", Body: body(client)})
-		if err != nil && pctx.Err() == nil {
+		r := request.Request{ID: request.NewID(time.Now()), ClientID: client, ContentType: "application/json", Body: body(client)}
+		rc, err := n.q.Publish(pctx, r)
+		switch {
+		case err == nil:
+			stored(r, rc)
+		case pctx.Err() == nil:
 			fmt.Fprintf(log, "bench: publish: %v\n", err)
 		}
 	}

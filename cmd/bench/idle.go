@@ -10,8 +10,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/rs/zerolog"
-
 	"github.com/penguinhq/dispatcher/pkg/ingest"
 	"github.com/penguinhq/dispatcher/pkg/queue"
 )
@@ -42,11 +40,7 @@ func benchIdle(ctx context.Context, s settings, log io.Writer) ([]row, error) {
 		return nil, err
 	}
 	defer stopDispatch()
-	api, err := ingest.New(ingest.Config{}, n.q, n.q, zerolog.Nop())
-	if err != nil {
-		return nil, err
-	}
-	url, stopIngest, err := serve(api.Handler())
+	url, stopIngest, err := serveIngest(n, ingest.Config{})
 	if err != nil {
 		return nil, err
 	}

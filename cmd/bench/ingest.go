@@ -13,8 +13,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/rs/zerolog"
-
 	"github.com/penguinhq/dispatcher/pkg/ingest"
 	"github.com/penguinhq/dispatcher/pkg/queue"
 	"github.com/penguinhq/dispatcher/pkg/request"
@@ -39,22 +37,20 @@ func clientFor(worker, i int) string { return fmt.Sprintf("w%02d-c%04d", worker,
 // concurrency, fresh server each), in both durability modes.
 func benchIngest(ctx context.Context, s settings, log io.Writer) ([]row, error) {
 	var rows []row
-	for _, mode := range []struct {
-		name string
-		sync bool
-	}{{"fsync every write", true}, {"fsync every 2 min", false}} {
-		raw, err := measureRaw(ctx, mode.sync, s.ingestFor)
+	for _, syncAlways := range []bool{true, false} {
+		mode := modeName(syncAlways)
+		raw, err := measureRaw(ctx, syncAlways, s.ingestFor)
 		if err != nil {
 			return rows, err
 		}
-		httpRate, err := measureHTTP(ctx, mode.sync, s.ingestFor, 0, nil)
+		httpRate, err := measureHTTP(ctx, syncAlways, s.ingestFor, 0, nil)
 		if err != nil {
 			return rows, err
 		}
-		fmt.Fprintf(log, "bench: ingest (%s): raw %.0f/s, http %.0f/s\n", mode.name, raw, httpRate)
+		fmt.Fprintf(log, "bench: ingest (%s): raw %.0f/s, http %.0f/s\n", mode, raw, httpRate)
 		ratio := httpRate / raw
 		rows = append(rows, row{
-			figure:    fmt.Sprintf("ingest accepted/s, 64 clients, 512 B (%s)", mode.name),
+			figure:    fmt.Sprintf("ingest accepted/s, 64 clients, 512 B (%s)", mode),
 			value:     fmt.Sprintf("%.0f/s", httpRate),
 			reference: fmt.Sprintf("%.0f/s raw JetStream publish", raw),
 			ratio:     fmt.Sprintf("%.2f", ratio),
@@ -62,12 +58,12 @@ func benchIngest(ctx context.Context, s settings, log io.Writer) ([]row, error) 
 			verdict:   verdict(ratio >= 0.6),
 		})
 		var lat samples
-		if _, err := measureHTTP(ctx, mode.sync, s.ingestFor, httpRate/2, &lat); err != nil {
+		if _, err := measureHTTP(ctx, syncAlways, s.ingestFor, httpRate/2, &lat); err != nil {
 			return rows, err
 		}
 		q := lat.quantiles(0.5, 0.99)
 		rows = append(rows, row{
-			figure:    fmt.Sprintf("ingest latency p50 / p99 at half that load (%s)", mode.name),
+			figure:    fmt.Sprintf("ingest latency p50 / p99 at half that load (%s)", mode),
 			value:     ms(q[0]) + " / " + ms(q[1]),
 			reference: fmt.Sprintf("%.0f/s offered", httpRate/2),
 			ratio:     "-", target: "-", verdict: "-",
@@ -123,17 +119,13 @@ func measureHTTP(ctx context.Context, syncAlways bool, d time.Duration, rate flo
 		return 0, err
 	}
 	defer n.close()
-	api, err := ingest.New(ingest.Config{}, n.q, n.q, zerolog.Nop())
-	if err != nil {
-		return 0, err
-	}
-	url, stop, err := serve(api.Handler())
+	url, stop, err := serveIngest(n, ingest.Config{})
 	if err != nil {
 		return 0, err
 	}
 	defer stop()
 	url += "/v1/requests"
-	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: ingestWorkers, MaxIdleConns: ingestWorkers}}
+	client := httpClient(ingestWorkers)
 	var count atomic.Int64
 	var firstErr atomic.Value
 	start := time.Now()

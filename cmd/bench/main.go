@@ -60,7 +60,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	s := settings{}
 	fs.BoolVar(&s.quick, "quick", false, "a short smoke run: every row, small numbers")
-	fs.StringVar(&s.only, "only", "", "run only these scenarios, comma-separated: ingest, dispatch, idle, memory, distinct, budget")
+	fs.StringVar(&s.only, "only", "", "run only these scenarios, comma-separated: ingest, batch, dispatch, events, idle, memory, distinct, budget")
 	fs.IntVar(&s.distinct, "distinct", 1_000_000, "distinct clientIds sent through in the distinct scenario")
 	clients := fs.Int("clients", 0, "backlogged clients in the dispatch scenario (default: 1000 and 10000)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
@@ -101,7 +101,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		f    func() ([]row, error)
 	}{
 		{"ingest", func() ([]row, error) { return benchIngest(ctx, s, stderr) }},
+		{"batch", func() ([]row, error) { return benchBatch(ctx, s, stderr) }},
 		{"dispatch", func() ([]row, error) { return benchDispatch(ctx, s, stderr) }},
+		{"events", func() ([]row, error) { return benchEvents(ctx, s, stderr) }},
 		{"idle", func() ([]row, error) { return benchIdle(ctx, s, stderr) }},
 		{"memory", func() ([]row, error) { return benchLaneMemory(s) }},
 		{"distinct", func() ([]row, error) { return benchDistinct(ctx, s, stderr) }},

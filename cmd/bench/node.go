@@ -14,11 +14,15 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
+	"github.com/penguinhq/dispatcher/cmd/internal/cli"
 	"github.com/penguinhq/dispatcher/pkg/dispatch"
+	"github.com/penguinhq/dispatcher/pkg/ingest"
 	"github.com/penguinhq/dispatcher/pkg/queue"
 	"github.com/penguinhq/dispatcher/pkg/raven"
+	"github.com/penguinhq/dispatcher/pkg/request"
 )
 
 // node is a fresh embedded JetStream server with the queue's streams.
@@ -77,8 +81,105 @@ func serve(h http.Handler) (url string, stop func(), err error) {
 	return "http://" + ln.Addr().String(), func() { _ = srv.Close() }, nil
 }
 
-// startDispatcher runs a dispatcher (owning every partition) against n and raven; tune,
-// if given, changes its configuration first.
+// modeName names a durability mode in the table.
+func modeName(syncAlways bool) string {
+	if syncAlways {
+		return "fsync every write"
+	}
+	return "fsync every 2 min"
+}
+
+// serveIngest serves a real ingest API on n with cfg over loopback until the returned
+// stop is called.
+func serveIngest(n *node, cfg ingest.Config) (url string, stop func(), err error) {
+	api, err := ingest.New(cfg, n.q, n.q, zerolog.Nop())
+	if err != nil {
+		return "", nil, err
+	}
+	return serve(api.Handler())
+}
+
+// httpClient keeps up to conns connections to one host open between requests.
+func httpClient(conns int) *http.Client {
+	return &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: conns, MaxIdleConns: conns}}
+}
+
+// events is a writer of requests' events on a node's queue, started as the binaries
+// start it (cli.StartEvents), with its counters in a registry of its own.
+type events struct {
+	w       *queue.EventWriter
+	reg     *prometheus.Registry
+	stopped sync.Once
+	stop    func()
+	report  string
+}
+
+// startEvents starts a writer of requests' events on n's queue.
+func startEvents(n *node) *events {
+	e := &events{reg: prometheus.NewRegistry()}
+	e.w, e.stop = cli.StartEvents(n.q, "bench", e.reg, zerolog.Nop())
+	return e
+}
+
+// on has a dispatcher write its requests' events with e (nil: none).
+func (e *events) on(c *dispatch.Config) {
+	if e != nil {
+		c.Events = e.w
+	}
+}
+
+// accepted records r's accepted event, as ingest does once the queue stored it.
+func (e *events) accepted(r request.Request, rc request.Receipt) {
+	if e != nil {
+		now := time.Now()
+		e.w.Record(request.Event{Type: request.EventAccepted, ID: r.ID, ClientID: r.ClientID, At: now,
+			Seq: rc.Seq, NotBefore: r.NotBefore, AcceptedAt: now})
+	}
+}
+
+// eventsCatchUp bounds the wait, once the load stops, for the writer to write what it
+// was behind.
+const eventsCatchUp = 10 * time.Second
+
+// close waits for the writer to catch up (up to eventsCatchUp), stops it, and says what
+// it wrote and how far behind it was; call it once nothing records events any more,
+// before the node closes. Only the first call does it.
+func (e *events) close() string {
+	if e == nil {
+		return "events off"
+	}
+	e.stopped.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), eventsCatchUp)
+		defer cancel()
+		start := time.Now()
+		behind := fmt.Sprintf("NOT caught up %s after the load", eventsCatchUp)
+		if e.w.Flush(ctx) == nil {
+			behind = fmt.Sprintf("caught up %s after the load", time.Since(start).Round(time.Millisecond))
+		}
+		e.stop()
+		e.report = fmt.Sprintf("events %.0f written, %.0f retried, %.0f dropped; %s",
+			e.counter("dispatch_events_written_total"), e.counter("dispatch_events_retried_total"), e.counter("dispatch_events_dropped_total"), behind)
+	})
+	return e.report
+}
+
+// counter is the value of the counter named name in e's registry.
+func (e *events) counter(name string) float64 {
+	mfs, _ := e.reg.Gather()
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			var sum float64
+			for _, m := range mf.GetMetric() {
+				sum += m.GetCounter().GetValue()
+			}
+			return sum
+		}
+	}
+	return 0
+}
+
+// startDispatcher runs a dispatcher (owning every partition) against n and raven; each
+// tune that is not nil changes its configuration first.
 func startDispatcher(ctx context.Context, n *node, ravenURL string, interval time.Duration, tune ...func(*dispatch.Config)) (*dispatch.Dispatcher, func(), error) {
 	rc, err := raven.New(raven.Config{URL: ravenURL, Timeout: 5 * time.Second})
 	if err != nil {
@@ -86,7 +187,9 @@ func startDispatcher(ctx context.Context, n *node, ravenURL string, interval tim
 	}
 	cfg := dispatch.Config{Policy: dispatch.Policy{Interval: interval}, SendTimeout: 5 * time.Second, ShutdownGrace: 5 * time.Second}
 	for _, t := range tune {
-		t(&cfg)
+		if t != nil {
+			t(&cfg)
+		}
 	}
 	d, err := dispatch.New(cfg, n.q, rc, zerolog.Nop())
 	if err != nil {

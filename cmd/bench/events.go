@@ -1,0 +1,41 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"slices"
+	"time"
+)
+
+// benchEvents measures what writing requests' events costs the dispatcher at the most
+// sends per second it reaches (backlogged.saturated, a raven that takes everything):
+// events off and on in interleaved rounds, the best of each, in both durability modes.
+// Two rounds of each keep the scenario under a minute and a half.
+func benchEvents(ctx context.Context, s settings, log io.Writer) ([]row, error) {
+	rounds, roundFor := 2, 4*time.Second
+	if s.quick {
+		rounds, roundFor = 1, time.Second
+	}
+	var rows []row
+	for _, syncAlways := range []bool{true, false} {
+		mode := modeName(syncAlways)
+		without, with, err := interleaved(rounds, func(on bool) (float64, error) {
+			return backlogged{syncAlways: syncAlways, events: on, log: log}.saturated(ctx, roundFor)
+		})
+		if err != nil {
+			return rows, err
+		}
+		mo, me := slices.Max(without), slices.Max(with)
+		fmt.Fprintf(log, "bench: events (%s): %.0f sends/s with, %.0f without (rounds %.0f / %.0f)\n", mode, me, mo, with, without)
+		rows = append(rows, row{
+			figure:    fmt.Sprintf("events: most sends/s with events on (2000 clients, 10 ms interval, dispatcher-bound; %s)", mode),
+			value:     fmt.Sprintf("%.0f/s", me),
+			reference: fmt.Sprintf("%.0f/s with events off (best of %d interleaved rounds each)", mo, rounds),
+			ratio:     fmt.Sprintf("%.3f", me/mo),
+			target:    ">= 0.90",
+			verdict:   verdict(me/mo >= 0.9),
+		})
+	}
+	return rows, nil
+}
