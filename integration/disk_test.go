@@ -236,7 +236,7 @@ system_account: SYS
 		"INGEST_ADDR": ingestAddr, "OPS_ADDR": opsAddr})
 	base, ops := "http://"+ingestAddr, "http://"+opsAddr
 	waitReady(t, base)
-	s := &stack{t: t, ingestURL: base + "/v1/requests"}
+	s := &stack{t: t, ingestURL: base + "/v1/requests", http: apiClient(t)}
 	s.post("alice", 1)
 
 	free := fill(t, store)

@@ -269,7 +269,7 @@ func TestStandaloneDemoRaven(t *testing.T) {
 	ingestAddr, demoAddr := freeAddr(t), freeAddr(t)
 	p := startProc(t, map[string]string{"DATA_DIR": t.TempDir(), "INGEST_ADDR": ingestAddr, "DEMO_RAVEN_ADDR": demoAddr,
 		"DISPATCH_INTERVAL": interval.String()}, "-standalone")
-	s := &stack{t: t, ingestURL: "http://" + ingestAddr + "/v1/requests"}
+	s := &stack{t: t, ingestURL: "http://" + ingestAddr + "/v1/requests", http: apiClient(t)}
 	waitReady(t, "http://"+ingestAddr)
 	for n := range 3 {
 		s.post("alice", n)

@@ -38,8 +38,8 @@ func TestStatusAndTheTakeoverBound(t *testing.T) {
 			t.Fatalf("status: instance %s: %d leases, heartbeat %s, first since %s; want 32 held since the start", in.ID, len(in.Leases), in.Heartbeat, in.Leases[0].Since)
 		}
 	}
-	if n := st.NATS; len(n.Servers) != 3 || len(n.Streams) != 4 {
-		t.Fatalf("status: servers %v, streams %+v; want 3 servers and the 4 streams", n.Servers, n.Streams)
+	if n := st.NATS; len(n.Servers) != 3 || len(n.Streams) != 5 {
+		t.Fatalf("status: servers %v, streams %+v; want 3 servers and the 5 streams", n.Servers, n.Streams)
 	}
 	for _, s := range st.NATS.Streams {
 		if s.Error != "" || s.Group == nil || s.Group.Leader == "" || len(s.Group.Replicas) != 2 || s.Replicas != 3 {

@@ -84,16 +84,28 @@ func (l *loop) watchSteering(ctx context.Context) (stop func(), err error) {
 // watchBacklog passes the subjects of new requests to the loop, and asks for a listing
 // of the backlog when the watch may have missed some.
 func (l *loop) watchBacklog(ctx context.Context) (stop func(), err error) {
+	began := time.Now()
 	return l.d.src.Watch(ctx, func(subj string) {
 		select {
 		case l.notes <- subj:
 		case <-ctx.Done():
 		}
 	}, func(err error) {
-		l.d.log.Warn().Err(err).Msg("backlog watch trouble; listing the backlog again")
+		// Nothing is lost (the backlog is listed again). A cluster starting with the
+		// services elects its stream leaders for a while, and the watch's consumer may
+		// not be answered meanwhile: that is no cause for a warning yet.
+		ev := l.d.log.Warn()
+		if time.Since(began) < watchStartQuiet {
+			ev = l.d.log.Info()
+		}
+		ev.Err(err).Msg("backlog watch trouble; listing the backlog again")
 		l.askResync()
 	})
 }
+
+// watchStartQuiet is how long after the backlog watch starts its trouble is logged at
+// info, not warn.
+const watchStartQuiet = 30 * time.Second
 
 func (l *loop) askResync() {
 	select {
