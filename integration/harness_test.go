@@ -10,7 +10,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -24,6 +23,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
+	"github.com/penguinhq/dispatcher/integration/itest"
 	"github.com/penguinhq/dispatcher/pkg/dispatch"
 	"github.com/penguinhq/dispatcher/pkg/fault"
 	"github.com/penguinhq/dispatcher/pkg/ingest"
@@ -359,17 +359,16 @@ func (s *stack) feed(clients int, pause time.Duration) (stop func()) {
 	return stop
 }
 
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
+// The helpers the integration test packages share.
+var (
+	waitFor      = itest.WaitFor
+	waitReady    = itest.WaitReady
+	freeAddr     = itest.FreeAddr
+	mustContain  = itest.MustContain
+	clientName   = itest.ClientName
+	readMetrics  = itest.ReadMetrics
+	parseMetrics = itest.ParseMetrics
+)
 
 // waitDone waits until the queue is empty and every accepted request was delivered or
 // dead-lettered.
@@ -430,16 +429,3 @@ func (s *stack) checkLedger(maxDuplicates int, explained map[string]bool) ledger
 	}
 	return rep
 }
-
-// freeAddr returns a loopback address with a port that was free a moment ago.
-func freeAddr(t testing.TB) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
-func clientName(i int) string { return fmt.Sprintf("client-%03d", i) }

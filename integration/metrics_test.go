@@ -1,14 +1,11 @@
 package integration
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -33,26 +30,6 @@ func scrape(t testing.TB, url string) map[string]float64 {
 }
 
 // scrapeQuiet is scrape for polling: an empty map when the scrape fails.
-func scrapeQuiet(url string) map[string]float64 {
-	m, err := readMetrics(url)
-	if err != nil {
-		return map[string]float64{}
-	}
-	return m
-}
-
-func readMetrics(url string) (map[string]float64, error) {
-	resp, err := http.Get(url)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != 200 {
-		return nil, fmt.Errorf("status %d", resp.StatusCode)
-	}
-	return parseMetrics(resp.Body)
-}
-
 // gather reads an in-process registry as scrape reads a /metrics page.
 func gather(t testing.TB, reg *prometheus.Registry) map[string]float64 {
 	t.Helper()
@@ -63,24 +40,6 @@ func gather(t testing.TB, reg *prometheus.Registry) map[string]float64 {
 		t.Fatal(err)
 	}
 	return m
-}
-
-func parseMetrics(r io.Reader) (map[string]float64, error) {
-	out := map[string]float64{}
-	sc := bufio.NewScanner(r)
-	for sc.Scan() {
-		line := sc.Text()
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		i := strings.LastIndexByte(line, ' ')
-		v, err := strconv.ParseFloat(line[i+1:], 64)
-		if err != nil {
-			return nil, fmt.Errorf("line %q: %w", line, err)
-		}
-		out[line[:i]] = v
-	}
-	return out, sc.Err()
 }
 
 func metric(t testing.TB, m map[string]float64, key string) float64 {

@@ -50,13 +50,6 @@ func (s *stack) ctlJSON(v any, cmd string, args ...string) {
 	}
 }
 
-func mustContain(t testing.TB, out, want string) {
-	t.Helper()
-	if !strings.Contains(out, want) {
-		t.Fatalf("output does not say %q:\n%s", want, out)
-	}
-}
-
 // arrivalsOf returns client's arrivals at raven, in order.
 func (s *stack) arrivalsOf(client string) []ledger.Arrival {
 	var out []ledger.Arrival

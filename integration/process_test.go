@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/penguinhq/dispatcher/integration/itest"
 	"github.com/penguinhq/dispatcher/pkg/ledger"
 	"github.com/penguinhq/dispatcher/pkg/queue"
 	"github.com/penguinhq/dispatcher/pkg/queue/queuetest"
@@ -24,21 +24,13 @@ import (
 var dispatcherBin, ingestBin, ctlBin, natsnodeBin string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "dispatcher-bin-")
+	dir, err := itest.BuildBinaries("dispatcher", "ingest", "dispatchctl", "natsnode")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
 	dispatcherBin, ingestBin, ctlBin = filepath.Join(dir, "dispatcher"), filepath.Join(dir, "ingest"), filepath.Join(dir, "dispatchctl")
 	natsnodeBin = filepath.Join(dir, "natsnode")
-	build := exec.Command("go", "build", "-o", dir, "github.com/penguinhq/dispatcher/cmd/dispatcher",
-		"github.com/penguinhq/dispatcher/cmd/ingest", "github.com/penguinhq/dispatcher/cmd/dispatchctl",
-		"github.com/penguinhq/dispatcher/cmd/natsnode")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "building the binaries:", err)
-		os.Exit(1)
-	}
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)
@@ -314,18 +306,6 @@ func logLines(out, msg string) []map[string]any {
 }
 
 // waitReady waits until the ingest API at base answers readyz with 200.
-func waitReady(t testing.TB, base string) {
-	t.Helper()
-	waitFor(t, 20*time.Second, base+" readyz", func() bool {
-		resp, err := http.Get(base + "/readyz")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == 200
-	})
-}
-
 // A service started before NATS waits for it instead of exiting, and becomes ready once
 // NATS is there.
 func TestIngestWaitsForNATS(t *testing.T) {

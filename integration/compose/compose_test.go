@@ -1,4 +1,7 @@
-package integration
+// Package compose tests the docker-compose stack end to end. It is a package of its own
+// so that it runs beside the other integration tests, not after them: it mostly waits on
+// Docker.
+package compose
 
 import (
 	"bytes"
@@ -15,9 +18,34 @@ import (
 	"testing"
 	"time"
 
+	"github.com/penguinhq/dispatcher/integration/itest"
 	"github.com/penguinhq/dispatcher/pkg/admin"
 	"github.com/penguinhq/dispatcher/pkg/ledger"
 )
+
+var (
+	waitFor     = itest.WaitFor
+	waitReady   = itest.WaitReady
+	freeAddr    = itest.FreeAddr
+	mustContain = itest.MustContain
+	clientName  = itest.ClientName
+	scrapeQuiet = itest.ScrapeQuiet
+)
+
+// ctlBin is dispatchctl, built by TestMain.
+var ctlBin string
+
+func TestMain(m *testing.M) {
+	dir, err := itest.BuildBinaries("dispatchctl")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	ctlBin = filepath.Join(dir, "dispatchctl")
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
 
 // composeCmd is how to run Compose here: the docker-compose tool, or the docker CLI's
 // compose plugin; nil when neither is there.
@@ -114,7 +142,7 @@ func TestComposeStackSurvivesKilledContainers(t *testing.T) {
 	if cmd == nil {
 		t.Skip("Docker is here but neither docker-compose nor the docker compose plugin: the compose end-to-end test needs one")
 	}
-	root, err := filepath.Abs("..")
+	root, err := filepath.Abs("../..")
 	if err != nil {
 		t.Fatal(err)
 	}

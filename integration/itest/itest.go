@@ -1,0 +1,126 @@
+// Package itest holds what the integration test packages share: waiting with a
+// deadline, free loopback ports, reading a /metrics page, building the binaries. It is
+// for tests only.
+package itest
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// WaitFor polls cond until it holds or the deadline passes.
+func WaitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// WaitReady waits until base's /readyz answers 200.
+func WaitReady(t testing.TB, base string) {
+	t.Helper()
+	WaitFor(t, 20*time.Second, base+" readyz", func() bool {
+		resp, err := http.Get(base + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == 200
+	})
+}
+
+// FreeAddr returns a loopback address with a port that was free a moment ago.
+func FreeAddr(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// MustContain fails t unless out says want.
+func MustContain(t testing.TB, out, want string) {
+	t.Helper()
+	if !strings.Contains(out, want) {
+		t.Fatalf("output does not say %q:\n%s", want, out)
+	}
+}
+
+// ClientName is the i-th test client's id.
+func ClientName(i int) string { return fmt.Sprintf("client-%03d", i) }
+
+// ScrapeQuiet reads a /metrics page; empty when it cannot be read.
+func ScrapeQuiet(url string) map[string]float64 {
+	m, err := ReadMetrics(url)
+	if err != nil {
+		return map[string]float64{}
+	}
+	return m
+}
+
+// ReadMetrics reads a /metrics page: each series (name and labels) with its value.
+func ReadMetrics(url string) (map[string]float64, error) {
+	resp, err := http.Get(url)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		return nil, fmt.Errorf("status %d", resp.StatusCode)
+	}
+	return ParseMetrics(resp.Body)
+}
+
+// ParseMetrics reads Prometheus text format: each series with its value.
+func ParseMetrics(r io.Reader) (map[string]float64, error) {
+	out := map[string]float64{}
+	sc := bufio.NewScanner(r)
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		v, err := strconv.ParseFloat(line[i+1:], 64)
+		if err != nil {
+			return nil, fmt.Errorf("line %q: %w", line, err)
+		}
+		out[line[:i]] = v
+	}
+	return out, sc.Err()
+}
+
+// BuildBinaries builds the named commands of this module (cmd/<name>) into a new
+// temporary directory and returns it; for a TestMain, which removes it at the end.
+func BuildBinaries(names ...string) (dir string, err error) {
+	dir, err = os.MkdirTemp("", "dispatcher-bin-")
+	if err != nil {
+		return "", err
+	}
+	args := []string{"build", "-o", dir}
+	for _, n := range names {
+		args = append(args, "github.com/penguinhq/dispatcher/cmd/"+n)
+	}
+	build := exec.Command("go", args...)
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		os.RemoveAll(dir)
+		return "", fmt.Errorf("building the binaries: %w", err)
+	}
+	return dir, nil
+}
