@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -141,13 +142,10 @@ func (d *Dispatcher) attempt(ctx context.Context, job Job, st request.Stored, se
 	if first.IsZero() {
 		first = start
 	}
-	if d.cfg.Events != nil {
-		ev := eventOf(st, request.EventAttemptStarted)
-		ev.Attempt, ev.At = attempt, start
-		d.cfg.Events.Record(ev)
-	}
+	startedWritten := d.recordStarted(st, attempt, start)
 	status, err := d.send(ctx, st, attempt)
 	end := d.now()
+	startedWritten()
 	judged := judge(err)
 	d.cfg.Metrics.attempt(start, end, job.PrevEnd, job.Interval, judged)
 	// Fields are added per event, not through a child logger: no allocation per attempt
@@ -285,6 +283,39 @@ func (d *Dispatcher) finish(ctx context.Context, st request.Stored, why request.
 		}
 		return d.src.Delete(ctx, st.Seq)
 	})
+}
+
+// StartedEventAfter is how long an attempt runs before its attempt_started event is
+// written: most attempts end sooner, and their outcome's event says all there is to
+// say, so a status reads queued, not in_flight, for at most this long of an attempt.
+// Writing one for every attempt would add a third write per request to the store.
+const StartedEventAfter = 250 * time.Millisecond
+
+// recordStarted records st's attempt_started event should the attempt run longer than
+// StartedEventAfter. Call the function it returns when the attempt has ended: from then
+// on the event is not recorded, and one recorded is before any event the caller records
+// next.
+func (d *Dispatcher) recordStarted(st request.Stored, attempt int, start time.Time) (ended func()) {
+	if d.cfg.Events == nil {
+		return func() {}
+	}
+	var mu sync.Mutex
+	over := false
+	t := time.AfterFunc(StartedEventAfter, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if !over {
+			ev := eventOf(st, request.EventAttemptStarted)
+			ev.Attempt, ev.At = attempt, start
+			d.cfg.Events.Record(ev)
+		}
+	})
+	return func() {
+		t.Stop()
+		mu.Lock()
+		over = true
+		mu.Unlock()
+	}
 }
 
 // eventWait bounds the wait for a final event's write before the request is removed
