@@ -2,11 +2,13 @@ package openapi_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +17,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/penguinhq/dispatcher/pkg/admin"
+	"github.com/penguinhq/dispatcher/pkg/dispatch"
 	"github.com/penguinhq/dispatcher/pkg/ingest"
 	"github.com/penguinhq/dispatcher/pkg/openapi"
 	"github.com/penguinhq/dispatcher/pkg/openapi/openapitest"
@@ -289,7 +292,8 @@ func TestAdminRefusals(t *testing.T) {
 }
 
 // TestAdminExchanges holds the admin API's answers to the document, on a real queue
-// with requests, dead letters and steering in it (and no dispatcher running).
+// with requests, dead letters, status records and steering in it. No dispatcher runs:
+// one stand-in answers lane queries about client d's lane and a request it delivered.
 func TestAdminExchanges(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -337,6 +341,7 @@ func TestAdminExchanges(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	queued, inFlight, delivered, dead := requestsWithRecords(t, q)
 
 	r := chi.NewRouter()
 	r.Mount("/admin", svc.Handler("s3cret"))
@@ -346,7 +351,6 @@ func TestAdminExchanges(t *testing.T) {
 	auth := map[string]string{"Authorization": "Bearer s3cret"}
 	withJSON := map[string]string{"Authorization": "Bearer s3cret", "Content-Type": "application/json"}
 	const get, post, put = http.MethodGet, http.MethodPost, http.MethodPut
-	// GET /admin/v1/requests/{id} is left out until its answer settles (see RequestState).
 	run(t, client, srv.URL, []exchange{
 		{"clients", get, "/admin/v1/clients", "", auth, 200},
 		{"clients by age", get, "/admin/v1/clients?sort=age&limit=1&page=2", "", auth, 200},
@@ -376,5 +380,125 @@ func TestAdminExchanges(t *testing.T) {
 		{"budget steered", get, "/admin/v1/budget", "", auth, 200},
 		{"budget bad", put, "/admin/v1/budget", `{"max_rate":"fast"}`, withJSON, 400},
 		{"budget configured", put, "/admin/v1/budget", `{"max_rate":"configured","max_inflight":null}`, withJSON, 200},
+		{"request queued", get, "/admin/v1/requests/r2?client=a", "", auth, 200},
+		{"request queued, no client nor record", get, "/admin/v1/requests/r2", "", auth, 200},
+		{"request queued, client from its record", get, "/admin/v1/requests/" + queued, "", auth, 200},
+		{"request in flight", get, "/admin/v1/requests/" + inFlight + "?client=d", "", auth, 200},
+		{"request dead-lettered", get, "/admin/v1/requests/r0?client=a", "", auth, 200},
+		{"request dead-lettered, no client", get, "/admin/v1/requests/r0", "", auth, 200},
+		{"request dead-lettered, by its record", get, "/admin/v1/requests/" + dead, "", auth, 200},
+		{"request delivered", get, "/admin/v1/requests/" + delivered, "", auth, 200},
+		{"request unknown", get, "/admin/v1/requests/nothing", "", auth, 200},
+		{"request bad client", get, "/admin/v1/requests/r2?client=%01", "", auth, 400},
 	})
+
+	// The lookups show what they are named for, so the checker saw each part of the
+	// answer. The stand-in dispatcher's answer may miss LaneWait: a lookup without it is
+	// made again.
+	for _, c := range []struct {
+		path, state            string
+		lane, delivery, record bool
+	}{
+		{"r2?client=a", request.StateQueued, false, false, false},
+		{queued, request.StateQueued, true, false, true},
+		{inFlight + "?client=d", request.StateInFlight, true, false, true},
+		{"r0", request.StateDeadLettered, false, false, false},
+		{dead, request.StateDeadLettered, false, false, true},
+		{delivered, request.StateDelivered, false, true, true},
+		{"nothing", request.StateUnknown, false, false, false},
+	} {
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			rs := lookup(t, client, srv.URL+"/admin/v1/requests/"+c.path, auth)
+			if rs.State == c.state && (rs.Lane != nil) == c.lane && (rs.Delivery != nil) == c.delivery &&
+				(rs.Record != nil) == c.record && (rs.DeadLetter != nil) == (c.path == "r0") {
+				break
+			}
+			if time.Now().After(deadline) {
+				b, _ := json.Marshal(rs)
+				t.Errorf("request %s: %s", c.path, b)
+				break
+			}
+		}
+	}
+}
+
+// requestsWithRecords queues requests for client d and writes status records as ingest
+// and the dispatchers would: queued (behind inFlight), inFlight (at the head of d's
+// queue), delivered and dead (records only: the one still remembered by a dispatcher,
+// the other no longer in the dead-letter stream). A stand-in dispatcher, until the test
+// ends, answers lane queries about d's lane (in flight) and the delivery of delivered,
+// and no other query, as if no dispatcher held the rest.
+func requestsWithRecords(t *testing.T, q *queue.Queue) (queued, inFlight, delivered, dead string) {
+	t.Helper()
+	ctx := context.Background()
+	now := time.Now().UTC()
+	inFlight, queued = request.NewID(now), request.NewID(now.Add(time.Millisecond))
+	delivered, dead = request.NewID(now.Add(2*time.Millisecond)), request.NewID(now.Add(3*time.Millisecond))
+	write := func(e request.Event) {
+		t.Helper()
+		e.ClientID, e.At = "d", now
+		if err := q.WriteEvent(ctx, e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, id := range []string{inFlight, queued} {
+		receipt, err := q.Publish(ctx, request.Request{ID: id, ClientID: "d", ContentType: "application/json", Body: []byte(`{}`)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		write(request.Event{Type: request.EventAccepted, ID: id, Seq: receipt.Seq, AcceptedAt: now})
+	}
+	write(request.Event{Type: request.EventAttemptStarted, ID: inFlight, Attempt: 2})
+	for _, id := range []string{delivered, dead} {
+		write(request.Event{Type: request.EventAccepted, ID: id, Seq: 1, AcceptedAt: now})
+		write(request.Event{Type: request.EventAttemptFailed, ID: id, Attempt: 1, Error: "timeout"})
+	}
+	write(request.Event{Type: request.EventDelivered, ID: delivered, Attempt: 2, Status: 202})
+	write(request.Event{Type: request.EventDeadLettered, ID: dead, Attempt: 2, Status: 400, Reason: request.ReasonPermanent})
+
+	subject, _, ok, err := q.ClientSubject(ctx, "d")
+	if err != nil || !ok {
+		t.Fatalf("client d: %v %v", ok, err)
+	}
+	stop, err := q.ServeLaneQueries(func(_ context.Context, lq queue.LaneQuery) (any, error) {
+		a := dispatch.LaneAnswer{Instance: "dispatcher-1"}
+		if slices.Contains(lq.Subjects, subject) {
+			a.Lanes = []dispatch.LaneInfo{{Subject: subject, State: dispatch.LaneInFlight, Attempts: 1, LastEnd: now, Interval: 5 * time.Second}}
+		}
+		if slices.Contains(lq.IDs, delivered) {
+			a.Delivered = []dispatch.Delivery{{ID: delivered, Subject: subject, Attempt: 2, Delivered: now}}
+		}
+		if a.Lanes == nil && a.Delivered == nil {
+			return nil, errors.New("not asked about what it holds") // no answer
+		}
+		return a, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stop)
+	return queued, inFlight, delivered, dead
+}
+
+// lookup asks the admin API where a request is.
+func lookup(t *testing.T, client *http.Client, url string, header map[string]string) admin.RequestState {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range header {
+		req.Header.Set(k, v)
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var rs admin.RequestState
+	if err := json.NewDecoder(resp.Body).Decode(&rs); err != nil {
+		t.Fatalf("GET %s: %d: %v", url, resp.StatusCode, err)
+	}
+	return rs
 }

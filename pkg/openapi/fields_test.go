@@ -12,6 +12,7 @@ import (
 	"github.com/pb33f/libopenapi/datamodel/high/base"
 
 	"github.com/penguinhq/dispatcher/pkg/admin"
+	"github.com/penguinhq/dispatcher/pkg/dispatch"
 	"github.com/penguinhq/dispatcher/pkg/httpapi"
 	"github.com/penguinhq/dispatcher/pkg/openapi"
 	"github.com/penguinhq/dispatcher/pkg/queue"
@@ -57,6 +58,13 @@ func TestSchemaFields(t *testing.T) {
 		{openapi.Admin(), "Budget", request.Budget{}},
 		{openapi.Admin(), "BudgetView", admin.BudgetView{}},
 		{openapi.Admin(), "InstanceBudget", admin.InstanceBudget{}},
+		{openapi.Admin(), "RequestState", admin.RequestState{}},
+		{openapi.Admin(), "LaneInfo", dispatch.LaneInfo{}},
+		{openapi.Admin(), "Delivery", dispatch.Delivery{}},
+		{openapi.Admin(), "RequestRecord", request.Status{}},
+		{openapi.Admin(), "RecordAttempt", request.AttemptInfo{}},
+		{openapi.Admin(), "RecordDeadLetter", request.DeadInfo{}},
+		{openapi.Admin(), "QueuePlace", request.QueuePlace{}},
 	} {
 		t.Run(c.schema+"/"+reflect.TypeOf(c.value).String(), func(t *testing.T) {
 			t.Parallel()
