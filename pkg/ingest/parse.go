@@ -169,47 +169,136 @@ func clientIDOf(h http.Header, body []byte) (string, *problem) {
 var errNoClientID = errors.New(`no clientId: send an X-Client-Id header, or a JSON object body with a top-level string field "clientId"`)
 
 // clientIDFromBody finds the top-level "clientId" of a JSON object that is already known
-// to be valid JSON. A second "clientId" key is refused rather than guessed at.
+// to be valid JSON (json.Valid). A second "clientId" key is refused rather than guessed
+// at. It scans the top level once, skipping the other values without decoding them, and
+// decodes only a key or a clientId that holds an escape: a typical body costs no
+// allocation but the clientId string.
 func clientIDFromBody(body []byte) (string, error) {
-	dec := json.NewDecoder(bytes.NewReader(body))
-	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+	i := skipSpace(body, 0)
+	if i == len(body) || body[i] != '{' {
 		return "", errNoClientID
 	}
 	var id string
 	found := false
-	for dec.More() {
-		tok, err := dec.Token()
-		if err != nil {
-			return "", errNoClientID
+	for i = skipSpace(body, i+1); i < len(body) && body[i] != '}'; i = skipSpace(body, i) {
+		if body[i] == ',' {
+			i = skipSpace(body, i+1)
 		}
-		var raw json.RawMessage
-		if err := dec.Decode(&raw); err != nil {
-			return "", errNoClientID
-		}
-		if tok != "clientId" {
+		keyEnd := stringEnd(body, i)
+		key := body[i:keyEnd]
+		i = skipSpace(body, keyEnd) // at ':'
+		i = skipSpace(body, i+1)    // at the value
+		valueEnd := skipValue(body, i)
+		raw := body[i:valueEnd]
+		i = valueEnd
+		if !isClientIDKey(key) {
 			continue
 		}
 		if found {
 			return "", errors.New(`the body has "clientId" more than once; send it once`)
 		}
 		found = true
-		if len(raw) == 0 || raw[0] != '"' {
-			return "", fmt.Errorf(`"clientId" must be a JSON string, not %s`, kindOf(raw))
-		}
-		if !utf8.Valid(raw) {
-			return "", request.ErrClientIDInvalidUTF8
-		}
-		if err := json.Unmarshal(raw, &id); err != nil {
-			return "", errNoClientID
-		}
-		if replaced(raw, id) {
-			return "", errors.New(`"clientId" holds a \u escape that is not a Unicode character (a lone surrogate)`)
+		var err error
+		if id, err = clientIDValue(raw); err != nil {
+			return "", err
 		}
 	}
 	if !found {
 		return "", errNoClientID
 	}
 	return id, nil
+}
+
+// isClientIDKey says whether the JSON string key (quotes included) is "clientId",
+// written plainly or with escapes.
+func isClientIDKey(key []byte) bool {
+	if string(key) == `"clientId"` {
+		return true
+	}
+	if len(key) < len(`"clientId"`) || bytes.IndexByte(key, '\\') < 0 {
+		return false
+	}
+	var k string
+	return json.Unmarshal(key, &k) == nil && k == "clientId"
+}
+
+// clientIDValue decodes the JSON value raw of a "clientId" key, which must be a string.
+func clientIDValue(raw []byte) (string, error) {
+	if len(raw) == 0 || raw[0] != '"' {
+		return "", fmt.Errorf(`"clientId" must be a JSON string, not %s`, kindOf(raw))
+	}
+	if !utf8.Valid(raw) {
+		return "", request.ErrClientIDInvalidUTF8
+	}
+	if bytes.IndexByte(raw, '\\') < 0 {
+		return string(raw[1 : len(raw)-1]), nil
+	}
+	var id string
+	if err := json.Unmarshal(raw, &id); err != nil {
+		return "", errNoClientID
+	}
+	if replaced(raw, id) {
+		return "", errors.New(`"clientId" holds a \u escape that is not a Unicode character (a lone surrogate)`)
+	}
+	return id, nil
+}
+
+// skipSpace returns the index of the first byte at or after i that is not JSON white
+// space.
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// stringEnd returns the index just past the JSON string that starts at b[i] (a quote).
+// b is valid JSON, so the string is closed.
+func stringEnd(b []byte, i int) int {
+	for j := i + 1; j < len(b); j++ {
+		switch b[j] {
+		case '\\':
+			j++
+		case '"':
+			return j + 1
+		}
+	}
+	return len(b)
+}
+
+// skipValue returns the index just past the JSON value that starts at b[i]. b is valid
+// JSON.
+func skipValue(b []byte, i int) int {
+	if i == len(b) {
+		return i
+	}
+	switch b[i] {
+	case '"':
+		return stringEnd(b, i)
+	case '{', '[':
+		depth := 0
+		for j := i; j < len(b); j++ {
+			switch b[j] {
+			case '"':
+				j = stringEnd(b, j) - 1
+			case '{', '[':
+				depth++
+			case '}', ']':
+				if depth--; depth == 0 {
+					return j + 1
+				}
+			}
+		}
+		return len(b)
+	default: // a number, true, false or null
+		for j := i; j < len(b); j++ {
+			switch b[j] {
+			case ',', '}', ']', ' ', '\t', '\n', '\r':
+				return j
+			}
+		}
+		return len(b)
+	}
 }
 
 // replaced says whether decoding the JSON string raw into s put in a U+FFFD replacement

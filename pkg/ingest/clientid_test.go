@@ -1,0 +1,116 @@
+package ingest
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/penguinhq/dispatcher/pkg/request"
+)
+
+// clientIDByDecoder is the earlier clientIDFromBody, which decoded every top-level
+// value with encoding/json's Decoder: the reference the scanner must agree with.
+func clientIDByDecoder(body []byte) (string, error) {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return "", errNoClientID
+	}
+	var id string
+	found := false
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return "", errNoClientID
+		}
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); err != nil {
+			return "", errNoClientID
+		}
+		if tok != "clientId" {
+			continue
+		}
+		if found {
+			return "", errors.New(`the body has "clientId" more than once; send it once`)
+		}
+		found = true
+		if len(raw) == 0 || raw[0] != '"' {
+			return "", fmt.Errorf(`"clientId" must be a JSON string, not %s`, kindOf(raw))
+		}
+		if !utf8.Valid(raw) {
+			return "", request.ErrClientIDInvalidUTF8
+		}
+		if err := json.Unmarshal(raw, &id); err != nil {
+			return "", errNoClientID
+		}
+		if replaced(raw, id) {
+			return "", errors.New(`"clientId" holds a \u escape that is not a Unicode character (a lone surrogate)`)
+		}
+	}
+	if !found {
+		return "", errNoClientID
+	}
+	return id, nil
+}
+
+var clientIDBodies = []string{
+	`{"clientId":"alice","n":1}`,
+	` { "n" : 1 , "clientId" : "alice" } `,
+	"{\n\t\"pad\":\"x\",\r\n\"clientId\":\"a\"}",
+	`{"a":"}{","clientId":"x"}`,
+	`{"a":["]",{"b":"\"}"}],"clientId":"x","c":{"clientId":"nested"}}`,
+	`{"client\u0049d":"escaped key"}`,
+	`{"clientId":"esc\u00e9aped \"value\""}`,
+	`{"clientId":"\ud800"}`,
+	`{"clientId":"\ufffd"}`,
+	`{"clientId":"a","clientId":"b"}`,
+	`{"clientId":"a","client\u0049d":"b"}`,
+	`{"clientId":42}`, `{"clientId":-1.5e3}`, `{"clientId":null}`, `{"clientId":true}`, `{"clientId":false}`,
+	`{"clientId":{"a":1}}`, `{"clientId":[1]}`,
+	`{"x":{"clientId":"a"}}`, `{}`, `[]`, `"clientId"`, `42`, `null`,
+	"{\"clientId\":\"a\xffb\"}",
+	`{"n":1e5,"t":true,"f":false,"z":null,"clientId":"after literals"}`,
+	`{"clientIdx":"a","xclientId":"b"}`,
+	`{"clientId":""}`,
+}
+
+// The scanner finds the same clientId, or the same refusal, as the decoder it replaced,
+// on every valid JSON body.
+func TestClientIDScannerAgreesWithDecoder(t *testing.T) {
+	for _, b := range clientIDBodies {
+		if !json.Valid([]byte(b)) {
+			continue // parse refuses it before looking for a clientId
+		}
+		checkClientIDAgrees(t, []byte(b))
+	}
+}
+
+func FuzzClientIDFromBody(f *testing.F) {
+	for _, b := range clientIDBodies {
+		f.Add([]byte(b))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		if json.Valid(body) {
+			checkClientIDAgrees(t, body)
+		}
+	})
+}
+
+func checkClientIDAgrees(t *testing.T, body []byte) {
+	t.Helper()
+	got, gotErr := clientIDFromBody(body)
+	want, wantErr := clientIDByDecoder(body)
+	if got != want || fmt.Sprint(gotErr) != fmt.Sprint(wantErr) {
+		t.Errorf("body %q: scanner gives %q, %v; decoder gives %q, %v", body, got, gotErr, want, wantErr)
+	}
+}
+
+// A typical body's clientId costs one allocation (the string) and nothing else.
+func TestClientIDScannerAllocations(t *testing.T) {
+	body := []byte(`{"clientId":"alice","pad":"` + string(bytes.Repeat([]byte("x"), 400)) + `","n":[1,{"a":"b"}]}`)
+	if n := testing.AllocsPerRun(100, func() { _, _ = clientIDFromBody(body) }); n > 1 {
+		t.Fatalf("%v allocations per body; want at most 1", n)
+	}
+}
