@@ -29,6 +29,13 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if len(os.Args) > 1 && os.Args[1] == "loadgen" {
+		if err := loadgenMain(ctx, os.Args[2:], os.Stdout, os.Stderr); err != nil {
+			fmt.Fprintln(os.Stderr, "bench loadgen:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
 		if !errors.Is(err, flag.ErrHelp) {
 			fmt.Fprintln(os.Stderr, "bench:", err)
@@ -42,6 +49,7 @@ type settings struct {
 	quick          bool
 	only           string
 	ingestFor      time.Duration
+	ingestRounds   int
 	dispatchFor    time.Duration
 	interval       time.Duration
 	dispatchN      []int
@@ -68,9 +76,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	s.ingestFor, s.dispatchFor, s.interval = 5*time.Second, 30*time.Second, 5*time.Second
+	s.ingestRounds = 3
 	s.dispatchN, s.idleRequests, s.laneMemClients = []int{1000, 10000}, 500, 10000
 	if s.quick {
 		s.ingestFor, s.dispatchFor, s.interval = time.Second, 3*time.Second, time.Second
+		s.ingestRounds = 1
 		s.dispatchN, s.idleRequests, s.laneMemClients = []int{200}, 50, 2000
 		s.distinct = min(s.distinct, 5000)
 	}

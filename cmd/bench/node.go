@@ -35,11 +35,17 @@ type node struct {
 }
 
 func startNode(ctx context.Context, syncAlways bool, cfg queue.Config) (*node, error) {
+	return startNodeListening(ctx, syncAlways, cfg, "")
+}
+
+// startNodeListening is startNode with the server also listening for NATS clients on
+// listen (host:port; port -1 picks a free one), unless listen is empty.
+func startNodeListening(ctx context.Context, syncAlways bool, cfg queue.Config, listen string) (*node, error) {
 	dir, err := os.MkdirTemp("", "dispatch-bench-")
 	if err != nil {
 		return nil, err
 	}
-	emb, err := queue.StartEmbedded(queue.EmbeddedConfig{StoreDir: dir, SyncAlways: syncAlways}, zerolog.Nop())
+	emb, err := queue.StartEmbedded(queue.EmbeddedConfig{StoreDir: dir, SyncAlways: syncAlways, Listen: listen}, zerolog.Nop())
 	if err != nil {
 		os.RemoveAll(dir)
 		return nil, err
@@ -77,6 +83,24 @@ func serve(h http.Handler) (url string, stop func(), err error) {
 		return "", nil, err
 	}
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	go srv.Serve(ln)
+	return "http://" + ln.Addr().String(), func() { _ = srv.Close() }, nil
+}
+
+// serveProto serves h on a loopback port as the binaries serve their APIs (cli.Server,
+// with its timeouts), also taking HTTP/2 without TLS when h2c is set, until the returned
+// stop is called.
+func serveProto(h http.Handler, h2c bool) (url string, stop func(), err error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", nil, err
+	}
+	srv := cli.Server(h)
+	if h2c {
+		srv.Protocols = new(http.Protocols)
+		srv.Protocols.SetHTTP1(true)
+		srv.Protocols.SetUnencryptedHTTP2(true)
+	}
 	go srv.Serve(ln)
 	return "http://" + ln.Addr().String(), func() { _ = srv.Close() }, nil
 }
