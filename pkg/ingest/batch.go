@@ -261,7 +261,7 @@ func (a *API) parseItem(raw json.RawMessage, now time.Time) (request.Request, *p
 // say unambiguously: a field twice, an unknown field, a field of the wrong type.
 func decodeItem(raw json.RawMessage) (batchItem, *problem) {
 	var it batchItem
-	if !json.Valid(raw) {
+	if !validJSON(raw) {
 		return it, badRequest("malformed_json", "the item is not valid JSON")
 	}
 	dec := json.NewDecoder(bytes.NewReader(raw))

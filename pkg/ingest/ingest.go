@@ -205,7 +205,8 @@ func New(cfg Config, pub Publisher, ready Readiness, log zerolog.Logger) (*API, 
 //	GET  /readyz             the queue is reachable and its streams are in place
 func (a *API) Handler() http.Handler {
 	r := chi.NewRouter()
-	r.Method(http.MethodPost, "/v1/requests", a.authorize(http.HandlerFunc(a.accept)))
+	single := a.authorize(http.HandlerFunc(a.accept))
+	r.Method(http.MethodPost, "/v1/requests", single)
 	r.Method(http.MethodPost, "/v1/requests/batch", a.authorize(http.HandlerFunc(a.acceptBatch)))
 	r.Method(http.MethodGet, "/v1/requests/{id}", a.authorize(http.HandlerFunc(a.status)))
 	r.Method(http.MethodGet, "/v1/openapi.json", openapi.Handler(openapi.Ingest()))
@@ -219,7 +220,22 @@ func (a *API) Handler() http.Handler {
 	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, problem{Status: http.StatusMethodNotAllowed, Code: "method_not_allowed", Detail: fmt.Sprintf("%s is not allowed on %s", r.Method, r.URL.Path)})
 	})
-	return r
+	return router{Mux: r, single: single}
+}
+
+// router is the routes, with the one every request takes found without the router's
+// context (a copy of the request per request): the same handler chi would find there.
+type router struct {
+	*chi.Mux
+	single http.Handler
+}
+
+func (rt router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method == http.MethodPost && r.URL.Path == "/v1/requests" && r.URL.RawPath == "" {
+		rt.single.ServeHTTP(w, r)
+		return
+	}
+	rt.Mux.ServeHTTP(w, r)
 }
 
 type accepted struct {
@@ -231,7 +247,9 @@ type accepted struct {
 }
 
 func (a *API) accept(w http.ResponseWriter, r *http.Request) {
-	req, p := a.parse(w, r)
+	buf := getBuffer()
+	defer putBuffer(buf) // after the publish returned: nats.go holds no part of the body then
+	req, p := a.parse(w, r, buf)
 	if p != nil {
 		a.cfg.Metrics.outcome(p.Code)
 		writeProblem(w, *p)
@@ -262,7 +280,7 @@ func (a *API) accept(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	a.stored(req, receipt)
-	writeJSON(w, http.StatusAccepted, accepted{ID: req.ID, ClientID: req.ClientID, Status: request.StateQueued, Duplicate: receipt.Duplicate, NotBefore: req.NotBefore})
+	writeAccepted(w, accepted{ID: req.ID, ClientID: req.ClientID, Status: request.StateQueued, Duplicate: receipt.Duplicate, NotBefore: req.NotBefore})
 }
 
 // stored counts and records a request the queue acknowledged: its accepted event is

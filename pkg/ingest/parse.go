@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"mime"
 	"net"
 	"net/http"
@@ -22,8 +21,9 @@ import (
 const maxContentType = 256
 
 // parse reads and checks one POST /v1/requests. It returns the request to publish, or
-// the problem to answer with.
-func (a *API) parse(w http.ResponseWriter, r *http.Request) (request.Request, *problem) {
+// the problem to answer with. The body is read into buf (when not nil), which the
+// request's Body then shares: the caller keeps buf until it no longer needs the body.
+func (a *API) parse(w http.ResponseWriter, r *http.Request, buf *[]byte) (request.Request, *problem) {
 	ct := r.Header.Get("Content-Type")
 	if len(ct) > maxContentType { // stored with the body: it must fit beside it (HeaderRoom)
 		return request.Request{}, &problem{Status: http.StatusUnsupportedMediaType, Code: "unsupported_media_type",
@@ -41,7 +41,17 @@ func (a *API) parse(w http.ResponseWriter, r *http.Request) (request.Request, *p
 	// connection that long. (Not every ResponseWriter can set one; tests' recorders
 	// cannot, and need not.)
 	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(a.cfg.BodyTimeout))
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, a.cfg.MaxBodyBytes))
+	var dst []byte
+	if buf != nil {
+		dst = (*buf)[:0]
+		if r.ContentLength > int64(cap(dst)) { // known, and at most MaxBodyBytes: one allocation
+			dst = make([]byte, 0, r.ContentLength+1)
+		}
+	}
+	body, err := readInto(dst, http.MaxBytesReader(w, r.Body, a.cfg.MaxBodyBytes))
+	if buf != nil {
+		*buf = body
+	}
 	if err != nil {
 		var mbe *http.MaxBytesError
 		var ne net.Error
@@ -54,7 +64,7 @@ func (a *API) parse(w http.ResponseWriter, r *http.Request) (request.Request, *p
 		}
 		return request.Request{}, &problem{Status: http.StatusBadRequest, Code: "body_unreadable", Detail: "the request body could not be read completely"}
 	}
-	if !json.Valid(body) {
+	if !validJSON(body) {
 		return request.Request{}, badRequest("malformed_json", "the body is not valid JSON")
 	}
 
@@ -142,6 +152,9 @@ func badRequest(code, detail string) *problem {
 }
 
 func isJSON(ct string) bool {
+	if ct == "application/json" { // the usual one, without parsing
+		return true
+	}
 	mt, _, err := mime.ParseMediaType(ct)
 	return err == nil && (mt == "application/json" || (strings.HasPrefix(mt, "application/") && strings.HasSuffix(mt, "+json")))
 }
