@@ -85,3 +85,14 @@ func ExampleEncodeClientID() {
 	fmt.Println(request.EncodeClientID("a.b"), request.EncodeClientID(">"))
 	// Output: YS5i Pg
 }
+
+// RequestSubject builds in one allocation what the prefix and the token make, for
+// clientIds of every length (longer than its stack buffer too).
+func TestRequestSubjectIsPrefixAndToken(t *testing.T) {
+	for _, n := range []int{1, 2, 3, 127, 128, 129, 200, 1000} {
+		id := strings.Repeat("é", n/2) + strings.Repeat("x", n%2)
+		if got, want := request.RequestSubject(id), request.RequestPrefix+request.EncodeClientID(id); got != want {
+			t.Fatalf("RequestSubject of a %d-byte clientId = %q, want %q", len(id), got, want)
+		}
+	}
+}

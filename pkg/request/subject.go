@@ -1,6 +1,7 @@
 package request
 
 import (
+	"encoding/base64"
 	"fmt"
 	"strconv"
 	"strings"
@@ -17,7 +18,11 @@ const (
 
 // RequestSubject is where a client's requests are published (the stream adds the
 // partition).
-func RequestSubject(clientID string) string { return RequestPrefix + EncodeClientID(clientID) }
+func RequestSubject(clientID string) string {
+	var buf [256]byte // a clientId of up to 128 bytes fits: one allocation, the string
+	b := append(buf[:0], RequestPrefix...)
+	return string(base64.RawURLEncoding.AppendEncode(b, []byte(clientID)))
+}
 
 // DeadLetterSubject is where a client's dead letters are stored.
 func DeadLetterSubject(clientID string) string { return DeadLetterPrefix + EncodeClientID(clientID) }
