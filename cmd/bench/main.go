@@ -76,7 +76,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	s.ingestFor, s.dispatchFor, s.interval = 5*time.Second, 30*time.Second, 5*time.Second
-	s.ingestRounds = 3
+	s.ingestRounds = 5
 	s.dispatchN, s.idleRequests, s.laneMemClients = []int{1000, 10000}, 500, 10000
 	if s.quick {
 		s.ingestFor, s.dispatchFor, s.interval = time.Second, 3*time.Second, time.Second
