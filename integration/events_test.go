@@ -235,3 +235,37 @@ func TestNotBefore(t *testing.T) {
 		t.Errorf("lou's went at %s, before its Not-Before %s", first[lou["id"].(string)], nb)
 	}
 }
+
+// A request's MAX_AGE counts from its Not-Before when that is later than its acceptance:
+// one delayed beyond MAX_AGE that fails once when it falls due is retried and delivered,
+// not dead-lettered as too old.
+func TestNotBeforeBeyondMaxAge(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, options{interval: 100 * time.Millisecond, policy: dispatch.Policy{MaxAge: time.Second},
+		respond: func(a ledger.Arrival) ledger.Response {
+			if a.Attempt == 1 {
+				return ledger.Response{Status: http.StatusInternalServerError}
+			}
+			return ledger.Response{}
+		}})
+	h := jsonHeader()
+	h.Set("Not-Before", "2") // due 2 s after its acceptance: twice MAX_AGE
+	a := s.postRaw(h, []byte(`{"clientId":"nia"}`))
+	if a.Status != http.StatusAccepted {
+		t.Fatalf("post with Not-Before 2: %d %v", a.Status, a.Body)
+	}
+	id := a.str("id")
+	s.finish(20*time.Second, 0)
+	if dead := s.deadLetters(); len(dead) != 0 {
+		t.Fatalf("dead-lettered: %+v; want it retried after its first failure, its age counted from its Not-Before", dead[0].Verdict)
+	}
+	var attempts []int
+	for _, ar := range s.ledger.Arrivals() {
+		if ar.ID == id {
+			attempts = append(attempts, ar.Attempt)
+		}
+	}
+	if !slices.Equal(attempts, []int{1, 2}) {
+		t.Fatalf("attempts %v, want [1 2]: a transient failure, then the delivery", attempts)
+	}
+}

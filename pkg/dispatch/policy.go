@@ -37,8 +37,9 @@ type Policy struct {
 	// Defaults to 25.
 	MaxAttempts int
 	// MaxAge: a request that fails transiently when it is older than this (since it was
-	// accepted) is dead-lettered instead of retried. Waiting in a backlog alone never
-	// dead-letters a request. Defaults to 24h.
+	// accepted, or since its Not-Before when that is later) is dead-lettered instead of
+	// retried. Waiting in a backlog, or for its Not-Before, alone never dead-letters a
+	// request. Defaults to 24h.
 	MaxAge time.Duration
 }
 
@@ -98,13 +99,25 @@ func (p Policy) Backoff(attempt int, rnd float64) time.Duration {
 }
 
 // GiveUp says whether a request that just failed transiently on its attempt-th try should
-// be dead-lettered, and why; the reason is empty when it should be retried.
-func (p Policy) GiveUp(attempt int, acceptedAt, now time.Time) string {
+// be dead-lettered, and why; the reason is empty when it should be retried. dueSince is
+// when its age starts: when it was accepted, or its Not-Before when that is later; zero:
+// it has no age.
+func (p Policy) GiveUp(attempt int, dueSince, now time.Time) string {
 	switch {
 	case attempt >= p.MaxAttempts:
 		return request.ReasonAttemptsExhausted
-	case !acceptedAt.IsZero() && now.Sub(acceptedAt) >= p.MaxAge:
+	case !dueSince.IsZero() && now.Sub(dueSince) >= p.MaxAge:
 		return request.ReasonAgeExhausted
 	}
 	return ""
+}
+
+// ageFrom is when st's age, the one MaxAge bounds, starts: when the queue stored it, or
+// its Not-Before when that is later. A request held back by its Not-Before has not been
+// waiting to go, and must not use up its MaxAge before it may be attempted at all.
+func ageFrom(st request.Stored) time.Time {
+	if st.NotBefore.After(st.AcceptedAt) {
+		return st.NotBefore
+	}
+	return st.AcceptedAt
 }
