@@ -73,6 +73,9 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (*settin
 	} else if err := dispatch.ValidInstanceID(c.dispatch.InstanceID); err != nil {
 		return nil, fmt.Errorf("INSTANCE_ID: %w", err)
 	}
+	// Standalone, a batch waits PUBLISH_TIMEOUT for its acknowledgements: the queue gives
+	// up on them no sooner (and on events' as soon).
+	c.queue.AckTimeout = c.ingest.PublishTimeout
 	if !c.standalone && c.dispatch.Raven.URL == "" {
 		return nil, errors.New("RAVEN_URL is required (or run with -standalone for a demo raven)")
 	}

@@ -36,6 +36,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, _ io.Wr
 		return err
 	}
 	log := logs.Logger(stderr, "ingest")
+	// A batch waits PUBLISH_TIMEOUT for its acknowledgements: the queue gives up on them
+	// no sooner.
+	queueCfg.AckTimeout = ingestCfg.PublishTimeout
 
 	nc, err := natsCfg.Connect("ingest", log)
 	if err != nil {

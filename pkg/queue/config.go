@@ -18,6 +18,7 @@ const (
 	DefaultReplicas        = 1
 	DefaultBacklogCap      = 10_000
 	DefaultDuplicateWindow = 2 * time.Minute
+	DefaultAckTimeout      = 5 * time.Second
 )
 
 // Config describes the streams. The dispatcher creates or updates them at start; ingest
@@ -47,6 +48,14 @@ type Config struct {
 	// EventsMaxBytes caps the events stream's size; past it the oldest events go. Zero or
 	// less means no cap beyond StatusRetention. Defaults to no cap.
 	EventsMaxBytes int64
+	// AckTimeout bounds the wait for JetStream's acknowledgement of a publish made without
+	// waiting for it (batches, events): past it the publish fails as ErrUnavailable, and
+	// stops holding one of the connection's slots for pending publishes. An acknowledgement
+	// can be lost with the connection still up (a server cut off from its cluster's
+	// majority answers nothing); without this bound such publishes would stay pending for
+	// good, and once the slots are full every publish without waiting would fail. Set it
+	// no shorter than the longest a caller waits (ingest's PUBLISH_TIMEOUT). Defaults to 5s.
+	AckTimeout time.Duration
 }
 
 // WithDefaults returns c with zero fields set to their defaults.
@@ -65,6 +74,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.StatusRetention == 0 {
 		c.StatusRetention = DefaultStatusRetention
+	}
+	if c.AckTimeout == 0 {
+		c.AckTimeout = DefaultAckTimeout
 	}
 	return c
 }
@@ -89,6 +101,9 @@ func (c Config) Validate() error {
 	}
 	if c.StatusRetention < time.Minute {
 		errs = append(errs, fmt.Errorf("status retention %s: must be at least 1m", c.StatusRetention))
+	}
+	if c.AckTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("ack timeout %s: must be positive", c.AckTimeout))
 	}
 	return errors.Join(errs...)
 }

@@ -20,3 +20,7 @@ func (l *Leases) PutLegacyLease(p int, owner string) error {
 	_, err := l.kv.Put(context.Background(), leaseKey(p), []byte(owner))
 	return err
 }
+
+// PendingPublishes is how many publishes made without waiting still wait for their
+// acknowledgement, each holding a slot of the connection's pool.
+func (q *Queue) PendingPublishes() int { return q.js.PublishAsyncPending() }

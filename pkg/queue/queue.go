@@ -47,8 +47,10 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config, ensure Ensure) (*Queue
 		return nil, err
 	}
 	// Batches and events publish many messages at once; past this many waiting for an
-	// acknowledgement, a publish waits (then fails) instead of queueing more.
-	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(maxPendingPublishes))
+	// acknowledgement, a publish waits (then fails) instead of queueing more. One whose
+	// acknowledgement does not come within AckTimeout fails and frees its slot.
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(maxPendingPublishes),
+		jetstream.WithPublishAsyncTimeout(cfg.AckTimeout))
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: %w", err)
 	}
