@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"strconv"
 	"time"
+	"unicode/utf8"
 
 	"github.com/penguinhq/dispatcher/pkg/request"
 )
@@ -185,29 +186,59 @@ func (a *API) readBatch(w http.ResponseWriter, r *http.Request) ([]json.RawMessa
 			items = append(items, line)
 		}
 	} else {
-		dec := json.NewDecoder(bytes.NewReader(body))
-		if tok, err := dec.Token(); err != nil || tok != json.Delim('[') {
-			return nil, badRequest("malformed_json", "a batch sent as application/json is a JSON array of items; nothing was stored")
-		}
-		for dec.More() {
-			var raw json.RawMessage
-			if err := dec.Decode(&raw); err != nil {
-				return nil, badRequest("malformed_json", fmt.Sprintf("the batch is not valid JSON after %d items (%s); nothing was stored", len(items), err))
-			}
-			if len(items) == a.cfg.BatchMaxItems {
-				return nil, a.batchTooMany()
-			}
-			items = append(items, raw)
-		}
-		if _, err := dec.Token(); err != nil {
-			return nil, badRequest("malformed_json", "the batch's array is not closed; nothing was stored")
-		}
-		if _, err := dec.Token(); err != io.EOF {
-			return nil, badRequest("malformed_json", "the batch has more after its array; nothing was stored")
+		var p *problem
+		if items, p = a.splitArray(body); p != nil {
+			return nil, p
 		}
 	}
 	if len(items) == 0 {
 		return nil, badRequest("malformed_json", "the batch has no items")
+	}
+	return items, nil
+}
+
+// splitArray returns the items of a batch sent as a JSON array: each element's raw JSON.
+// A valid array is split by one scan; anything else goes through encoding/json's decoder,
+// whose error says where the batch stopped being JSON.
+func (a *API) splitArray(body []byte) ([]json.RawMessage, *problem) {
+	var items []json.RawMessage
+	if validJSON(body) {
+		i := skipSpace(body, 0)
+		if body[i] != '[' {
+			return nil, badRequest("malformed_json", "a batch sent as application/json is a JSON array of items; nothing was stored")
+		}
+		for i = skipSpace(body, i+1); body[i] != ']'; i = skipSpace(body, i) {
+			if body[i] == ',' {
+				i = skipSpace(body, i+1)
+			}
+			if len(items) == a.cfg.BatchMaxItems {
+				return nil, a.batchTooMany()
+			}
+			end := skipValue(body, i)
+			items = append(items, body[i:end:end])
+			i = end
+		}
+		return items, nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('[') {
+		return nil, badRequest("malformed_json", "a batch sent as application/json is a JSON array of items; nothing was stored")
+	}
+	for dec.More() {
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); err != nil {
+			return nil, badRequest("malformed_json", fmt.Sprintf("the batch is not valid JSON after %d items (%s); nothing was stored", len(items), err))
+		}
+		if len(items) == a.cfg.BatchMaxItems {
+			return nil, a.batchTooMany()
+		}
+		items = append(items, raw)
+	}
+	if _, err := dec.Token(); err != nil {
+		return nil, badRequest("malformed_json", "the batch's array is not closed; nothing was stored")
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, badRequest("malformed_json", "the batch has more after its array; nothing was stored")
 	}
 	return items, nil
 }
@@ -264,28 +295,28 @@ func decodeItem(raw json.RawMessage) (batchItem, *problem) {
 	if !validJSON(raw) {
 		return it, badRequest("malformed_json", "the item is not valid JSON")
 	}
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+	if i := skipSpace(raw, 0); raw[i] != '{' {
 		return it, badRequest("item_invalid", `an item is a JSON object: {"clientId": "...", "body": {...}}`)
 	}
-	seen := map[string]bool{}
-	for dec.More() {
-		tok, err := dec.Token()
-		if err != nil {
+	var seen itemFields
+	for rawKey, v := range members(raw) {
+		key, ok := jsonString(rawKey)
+		if !ok {
 			return it, badRequest("malformed_json", "the item is not valid JSON")
 		}
-		key, _ := tok.(string)
-		var v json.RawMessage
-		if err := dec.Decode(&v); err != nil {
-			return it, badRequest("malformed_json", "the item is not valid JSON")
-		}
-		if seen[key] {
+		if !seen.add(key) {
 			return it, badRequest("item_invalid", fmt.Sprintf("the item has %q more than once; send it once", truncate(key, 64)))
 		}
-		seen[key] = true
 		var str string
 		asString := func(code string) *problem {
-			if len(v) == 0 || v[0] != '"' || json.Unmarshal(v, &str) != nil {
+			if len(v) == 0 || v[0] != '"' {
+				return badRequest(code, fmt.Sprintf("%q must be a JSON string, not %s", key, kindOf(v)))
+			}
+			if bytes.IndexByte(v, '\\') < 0 && utf8.Valid(v) { // as it stands: nothing to decode
+				str = string(v[1 : len(v)-1])
+				return nil
+			}
+			if json.Unmarshal(v, &str) != nil {
 				return badRequest(code, fmt.Sprintf("%q must be a JSON string, not %s", key, kindOf(v)))
 			}
 			if replaced(v, str) {
@@ -324,4 +355,33 @@ func decodeItem(raw json.RawMessage) (batchItem, *problem) {
 		}
 	}
 	return it, nil
+}
+
+// itemFields are the item fields seen so far, as bits in the order of itemFieldNames.
+type itemFields uint8
+
+var itemFieldNames = [...]string{"clientId", "body", "idempotencyKey", "notBefore"}
+
+// add records key as seen; false if it was seen before. An unknown key is left for the
+// caller to refuse.
+func (f *itemFields) add(key string) bool {
+	for i, name := range itemFieldNames {
+		if key == name {
+			if *f&(1<<i) != 0 {
+				return false
+			}
+			*f |= 1 << i
+		}
+	}
+	return true
+}
+
+// jsonString decodes the raw JSON string s (quotes included); valid UTF-8 without
+// escapes is taken as it stands.
+func jsonString(s []byte) (string, bool) {
+	if bytes.IndexByte(s, '\\') < 0 && utf8.Valid(s) {
+		return string(s[1 : len(s)-1]), true
+	}
+	var out string
+	return out, json.Unmarshal(s, &out) == nil
 }

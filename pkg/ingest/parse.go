@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"iter"
 	"mime"
 	"net"
 	"net/http"
@@ -187,23 +188,12 @@ var errNoClientID = errors.New(`no clientId: send an X-Client-Id header, or a JS
 // decodes only a key or a clientId that holds an escape: a typical body costs no
 // allocation but the clientId string.
 func clientIDFromBody(body []byte) (string, error) {
-	i := skipSpace(body, 0)
-	if i == len(body) || body[i] != '{' {
+	if i := skipSpace(body, 0); i == len(body) || body[i] != '{' {
 		return "", errNoClientID
 	}
 	var id string
 	found := false
-	for i = skipSpace(body, i+1); i < len(body) && body[i] != '}'; i = skipSpace(body, i) {
-		if body[i] == ',' {
-			i = skipSpace(body, i+1)
-		}
-		keyEnd := stringEnd(body, i)
-		key := body[i:keyEnd]
-		i = skipSpace(body, keyEnd) // at ':'
-		i = skipSpace(body, i+1)    // at the value
-		valueEnd := skipValue(body, i)
-		raw := body[i:valueEnd]
-		i = valueEnd
+	for key, raw := range members(body) {
 		if !isClientIDKey(key) {
 			continue
 		}
@@ -220,6 +210,28 @@ func clientIDFromBody(body []byte) (string, error) {
 		return "", errNoClientID
 	}
 	return id, nil
+}
+
+// members yields the keys (as raw JSON strings, quotes included) and raw values of the
+// JSON object obj, which must be valid JSON (json.Valid) and an object.
+func members(obj []byte) iter.Seq2[[]byte, []byte] {
+	return func(yield func(key, value []byte) bool) {
+		i := skipSpace(obj, 0) // at '{'
+		for i = skipSpace(obj, i+1); i < len(obj) && obj[i] != '}'; i = skipSpace(obj, i) {
+			if obj[i] == ',' {
+				i = skipSpace(obj, i+1)
+			}
+			keyEnd := stringEnd(obj, i)
+			key := obj[i:keyEnd]
+			i = skipSpace(obj, keyEnd) // at ':'
+			i = skipSpace(obj, i+1)    // at the value
+			end := skipValue(obj, i)
+			if !yield(key, obj[i:end:end]) {
+				return
+			}
+			i = end
+		}
+	}
 }
 
 // isClientIDKey says whether the JSON string key (quotes included) is "clientId",
