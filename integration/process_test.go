@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/penguinhq/dispatcher/integration/itest"
 	"github.com/penguinhq/dispatcher/pkg/ledger"
 	"github.com/penguinhq/dispatcher/pkg/queue"
@@ -250,6 +254,72 @@ func TestBinariesAgainstExternalNATS(t *testing.T) {
 	}
 	if rep := s.finish(30*time.Second, 0); rep.Delivered != 12 {
 		t.Fatalf("delivered %d, want 12", rep.Delivered)
+	}
+}
+
+// With EVENTS=false, ingest and the dispatcher neither create nor need the events
+// stream: removed (an operator freeing its disk), both stay ready, and requests are
+// taken and delivered.
+func TestEventsOffNeedsNoEventsStream(t *testing.T) {
+	t.Parallel()
+	const interval = 200 * time.Millisecond
+	s := newStack(t, options{interval: interval, noStart: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	js, err := jetstream.New(s.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := js.DeleteStream(ctx, queue.EventStream); err != nil {
+		t.Fatalf("removing the events stream: %v", err)
+	}
+	ingestAddr, ingestOps, dispOps := freeAddr(t), freeAddr(t), freeAddr(t)
+	startBin(t, ingestBin, map[string]string{"NATS_URL": s.srv.ClientURL(), "INGEST_ADDR": ingestAddr, "OPS_ADDR": ingestOps, "EVENTS": "false"})
+	startProc(t, map[string]string{"NATS_URL": s.srv.ClientURL(), "RAVEN_URL": s.ravenURL, "DISPATCH_INTERVAL": interval.String(),
+		"LEASE_TTL": "2s", "RAVEN_TIMEOUT": "1s", "OPS_ADDR": dispOps, "EVENTS": "false"})
+	// Both have opened the queue once their listeners answer.
+	waitReady(t, "http://"+ingestAddr)
+	waitFor(t, 20*time.Second, "the dispatcher's listener", func() bool {
+		resp, err := http.Get("http://" + dispOps + "/healthz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return true
+	})
+	if _, err := js.Stream(ctx, queue.EventStream); !errors.Is(err, jetstream.ErrStreamNotFound) {
+		t.Errorf("a process with EVENTS=false made the events stream again (%v); removing it again", err)
+		if err := js.DeleteStream(ctx, queue.EventStream); err != nil {
+			t.Fatalf("removing the events stream: %v", err)
+		}
+	}
+	for _, ops := range []string{ingestOps, dispOps} {
+		var last string
+		ready := func() bool {
+			resp, err := http.Get("http://" + ops + "/readyz")
+			if err != nil {
+				last = err.Error()
+				return false
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			last = fmt.Sprintf("%d %s", resp.StatusCode, bytes.TrimSpace(body))
+			return resp.StatusCode == http.StatusOK
+		}
+		deadline := time.Now().Add(15 * time.Second)
+		for !ready() && time.Now().Before(deadline) {
+			time.Sleep(50 * time.Millisecond)
+		}
+		if !strings.HasPrefix(last, "200") {
+			t.Errorf("%s/readyz with EVENTS=false and no events stream: %s, want 200", ops, last)
+		}
+	}
+	s.ingestURL = "http://" + ingestAddr + "/v1/requests"
+	for n := range 3 {
+		s.post("eve", n)
+	}
+	if rep := s.finish(30*time.Second, 0); rep.Delivered != 3 {
+		t.Fatalf("delivered %d, want 3", rep.Delivered)
 	}
 }
 

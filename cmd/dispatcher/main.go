@@ -76,6 +76,7 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (*settin
 	// Standalone, a batch waits PUBLISH_TIMEOUT for its acknowledgements: the queue gives
 	// up on them no sooner (and on events' as soon).
 	c.queue.AckTimeout = c.ingest.PublishTimeout
+	c.queue.NoEvents = !c.events
 	if !c.standalone && c.dispatch.Raven.URL == "" {
 		return nil, errors.New("RAVEN_URL is required (or run with -standalone for a demo raven)")
 	}

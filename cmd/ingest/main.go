@@ -39,6 +39,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, _ io.Wr
 	// A batch waits PUBLISH_TIMEOUT for its acknowledgements: the queue gives up on them
 	// no sooner.
 	queueCfg.AckTimeout = ingestCfg.PublishTimeout
+	queueCfg.NoEvents = !events
 
 	nc, err := natsCfg.Connect("ingest", log)
 	if err != nil {

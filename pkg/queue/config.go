@@ -48,6 +48,10 @@ type Config struct {
 	// EventsMaxBytes caps the events stream's size; past it the oldest events go. Zero or
 	// less means no cap beyond StatusRetention. Defaults to no cap.
 	EventsMaxBytes int64
+	// NoEvents says this process neither writes nor reads requests' events (EVENTS=false):
+	// Open leaves the events stream alone (neither creates nor updates it) and Ready does
+	// not need it. Defaults to false: events on.
+	NoEvents bool
 	// AckTimeout bounds the wait for JetStream's acknowledgement of a publish made without
 	// waiting for it (batches, events): past it the publish fails as ErrUnavailable, and
 	// stops holding one of the connection's slots for pending publishes. An acknowledgement

@@ -67,8 +67,10 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config, ensure Ensure) (*Queue
 	if q.dead, err = q.ensure(ctx, deadLetterStreamConfig(cfg), ensure); err != nil {
 		return nil, err
 	}
-	if _, err = q.ensure(ctx, eventStreamConfig(cfg), ensure); err != nil {
-		return nil, err
+	if !cfg.NoEvents {
+		if _, err = q.ensure(ctx, eventStreamConfig(cfg), ensure); err != nil {
+			return nil, err
+		}
 	}
 	return q, nil
 }
@@ -175,13 +177,17 @@ func (q *Queue) ensure(ctx context.Context, cfg jetstream.StreamConfig, ensure E
 	return s, nil
 }
 
-// Ready reports whether JetStream answers, both streams are in place and the store
-// takes writes (WriteErr).
+// Ready reports whether JetStream answers, the streams are in place (the events stream
+// only with events on) and the store takes writes (WriteErr).
 func (q *Queue) Ready(ctx context.Context) error {
 	if !q.nc.IsConnected() {
 		return fmt.Errorf("not connected to NATS (%s)", q.nc.Status())
 	}
-	for _, name := range []string{RequestStream, DeadLetterStream, EventStream} {
+	streams := []string{RequestStream, DeadLetterStream, EventStream}
+	if q.cfg.NoEvents {
+		streams = streams[:2]
+	}
+	for _, name := range streams {
 		if _, err := q.js.Stream(ctx, name); err != nil {
 			return fmt.Errorf("stream %s: %w", name, err)
 		}
