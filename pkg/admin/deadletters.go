@@ -172,7 +172,7 @@ func (s *Service) replay(ctx context.Context, r request.DeadLetter) (ReplayItem,
 	}
 	if queued {
 		ev := request.Event{Type: request.EventReplayed, ID: r.ID, ClientID: r.ClientID, Cycle: r.Cycle + 1, Seq: seq,
-			AcceptedAt: r.AcceptedAt, Reason: r.Reason, Instance: s.instance}
+			AcceptedAt: r.AcceptedAt, Reason: r.Reason, Instance: s.instance, NotBefore: r.ReplayNotBefore(time.Now())}
 		if err := s.q.WriteEvent(ctx, ev); err != nil {
 			// The request is queued all the same; its status says dead_lettered until its
 			// next attempt's event.

@@ -96,6 +96,7 @@ func deadLetterOf(subject string, h nats.Header, body []byte, seq uint64, at tim
 			LastAttempt:  parse(headerDeadLastAttempt),
 		},
 		DeadAt: at, BodyBytes: len(body), ContentType: st.ContentType, Body: body, Subject: subject, Headers: h, Cycle: st.Cycle,
+		NotBefore: st.NotBefore,
 	}
 }
 
@@ -139,8 +140,9 @@ func (q *Queue) DeadLetters(ctx context.Context, f DeadFilter) iter.Seq2[request
 	}
 }
 
-// Requeue puts a dead letter back at the end of its client's queue, keeping its id, and
-// only then removes it from the dead-letter stream. Requeueing the same dead letter twice
+// Requeue puts a dead letter back at the end of its client's queue, keeping its id (and
+// its Not-Before while that is ahead: DeadLetter.ReplayNotBefore), and only then removes
+// it from the dead-letter stream. Requeueing the same dead letter twice
 // within the duplicate window (an interrupted replay run again) queues it once; requeued
 // reports whether this call queued it. A full backlog or queue is returned as the
 // ErrBacklogFull or ErrQueueFull it is, and the dead letter stays. seq is the request's
@@ -171,7 +173,8 @@ func (q *Queue) requeuePublish(ctx context.Context, r request.DeadLetter) (dupli
 	if r.ClientID == "" {
 		return false, 0, fmt.Errorf("dead letter %d (request %s) has no valid clientId in its subject %q: it cannot be requeued", r.Seq, r.ID, r.Subject)
 	}
-	msg := requestMsg(request.Request{ID: r.ID, ClientID: r.ClientID, ContentType: r.ContentType, Body: r.Body, Cycle: r.Cycle + 1})
+	msg := requestMsg(request.Request{ID: r.ID, ClientID: r.ClientID, ContentType: r.ContentType, Body: r.Body, Cycle: r.Cycle + 1,
+		NotBefore: r.ReplayNotBefore(time.Now())})
 	// The message id names this dead letter, not the request: the request's own id may
 	// still be in the window from when ingest took it.
 	ack, err := q.js.PublishMsg(ctx, msg, jetstream.WithMsgID("replay:"+r.ID+":"+strconv.FormatUint(r.Seq, 10)),

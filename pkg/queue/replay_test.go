@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/penguinhq/dispatcher/pkg/queue"
 	"github.com/penguinhq/dispatcher/pkg/request"
@@ -140,5 +141,52 @@ func TestControlRecordsAndWatch(t *testing.T) {
 	}
 	if badRecords.Len() != 0 {
 		t.Fatalf("the watch logged records it could not read: %s", badRecords.String())
+	}
+}
+
+// A replayed request keeps its Not-Before while that is still ahead (one purged before
+// its time must not go early), and has none once it has passed.
+func TestRequeueKeepsANotBeforeStillAhead(t *testing.T) {
+	t.Parallel()
+	q := open(t, queue.Config{})
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name      string
+		notBefore time.Time
+		want      time.Time
+	}{
+		{"Ahead", time.Now().Add(time.Hour).UTC().Truncate(time.Millisecond), time.Now().Add(time.Hour).UTC().Truncate(time.Millisecond)},
+		{"Passed", time.Now().Add(-time.Hour), time.Time{}},
+	} {
+		client := "nb-" + tc.name
+		if _, err := q.Publish(ctx, request.Request{ID: "req-" + tc.name, ClientID: client, Body: []byte("{}"), NotBefore: tc.notBefore}); err != nil {
+			t.Fatal(err)
+		}
+		subj, _, _, _ := q.ClientSubject(ctx, client)
+		st, _, err := q.Head(ctx, subj)
+		if err != nil || !st.NotBefore.Equal(tc.notBefore) {
+			t.Fatalf("%s: stored %+v %v, want its Not-Before %s", tc.name, st, err, tc.notBefore)
+		}
+		// An operator purges the client's backlog: it is dead-lettered unsent.
+		if err := q.AddDeadLetter(ctx, st, request.Verdict{Reason: request.ReasonPurged}); err != nil {
+			t.Fatal(err)
+		}
+		if err := q.Delete(ctx, st.Seq); err != nil {
+			t.Fatal(err)
+		}
+		dead := deadLetters(t, q, queue.DeadFilter{ID: st.ID})
+		if len(dead) != 1 {
+			t.Fatalf("%s: dead letters %+v, want one", tc.name, dead)
+		}
+		if _, _, err := q.Requeue(ctx, dead[0]); err != nil {
+			t.Fatal(err)
+		}
+		st, _, err = q.Head(ctx, subj)
+		if err != nil || st.ID != "req-"+tc.name || st.Cycle != 1 {
+			t.Fatalf("%s: replayed %+v %v", tc.name, st, err)
+		}
+		if !st.NotBefore.Equal(tc.want) {
+			t.Errorf("%s: replayed with Not-Before %s, want %s", tc.name, st.NotBefore, tc.want)
+		}
 	}
 }

@@ -77,6 +77,18 @@ type DeadLetter struct {
 	Headers map[string][]string `json:"-"`
 	// Cycle is how many times the request was replayed before it came here.
 	Cycle int `json:"cycle,omitempty"`
+	// NotBefore is the request's Not-Before, when it had one.
+	NotBefore time.Time `json:"-"`
+}
+
+// ReplayNotBefore is the Not-Before d's request keeps when it is replayed at now: its own
+// while that is still ahead (a request purged before its time must not go early), none
+// once it has passed.
+func (d DeadLetter) ReplayNotBefore(now time.Time) time.Time {
+	if d.NotBefore.After(now) {
+		return d.NotBefore
+	}
+	return time.Time{}
 }
 
 // Reasons for dead-lettering.
