@@ -323,6 +323,34 @@ func TestEventsOffNeedsNoEventsStream(t *testing.T) {
 	}
 }
 
+// Ingest warns at start when a request may be delayed (MAX_NOT_BEFORE) longer than its
+// status is kept (STATUS_RETENTION), as with the defaults, naming both settings; with
+// STATUS_RETENTION long enough, or events off, it does not.
+func TestIngestWarnsOfNotBeforeOutlivingStatus(t *testing.T) {
+	t.Parallel()
+	nowhere := "nats://" + freeAddr(t) // no NATS: ingest logs its settings, then waits for it
+	for _, tc := range []struct {
+		name string
+		env  map[string]string
+		warn bool
+	}{
+		{"Defaults", nil, true},
+		{"LongRetention", map[string]string{"STATUS_RETENTION": "168h"}, false},
+		{"EventsOff", map[string]string{"EVENTS": "false"}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			p := startBin(t, ingestBin, with(tc.env, "NATS_URL", nowhere, "INGEST_ADDR", freeAddr(t)))
+			waitFor(t, 20*time.Second, "ingest to try NATS", func() bool { return strings.Contains(p.out.String(), "not reachable yet") })
+			out := p.out.String()
+			warned := strings.Contains(out, "MAX_NOT_BEFORE=168h0m0s is longer than STATUS_RETENTION=24h0m0s")
+			if warned != tc.warn {
+				t.Fatalf("warned %v, want %v; output:\n%s", warned, tc.warn, out)
+			}
+		})
+	}
+}
+
 // Standalone without RAVEN_URL starts a demo raven, says where, and logs each arrival with
 // the gap since that client's previous one.
 func TestStandaloneDemoRaven(t *testing.T) {

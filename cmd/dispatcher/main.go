@@ -77,6 +77,9 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (*settin
 	// up on them no sooner (and on events' as soon).
 	c.queue.AckTimeout = c.ingest.PublishTimeout
 	c.queue.NoEvents = !c.events
+	if err := cli.CheckRetention(*c.queue, c.events); err != nil {
+		return nil, err
+	}
 	if !c.standalone && c.dispatch.Raven.URL == "" {
 		return nil, errors.New("RAVEN_URL is required (or run with -standalone for a demo raven)")
 	}
@@ -189,6 +192,9 @@ func runDispatcher(ctx context.Context, c *settings, q *queue.Queue, reg *promet
 // demo raven, and stops them in that order's reverse: ingest first (no new requests), then
 // the dispatcher (drains attempts in flight), then NATS.
 func runStandalone(ctx context.Context, c *settings, log zerolog.Logger) error {
+	if w := cli.NotBeforeWarning(*c.queue, c.ingest.MaxNotBefore, c.events); w != "" {
+		log.Warn().Msg(w) // this process runs ingest, which takes Not-Before up to MAX_NOT_BEFORE
+	}
 	ns, stopStore, err := startStore(ctx, c, log)
 	if err != nil {
 		return err

@@ -47,6 +47,8 @@ func TestSettings(t *testing.T) {
 		{name: "ErrNatsSync", env: map[string]string{"STANDALONE": "1", "NATS_SYNC": "never"}, wantErr: []string{"NATS_SYNC", "always, interval"}},
 		{name: "ErrInstanceID", env: map[string]string{"STANDALONE": "1", "INSTANCE_ID": "a.b c"}, wantErr: []string{"INSTANCE_ID", "letters"}},
 		{name: "ErrLeaseTTL", env: map[string]string{"STANDALONE": "1", "LEASE_TTL": "1ms"}, wantErr: []string{"LEASE_TTL", "at least"}},
+		{name: "ErrStatusRetentionBelowDuplicateWindow", env: map[string]string{"STANDALONE": "1", "STATUS_RETENTION": "1m", "DUPLICATE_WINDOW": "2m"}, wantErr: []string{"STATUS_RETENTION=1m0s", "DUPLICATE_WINDOW=2m0s"}},
+		{name: "StatusRetentionBelowDuplicateWindowWithEventsOff", env: map[string]string{"STANDALONE": "1", "STATUS_RETENTION": "1m", "DUPLICATE_WINDOW": "2m", "EVENTS": "false"}, check: func(t *testing.T, c *settings) {}},
 		{name: "ErrStrayArgument", args: []string{"-standalone", "extra"}, wantErr: []string{"unexpected arguments"}},
 		{name: "ErrUnknownFlag", args: []string{"-nope"}, wantErr: []string{"nope"}},
 	}

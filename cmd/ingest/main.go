@@ -35,7 +35,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, _ io.Wr
 	if err := s.Parse(args); err != nil {
 		return err
 	}
+	if err := cli.CheckRetention(*queueCfg, events); err != nil {
+		return err
+	}
 	log := logs.Logger(stderr, "ingest")
+	if w := cli.NotBeforeWarning(*queueCfg, ingestCfg.MaxNotBefore, events); w != "" {
+		log.Warn().Msg(w)
+	}
 	// A batch waits PUBLISH_TIMEOUT for its acknowledgements: the queue gives up on them
 	// no sooner.
 	queueCfg.AckTimeout = ingestCfg.PublishTimeout

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"fmt"
 	"io"
 	"os"
 	"time"
@@ -170,4 +171,31 @@ func DispatchSettings(s *Settings) *Dispatch {
 		c.SendTimeout = c.Raven.Timeout
 	})
 	return c
+}
+
+// CheckRetention refuses settings under which a request's status expires while the
+// request can still be asked about as new: a STATUS_RETENTION shorter than
+// DUPLICATE_WINDOW, in which a retried POST with the same Idempotency-Key is answered
+// with the id of a request whose status is already gone. Nothing to check with events off.
+func CheckRetention(q queue.Config, events bool) error {
+	q = q.WithDefaults()
+	if events && q.StatusRetention < q.DuplicateWindow {
+		return fmt.Errorf("STATUS_RETENTION=%s is shorter than DUPLICATE_WINDOW=%s: a request retried with the same Idempotency-Key would get an id whose status is already gone; set STATUS_RETENTION to at least DUPLICATE_WINDOW",
+			q.StatusRetention, q.DuplicateWindow)
+	}
+	return nil
+}
+
+// NotBeforeWarning says, when it is so, that a request delayed by Not-Before up to
+// MAX_NOT_BEFORE can outlive its status: its events are kept for STATUS_RETENTION from
+// when they were written, so one delayed longer reads as unknown while it still waits.
+// Empty when nothing is wrong. It is a warning, not a refusal: the defaults (168h and
+// 24h) are so, and most delays are short.
+func NotBeforeWarning(q queue.Config, maxNotBefore time.Duration, events bool) string {
+	q = q.WithDefaults()
+	if !events || maxNotBefore <= q.StatusRetention {
+		return ""
+	}
+	return fmt.Sprintf("MAX_NOT_BEFORE=%s is longer than STATUS_RETENTION=%s: a request delayed by more than STATUS_RETENTION reads as status unknown while it still waits (it is still delivered); set STATUS_RETENTION to at least MAX_NOT_BEFORE, or lower MAX_NOT_BEFORE",
+		maxNotBefore, q.StatusRetention)
 }
