@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -54,6 +55,14 @@ func TestUnansweredPublishesTimeOut(t *testing.T) {
 	}
 	c.Partition(node)
 	t.Cleanup(func() { c.Heal(node) })
+	// Should leadership have moved to the node meanwhile, it steps down once it finds
+	// itself alone: from then on nothing there answers a publish.
+	for deadline := time.Now().Add(20 * time.Second); c.Server(node).JetStreamIsStreamLeader(server.DEFAULT_GLOBAL_ACCOUNT, queue.RequestStream); {
+		if time.Now().After(deadline) {
+			t.Fatal("the cut-off node still leads the request stream after 20s")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 
 	rs := make([]request.Request, 10)
 	for i := range rs {
