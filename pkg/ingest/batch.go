@@ -59,6 +59,20 @@ const ndjson = "application/x-ndjson"
 // acceptBatch takes many requests in one call: every valid item is published at once,
 // the answer waits for all the acknowledgements and gives each item's result in order.
 func (a *API) acceptBatch(w http.ResponseWriter, r *http.Request) {
+	// Room for the batch in memory first: a batch is read whole, and many large ones at
+	// once would take what the process has.
+	size := a.cfg.BatchMaxBytes
+	if r.ContentLength >= 0 && r.ContentLength < size {
+		size = r.ContentLength
+	}
+	if a.batchBytes.Add(size) > a.cfg.BatchInFlightBytes {
+		a.batchBytes.Add(-size)
+		a.cfg.Metrics.outcome("overloaded")
+		writeProblem(w, problem{Status: http.StatusServiceUnavailable, Code: "overloaded", RetryAfter: time.Second,
+			Detail: fmt.Sprintf("the batches being stored at once already take the limit of %d bytes (BATCH_INFLIGHT_BYTES); nothing of this one was stored; retry after the Retry-After delay", a.cfg.BatchInFlightBytes)})
+		return
+	}
+	defer a.batchBytes.Add(-size)
 	items, p := a.readBatch(w, r)
 	if p != nil {
 		a.cfg.Metrics.outcome(p.Code)

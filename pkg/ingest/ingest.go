@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -68,6 +69,8 @@ const (
 	DefaultBatchMaxItems  = 1000
 	DefaultBatchMaxBytes  = 10 << 20
 	DefaultMaxStatusWait  = 60 * time.Second
+	DefaultMaxStatusWaits = 1000
+	DefaultBatchInFlight  = 64 << 20
 )
 
 // Config configures the API.
@@ -102,6 +105,14 @@ type Config struct {
 	BatchMaxBytes int64
 	// MaxStatusWait caps a status read's ?wait. Defaults to 60s.
 	MaxStatusWait time.Duration
+	// MaxStatusWaits bounds the status reads waiting (?wait) at once, each holding a
+	// watch on the events; past it a read that asks to wait gets 503 at once. Defaults to
+	// 1000.
+	MaxStatusWaits int
+	// BatchInFlightBytes bounds the bytes of the batches being read and stored at once
+	// (a batch without Content-Length counts as BatchMaxBytes); past it a batch gets 503
+	// before its body is read. Defaults to 64 MiB; at least BatchMaxBytes.
+	BatchInFlightBytes int64
 	// Events, if not nil, hears of every request stored (its accepted event).
 	Events Events
 	// Status, if not nil, serves GET /v1/requests/{id}; without it that route answers
@@ -140,6 +151,12 @@ func (c Config) WithDefaults() Config {
 	if c.MaxStatusWait == 0 {
 		c.MaxStatusWait = DefaultMaxStatusWait
 	}
+	if c.MaxStatusWaits == 0 {
+		c.MaxStatusWaits = DefaultMaxStatusWaits
+	}
+	if c.BatchInFlightBytes == 0 {
+		c.BatchInFlightBytes = max(DefaultBatchInFlight, c.BatchMaxBytes)
+	}
 	return c
 }
 
@@ -173,6 +190,12 @@ func (c Config) Validate() error {
 	if c.MaxStatusWait <= 0 {
 		errs = append(errs, fmt.Errorf("max status wait %s: must be positive", c.MaxStatusWait))
 	}
+	if c.MaxStatusWaits < 1 {
+		errs = append(errs, fmt.Errorf("max status waits %d: must be at least 1", c.MaxStatusWaits))
+	}
+	if c.BatchInFlightBytes < c.BatchMaxBytes {
+		errs = append(errs, fmt.Errorf("batch in-flight bytes %d: must be at least the batch max bytes (%d), or no batch of the largest size could ever be taken", c.BatchInFlightBytes, c.BatchMaxBytes))
+	}
 	return errors.Join(errs...)
 }
 
@@ -183,6 +206,8 @@ type API struct {
 	ready      Readiness
 	log        zerolog.Logger
 	publishing chan struct{} // a slot per publish waiting for JetStream
+	waits      chan struct{} // a slot per status read waiting for a final state
+	batchBytes atomic.Int64  // bytes of the batches being read and stored
 }
 
 // New returns the API.
@@ -192,7 +217,7 @@ func New(cfg Config, pub Publisher, ready Readiness, log zerolog.Logger) (*API, 
 		return nil, err
 	}
 	return &API{cfg: cfg, pub: pub, ready: ready, log: log.With().Str("component", "ingest").Logger(),
-		publishing: make(chan struct{}, cfg.MaxPublishing)}, nil
+		publishing: make(chan struct{}, cfg.MaxPublishing), waits: make(chan struct{}, cfg.MaxStatusWaits)}, nil
 }
 
 // Handler returns the routes:

@@ -35,6 +35,16 @@ func (a *API) status(w http.ResponseWriter, r *http.Request) {
 		}
 		wait = min(d, a.cfg.MaxStatusWait)
 	}
+	if wait > 0 {
+		select {
+		case a.waits <- struct{}{}:
+			defer func() { <-a.waits }()
+		default:
+			writeProblem(w, problem{Status: http.StatusServiceUnavailable, Code: "overloaded", RetryAfter: time.Second,
+				Detail: fmt.Sprintf("%d status reads are waiting already (MAX_STATUS_WAITS); read without ?wait, or retry after the Retry-After delay", a.cfg.MaxStatusWaits)})
+			return
+		}
+	}
 	st, err := a.readStatus(r.Context(), w, id, wait)
 	if err != nil {
 		if r.Context().Err() != nil {
@@ -76,7 +86,9 @@ func (a *API) readStatus(ctx context.Context, w http.ResponseWriter, id string, 
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
 	for {
-		events, err := a.cfg.Status.Events(ctx, id)
+		rctx, cancel := context.WithTimeout(ctx, statusReadTimeout)
+		events, err := a.cfg.Status.Events(rctx, id)
+		cancel()
 		if err != nil {
 			return request.Status{}, err
 		}
@@ -97,8 +109,14 @@ func (a *API) readStatus(ctx context.Context, w http.ResponseWriter, id string, 
 	}
 }
 
-// placed adds where a queued request stands in its client's queue.
+// placed adds where a queued request stands in its client's queue, if that can be read
+// within statusReadTimeout (the status stands without it).
 func (a *API) placed(ctx context.Context, st request.Status) request.Status {
+	ctx, cancel := context.WithTimeout(ctx, statusReadTimeout)
+	defer cancel()
 	st.Queue = a.cfg.Status.Place(ctx, st)
 	return st
 }
+
+// statusReadTimeout bounds each read of the store a status read makes.
+const statusReadTimeout = 5 * time.Second

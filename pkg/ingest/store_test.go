@@ -8,9 +8,11 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -25,21 +27,8 @@ import (
 // concurrent callers, with bodies of every size and with and without a Content-Length,
 // every stored request holds exactly the body that was accepted for its id.
 func TestConcurrentBodiesAreStoredIntact(t *testing.T) {
-	emb, err := queue.StartEmbedded(queue.EmbeddedConfig{StoreDir: t.TempDir()}, zerolog.Nop())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { emb.Server().Shutdown(); emb.Server().WaitForShutdown() })
-	conn, err := queue.ConnectInProcess(emb.Server(), "test", zerolog.Nop())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(conn.Close)
+	emb, q := embeddedQueue(t)
 	ctx := context.Background()
-	q, err := conn.Open(ctx, queue.Config{}, queue.CreateOrUpdate)
-	if err != nil {
-		t.Fatal(err)
-	}
 	api, err := ingest.New(ingest.Config{}, q, q, zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
@@ -111,5 +100,112 @@ func TestConcurrentBodiesAreStoredIntact(t *testing.T) {
 	}
 	if stored != len(sent) {
 		t.Fatalf("%d stored, %d accepted", stored, len(sent))
+	}
+}
+
+// embeddedQueue starts an embedded JetStream server and opens the queue on it.
+func embeddedQueue(t *testing.T) (*queue.Node, *queue.Queue) {
+	t.Helper()
+	emb, err := queue.StartEmbedded(queue.EmbeddedConfig{StoreDir: t.TempDir()}, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { emb.Server().Shutdown(); emb.Server().WaitForShutdown() })
+	conn, err := queue.ConnectInProcess(emb.Server(), "test", zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(conn.Close)
+	q, err := conn.Open(context.Background(), queue.Config{}, queue.CreateOrUpdate)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return emb, q
+}
+
+// Waiting status reads are bounded: of two that ask to wait while only one may, one
+// waits and answers 200, the other is refused at once with 503 overloaded.
+func TestStatusWaitsAreBounded(t *testing.T) {
+	_, q := embeddedQueue(t)
+	api, err := ingest.New(ingest.Config{Status: q, MaxStatusWaits: 1}, q, q, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(api.Handler())
+	t.Cleanup(srv.Close)
+	url := srv.URL + "/v1/requests/" + request.NewID(time.Now()) // never final: a read waits it out
+	codes := make(chan string, 2)
+	for range 2 {
+		go func() {
+			resp, err := http.Get(url + "?wait=2s")
+			if err != nil {
+				codes <- err.Error()
+				return
+			}
+			var p struct{ Code string }
+			_ = json.NewDecoder(resp.Body).Decode(&p)
+			resp.Body.Close()
+			codes <- fmt.Sprint(resp.StatusCode, " ", p.Code)
+		}()
+	}
+	got := []string{<-codes, <-codes}
+	slices.Sort(got)
+	if got[0] != "200 " || got[1] != "503 overloaded" {
+		t.Fatalf("two waiting reads with room for one answered %q, want one 200 and one 503 overloaded", got)
+	}
+	if resp, err := http.Get(url); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("a read without wait, once the other ended: %v %v", resp, err)
+	}
+}
+
+// Batches in memory at once are bounded by their bytes: while one batch is being read,
+// another that would pass the bound is refused with 503 overloaded before it is read;
+// once the first is done, the same batch is taken.
+func TestBatchBytesInFlightAreBounded(t *testing.T) {
+	_, q := embeddedQueue(t)
+	api, err := ingest.New(ingest.Config{BatchMaxBytes: 1000, BatchInFlightBytes: 1500}, q, q, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(api.Handler())
+	t.Cleanup(srv.Close)
+	batch := func(n int) []byte {
+		item := `{"clientId":"c","body":{"pad":"` + strings.Repeat("x", n-48) + `"}}`
+		return []byte("[" + item + "]")
+	}
+	post := func(body io.Reader, size int64) (int, string) {
+		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/v1/requests/batch", body)
+		req.ContentLength = size
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		var p struct{ Code string }
+		_ = json.NewDecoder(resp.Body).Decode(&p)
+		return resp.StatusCode, p.Code
+	}
+	// The first batch, 900 bytes, arrives slowly: half now, the rest when told.
+	first := batch(900)
+	pr, pw := io.Pipe()
+	firstDone := make(chan int, 1)
+	go func() { code, _ := post(pr, int64(len(first))); firstDone <- code }()
+	if _, err := pw.Write(first[:450]); err != nil { // returns once the server read it
+		t.Fatal(err)
+	}
+	second := batch(700)
+	if code, what := post(bytes.NewReader(second), int64(len(second))); code != http.StatusServiceUnavailable || what != "overloaded" {
+		t.Fatalf("a 700-byte batch beside 900 in flight (bound 1500): %d %s, want 503 overloaded", code, what)
+	}
+	if _, err := pw.Write(first[450:]); err != nil {
+		t.Fatal(err)
+	}
+	pw.Close()
+	if code := <-firstDone; code != http.StatusOK {
+		t.Fatalf("the first batch: %d, want 200", code)
+	}
+	if code, what := post(bytes.NewReader(second), int64(len(second))); code != http.StatusOK {
+		t.Fatalf("the 700-byte batch once the first was done: %d %s, want 200", code, what)
 	}
 }

@@ -52,12 +52,23 @@ func eventStreamConfig(cfg Config) jetstream.StreamConfig {
 	}
 }
 
+// EventReadTimeout bounds a read of a request's events when its context has no deadline
+// of its own.
+const EventReadTimeout = 5 * time.Second
+
 // Events reads every event type's latest event of request id (its latest attempt
 // started and failed, its acceptance, ...): what request.StatusOf needs. No events: an
 // empty list.
 func (q *Queue) Events(ctx context.Context, id string) ([]request.Event, error) {
 	if err := request.ValidateID(id); err != nil {
 		return nil, err
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		// A direct get is a plain request: an answer that never comes (a responder that
+		// went away mid-read) would hold the caller for as long as its context lasts.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, EventReadTimeout)
+		defer cancel()
 	}
 	body, _ := json.Marshal(struct {
 		MultiLast []string `json:"multi_last"`
@@ -76,7 +87,7 @@ func (q *Queue) Events(ctx context.Context, id string) ([]request.Event, error) 
 	for {
 		m, err := sub.NextMsgWithContext(ctx)
 		if err != nil {
-			return nil, fmt.Errorf("reading events of %s: %w", id, err)
+			return nil, fmt.Errorf("reading events of %s: %w: %w", id, ErrUnavailable, err)
 		}
 		switch status := m.Header.Get("Status"); status {
 		case "":

@@ -2,11 +2,16 @@ package queue_test
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/penguinhq/dispatcher/pkg/queue"
+	"github.com/penguinhq/dispatcher/pkg/queue/queuetest"
+	"github.com/penguinhq/dispatcher/pkg/request"
 )
 
 // A lease says since when its owner holds it, and keeps saying so when renewed; a lease
@@ -90,5 +95,41 @@ func TestLeaseStatusSaysWhoHoldsWhatSinceWhen(t *testing.T) {
 	}
 	if n, err := l.ReleaseAll(ctx, "a"); err != nil || n != 1 {
 		t.Fatalf("release all of a: %d %v, want 1", n, err)
+	}
+}
+
+// A read of a request's events whose answer never comes (a responder that took the
+// request and went silent) ends after EventReadTimeout as unavailable, instead of
+// holding the caller for as long as its context lasts.
+func TestEventReadWithoutAnswerEnds(t *testing.T) {
+	t.Parallel()
+	s := queuetest.Server(t)
+	q, err := queue.Open(context.Background(), queuetest.Conn(t, s), queue.Config{NoEvents: true}, queue.CreateOrUpdate)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// No events stream, so JetStream does not answer; this subscriber takes the read and
+	// says nothing.
+	silent := queuetest.Conn(t, s)
+	if _, err := silent.Subscribe("$JS.API.DIRECT.GET."+queue.EventStream, func(*nats.Msg) {}); err != nil {
+		t.Fatal(err)
+	}
+	if err := silent.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	start := time.Now()
+	go func() {
+		_, err := q.Events(context.Background(), request.NewID(time.Now()))
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if !errors.Is(err, queue.ErrUnavailable) {
+			t.Fatalf("read ended with %v, want ErrUnavailable", err)
+		}
+		t.Logf("the read ended after %s: %v", time.Since(start).Round(time.Millisecond), err)
+	case <-time.After(queue.EventReadTimeout + 10*time.Second):
+		t.Fatalf("the read still waits %s after it began", time.Since(start).Round(time.Second))
 	}
 }

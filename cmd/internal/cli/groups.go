@@ -105,7 +105,7 @@ type Ingest struct {
 // IngestSettings registers the ingest API settings.
 func IngestSettings(s *Settings) *Ingest {
 	c := &Ingest{}
-	var publishing, batchItems int64
+	var publishing, batchItems, waits int64
 	s.String(&c.Addr, "INGEST_ADDR", ":8080", "address the ingest API listens on")
 	s.Int(&c.MaxBodyBytes, "MAX_BODY_BYTES", ingest.DefaultMaxBodyBytes, 1, 64<<20, "largest request body accepted, in bytes")
 	s.Duration(&c.PublishTimeout, "PUBLISH_TIMEOUT", ingest.DefaultPublishTimeout, time.Millisecond, "how long ingest waits for JetStream to acknowledge a request")
@@ -115,12 +115,16 @@ func IngestSettings(s *Settings) *Ingest {
 	s.Int(&batchItems, "BATCH_MAX_ITEMS", ingest.DefaultBatchMaxItems, 1, 1_000_000, "most items in one batch; more is a 413")
 	s.Int(&c.BatchMaxBytes, "BATCH_MAX_BYTES", ingest.DefaultBatchMaxBytes, 1, 1<<30, "largest batch body, in bytes; larger is a 413")
 	s.Duration(&c.MaxStatusWait, "MAX_STATUS_WAIT", ingest.DefaultMaxStatusWait, time.Second, "cap on a status read's ?wait")
+	s.Int(&waits, "MAX_STATUS_WAITS", ingest.DefaultMaxStatusWaits, 1, 1_000_000, "status reads waiting (?wait) at once; past it such a read gets 503 overloaded")
+	s.Int(&c.BatchInFlightBytes, "BATCH_INFLIGHT_BYTES", ingest.DefaultBatchInFlight, 1, 1<<40, "bytes of batches read and stored at once (at least BATCH_MAX_BYTES); past it a batch gets 503 overloaded before it is read")
 	s.String(&c.TokensFile, "INGEST_TOKENS_FILE", "", "file of accepted bearer tokens, as hex SHA-256 hashes, one per line; re-read when it changes")
 	s.Secret(&c.Tokens, "INGEST_TOKEN", "accepted bearer token(s), comma-separated; with neither this nor INGEST_TOKENS_FILE, ingest accepts anyone")
 	s.String(&c.TLSCert, "INGEST_TLS_CERT", "", "certificate (PEM) to serve the ingest API over TLS")
 	s.String(&c.TLSKey, "INGEST_TLS_KEY", "", "the certificate's private key (PEM)")
 	s.String(&c.ClientCA, "INGEST_TLS_CLIENT_CA", "", "CA certificates (PEM) client certificates must chain to: turns mutual TLS on")
-	s.afterParse(func() { c.MaxPublishing, c.BatchMaxItems = int(publishing), int(batchItems) })
+	s.afterParse(func() {
+		c.MaxPublishing, c.BatchMaxItems, c.MaxStatusWaits = int(publishing), int(batchItems), int(waits)
+	})
 	return c
 }
 
