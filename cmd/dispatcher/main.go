@@ -192,8 +192,11 @@ func runDispatcher(ctx context.Context, c *settings, q *queue.Queue, reg *promet
 // demo raven, and stops them in that order's reverse: ingest first (no new requests), then
 // the dispatcher (drains attempts in flight), then NATS.
 func runStandalone(ctx context.Context, c *settings, log zerolog.Logger) error {
-	if w := cli.NotBeforeWarning(*c.queue, c.ingest.MaxNotBefore, c.events); w != "" {
-		log.Warn().Msg(w) // this process runs ingest, which takes Not-Before up to MAX_NOT_BEFORE
+	// This process runs ingest, which takes Not-Before up to MAX_NOT_BEFORE.
+	if w, atDefaults := cli.NotBeforeWarning(*c.queue, c.ingest.MaxNotBefore, c.events); atDefaults {
+		log.Info().Msg(w)
+	} else if w != "" {
+		log.Warn().Msg(w)
 	}
 	ns, stopStore, err := startStore(ctx, c, log)
 	if err != nil {

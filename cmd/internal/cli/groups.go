@@ -193,13 +193,16 @@ func CheckRetention(q queue.Config, events bool) error {
 // NotBeforeWarning says, when it is so, that a request delayed by Not-Before up to
 // MAX_NOT_BEFORE can outlive its status: its events are kept for STATUS_RETENTION from
 // when they were written, so one delayed longer reads as unknown while it still waits.
-// Empty when nothing is wrong. It is a warning, not a refusal: the defaults (168h and
-// 24h) are so, and most delays are short.
-func NotBeforeWarning(q queue.Config, maxNotBefore time.Duration, events bool) string {
+// Empty when nothing is wrong. It is not a refusal: the defaults (168h and 24h) are so,
+// and most delays are short. atDefaults says both settings are at their defaults: a
+// trade-off docs/operations.md states, to log as information rather than a warning, so
+// that a default start warns of nothing it need not.
+func NotBeforeWarning(q queue.Config, maxNotBefore time.Duration, events bool) (msg string, atDefaults bool) {
 	q = q.WithDefaults()
 	if !events || maxNotBefore <= q.StatusRetention {
-		return ""
+		return "", false
 	}
+	atDefaults = maxNotBefore == ingest.DefaultMaxNotBefore && q.StatusRetention == queue.DefaultStatusRetention
 	return fmt.Sprintf("MAX_NOT_BEFORE=%s is longer than STATUS_RETENTION=%s: a request delayed by more than STATUS_RETENTION reads as status unknown while it still waits (it is still delivered); set STATUS_RETENTION to at least MAX_NOT_BEFORE, or lower MAX_NOT_BEFORE",
-		maxNotBefore, q.StatusRetention)
+		maxNotBefore, q.StatusRetention), atDefaults
 }
