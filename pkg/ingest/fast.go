@@ -228,9 +228,25 @@ func scanKey(b []byte, i int) int {
 	return i + 1
 }
 
+// plain marks the bytes a JSON string holds as they are: not a quote, a backslash or a
+// control character. Strings are most of a body, and a table lookup per byte is what
+// keeps their scan fast.
+var plain = func() (t [256]bool) {
+	for c := 0x20; c < 256; c++ {
+		t[c] = c != '"' && c != '\\'
+	}
+	return t
+}()
+
 // scanString checks the JSON string at b[i] (a quote) and returns the index after it.
 func scanString(b []byte, i int) (int, bool) {
 	for j := i + 1; j < len(b); {
+		for j < len(b) && plain[b[j]] {
+			j++
+		}
+		if j == len(b) {
+			break
+		}
 		switch c := b[j]; {
 		case c == '"':
 			return j + 1, true

@@ -281,6 +281,12 @@ func skipSpace(b []byte, i int) int {
 // b is valid JSON, so the string is closed.
 func stringEnd(b []byte, i int) int {
 	for j := i + 1; j < len(b); j++ {
+		for j < len(b) && plain[b[j]] {
+			j++
+		}
+		if j == len(b) {
+			break
+		}
 		switch b[j] {
 		case '\\':
 			j++
