@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -60,13 +62,21 @@ func benchIngest(ctx context.Context, s settings, log io.Writer) ([]row, error) 
 	for _, syncAlways := range []bool{true, false} {
 		mode := modeName(syncAlways)
 		got := map[string][]float64{}
+		cpu := map[string][]float64{} // the server process's CPU per request, in microseconds
 		for round := range s.ingestRounds {
-			for _, kind := range ingestKinds {
+			// Every other round in the reverse order: a machine slowing down within a
+			// round counts against each kind in turn.
+			kinds := slices.Clone(ingestKinds)
+			if round%2 == 1 {
+				slices.Reverse(kinds)
+			}
+			for _, kind := range kinds {
 				res, err := measureKind(ctx, kind, syncAlways, load{Workers: ingestWorkers, For: s.ingestFor})
 				if err != nil {
 					return rows, fmt.Errorf("%s (%s): %w", kind, mode, err)
 				}
 				got[kind] = append(got[kind], res.rate(s.ingestFor))
+				cpu[kind] = append(cpu[kind], float64(res.serverCPU.Microseconds())/float64(max(res.Count, 1)))
 			}
 			fmt.Fprintf(log, "bench: ingest (%s) round %d:", mode, round+1)
 			for _, kind := range ingestKinds {
@@ -106,6 +116,13 @@ func benchIngest(ctx context.Context, s settings, log io.Writer) ([]row, error) 
 				target:    "-", verdict: "-",
 			},
 			row{
+				figure:    fmt.Sprintf("  server CPU per request, ingest (%s)", mode),
+				value:     fmt.Sprintf("%.1f us", median(cpu[kindIngest])),
+				reference: fmt.Sprintf("%.1f us minimal handler, %.1f us raw publish", median(cpu[kindMinimal]), median(cpu[kindRaw])),
+				ratio:     fmt.Sprintf("%.2f", median(cpu[kindMinimal])/median(cpu[kindIngest])),
+				target:    "-", verdict: "-",
+			},
+			row{
 				figure:    fmt.Sprintf("ingest over h2c, 64 callers on one connection (%s)", mode),
 				value:     fmt.Sprintf("%.0f/s", med(kindH2C)),
 				reference: fmt.Sprintf("%.0f/s HTTP/1.1, 64 connections", med(kindIngest)),
@@ -133,15 +150,37 @@ func benchIngest(ctx context.Context, s settings, log io.Writer) ([]row, error) 
 }
 
 // measureKind starts a fresh node and the server kind names on it, and offers it l from
-// the load generator process.
+// the load generator process. The result says too how much CPU this process (the server:
+// the node and the handler) took while the load ran.
 func measureKind(ctx context.Context, kind string, syncAlways bool, l load) (loadResult, error) {
+	var res loadResult
+	err := withServer(ctx, kind, syncAlways, &l, func() error {
+		before := cpuTime()
+		var err error
+		res, err = runLoad(ctx, l)
+		res.serverCPU = cpuTime() - before
+		return err
+	})
+	return res, err
+}
+
+// cpuTime is the CPU time this process took so far, user and system.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// withServer starts a fresh node and the server kind names on it, points l at it and
+// runs measure.
+func withServer(ctx context.Context, kind string, syncAlways bool, l *load, measure func() error) error {
 	listen := ""
 	if kind == kindRaw {
 		listen = "127.0.0.1:-1"
 	}
 	n, err := startNodeListening(ctx, syncAlways, queue.Config{}, listen)
 	if err != nil {
-		return loadResult{}, err
+		return err
 	}
 	defer n.close()
 	l.Proto = protoHTTP1
@@ -149,16 +188,16 @@ func measureKind(ctx context.Context, kind string, syncAlways bool, l load) (loa
 	switch kind {
 	case kindRaw:
 		l.Proto, l.Target = protoNATS, n.srv.ClientURL()
-		return runLoad(ctx, l)
+		return measure()
 	case kindBare:
 		h = http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusAccepted) })
 	case kindMinimal:
 		if h, err = minimalHandler(n.nc); err != nil {
-			return loadResult{}, err
+			return err
 		}
 	case kindIngest, kindH2C:
 		if h, err = benchIngestAPI(n); err != nil {
-			return loadResult{}, err
+			return err
 		}
 		l.Token = benchToken
 		if kind == kindH2C {
@@ -167,11 +206,11 @@ func measureKind(ctx context.Context, kind string, syncAlways bool, l load) (loa
 	}
 	url, stop, err := serveProto(h, l.Proto == protoH2C)
 	if err != nil {
-		return loadResult{}, err
+		return err
 	}
 	defer stop()
 	l.Target = url + "/v1/requests"
-	return runLoad(ctx, l)
+	return measure()
 }
 
 // benchIngestAPI is the project's ingest as the binary runs it: its metrics counted, a

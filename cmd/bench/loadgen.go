@@ -52,6 +52,8 @@ type loadResult struct {
 	P50   time.Duration `json:"p50"`
 	P99   time.Duration `json:"p99"`
 	Err   string        `json:"err,omitempty"`
+
+	serverCPU time.Duration // the server process's CPU while the load ran (set by the caller)
 }
 
 func (r loadResult) rate(d time.Duration) float64 { return float64(r.Count) / d.Seconds() }
