@@ -330,7 +330,7 @@ func (d *Dispatcher) writeNow(ctx context.Context, ev request.Event) {
 
 // eventOf is the event of type typ about st, At to be set by the caller.
 func eventOf(st request.Stored, typ string) request.Event {
-	ev := request.Event{Type: typ, ID: st.ID, ClientID: st.ClientID, Cycle: st.Cycle, NotBefore: st.NotBefore}
+	ev := request.Event{Type: typ, ID: st.ID, ClientID: st.ClientID, Cycle: st.Cycle, Seq: st.Seq, NotBefore: st.NotBefore}
 	if st.Cycle == 0 {
 		ev.AcceptedAt = st.AcceptedAt
 	}

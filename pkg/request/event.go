@@ -158,8 +158,9 @@ func (s Status) Final() bool { return s.State == StateDelivered || s.State == St
 
 // StatusOf works out a request's status from its events, in whatever order they were
 // stored: events are written by several processes (ingest, dispatchers, replay), each
-// retrying a failed write, so one can land after a later one. The latest cycle counts;
-// within it, a final event wins; else the latest attempt event (by At); else accepted
+// retrying a failed write, so one can land after a later one. The latest cycle counts,
+// and in it the latest stored copy's events (a key reused after the duplicate window
+// makes a new copy with the same id); among those, a final event wins; else the latest attempt event (by At); else accepted
 // or replayed: queued. No events: unknown.
 func StatusOf(id string, events []Event) Status {
 	st := Status{ID: id, State: StateUnknown}
@@ -181,6 +182,15 @@ func StatusOf(id string, events []Event) Status {
 	}
 	st.Replays = cycle
 	cur := slices.DeleteFunc(slices.Clone(events), func(e Event) bool { return e.Cycle != cycle })
+	// An Idempotency-Key sent again after the duplicate window makes a new request with
+	// the same id: its events and the earlier one's share their subjects, and only the
+	// latest stored copy's (the highest sequence) count. Events without a sequence
+	// (written by an earlier version) count with any.
+	var seq uint64
+	for _, e := range cur {
+		seq = max(seq, e.Seq)
+	}
+	cur = slices.DeleteFunc(cur, func(e Event) bool { return e.Seq != 0 && e.Seq != seq })
 	slices.SortStableFunc(cur, func(a, b Event) int { return a.At.Compare(b.At) })
 	var final, attempt, queued *Event
 	for i := range cur {

@@ -26,6 +26,9 @@ func TestStatusOf(t *testing.T) {
 	replayed := ev(request.EventReplayed, 20, 1, 0)
 	delivered := ev(request.EventDelivered, 26, 1, 1)
 	delivered.Status = 201
+	delivered0 := ev(request.EventDelivered, 5, 0, 1)
+	reaccepted := ev(request.EventAccepted, 200, 0, 0)
+	withSeq := func(e request.Event, seq uint64) request.Event { e.Seq = seq; return e }
 
 	for _, tc := range []struct {
 		name   string
@@ -60,6 +63,16 @@ func TestStatusOf(t *testing.T) {
 				t.Errorf("%+v, want queued after 1 replay at seq 11, accepted at t0", st)
 			}
 		}},
+		// The same Idempotency-Key sent again after the duplicate window: a new request
+		// with the same id, stored at a later sequence. The earlier one's delivery is not
+		// the new one's.
+		{"KeyReusedAfterWindow", []request.Event{accepted, withSeq(delivered0, 10), withSeq(reaccepted, 30)}, request.StateQueued, func(t *testing.T, st request.Status) {
+			if st.Seq != 30 || st.DeliveredAt != (time.Time{}) {
+				t.Errorf("%+v, want queued at seq 30, not delivered", st)
+			}
+		}},
+		// Events written before events carried their sequence count with any.
+		{"EventWithoutSeq", []request.Event{accepted, withSeq(delivered0, 0)}, request.StateDelivered, nil},
 		{"DeliveredAfterReplay", []request.Event{delivered, replayed, dead, accepted}, request.StateDelivered, func(t *testing.T, st request.Status) {
 			if st.RavenStatus != 201 || !st.DeliveredAt.Equal(at(26)) || st.Attempts != 1 || !st.Final() {
 				t.Errorf("%+v, want delivered at +26s with 201 on attempt 1", st)
