@@ -437,9 +437,11 @@ func eventMsg(e request.Event) *nats.Msg {
 	return m
 }
 
-// eventMsgID makes a write retried after its acknowledgement was lost land once.
+// eventMsgID makes a write retried after its acknowledgement was lost land once. It
+// holds the event's time: two events alike in all else (an attempt numbered 1 again by a
+// restarted dispatcher of the same name) are two events, both written.
 func eventMsgID(e request.Event) string {
-	return e.ID + ":" + e.Type + ":" + strconv.Itoa(e.Cycle) + ":" + strconv.Itoa(e.Attempt) + ":" + strconv.FormatUint(e.Seq, 10) + ":" + e.Instance
+	return e.ID + ":" + e.Type + ":" + strconv.Itoa(e.Cycle) + ":" + strconv.Itoa(e.Attempt) + ":" + strconv.FormatUint(e.Seq, 10) + ":" + e.Instance + ":" + strconv.FormatInt(e.At.UnixNano(), 36)
 }
 
 type eventMetrics struct {

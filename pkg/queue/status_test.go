@@ -133,3 +133,29 @@ func TestEventReadWithoutAnswerEnds(t *testing.T) {
 		t.Fatalf("the read still waits %s after it began", time.Since(start).Round(time.Second))
 	}
 }
+
+// Two events alike in all but their time (an attempt numbered 1 again by a dispatcher
+// restarted under the same name) are both written: the second is not taken for a retried
+// write of the first and dropped.
+func TestEventsAlikeButForTheirTimeAreBothWritten(t *testing.T) {
+	t.Parallel()
+	q := open(t, queue.Config{})
+	ctx := context.Background()
+	id := request.NewID(time.Now())
+	first := request.Event{Type: request.EventAttemptFailed, ID: id, ClientID: "alice", Attempt: 1, Seq: 7,
+		Instance: "dispatcher/a", At: time.Now().Add(-time.Minute).UTC(), Status: 503}
+	second := first
+	second.At, second.Status = time.Now().UTC(), 502
+	for _, e := range []request.Event{first, second} {
+		if err := q.WriteEvent(ctx, e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	events, err := q.Events(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(events) != 1 || events[0].Status != 502 || !events[0].At.Equal(second.At) {
+		t.Fatalf("events %+v, want the second attempt_failed (502)", events)
+	}
+}
