@@ -103,7 +103,7 @@ func (d *Dispatcher) work(ctx context.Context, job Job, sendBy time.Time) Result
 		return Result{Subject: job.Subject, Kind: Parked}
 	case st.NotBefore.After(job.SendAt):
 		// Not before its time: the lane waits, and its client's later requests with it.
-		return Result{Subject: job.Subject, Kind: NotYet, NotBefore: st.NotBefore}
+		return Result{Subject: job.Subject, Kind: NotYet, Seq: st.Seq, NotBefore: st.NotBefore}
 	}
 	// The head was read up to the scheduler's lead in advance: start on time, not before.
 	if !sleepUntil(ctx, d.now, job.SendAt) {

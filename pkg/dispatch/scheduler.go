@@ -69,6 +69,10 @@ func (s *Scheduler) SetInterval(d time.Duration, now time.Time) {
 // of the client's interval fences a lane made later, as SetInterval does.
 func (s *Scheduler) Steer(client string, st request.Steering, now time.Time) {
 	old := s.intervalOfClient(client)
+	// A new purge is for now: a lane whose head it reaches and that waits for the head's
+	// Not-Before (or a retry's backoff) is looked at again as soon as spacing allows, to
+	// dead-letter what was purged.
+	purge := st.PurgeThrough > s.steers[client].PurgeThrough
 	if st.IsZero() {
 		delete(s.steers, client)
 	} else {
@@ -86,6 +90,8 @@ func (s *Scheduler) Steer(client string, st request.Steering, now time.Time) {
 	for _, l := range s.lanes {
 		switch {
 		case !mine(l):
+		case purge && l.state == waiting && l.notBefore.After(now) && l.headSeq != 0 && l.headSeq <= st.PurgeThrough:
+			l.notBefore = now
 		case l.state == parked:
 			s.schedule(l, l.notBefore)
 		case l.state == inFlight:
@@ -261,7 +267,11 @@ func (s *Scheduler) Done(r Result, now time.Time) {
 			s.schedule(l, now)
 		}
 	case NotYet:
-		// The head's attempts so far (none, as a rule) stay with it.
+		// The head's attempts so far (none, as a rule) stay with it; its sequence is
+		// kept so that a purge that reaches it need not wait for its time.
+		if r.Seq != l.headSeq {
+			l.headSeq, l.attempts, l.firstAttempt = r.Seq, 0, time.Time{}
+		}
 		s.schedule(l, later(r.NotBefore, now))
 	case Failed:
 		s.schedule(l, now.Add(failedRetry))

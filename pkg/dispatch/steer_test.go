@@ -195,3 +195,31 @@ func TestLaneInfosWithANonsenseLimit(t *testing.T) {
 		t.Fatalf("LaneInfos(5) = %v", got)
 	}
 }
+
+// A purge reaches a lane whose head waits for its Not-Before: the lane is handed out as
+// soon as spacing allows, to dead-letter what was purged, not at the head's time.
+func TestPurgeDoesNotWaitForADelayedHead(t *testing.T) {
+	t.Parallel()
+	s := dispatch.NewScheduler(policy(), zero)
+	s.Notify("p.a", t0, time.Time{})
+	mustDue(t, s, t0, "p.a")
+	s.Done(dispatch.Result{Subject: "p.a", Kind: dispatch.NotYet, Seq: 7, NotBefore: t0.Add(time.Hour)}, t0)
+	mustNotDue(t, s, t0.Add(time.Minute))
+
+	s.Steer("a", request.Steering{PurgeThrough: 7}, t0.Add(time.Minute))
+	if job := mustDue(t, s, t0.Add(time.Minute), "p.a"); job.PurgeThrough != 7 {
+		t.Fatalf("job %+v, want it to purge through 7", job)
+	}
+}
+
+// A purge that does not reach a delayed head leaves it waiting for its time.
+func TestPurgeShortOfADelayedHeadLeavesItWaiting(t *testing.T) {
+	t.Parallel()
+	s := dispatch.NewScheduler(policy(), zero)
+	s.Notify("p.a", t0, time.Time{})
+	mustDue(t, s, t0, "p.a")
+	s.Done(dispatch.Result{Subject: "p.a", Kind: dispatch.NotYet, Seq: 9, NotBefore: t0.Add(time.Hour)}, t0)
+	s.Steer("a", request.Steering{PurgeThrough: 7}, t0.Add(time.Minute))
+	mustNotDue(t, s, t0.Add(time.Hour-time.Nanosecond))
+	mustDue(t, s, t0.Add(time.Hour), "p.a")
+}
