@@ -1,7 +1,6 @@
 package ingest
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -187,17 +186,22 @@ func (a *API) readBatch(w http.ResponseWriter, r *http.Request) ([]json.RawMessa
 	}
 	var items []json.RawMessage
 	if mt == ndjson {
-		sc := bufio.NewScanner(bytes.NewReader(body))
-		sc.Buffer(nil, len(body)+1)
-		for sc.Scan() {
-			line := bytes.TrimSpace(sc.Bytes())
-			if len(line) == 0 {
+		// Each item is a slice of body itself, which nothing changes until the batch is
+		// stored (a line reader's buffer would be reused under the items already read).
+		for rest := body; len(rest) > 0; {
+			line := rest
+			if i := bytes.IndexByte(rest, '\n'); i >= 0 {
+				line, rest = rest[:i], rest[i+1:]
+			} else {
+				rest = nil
+			}
+			if line = bytes.TrimSpace(line); len(line) == 0 {
 				continue
 			}
 			if len(items) == a.cfg.BatchMaxItems {
 				return nil, a.batchTooMany()
 			}
-			items = append(items, line)
+			items = append(items, line[:len(line):len(line)])
 		}
 	} else {
 		var p *problem

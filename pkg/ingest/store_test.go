@@ -209,3 +209,66 @@ func TestBatchBytesInFlightAreBounded(t *testing.T) {
 		t.Fatalf("the 700-byte batch once the first was done: %d %s, want 200", code, what)
 	}
 }
+
+// An NDJSON batch larger than a line reader's first buffer (4 KiB) stores every item as
+// it was sent: each accepted id holds its own item's client and body.
+func TestLargeNDJSONBatchStoresEachItemAsSent(t *testing.T) {
+	emb, q := embeddedQueue(t)
+	api, err := ingest.New(ingest.Config{}, q, q, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(api.Handler())
+	t.Cleanup(srv.Close)
+	const n = 100
+	var batch bytes.Buffer
+	bodies := make([]string, n)
+	for i := range n {
+		bodies[i] = fmt.Sprintf(`{"n":"%03d","pad":"%s"}`, i, strings.Repeat("x", 80))
+		fmt.Fprintf(&batch, `{"clientId":"c-%03d","body":%s}`+"\n", i, bodies[i])
+	}
+	resp, err := http.Post(srv.URL+"/v1/requests/batch", "application/x-ndjson", &batch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ans struct {
+		Results []struct {
+			Index  int
+			Status string
+			ID     string
+		}
+		Accepted int
+	}
+	err = json.NewDecoder(resp.Body).Decode(&ans)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != http.StatusOK || ans.Accepted != n {
+		t.Fatalf("batch answered %d, %d accepted (%v)", resp.StatusCode, ans.Accepted, err)
+	}
+	nc, err := nats.Connect("", nats.InProcessServer(emb.Server()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	stream, err := js.Stream(context.Background(), queue.RequestStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stored := map[string]*jetstream.RawStreamMsg{}
+	for seq := uint64(1); seq <= n; seq++ {
+		m, err := stream.GetMsg(context.Background(), seq)
+		if err != nil {
+			t.Fatalf("message %d: %v", seq, err)
+		}
+		stored[m.Header.Get(request.HeaderID)] = m
+	}
+	for _, res := range ans.Results {
+		m := stored[res.ID]
+		if m == nil {
+			t.Fatalf("item %d: id %s was answered queued but is not stored", res.Index, res.ID)
+		}
+		if string(m.Data) != bodies[res.Index] || request.ClientToken(m.Subject) != request.EncodeClientID(fmt.Sprintf("c-%03d", res.Index)) {
+			t.Fatalf("item %d (id %s) stored on %s with body %s; want client c-%03d and body %s", res.Index, res.ID, m.Subject, m.Data, res.Index, bodies[res.Index])
+		}
+	}
+}
