@@ -5,6 +5,10 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/penguinhq/dispatcher/pkg/ingest"
 )
 
 func env(kv map[string]string) func(string) string {
@@ -49,6 +53,14 @@ func TestSettings(t *testing.T) {
 		{name: "ErrLeaseTTL", env: map[string]string{"STANDALONE": "1", "LEASE_TTL": "1ms"}, wantErr: []string{"LEASE_TTL", "at least"}},
 		{name: "ErrStatusRetentionBelowDuplicateWindow", env: map[string]string{"STANDALONE": "1", "STATUS_RETENTION": "1m", "DUPLICATE_WINDOW": "2m"}, wantErr: []string{"STATUS_RETENTION=1m0s", "DUPLICATE_WINDOW=2m0s"}},
 		{name: "StatusRetentionBelowDuplicateWindowWithEventsOff", env: map[string]string{"STANDALONE": "1", "STATUS_RETENTION": "1m", "DUPLICATE_WINDOW": "2m", "EVENTS": "false"}, check: func(t *testing.T, c *settings) {}},
+		// A batch limit above BATCH_INFLIGHT_BYTES' 64 MiB, the latter unset: the bound on
+		// batches in flight follows the batch limit, and the API starts.
+		{name: "LargeBatchesWithoutInflightSetting", env: map[string]string{"STANDALONE": "1", "BATCH_MAX_BYTES": "100000000"}, check: func(t *testing.T, c *settings) {
+			api, err := ingest.New(c.ingest.Config, nil, nil, zerolog.Nop())
+			if err != nil || api == nil {
+				t.Fatalf("the ingest API does not start: %v", err)
+			}
+		}},
 		{name: "ErrStrayArgument", args: []string{"-standalone", "extra"}, wantErr: []string{"unexpected arguments"}},
 		{name: "ErrUnknownFlag", args: []string{"-nope"}, wantErr: []string{"nope"}},
 	}

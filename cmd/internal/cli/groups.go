@@ -116,7 +116,7 @@ func IngestSettings(s *Settings) *Ingest {
 	s.Int(&c.BatchMaxBytes, "BATCH_MAX_BYTES", ingest.DefaultBatchMaxBytes, 1, 1<<30, "largest batch body, in bytes; larger is a 413")
 	s.Duration(&c.MaxStatusWait, "MAX_STATUS_WAIT", ingest.DefaultMaxStatusWait, time.Second, "cap on a status read's ?wait")
 	s.Int(&waits, "MAX_STATUS_WAITS", ingest.DefaultMaxStatusWaits, 1, 1_000_000, "status reads waiting (?wait) at once; past it such a read gets 503 overloaded")
-	s.Int(&c.BatchInFlightBytes, "BATCH_INFLIGHT_BYTES", ingest.DefaultBatchInFlight, 1, 1<<40, "bytes of batches read and stored at once (at least BATCH_MAX_BYTES); past it a batch gets 503 overloaded before it is read")
+	s.Int(&c.BatchInFlightBytes, "BATCH_INFLIGHT_BYTES", 0, 0, 1<<40, "bytes of batches read and stored at once (at least BATCH_MAX_BYTES); past it a batch gets 503 overloaded before it is read; 0: 64 MiB, or BATCH_MAX_BYTES when that is more")
 	s.String(&c.TokensFile, "INGEST_TOKENS_FILE", "", "file of accepted bearer tokens, as hex SHA-256 hashes, one per line; re-read when it changes")
 	s.Secret(&c.Tokens, "INGEST_TOKEN", "accepted bearer token(s), comma-separated; with neither this nor INGEST_TOKENS_FILE, ingest accepts anyone")
 	s.String(&c.TLSCert, "INGEST_TLS_CERT", "", "certificate (PEM) to serve the ingest API over TLS")
