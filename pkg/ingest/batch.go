@@ -58,8 +58,14 @@ const ndjson = "application/x-ndjson"
 // acceptBatch takes many requests in one call: every valid item is published at once,
 // the answer waits for all the acknowledgements and gives each item's result in order.
 func (a *API) acceptBatch(w http.ResponseWriter, r *http.Request) {
-	// Room for the batch in memory first: a batch is read whole, and many large ones at
-	// once would take what the process has.
+	mt, p := a.batchType(r)
+	if p != nil {
+		a.cfg.Metrics.outcome(p.Code)
+		writeProblem(w, *p)
+		return
+	}
+	// Room for the batch in memory before it is read: a batch is read whole, and many
+	// large ones at once would take what the process has.
 	size := a.cfg.BatchMaxBytes
 	if r.ContentLength >= 0 && r.ContentLength < size {
 		size = r.ContentLength
@@ -72,7 +78,7 @@ func (a *API) acceptBatch(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer a.batchBytes.Add(-size)
-	items, p := a.readBatch(w, r)
+	items, p := a.readBatch(w, r, mt)
 	if p != nil {
 		a.cfg.Metrics.outcome(p.Code)
 		writeProblem(w, *p)
@@ -157,19 +163,25 @@ func (res *batchResult) fail(p problem) {
 	}
 }
 
-// readBatch reads the batch's items, each as the raw JSON of its line or array element.
-// A line of NDJSON that is not JSON is an item of its own (its problem is reported with
-// it); an array that is not valid JSON is refused whole.
-func (a *API) readBatch(w http.ResponseWriter, r *http.Request) ([]json.RawMessage, *problem) {
+// batchType checks what can be checked of a batch before its body is read: its
+// Content-Type (the media type is returned) and its announced length.
+func (a *API) batchType(r *http.Request) (string, *problem) {
 	ct := r.Header.Get("Content-Type")
 	mt, _, err := mime.ParseMediaType(ct)
 	if err != nil || (mt != "application/json" && mt != ndjson) {
-		return nil, &problem{Status: http.StatusUnsupportedMediaType, Code: "unsupported_media_type",
+		return "", &problem{Status: http.StatusUnsupportedMediaType, Code: "unsupported_media_type",
 			Detail: fmt.Sprintf("Content-Type %q: send a JSON array as application/json, or one item per line as %s", truncate(ct, 64), ndjson)}
 	}
 	if r.ContentLength > a.cfg.BatchMaxBytes {
-		return nil, a.batchTooLarge()
+		return "", a.batchTooLarge()
 	}
+	return mt, nil
+}
+
+// readBatch reads the batch's items, each as the raw JSON of its line or array element.
+// A line of NDJSON that is not JSON is an item of its own (its problem is reported with
+// it); an array that is not valid JSON is refused whole.
+func (a *API) readBatch(w http.ResponseWriter, r *http.Request, mt string) ([]json.RawMessage, *problem) {
 	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(a.cfg.BodyTimeout))
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, a.cfg.BatchMaxBytes))
 	if err != nil {

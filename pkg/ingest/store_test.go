@@ -198,6 +198,12 @@ func TestBatchBytesInFlightAreBounded(t *testing.T) {
 	if code, what := post(bytes.NewReader(second), int64(len(second))); code != http.StatusServiceUnavailable || what != "overloaded" {
 		t.Fatalf("a 700-byte batch beside 900 in flight (bound 1500): %d %s, want 503 overloaded", code, what)
 	}
+	// What can be refused before reading still is, full or not: no retry would help it.
+	wrongType, _ := http.NewRequest(http.MethodPost, srv.URL+"/v1/requests/batch", bytes.NewReader(second))
+	wrongType.Header.Set("Content-Type", "text/plain")
+	if resp, err := http.DefaultClient.Do(wrongType); err != nil || resp.StatusCode != http.StatusUnsupportedMediaType {
+		t.Fatalf("a text/plain batch while the bound is reached: %v %v, want 415", resp, err)
+	}
 	if _, err := pw.Write(first[450:]); err != nil {
 		t.Fatal(err)
 	}
