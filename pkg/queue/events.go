@@ -437,11 +437,16 @@ func eventMsg(e request.Event) *nats.Msg {
 	return m
 }
 
-// eventMsgID makes a write retried after its acknowledgement was lost land once. It
-// holds the event's time: two events alike in all else (an attempt numbered 1 again by a
-// restarted dispatcher of the same name) are two events, both written.
+// eventMsgID makes a write retried after its acknowledgement was lost land once. An
+// attempt's event holds its time too: two alike in all else (an attempt numbered 1 again
+// by a restarted dispatcher of the same name) are two attempts, both written. Other
+// events do not: a request sent again with its Idempotency-Key is not accepted again.
 func eventMsgID(e request.Event) string {
-	return e.ID + ":" + e.Type + ":" + strconv.Itoa(e.Cycle) + ":" + strconv.Itoa(e.Attempt) + ":" + strconv.FormatUint(e.Seq, 10) + ":" + e.Instance + ":" + strconv.FormatInt(e.At.UnixNano(), 36)
+	id := e.ID + ":" + e.Type + ":" + strconv.Itoa(e.Cycle) + ":" + strconv.Itoa(e.Attempt) + ":" + strconv.FormatUint(e.Seq, 10) + ":" + e.Instance
+	if e.Type == request.EventAttemptStarted || e.Type == request.EventAttemptFailed {
+		id += ":" + strconv.FormatInt(e.At.UnixNano(), 36)
+	}
+	return id
 }
 
 type eventMetrics struct {

@@ -158,4 +158,25 @@ func TestEventsAlikeButForTheirTimeAreBothWritten(t *testing.T) {
 	if len(events) != 1 || events[0].Status != 502 || !events[0].At.Equal(second.At) {
 		t.Fatalf("events %+v, want the second attempt_failed (502)", events)
 	}
+
+	// An accepted event written again (the same request sent again with its key) is
+	// the one written first: the request was accepted once.
+	accepted := request.Event{Type: request.EventAccepted, ID: id, ClientID: "alice", Seq: 7, Instance: "ingest/a",
+		At: time.Now().Add(-time.Minute).UTC()}
+	again := accepted
+	again.At = time.Now().UTC()
+	for _, e := range []request.Event{accepted, again} {
+		if err := q.WriteEvent(ctx, e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	events, err = q.Events(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range events {
+		if e.Type == request.EventAccepted && !e.At.Equal(accepted.At) {
+			t.Fatalf("accepted event at %s, want the first one's %s", e.At, accepted.At)
+		}
+	}
 }
