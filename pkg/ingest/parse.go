@@ -45,8 +45,11 @@ func (a *API) parse(w http.ResponseWriter, r *http.Request, buf *[]byte) (reques
 	var dst []byte
 	if buf != nil {
 		dst = (*buf)[:0]
-		if r.ContentLength > int64(cap(dst)) { // known, and at most MaxBodyBytes: one allocation
-			dst = make([]byte, 0, r.ContentLength+1)
+		// Known and at most MaxBodyBytes: one allocation. Only up to maxPooled before a
+		// byte arrived: a caller announcing a large body and sending nothing must not
+		// pin it.
+		if r.ContentLength > int64(cap(dst)) {
+			dst = make([]byte, 0, min(r.ContentLength+1, maxPooled))
 		}
 	}
 	body, err := readInto(dst, http.MaxBytesReader(w, r.Body, a.cfg.MaxBodyBytes))
