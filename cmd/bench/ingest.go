@@ -50,6 +50,9 @@ const (
 
 var ingestKinds = []string{kindRaw, kindBare, kindMinimal, kindIngest, kindH2C}
 
+// kindNames are the kinds' names for -kinds.
+var kindNames = map[string]string{"raw": kindRaw, "bare": kindBare, "minimal": kindMinimal, "ingest": kindIngest, "h2c": kindH2C}
+
 // benchIngest compares the project's ingest with the least any HTTP ingest on net/http
 // must do (the minimal publishing handler: read the body, publish it with a message id to
 // the client's subject, wait for the ack, answer 202), with a bare net/http server and
@@ -67,6 +70,9 @@ func benchIngest(ctx context.Context, s settings, log io.Writer) ([]row, error) 
 			// Every other round in the reverse order: a machine slowing down within a
 			// round counts against each kind in turn.
 			kinds := slices.Clone(ingestKinds)
+			if s.ingestKinds != nil {
+				kinds = slices.Clone(s.ingestKinds)
+			}
 			if round%2 == 1 {
 				slices.Reverse(kinds)
 			}
@@ -80,9 +86,14 @@ func benchIngest(ctx context.Context, s settings, log io.Writer) ([]row, error) 
 			}
 			fmt.Fprintf(log, "bench: ingest (%s) round %d:", mode, round+1)
 			for _, kind := range ingestKinds {
-				fmt.Fprintf(log, " %s %.0f/s;", kind, got[kind][round])
+				if len(got[kind]) > round {
+					fmt.Fprintf(log, " %s %.0f/s (%.1f us CPU each);", kind, got[kind][round], cpu[kind][round])
+				}
 			}
 			fmt.Fprintln(log)
+		}
+		if s.ingestKinds != nil {
+			continue // figures only: the rows need every kind
 		}
 		med := func(kind string) float64 { return median(got[kind]) }
 		// The ratio is the median of each round's ratio: the two were measured one right

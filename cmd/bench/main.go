@@ -50,6 +50,7 @@ type settings struct {
 	only           string
 	ingestFor      time.Duration
 	ingestRounds   int
+	ingestKinds    []string
 	dispatchFor    time.Duration
 	interval       time.Duration
 	dispatchN      []int
@@ -72,6 +73,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&s.distinct, "distinct", 1_000_000, "distinct clientIds sent through in the distinct scenario")
 	clients := fs.Int("clients", 0, "backlogged clients in the dispatch scenario (default: 1000 and 10000)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
+	kinds := fs.String("kinds", "", "in the ingest scenario, measure only these servers, comma-separated (raw, bare, minimal, ingest, h2c), and print their figures without the table's rows; with -cpuprofile, to profile one alone")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -83,6 +85,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		s.ingestRounds = 1
 		s.dispatchN, s.idleRequests, s.laneMemClients = []int{200}, 50, 2000
 		s.distinct = min(s.distinct, 5000)
+	}
+	if *kinds != "" {
+		for _, k := range strings.Split(*kinds, ",") {
+			kind, ok := kindNames[k]
+			if !ok {
+				return fmt.Errorf("-kinds: %q is none of raw, bare, minimal, ingest, h2c", k)
+			}
+			s.ingestKinds = append(s.ingestKinds, kind)
+		}
 	}
 	if *clients > 0 {
 		s.dispatchN = []int{*clients}
