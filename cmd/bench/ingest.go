@@ -194,7 +194,9 @@ func withServer(ctx context.Context, kind string, syncAlways bool, l *load, meas
 		return err
 	}
 	defer n.close()
-	l.Proto = protoHTTP1
+	// Every HTTP server gets the same requests, the bearer token included: the ingest
+	// checks it, the others read past it.
+	l.Proto, l.Token = protoHTTP1, benchToken
 	var h http.Handler
 	switch kind {
 	case kindRaw:
@@ -210,7 +212,6 @@ func withServer(ctx context.Context, kind string, syncAlways bool, l *load, meas
 		if h, err = benchIngestAPI(n); err != nil {
 			return err
 		}
-		l.Token = benchToken
 		if kind == kindH2C {
 			l.Proto = protoH2C
 		}
