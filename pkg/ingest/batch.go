@@ -12,7 +12,6 @@ import (
 	"net/http"
 	"strconv"
 	"time"
-	"unicode/utf8"
 
 	"github.com/penguinhq/dispatcher/pkg/request"
 )
@@ -339,14 +338,11 @@ func decodeItem(raw json.RawMessage) (batchItem, *problem) {
 		}
 		var str string
 		asString := func(code string) *problem {
-			if len(v) == 0 || v[0] != '"' {
-				return badRequest(code, fmt.Sprintf("%q must be a JSON string, not %s", key, kindOf(v)))
+			ok := len(v) > 0 && v[0] == '"'
+			if ok {
+				str, ok = jsonString(v)
 			}
-			if bytes.IndexByte(v, '\\') < 0 && utf8.Valid(v) { // as it stands: nothing to decode
-				str = string(v[1 : len(v)-1])
-				return nil
-			}
-			if json.Unmarshal(v, &str) != nil {
+			if !ok {
 				return badRequest(code, fmt.Sprintf("%q must be a JSON string, not %s", key, kindOf(v)))
 			}
 			if replaced(v, str) {
@@ -404,14 +400,4 @@ func (f *itemFields) add(key string) bool {
 		}
 	}
 	return true
-}
-
-// jsonString decodes the raw JSON string s (quotes included); valid UTF-8 without
-// escapes is taken as it stands.
-func jsonString(s []byte) (string, bool) {
-	if bytes.IndexByte(s, '\\') < 0 && utf8.Valid(s) {
-		return string(s[1 : len(s)-1]), true
-	}
-	var out string
-	return out, json.Unmarshal(s, &out) == nil
 }

@@ -246,8 +246,18 @@ func isClientIDKey(key []byte) bool {
 	if len(key) < len(`"clientId"`) || bytes.IndexByte(key, '\\') < 0 {
 		return false
 	}
-	var k string
-	return json.Unmarshal(key, &k) == nil && k == "clientId"
+	k, ok := jsonString(key)
+	return ok && k == "clientId"
+}
+
+// jsonString decodes the raw JSON string s (quotes included); valid UTF-8 without
+// escapes is taken as it stands.
+func jsonString(s []byte) (string, bool) {
+	if bytes.IndexByte(s, '\\') < 0 && utf8.Valid(s) {
+		return string(s[1 : len(s)-1]), true
+	}
+	var out string
+	return out, json.Unmarshal(s, &out) == nil
 }
 
 // clientIDValue decodes the JSON value raw of a "clientId" key, which must be a string.
