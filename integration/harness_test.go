@@ -186,7 +186,7 @@ func (s *stack) startDispatcher() {
 		s.t.Fatal(err)
 	}
 	stopLanes, err := s.q.ServeLaneQueries(func(ctx context.Context, lq queue.LaneQuery) (any, error) {
-		return d.AnswerLanes(ctx, lq.IDs, lq.Subjects, lq.Limit, lq.Budget)
+		return d.Answer(ctx, dispatch.Ask(lq))
 	})
 	if err != nil {
 		s.t.Fatal(err)

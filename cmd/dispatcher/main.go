@@ -150,7 +150,7 @@ func runDispatcher(ctx context.Context, c *settings, q *queue.Queue, reg *promet
 	defer stopWatch()
 	go q.WatchWrites(watchCtx, 0, log)
 	stopLanes, err := q.ServeLaneQueries(func(ctx context.Context, lq queue.LaneQuery) (any, error) {
-		return d.AnswerLanes(ctx, lq.IDs, lq.Subjects, lq.Limit, lq.Budget)
+		return d.Answer(ctx, dispatch.Ask(lq))
 	})
 	if err != nil {
 		return err

@@ -148,6 +148,7 @@ func (d *Dispatcher) attempt(ctx context.Context, job Job, st request.Stored, se
 	startedWritten()
 	judged := judge(err)
 	d.cfg.Metrics.attempt(start, end, job.PrevEnd, job.Interval, judged)
+	d.noteAttempt(job, st, attempt, start, end, judged, status, err)
 	// Fields are added per event, not through a child logger: no allocation per attempt
 	// when the level is off.
 	about := func(ev *zerolog.Event) *zerolog.Event {
@@ -207,7 +208,7 @@ func (d *Dispatcher) attempt(ctx context.Context, job Job, st request.Stored, se
 		res.Kind = Failed
 		return res
 	}
-	d.cfg.Metrics.deadLettered(why.Reason)
+	d.deadLettered(why.Reason)
 	about(d.log.Warn()).Str("reason", why.Reason).Int("last_status", why.LastStatus).Msg("request dead-lettered")
 	res.Kind = DeadLettered
 	return res
@@ -233,7 +234,7 @@ func (d *Dispatcher) bury(ctx context.Context, job Job, st request.Stored, why r
 	if d.finish(ctx, st, why) != nil {
 		return Result{Subject: job.Subject, Kind: Failed}
 	}
-	d.cfg.Metrics.deadLettered(why.Reason)
+	d.deadLettered(why.Reason)
 	return Result{Subject: job.Subject, Kind: DeadLettered}
 }
 
@@ -407,4 +408,22 @@ func statusOf(err error) int {
 		return sc.StatusCode()
 	}
 	return 0
+}
+
+// noteAttempt remembers an attempt for the console (Activity and the client's history).
+func (d *Dispatcher) noteAttempt(job Job, st request.Stored, attempt int, start, end time.Time, outcome string, status int, err error) {
+	if err != nil {
+		status = statusOf(err)
+	}
+	at := Attempt{ID: st.ID, Attempt: attempt, Start: start, End: end, Interval: job.Interval, Outcome: outcome, Status: status}
+	if !job.PrevEnd.IsZero() {
+		at.Gap, at.HasGap = start.Sub(job.PrevEnd), true
+	}
+	d.activity.attempt(job.Subject, at)
+}
+
+// deadLettered counts a dead letter for reason, in the metrics and the Activity.
+func (d *Dispatcher) deadLettered(reason string) {
+	d.cfg.Metrics.deadLettered(reason)
+	d.activity.deadLettered(reason, d.now())
 }

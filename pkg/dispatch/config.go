@@ -64,6 +64,10 @@ type Config struct {
 	// RecentDeliveries is how many deliveries are remembered by id for operators
 	// (Delivered); about 150 bytes each. Negative remembers none. Defaults to 10000.
 	RecentDeliveries int
+	// AttemptHistory is how many clients' last HistoryPerClient attempts are remembered
+	// for the console's gap chart, the most recently sent to kept; about 4 KB each.
+	// Negative remembers none. Defaults to DefaultAttemptHistory.
+	AttemptHistory int
 }
 
 // WithDefaults returns c with zero fields set to their defaults.
@@ -90,6 +94,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.RecentDeliveries == 0 {
 		c.RecentDeliveries = DefaultRecentDeliveries
+	}
+	if c.AttemptHistory == 0 {
+		c.AttemptHistory = DefaultAttemptHistory
 	}
 	return c
 }

@@ -24,6 +24,7 @@ type Dispatcher struct {
 	running                atomic.Bool
 	queries                chan laneQuery
 	recent                 *recent
+	activity               *activity
 	gov                    *governor
 }
 
@@ -47,7 +48,7 @@ func New(cfg Config, src Source, snd Sender, log zerolog.Logger) (*Dispatcher, e
 	}
 	log = log.With().Str("component", "dispatch").Str("instance", cfg.InstanceID).Logger()
 	d := &Dispatcher{cfg: cfg, src: src, snd: snd, log: log, now: time.Now, rand: rand.Float64,
-		queries: make(chan laneQuery), recent: newRecent(cfg.RecentDeliveries)}
+		queries: make(chan laneQuery), recent: newRecent(cfg.RecentDeliveries), activity: newActivity(cfg.AttemptHistory)}
 	d.gov = newGovernor(cfg, src.Partitions(), log)
 	cfg.Metrics.watch(d)
 	return d, nil

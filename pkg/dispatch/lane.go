@@ -1,6 +1,9 @@
 package dispatch
 
-import "time"
+import (
+	"container/heap"
+	"time"
+)
 
 // laneState is where a lane is: each state but busy ones keeps it in the waiting heap
 // or out of it, as its comment says.
@@ -120,4 +123,44 @@ func (s *Scheduler) info(l *lane) LaneInfo {
 		li.NextSend = l.due
 	}
 	return li
+}
+
+// DueLanes describes up to limit waiting lanes with something queued, the earliest due
+// first. It walks the heap from its root, so it costs about limit·log(limit), not the
+// number of lanes.
+func (s *Scheduler) DueLanes(limit int) []LaneInfo {
+	var out []LaneInfo
+	// next holds heap positions whose parents were taken, ordered by due.
+	next := &dueFrontier{h: s.waiting}
+	if len(s.waiting) > 0 {
+		heap.Push(next, 0)
+	}
+	for next.Len() > 0 && len(out) < limit {
+		i := heap.Pop(next).(int)
+		if l := s.waiting[i]; l.state == waiting {
+			out = append(out, s.info(l))
+		}
+		for _, c := range []int{2*i + 1, 2*i + 2} {
+			if c < len(s.waiting) {
+				heap.Push(next, c)
+			}
+		}
+	}
+	return out
+}
+
+// dueFrontier is a heap of positions in a laneHeap, by their lanes' due times.
+type dueFrontier struct {
+	h   laneHeap
+	pos []int
+}
+
+func (f *dueFrontier) Len() int           { return len(f.pos) }
+func (f *dueFrontier) Less(i, j int) bool { return f.h[f.pos[i]].due.Before(f.h[f.pos[j]].due) }
+func (f *dueFrontier) Swap(i, j int)      { f.pos[i], f.pos[j] = f.pos[j], f.pos[i] }
+func (f *dueFrontier) Push(x any)         { f.pos = append(f.pos, x.(int)) }
+func (f *dueFrontier) Pop() any {
+	x := f.pos[len(f.pos)-1]
+	f.pos = f.pos[:len(f.pos)-1]
+	return x
 }

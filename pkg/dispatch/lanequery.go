@@ -8,10 +8,14 @@ import (
 type laneQuery struct {
 	subjects []string
 	limit    int
+	byDue    bool
 	reply    chan []LaneInfo
 }
 
 func (l *loop) lanesOf(q laneQuery) []LaneInfo {
+	if q.byDue {
+		return l.sched.DueLanes(q.limit)
+	}
 	if q.subjects == nil {
 		return l.sched.LaneInfos(q.limit)
 	}
@@ -27,7 +31,11 @@ func (l *loop) lanesOf(q laneQuery) []LaneInfo {
 // Lanes describes this instance's lanes for the given request subjects (those it holds
 // no lane for are left out), or up to limit of its lanes when subjects is nil.
 func (d *Dispatcher) Lanes(ctx context.Context, subjects []string, limit int) ([]LaneInfo, error) {
-	q := laneQuery{subjects: subjects, limit: limit, reply: make(chan []LaneInfo, 1)}
+	return d.askLoop(ctx, laneQuery{subjects: subjects, limit: limit})
+}
+
+func (d *Dispatcher) askLoop(ctx context.Context, q laneQuery) ([]LaneInfo, error) {
+	q.reply = make(chan []LaneInfo, 1)
 	select {
 	case d.queries <- q:
 	case <-ctx.Done():
@@ -51,7 +59,61 @@ type LaneAnswer struct {
 	Delivered []Delivery `json:"delivered,omitempty"`
 	// Budget is the instance's view of raven's budget, when asked for.
 	Budget *BudgetState `json:"budget,omitempty"`
+	// History is the last attempts of each asked-for subject's client this instance
+	// remembers, oldest first, when asked for.
+	History map[string][]Attempt `json:"history,omitempty"`
+	// Activity is the instance's last minute, when asked for.
+	Activity *Activity `json:"activity,omitempty"`
 }
+
+// Ask is what operators ask the dispatchers (queue.LaneQuery, field for field).
+type Ask struct {
+	Subjects []string
+	Limit    int
+	IDs      []string
+	Budget   bool
+	// ByDue asks for the waiting lanes with the earliest next send, up to Limit, in
+	// that order.
+	ByDue bool
+	// History asks for the last attempts of Subjects' clients.
+	History bool
+	// Activity asks for the instance's last minute.
+	Activity bool
+}
+
+// Answer answers an Ask: AnswerLanes's answer, with the lanes by due, the clients'
+// histories and the instance's activity when asked for.
+func (d *Dispatcher) Answer(ctx context.Context, q Ask) (LaneAnswer, error) {
+	if q.ByDue {
+		lanes, err := d.askLoop(ctx, laneQuery{limit: min(max(q.Limit, 1), MaxDueLanes), byDue: true})
+		return LaneAnswer{Instance: d.cfg.InstanceID, Lanes: lanes}, err
+	}
+	a, err := d.AnswerLanes(ctx, q.IDs, q.Subjects, q.Limit, q.Budget)
+	if err != nil {
+		return a, err
+	}
+	if q.History {
+		a.History = map[string][]Attempt{}
+		for _, s := range q.Subjects {
+			if h := d.activity.history(s); len(h) > 0 {
+				for i := range h {
+					h[i].Instance = d.cfg.InstanceID
+				}
+				a.History[s] = h
+			}
+		}
+	}
+	if q.Activity {
+		act := d.activity.window(d.now())
+		st := d.Stats()
+		act.InFlight, act.Lanes, act.Owned = st.InFlight, st.Lanes, st.Owned
+		a.Activity = &act
+	}
+	return a, nil
+}
+
+// MaxDueLanes is the most lanes an Ask ByDue is answered with.
+const MaxDueLanes = 10_000
 
 // AnswerLanes says which of ids this instance delivered lately, and describes its lanes
 // for subjects (or up to limit of them, at most MaxLaneAnswer, when subjects and ids are

@@ -1,6 +1,7 @@
 package dispatch_test
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -303,4 +304,26 @@ func TestHeldLaneIsNotHandedStraightBack(t *testing.T) {
 	s.Done(dispatch.Result{Subject: "a", Kind: dispatch.Held}, t0)
 	mustNotDue(t, s, t0)
 	mustDue(t, s, t0.Add(50*time.Millisecond), "a")
+}
+
+func TestDueLanesListsTheEarliestFirst(t *testing.T) {
+	t.Parallel()
+	s := dispatch.NewScheduler(policy(), zero)
+	order := rand.Perm(200)
+	for _, k := range order {
+		// The fence makes each lane due at its own time: k seconds after an interval.
+		s.Notify(fmt.Sprintf("c%03d", k), t0, t0.Add(time.Duration(k)*time.Second))
+	}
+	got := s.DueLanes(25)
+	if len(got) != 25 {
+		t.Fatalf("%d lanes, want 25", len(got))
+	}
+	for i, l := range got {
+		if want := fmt.Sprintf("c%03d", i); l.Subject != want || l.State != dispatch.LaneWaiting {
+			t.Fatalf("lane %d: %s (%s), want %s waiting", i, l.Subject, l.State, want)
+		}
+	}
+	if n := len(s.DueLanes(1000)); n != 200 {
+		t.Fatalf("%d lanes with a limit above their number, want all 200", n)
+	}
 }

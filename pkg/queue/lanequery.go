@@ -21,6 +21,9 @@ type LaneQuery struct {
 	Limit    int      `json:"limit,omitempty"`
 	IDs      []string `json:"ids,omitempty"`
 	Budget   bool     `json:"budget,omitempty"`
+	ByDue    bool     `json:"by_due,omitempty"`   // the waiting lanes due first, up to Limit
+	History  bool     `json:"history,omitempty"`  // the last attempts of Subjects' clients
+	Activity bool     `json:"activity,omitempty"` // each instance's last minute
 }
 
 // ServeLaneQueries answers lane queries with what answer returns (JSON), until stop is

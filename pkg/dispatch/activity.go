@@ -1,0 +1,231 @@
+package dispatch
+
+import (
+	"container/list"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// What an instance did lately, kept for the operators' console: each client's last
+// attempts (its kept gaps), and a rolling minute of attempts by outcome, raven's answers
+// by status and latency, and dead letters by reason. Both are bounded in memory; neither
+// is durable (a restarted instance starts them afresh).
+
+// DefaultAttemptHistory is how many clients' last attempts an instance remembers, the
+// most recently sent to first; HistoryPerClient is how many attempts of each.
+const (
+	DefaultAttemptHistory = 10_000
+	HistoryPerClient      = 20
+)
+
+// Attempt is one attempt as the console shows it.
+type Attempt struct {
+	ID      string    `json:"id"`
+	Attempt int       `json:"attempt"`
+	Start   time.Time `json:"start"`
+	End     time.Time `json:"end"`
+	// Gap is the time from the end of the client's previous attempt (by this instance's
+	// clock, or the fence an earlier owner left) to the start of this one; HasGap is false
+	// for a client's first attempt.
+	Gap      time.Duration `json:"gap"`
+	HasGap   bool          `json:"has_gap"`
+	Interval time.Duration `json:"interval"` // in force for the client at the attempt
+	Outcome  string        `json:"outcome"`
+	Status   int           `json:"status,omitempty"` // raven's HTTP status; 0 when it gave none
+	Instance string        `json:"instance,omitempty"`
+}
+
+// Activity is one instance's last ActivityWindow: attempts by outcome, raven's answers by
+// status ("error" when there was none) and by latency (counts per LatencyBounds bucket,
+// the last bucket open-ended), and dead letters by reason.
+type Activity struct {
+	Window      time.Duration  `json:"window"`
+	Outcomes    map[string]int `json:"outcomes"`
+	Statuses    map[string]int `json:"statuses"`
+	Latency     []int          `json:"latency"`
+	DeadLetters map[string]int `json:"dead_letters"`
+	InFlight    int            `json:"in_flight"`
+	Lanes       int            `json:"lanes"`
+	Owned       int            `json:"owned"`
+}
+
+// ActivityWindow is how far back Activity reaches.
+const ActivityWindow = time.Minute
+
+// LatencyBounds are the upper bounds of Activity.Latency's buckets; one more bucket holds
+// the slower answers.
+var LatencyBounds = []time.Duration{
+	time.Millisecond, 2 * time.Millisecond, 5 * time.Millisecond, 10 * time.Millisecond,
+	25 * time.Millisecond, 50 * time.Millisecond, 100 * time.Millisecond, 250 * time.Millisecond,
+	500 * time.Millisecond, time.Second, 2500 * time.Millisecond, 5 * time.Second, 10 * time.Second,
+}
+
+const (
+	slotLength = 5 * time.Second
+	slots      = int(ActivityWindow / slotLength)
+)
+
+type slot struct {
+	epoch    int64 // start of the slot, in slotLengths since the Unix epoch
+	outcomes map[string]int
+	statuses map[string]int
+	latency  []int
+	dead     map[string]int
+}
+
+// activity keeps Activity's slots and each client's last attempts; safe for concurrent use.
+type activity struct {
+	mu      sync.Mutex
+	slots   [slots]slot
+	max     int
+	order   *list.List               // of *clientAttempts, most recently sent to first
+	clients map[string]*list.Element // by subject
+}
+
+type clientAttempts struct {
+	subject string
+	ring    [HistoryPerClient]Attempt
+	n       int // attempts recorded in all
+}
+
+func newActivity(maxClients int) *activity {
+	return &activity{max: maxClients, order: list.New(), clients: map[string]*list.Element{}}
+}
+
+// at returns the slot for t, emptied when it last held an older window's counts.
+func (a *activity) at(t time.Time) *slot {
+	epoch := t.UnixNano() / int64(slotLength)
+	s := &a.slots[epoch%int64(slots)]
+	if s.epoch != epoch || s.outcomes == nil {
+		*s = slot{epoch: epoch, outcomes: map[string]int{}, statuses: map[string]int{}, latency: make([]int, len(LatencyBounds)+1), dead: map[string]int{}}
+	}
+	return s
+}
+
+// attempt records one attempt of subject's client.
+func (a *activity) attempt(subject string, at Attempt) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	s := a.at(at.End)
+	s.outcomes[at.Outcome]++
+	status := "error"
+	if at.Status != 0 {
+		status = strconv.Itoa(at.Status)
+	}
+	s.statuses[status]++
+	took, b := at.End.Sub(at.Start), 0
+	for b < len(LatencyBounds) && took > LatencyBounds[b] {
+		b++
+	}
+	s.latency[b]++
+	if a.max <= 0 {
+		return
+	}
+	e, ok := a.clients[subject]
+	if ok {
+		a.order.MoveToFront(e)
+	} else {
+		if a.order.Len() >= a.max {
+			last := a.order.Back()
+			delete(a.clients, last.Value.(*clientAttempts).subject)
+			a.order.Remove(last)
+		}
+		e = a.order.PushFront(&clientAttempts{subject: subject})
+		a.clients[subject] = e
+	}
+	c := e.Value.(*clientAttempts)
+	c.ring[c.n%HistoryPerClient] = at
+	c.n++
+}
+
+// deadLettered counts one dead letter for reason at now.
+func (a *activity) deadLettered(reason string, now time.Time) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.at(now).dead[reason]++
+}
+
+// history returns subject's last attempts, oldest first.
+func (a *activity) history(subject string) []Attempt {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	e, ok := a.clients[subject]
+	if !ok {
+		return nil
+	}
+	c := e.Value.(*clientAttempts)
+	n := min(c.n, HistoryPerClient)
+	out := make([]Attempt, 0, n)
+	for i := c.n - n; i < c.n; i++ {
+		out = append(out, c.ring[i%HistoryPerClient])
+	}
+	return out
+}
+
+// window sums the slots of the last ActivityWindow before now.
+func (a *activity) window(now time.Time) Activity {
+	out := Activity{Window: ActivityWindow, Outcomes: map[string]int{}, Statuses: map[string]int{}, Latency: make([]int, len(LatencyBounds)+1), DeadLetters: map[string]int{}}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	newest := now.UnixNano() / int64(slotLength)
+	for i := range a.slots {
+		s := &a.slots[i]
+		if s.outcomes == nil || s.epoch <= newest-int64(slots) || s.epoch > newest {
+			continue
+		}
+		add(out.Outcomes, s.outcomes)
+		add(out.Statuses, s.statuses)
+		add(out.DeadLetters, s.dead)
+		for b, n := range s.latency {
+			out.Latency[b] += n
+		}
+	}
+	return out
+}
+
+func add(to, from map[string]int) {
+	for k, n := range from {
+		to[k] += n
+	}
+}
+
+// Merge adds o's counts to a (instances' activities, for the whole service).
+func (a *Activity) Merge(o Activity) {
+	if a.Outcomes == nil {
+		*a = Activity{Window: o.Window, Outcomes: map[string]int{}, Statuses: map[string]int{}, Latency: make([]int, len(LatencyBounds)+1), DeadLetters: map[string]int{}}
+	}
+	add(a.Outcomes, o.Outcomes)
+	add(a.Statuses, o.Statuses)
+	add(a.DeadLetters, o.DeadLetters)
+	for b := range min(len(a.Latency), len(o.Latency)) {
+		a.Latency[b] += o.Latency[b]
+	}
+	a.InFlight += o.InFlight
+	a.Lanes += o.Lanes
+	a.Owned += o.Owned
+}
+
+// Quantile is the upper bound of the latency bucket that holds the q-th quantile of the
+// answers (q in (0, 1]); 0 when there were none, and -1 when it is past the last bound.
+func (a Activity) Quantile(q float64) time.Duration {
+	total := 0
+	for _, n := range a.Latency {
+		total += n
+	}
+	if total == 0 {
+		return 0
+	}
+	rank := int(q*float64(total) + 0.999999)
+	seen := 0
+	for b, n := range a.Latency {
+		seen += n
+		if seen >= rank {
+			if b < len(LatencyBounds) {
+				return LatencyBounds[b]
+			}
+			return -1
+		}
+	}
+	return -1
+}

@@ -1,0 +1,64 @@
+package dispatch
+
+import (
+	"fmt"
+	"testing"
+	"time"
+)
+
+func TestHistoryKeepsEachClientsLastAttemptsInOrder(t *testing.T) {
+	t.Parallel()
+	a := newActivity(2)
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for i := range HistoryPerClient + 5 {
+		at := t0.Add(time.Duration(i) * time.Second)
+		a.attempt("a", Attempt{ID: fmt.Sprint(i), Start: at, End: at, Outcome: OutcomeDelivered, Status: 200})
+	}
+	h := a.history("a")
+	if len(h) != HistoryPerClient || h[0].ID != "5" || h[len(h)-1].ID != fmt.Sprint(HistoryPerClient+4) {
+		t.Fatalf("history of %d from %s to %s; want the last %d, oldest first", len(h), h[0].ID, h[len(h)-1].ID, HistoryPerClient)
+	}
+	a.attempt("b", Attempt{ID: "b1", Start: t0, End: t0})
+	a.attempt("a", Attempt{ID: "a-again", Start: t0, End: t0}) // a is now the most recent
+	a.attempt("c", Attempt{ID: "c1", Start: t0, End: t0})      // evicts b, the least recent
+	if a.history("b") != nil || a.history("a") == nil || a.history("c") == nil {
+		t.Fatalf("after c: b %v, a %d, c %d; want b evicted", a.history("b"), len(a.history("a")), len(a.history("c")))
+	}
+}
+
+func TestActivityCountsTheLastMinuteOnly(t *testing.T) {
+	t.Parallel()
+	a := newActivity(0)
+	now := time.Date(2026, 1, 1, 0, 10, 0, 0, time.UTC)
+	old := now.Add(-2 * ActivityWindow)
+	a.attempt("x", Attempt{Start: old, End: old, Outcome: OutcomeTransient})
+	a.deadLettered("permanent_failure", old)
+	for i, took := range []time.Duration{time.Millisecond, 3 * time.Millisecond, 40 * time.Millisecond, time.Minute} {
+		end := now.Add(-time.Duration(i) * 10 * time.Second)
+		status, outcome := 200, OutcomeDelivered
+		if i == 3 {
+			status, outcome = 0, OutcomeTransient
+		}
+		a.attempt("x", Attempt{Start: end.Add(-took), End: end, Outcome: outcome, Status: status})
+	}
+	a.deadLettered("max_attempts", now)
+	w := a.window(now)
+	if w.Outcomes[OutcomeDelivered] != 3 || w.Outcomes[OutcomeTransient] != 1 || w.Statuses["200"] != 3 || w.Statuses["error"] != 1 {
+		t.Fatalf("outcomes %v, statuses %v; want 3 delivered (200) and 1 transient (error), the older ones left out", w.Outcomes, w.Statuses)
+	}
+	if len(w.DeadLetters) != 1 || w.DeadLetters["max_attempts"] != 1 {
+		t.Fatalf("dead letters %v; want max_attempts 1 only", w.DeadLetters)
+	}
+	if q := w.Quantile(0.5); q != 5*time.Millisecond {
+		t.Fatalf("p50 %s; want the 5ms bucket (answers of 1, 3, 40 ms and 1 min)", q)
+	}
+	if q := w.Quantile(0.99); q != -1 {
+		t.Fatalf("p99 %s; want -1, past the last bound", q)
+	}
+	var all Activity
+	all.Merge(w)
+	all.Merge(w)
+	if all.Outcomes[OutcomeDelivered] != 6 || all.Latency[0] != 2 {
+		t.Fatalf("merged twice: %v, latency %v", all.Outcomes, all.Latency)
+	}
+}
