@@ -3,8 +3,8 @@ package admin
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -25,15 +25,7 @@ func (s *Service) lanes(ctx context.Context, subjects []string) map[string]laneO
 	if len(subjects) == 0 {
 		return out
 	}
-	answers, err := s.q.QueryLanes(ctx, queue.LaneQuery{Subjects: subjects}, s.laneWait)
-	if err != nil {
-		return out
-	}
-	for _, raw := range answers {
-		var a dispatch.LaneAnswer
-		if json.Unmarshal(raw, &a) != nil {
-			continue
-		}
+	for _, a := range s.ask(ctx, queue.LaneQuery{Subjects: subjects}) {
 		for _, l := range a.Lanes {
 			out[l.Subject] = laneOf{l, a.Instance}
 		}
@@ -43,24 +35,31 @@ func (s *Service) lanes(ctx context.Context, subjects []string) map[string]laneO
 
 // Client is one client with a backlog.
 type Client struct {
-	ClientID    string            `json:"client_id"`
-	Backlog     uint64            `json:"backlog"`
-	OldestAt    time.Time         `json:"oldest_accepted_at,omitzero"`
-	OldestAge   string            `json:"oldest_age,omitempty"`
-	Lane        string            `json:"lane"`                 // waiting, in_flight, paused, idle, or none (no dispatcher holds it)
-	NextSend    time.Time         `json:"next_send,omitzero"`   // earliest start of the next attempt, when waiting
-	Attempts    int               `json:"attempts"`             // failed attempts of its head request so far
-	Interval    string            `json:"interval,omitempty"`   // the interval in force for it
-	Dispatcher  string            `json:"dispatcher,omitempty"` // the instance holding its lane
-	Steering    *request.Steering `json:"steering,omitempty"`
-	subject     string
-	oldestKnown bool
+	ClientID   string    `json:"client_id"`
+	Backlog    uint64    `json:"backlog"`
+	OldestAt   time.Time `json:"oldest_accepted_at,omitzero"`
+	OldestAge  string    `json:"oldest_age,omitempty"`
+	Lane       string    `json:"lane"`                 // waiting, in_flight, paused, idle, or none (no dispatcher holds it)
+	NextSend   time.Time `json:"next_send,omitzero"`   // earliest start of the next attempt, when waiting
+	Attempts   int       `json:"attempts"`             // failed attempts of its head request so far
+	Interval   string    `json:"interval,omitempty"`   // the interval in force for it
+	Dispatcher string    `json:"dispatcher,omitempty"` // the instance holding its lane
+	// LastDelivered is when its last delivery ended, as the instance holding its lane
+	// remembers it; zero when it remembers none.
+	LastDelivered time.Time         `json:"last_delivered,omitzero"`
+	Steering      *request.Steering `json:"steering,omitempty"`
+	subject       string
+	oldestKnown   bool
 }
 
 // Sort orders for Clients.
 const (
 	SortBacklog = "backlog" // largest backlog first
 	SortAge     = "age"     // oldest head request first
+	// SortNext: the earliest next send first (the first MaxDueLanes of each dispatcher's
+	// waiting lanes), then the clients with no send due (in flight, paused, without a
+	// lane) by backlog.
+	SortNext = "next"
 )
 
 // ClientsQuery pages through the clients with a backlog.
@@ -68,6 +67,8 @@ type ClientsQuery struct {
 	Sort  string // SortBacklog (default) or SortAge
 	Limit int    // page size, 1 to 1000; default 50
 	Page  int    // from 1
+	// Search, if not empty, keeps the clients whose id contains it.
+	Search string
 }
 
 // ClientsPage is one page of clients.
@@ -76,6 +77,7 @@ type ClientsPage struct {
 	Page    int      `json:"page"`
 	Limit   int      `json:"limit"`
 	Sort    string   `json:"sort"`
+	Search  string   `json:"search,omitempty"`
 	Clients []Client `json:"clients"`
 }
 
@@ -85,8 +87,11 @@ func (s *Service) Clients(ctx context.Context, cq ClientsQuery) (ClientsPage, er
 	cq.Sort = cmp.Or(cq.Sort, SortBacklog)
 	cq.Limit = cmp.Or(cq.Limit, 50)
 	cq.Page = cmp.Or(cq.Page, 1)
-	if cq.Sort != SortBacklog && cq.Sort != SortAge {
-		return ClientsPage{}, invalid("sort %q: use %q or %q", cq.Sort, SortBacklog, SortAge)
+	if cq.Sort != SortBacklog && cq.Sort != SortAge && cq.Sort != SortNext {
+		return ClientsPage{}, invalid("sort %q: use %q, %q or %q", cq.Sort, SortBacklog, SortAge, SortNext)
+	}
+	if len(cq.Search) > request.MaxClientIDBytes {
+		return ClientsPage{}, invalid("search: at most %d bytes (a clientId's length)", request.MaxClientIDBytes)
 	}
 	if cq.Limit < 1 || cq.Limit > 1000 || cq.Page < 1 || cq.Page > 1_000_000 {
 		return ClientsPage{}, invalid("limit %d, page %d: limit is 1 to 1000, page 1 to 1000000", cq.Limit, cq.Page)
@@ -101,24 +106,56 @@ func (s *Service) Clients(ctx context.Context, cq ClientsQuery) (ClientsPage, er
 		if err != nil {
 			id = subj // not written by ingest; shown by subject so that it can be found
 		}
+		if cq.Search != "" && !strings.Contains(id, cq.Search) {
+			continue
+		}
 		all = append(all, Client{ClientID: id, Backlog: n, subject: subj})
 	}
-	page := ClientsPage{Total: len(all), Page: cq.Page, Limit: cq.Limit, Sort: cq.Sort}
-	if cq.Sort == SortAge {
+	page := ClientsPage{Total: len(all), Page: cq.Page, Limit: cq.Limit, Sort: cq.Sort, Search: cq.Search}
+	byBacklog := func(a, b Client) int {
+		return cmp.Or(cmp.Compare(b.Backlog, a.Backlog), cmp.Compare(a.ClientID, b.ClientID))
+	}
+	switch cq.Sort {
+	case SortNext:
+		due := s.dueOrder(ctx, min(cq.Page*cq.Limit, dispatch.MaxDueLanes))
+		slices.SortFunc(all, func(a, b Client) int {
+			da, aok := due[a.subject]
+			db, bok := due[b.subject]
+			switch {
+			case aok && bok:
+				return cmp.Or(da.Compare(db), cmp.Compare(a.ClientID, b.ClientID))
+			case aok:
+				return -1
+			case bok:
+				return 1
+			}
+			return byBacklog(a, b)
+		})
+	case SortAge:
 		s.heads(ctx, all)
 		slices.SortFunc(all, func(a, b Client) int {
 			return cmp.Or(a.OldestAt.Compare(b.OldestAt), cmp.Compare(a.ClientID, b.ClientID))
 		})
-	} else {
-		slices.SortFunc(all, func(a, b Client) int {
-			return cmp.Or(cmp.Compare(b.Backlog, a.Backlog), cmp.Compare(a.ClientID, b.ClientID))
-		})
+	default:
+		slices.SortFunc(all, byBacklog)
 	}
 	from := min((cq.Page-1)*cq.Limit, len(all)) // no overflow: page and limit are bounded
 	page.Clients = all[from:min(from+cq.Limit, len(all))]
 	s.heads(ctx, page.Clients)
 	s.describe(ctx, page.Clients)
 	return page, nil
+}
+
+// dueOrder asks the dispatchers for up to n waiting lanes each, the earliest due first,
+// and returns their next sends by subject.
+func (s *Service) dueOrder(ctx context.Context, n int) map[string]time.Time {
+	out := map[string]time.Time{}
+	for _, a := range s.ask(ctx, queue.LaneQuery{ByDue: true, Limit: n}) {
+		for _, l := range a.Lanes {
+			out[l.Subject] = l.NextSend
+		}
+	}
+	return out
 }
 
 // heads fills in each client's oldest request, reading heads eight at a time.
@@ -159,6 +196,7 @@ func (s *Service) describe(ctx context.Context, cs []Client) {
 		c.Lane = "none"
 		if l, ok := lanes[c.subject]; ok {
 			c.Lane, c.NextSend, c.Attempts, c.Interval, c.Dispatcher = l.State, l.NextSend, l.Attempts, l.Interval.String(), l.instance
+			c.LastDelivered = l.LastDelivered
 		}
 		if st, err := s.ctl.Client(ctx, c.ClientID); err == nil && !st.IsZero() {
 			c.Steering = &st

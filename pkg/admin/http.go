@@ -24,7 +24,7 @@ import (
 func (s *Service) Handler(token string) http.Handler {
 	r := chi.NewRouter()
 	r.Use(authorize(token))
-	r.Get("/v1/clients", s.handle(s.getClients))                      // ?sort=backlog|age&limit=&page=
+	r.Get("/v1/clients", s.handle(s.getClients))                      // ?sort=backlog|age|next&limit=&page=&search=
 	r.Get("/v1/requests/{id}", s.handle(s.getRequest))                // ?client=
 	r.Get("/v1/deadletters", s.handle(s.getDeadLetters))              // ?client=&id=&reason=&since=&until=&limit=
 	r.Post("/v1/replay", s.handle(s.postReplay))                      // {"id","client","reason","since","until","all","dry_run"}
@@ -75,7 +75,7 @@ func (s *Service) getClients(r *http.Request) (any, error) {
 	if err := errors.Join(err1, err2); err != nil {
 		return nil, err
 	}
-	return s.Clients(r.Context(), ClientsQuery{Sort: q.Get("sort"), Limit: limit, Page: page})
+	return s.Clients(r.Context(), ClientsQuery{Sort: q.Get("sort"), Limit: limit, Page: page, Search: q.Get("search")})
 }
 
 func (s *Service) getRequest(r *http.Request) (any, error) {

@@ -75,6 +75,7 @@ type Service struct {
 	interval time.Duration
 	instance string
 	replayed prometheus.Counter // nil: not counted
+	aliveCache
 }
 
 // New returns a Service for cfg, with its defaults filled in.

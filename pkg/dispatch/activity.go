@@ -163,6 +163,23 @@ func (a *activity) history(subject string) []Attempt {
 	return out
 }
 
+// lastDelivered is the end of subject's last delivered attempt it remembers.
+func (a *activity) lastDelivered(subject string) time.Time {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	e, ok := a.clients[subject]
+	if !ok {
+		return time.Time{}
+	}
+	c := e.Value.(*clientAttempts)
+	for i := c.n - 1; i >= max(c.n-HistoryPerClient, 0); i-- {
+		if at := c.ring[i%HistoryPerClient]; at.Outcome == OutcomeDelivered {
+			return at.End
+		}
+	}
+	return time.Time{}
+}
+
 // window sums the slots of the last ActivityWindow before now.
 func (a *activity) window(now time.Time) Activity {
 	out := Activity{Window: ActivityWindow, Outcomes: map[string]int{}, Statuses: map[string]int{}, Latency: make([]int, len(LatencyBounds)+1), DeadLetters: map[string]int{}}

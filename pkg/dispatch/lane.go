@@ -93,6 +93,9 @@ type LaneInfo struct {
 	Attempts int           `json:"attempts"`           // failed attempts of the head request so far
 	LastEnd  time.Time     `json:"last_attempt_end,omitzero"`
 	Interval time.Duration `json:"interval"`
+	// LastDelivered is the end of the client's last delivered attempt this instance
+	// remembers; zero when it remembers none.
+	LastDelivered time.Time `json:"last_delivered,omitzero"`
 }
 
 // Lane describes subject's lane; false when there is none.

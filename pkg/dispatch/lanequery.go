@@ -88,9 +88,12 @@ func (d *Dispatcher) Answer(ctx context.Context, q Ask) (LaneAnswer, error) {
 		lanes, err := d.askLoop(ctx, laneQuery{limit: min(max(q.Limit, 1), MaxDueLanes), byDue: true})
 		return LaneAnswer{Instance: d.cfg.InstanceID, Lanes: lanes}, err
 	}
-	a, err := d.AnswerLanes(ctx, q.IDs, q.Subjects, q.Limit, q.Budget)
-	if err != nil {
-		return a, err
+	a := LaneAnswer{Instance: d.cfg.InstanceID}
+	if !q.Activity || q.Budget || len(q.Subjects) > 0 || len(q.IDs) > 0 {
+		var err error
+		if a, err = d.AnswerLanes(ctx, q.IDs, q.Subjects, q.Limit, q.Budget); err != nil {
+			return a, err
+		}
 	}
 	if q.History {
 		a.History = map[string][]Attempt{}
@@ -140,6 +143,9 @@ func (d *Dispatcher) AnswerLanes(ctx context.Context, ids, subjects []string, li
 		var err error
 		if a.Lanes, err = d.Lanes(ctx, subjects, limit); err != nil {
 			return LaneAnswer{}, err
+		}
+		for i := range a.Lanes {
+			a.Lanes[i].LastDelivered = d.activity.lastDelivered(a.Lanes[i].Subject)
 		}
 	}
 	return a, nil

@@ -75,6 +75,30 @@ func (q *Queue) FindRequest(ctx context.Context, id, clientID string) (f Found, 
 	return Found{}, false, err
 }
 
+// Queued lists up to limit of clientID's queued requests, in the order they will go,
+// reading headers only (no bodies).
+func (q *Queue) Queued(ctx context.Context, clientID string, limit int) ([]request.Stored, error) {
+	if err := request.ValidateClientID(clientID); err != nil {
+		return nil, err
+	}
+	errEnough := errors.New("enough")
+	var out []request.Stored
+	if limit <= 0 {
+		return out, nil
+	}
+	err := q.scan(ctx, q.reqs, request.RequestPrefix+"*."+request.EncodeClientID(clientID), true, func(m jetstream.Msg, md *jetstream.MsgMetadata) error {
+		out = append(out, storedOf(m.Subject(), m.Headers(), nil, md.Sequence.Stream, md.Timestamp))
+		if len(out) == limit {
+			return errEnough
+		}
+		return nil
+	})
+	if errors.Is(err, errEnough) {
+		err = nil
+	}
+	return out, err
+}
+
 // Stats is the queue as a whole, cheap to read.
 type Stats struct {
 	Requests     uint64    // requests queued

@@ -55,6 +55,12 @@ func (q *Queue) ServeLaneQueries(answer func(ctx context.Context, lq LaneQuery) 
 // QueryLanes sends lq to every dispatcher and returns the answers that arrive within
 // wait, one per dispatcher.
 func (q *Queue) QueryLanes(ctx context.Context, lq LaneQuery, wait time.Duration) ([]json.RawMessage, error) {
+	return q.QueryLanesUntil(ctx, lq, wait, 0)
+}
+
+// QueryLanesUntil is QueryLanes that returns as soon as expect answers arrived (expect
+// 0: waits the whole wait).
+func (q *Queue) QueryLanesUntil(ctx context.Context, lq LaneQuery, wait time.Duration, expect int) ([]json.RawMessage, error) {
 	b, err := json.Marshal(lq)
 	if err != nil {
 		return nil, err
@@ -80,5 +86,8 @@ func (q *Queue) QueryLanes(ctx context.Context, lq LaneQuery, wait time.Duration
 			return out, nil // the wait is over
 		}
 		out = append(out, m.Data)
+		if expect > 0 && len(out) >= expect {
+			return out, nil
+		}
 	}
 }

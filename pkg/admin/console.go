@@ -1,0 +1,201 @@
+package admin
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"slices"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/penguinhq/dispatcher/pkg/dispatch"
+	"github.com/penguinhq/dispatcher/pkg/queue"
+	"github.com/penguinhq/dispatcher/pkg/request"
+)
+
+// What the operators' console reads beyond the admin API's calls: one client on one
+// screen, and the service's last minute.
+
+// ask sends lq to the dispatchers and decodes their answers. It stops waiting once every
+// dispatcher alive (by its heartbeat) has answered, so that a page is not held for the
+// whole lane wait.
+func (s *Service) ask(ctx context.Context, lq queue.LaneQuery) []dispatch.LaneAnswer {
+	raw, err := s.q.QueryLanesUntil(ctx, lq, s.laneWait, s.alive(ctx))
+	if err != nil {
+		return nil
+	}
+	out := make([]dispatch.LaneAnswer, 0, len(raw))
+	for _, r := range raw {
+		var a dispatch.LaneAnswer
+		if json.Unmarshal(r, &a) == nil {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// alive is how many dispatchers have a live heartbeat, read at most every two seconds;
+// 0 when that cannot be told (no leases in use), and the whole lane wait is waited.
+func (s *Service) alive(ctx context.Context) int {
+	s.aliveMu.Lock()
+	defer s.aliveMu.Unlock()
+	if time.Since(s.aliveAt) < 2*time.Second {
+		return s.aliveN
+	}
+	n := 0
+	if st, err := s.q.LeaseStatus(ctx); err == nil {
+		for _, in := range st.Instances {
+			if !in.Heartbeat.IsZero() {
+				n++
+			}
+		}
+	}
+	s.aliveN, s.aliveAt = n, time.Now()
+	return n
+}
+
+type aliveCache struct {
+	aliveMu sync.Mutex
+	aliveAt time.Time
+	aliveN  int
+}
+
+// MaxQueuedShown is how many of a client's queued requests ClientView lists.
+const MaxQueuedShown = 50
+
+// ClientView is one client on one screen.
+type ClientView struct {
+	Client
+	// Queued are its first MaxQueuedShown queued requests, in the order they will go.
+	Queued []QueuedRequest `json:"queued"`
+	// History is its last attempts, oldest first, as the dispatchers remember them.
+	History []dispatch.Attempt `json:"history"`
+	// DeadLetters are its first dead letters, oldest first, of DeadTotal.
+	DeadLetters []request.DeadLetter `json:"dead_letters"`
+	DeadTotal   int                  `json:"dead_total"`
+}
+
+// QueuedRequest is one queued request, without its body.
+type QueuedRequest struct {
+	ID         string    `json:"id"`
+	Seq        uint64    `json:"seq"`
+	AcceptedAt time.Time `json:"accepted_at"`
+	NotBefore  time.Time `json:"not_before,omitzero"`
+}
+
+// LastDelivery is the end of the client's last delivered attempt that History holds.
+func (v ClientView) LastDelivery() (dispatch.Attempt, bool) {
+	for i := len(v.History) - 1; i >= 0; i-- {
+		if v.History[i].Outcome == dispatch.OutcomeDelivered {
+			return v.History[i], true
+		}
+	}
+	return dispatch.Attempt{}, false
+}
+
+// Client describes one client, with or without a backlog: its lane, steering, queued
+// requests, last attempts and dead letters.
+func (s *Service) Client(ctx context.Context, clientID string) (ClientView, error) {
+	if err := request.ValidateClientID(clientID); err != nil {
+		return ClientView{}, invalid("client: %s", err)
+	}
+	subject, n, ok, err := s.q.ClientSubject(ctx, clientID)
+	if err != nil {
+		return ClientView{}, err
+	}
+	if !ok {
+		subject = request.RequestSubject(clientID)
+	}
+	v := ClientView{Client: Client{ClientID: clientID, Backlog: n, subject: subject, oldestKnown: !ok}}
+	cs := []Client{v.Client}
+	s.heads(ctx, cs)
+	s.describe(ctx, cs)
+	v.Client = cs[0]
+	queued, err := s.q.Queued(ctx, clientID, MaxQueuedShown)
+	if err != nil {
+		return v, err
+	}
+	v.Queued = make([]QueuedRequest, len(queued))
+	for i, st := range queued {
+		v.Queued[i] = QueuedRequest{ID: st.ID, Seq: st.Seq, AcceptedAt: st.AcceptedAt, NotBefore: st.NotBefore}
+	}
+	for _, a := range s.ask(ctx, queue.LaneQuery{Subjects: []string{subject}, History: true}) {
+		v.History = append(v.History, a.History[subject]...)
+	}
+	// Two instances remember attempts when the client moved between them: in time order.
+	sort.SliceStable(v.History, func(i, j int) bool { return v.History[i].Start.Before(v.History[j].Start) })
+	v.DeadLetters, v.DeadTotal, err = s.DeadLetters(ctx, queue.DeadFilter{ClientID: clientID}, 20)
+	return v, err
+}
+
+// Overview is the service's last minute on one screen.
+type Overview struct {
+	Status Status `json:"status"`
+	// Activity is every answering dispatcher's last minute, added up; Instances each one's.
+	Activity  dispatch.Activity  `json:"activity"`
+	Instances []InstanceActivity `json:"instances"`
+	// Budget is raven's budget; nil when it cannot be read.
+	Budget *BudgetView `json:"budget,omitempty"`
+	// Problems are the parts that could not be read, for the page to say so.
+	Problems []string  `json:"problems,omitempty"`
+	At       time.Time `json:"at"`
+}
+
+// InstanceActivity is one dispatcher's last minute.
+type InstanceActivity struct {
+	Instance string `json:"instance"`
+	dispatch.Activity
+}
+
+// SendsPerSecond is the deliveries per second over the window.
+func (o Overview) SendsPerSecond() float64 {
+	if o.Activity.Window <= 0 {
+		return 0
+	}
+	return float64(o.Activity.Outcomes[dispatch.OutcomeDelivered]) / o.Activity.Window.Seconds()
+}
+
+// Overview reads the service's state and every dispatcher's last minute. Parts that
+// cannot be read are named in Problems; the page shows the rest.
+func (s *Service) Overview(ctx context.Context) Overview {
+	o := Overview{At: time.Now().UTC()}
+	var wg sync.WaitGroup
+	var stErr, bErr error
+	var b BudgetView
+	wg.Go(func() { o.Status, stErr = s.Status(ctx) })
+	wg.Go(func() { b, bErr = s.Budget(ctx) })
+	answers := s.ask(ctx, queue.LaneQuery{Activity: true})
+	wg.Wait()
+	for _, a := range answers {
+		if a.Activity == nil {
+			continue
+		}
+		o.Instances = append(o.Instances, InstanceActivity{Instance: a.Instance, Activity: *a.Activity})
+		o.Activity.Merge(*a.Activity)
+	}
+	if o.Activity.Outcomes == nil {
+		o.Activity.Merge(dispatch.Activity{Window: dispatch.ActivityWindow})
+	}
+	slices.SortFunc(o.Instances, func(a, b InstanceActivity) int { return cmp.Compare(a.Instance, b.Instance) })
+	if stErr != nil {
+		o.Problems = append(o.Problems, "status: "+stErr.Error())
+	}
+	if bErr != nil {
+		o.Problems = append(o.Problems, "raven's budget: "+bErr.Error())
+	} else {
+		o.Budget = &b
+	}
+	if len(answers) == 0 {
+		o.Problems = append(o.Problems, "no dispatcher answered within "+s.laneWait.String())
+	}
+	return o
+}
+
+// Events is the request's recorded events, in order (its timeline).
+func (s *Service) Events(ctx context.Context, id string) ([]request.Event, error) {
+	if err := request.ValidateID(id); err != nil {
+		return nil, invalid("id: %s", err)
+	}
+	return s.q.Events(ctx, id)
+}
