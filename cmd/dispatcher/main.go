@@ -23,6 +23,7 @@ import (
 
 	"github.com/penguinhq/dispatcher/cmd/internal/cli"
 	"github.com/penguinhq/dispatcher/pkg/admin"
+	"github.com/penguinhq/dispatcher/pkg/console"
 	"github.com/penguinhq/dispatcher/pkg/dispatch"
 	"github.com/penguinhq/dispatcher/pkg/ingest"
 	"github.com/penguinhq/dispatcher/pkg/queue"
@@ -160,6 +161,10 @@ func runDispatcher(ctx context.Context, c *settings, q *queue.Queue, reg *promet
 	if err != nil {
 		return err
 	}
+	con, err := console.New(console.Config{Admin: adm, Token: c.ops.Token, TLS: c.ops.TLSCert != "", Log: log})
+	if err != nil {
+		return err
+	}
 	ready := func(ctx context.Context) error {
 		if err := q.Ready(ctx); err != nil {
 			return err
@@ -179,10 +184,10 @@ func runDispatcher(ctx context.Context, c *settings, q *queue.Queue, reg *promet
 	opsCtx, stopOps := context.WithCancel(context.WithoutCancel(ctx))
 	opsDone := make(chan error, 1)
 	go func() {
-		opsDone <- cli.Serve(opsCtx, cli.OpsServer(cli.OpsHandler(reg, ready, adm.Handler(c.ops.Token), log)), ln, 5*time.Second)
+		opsDone <- cli.Serve(opsCtx, cli.OpsServer(cli.OpsHandler(reg, ready, adm.Handler(c.ops.Token), con.Handler(), log)), ln, 5*time.Second)
 	}()
 	log.Info().Str("raven", cli.SafeURL(c.dispatch.Raven.URL)).Stringer("interval", c.dispatch.Interval).Str("instance", c.dispatch.InstanceID).
-		Str("ops", cli.URLFor(ln, "/")).Bool("admin_api", c.ops.Token != "").Msg("dispatching")
+		Str("ops", cli.URLFor(ln, "/")).Bool("admin_api", c.ops.Token != "").Str("console", cli.URLFor(ln, "/console/")).Msg("dispatching")
 	err = d.Run(ctx)
 	stopOps()
 	return errors.Join(err, <-opsDone)

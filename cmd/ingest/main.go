@@ -93,7 +93,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, _ io.Wr
 	opsCtx, stopOps := context.WithCancel(context.WithoutCancel(ctx))
 	opsDone := make(chan error, 1)
 	go func() {
-		opsDone <- cli.Serve(opsCtx, cli.OpsServer(cli.OpsHandler(reg, q.Ready, nil, log)), opsLn, 5*time.Second)
+		opsDone <- cli.Serve(opsCtx, cli.OpsServer(cli.OpsHandler(reg, q.Ready, nil, nil, log)), opsLn, 5*time.Second)
 	}()
 	log.Info().Str("url", cli.URLFor(ln, "/v1/requests")).Str("ops", cli.URLFor(opsLn, "/")).Msg("ingest listening")
 	err = cli.Serve(ctx, cli.Server(api.Handler()), ln, 10*time.Second)

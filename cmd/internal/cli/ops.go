@@ -56,8 +56,8 @@ func NewRegistry() *prometheus.Registry {
 }
 
 // OpsHandler serves /metrics from reg, /healthz, /readyz from ready (nil error: ready),
-// and mounts admin (if not nil) under /admin/.
-func OpsHandler(reg *prometheus.Registry, ready func(ctx context.Context) error, admin http.Handler, log zerolog.Logger) http.Handler {
+// and mounts admin (if not nil) under /admin/ and console (if not nil) under /console/.
+func OpsHandler(reg *prometheus.Registry, ready func(ctx context.Context) error, admin, console http.Handler, log zerolog.Logger) http.Handler {
 	r := chi.NewRouter()
 	r.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -67,6 +67,10 @@ func OpsHandler(reg *prometheus.Registry, ready func(ctx context.Context) error,
 		"not ready: the queue is not reachable or does not take writes, or the service is starting or stopping; its log says which", log))
 	if admin != nil {
 		r.Mount("/admin", admin)
+	}
+	if console != nil {
+		r.Handle("/console/*", console)
+		r.Get("/console", func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, "/console/", http.StatusMovedPermanently) })
 	}
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
 		httpapi.WriteProblem(w, httpapi.Problem{Status: http.StatusNotFound, Code: "not_found",
