@@ -70,7 +70,9 @@ func OpsHandler(reg *prometheus.Registry, ready func(ctx context.Context) error,
 	}
 	if console != nil {
 		r.Handle("/console/*", console)
-		r.Get("/console", func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, "/console/", http.StatusMovedPermanently) })
+		r.Get("/console", func(w http.ResponseWriter, r *http.Request) {
+			http.Redirect(w, r, "/console/", http.StatusMovedPermanently)
+		})
 	}
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
 		httpapi.WriteProblem(w, httpapi.Problem{Status: http.StatusNotFound, Code: "not_found",
