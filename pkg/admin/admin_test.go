@@ -14,6 +14,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/penguinhq/dispatcher/pkg/admin"
+	"github.com/penguinhq/dispatcher/pkg/dispatch"
 	"github.com/penguinhq/dispatcher/pkg/queue"
 	"github.com/penguinhq/dispatcher/pkg/queue/queuetest"
 	"github.com/penguinhq/dispatcher/pkg/request"
@@ -330,5 +331,54 @@ func TestStatusOnOneServer(t *testing.T) {
 	}
 	if len(st.NATS.Servers) != 1 || len(st.NATS.Streams) != 5 || st.NATS.Streams[0].Name != "REQUESTS" || st.NATS.Streams[0].Messages != 1 {
 		t.Fatalf("status: NATS %+v, want one server and the five streams", st.NATS)
+	}
+}
+
+// A query waits the whole lane wait only until it knows how many dispatchers answer;
+// after that a page returns once they all have.
+func TestLaneQueriesStopWaitingOnceEveryKnownDispatcherAnswered(t *testing.T) {
+	t.Parallel()
+	s := queuetest.Server(t)
+	nc, err := queue.Connect(s.ClientURL(), "admin-test", zerolog.Nop(), queue.Security{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	ctx := context.Background()
+	q, err := nc.Open(ctx, queue.Config{Partitions: 4}, queue.CreateOrUpdate)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctl, err := q.Control(ctx, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	const wait = 5 * time.Second
+	svc, err := admin.New(admin.Config{Queue: q, Control: ctl, LaneWait: wait})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"d1", "d2"} {
+		stop, err := q.ServeLaneQueries(func(context.Context, queue.LaneQuery) (any, error) {
+			act := dispatch.Activity{Window: dispatch.ActivityWindow, Outcomes: map[string]int{dispatch.OutcomeDelivered: 6}}
+			return dispatch.LaneAnswer{Instance: id, Activity: &act}, nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(stop)
+	}
+	first := time.Now()
+	o := svc.Overview(ctx)
+	if took := time.Since(first); took < wait {
+		t.Fatalf("the first query took %s: it cannot know how many answer before the lane wait (%s)", took, wait)
+	}
+	if len(o.Instances) != 2 || o.Activity.Outcomes[dispatch.OutcomeDelivered] != 12 || o.SendsPerSecond() != 0.2 {
+		t.Fatalf("overview: %d instances, %v, %.2f/s; want both, their deliveries added up", len(o.Instances), o.Activity.Outcomes, o.SendsPerSecond())
+	}
+	second := time.Now()
+	o = svc.Overview(ctx)
+	if took := time.Since(second); took >= wait-time.Second || len(o.Instances) != 2 {
+		t.Fatalf("the second query took %s with %d answers; want both, well before the lane wait (%s)", took, len(o.Instances), wait)
 	}
 }

@@ -2,7 +2,6 @@ package admin
 
 import (
 	"context"
-	"encoding/json"
 	"slices"
 	"strconv"
 	"strings"
@@ -36,6 +35,11 @@ type InstanceBudget struct {
 
 // Budget reads raven's budget, and asks every dispatcher how it holds it.
 func (s *Service) Budget(ctx context.Context) (BudgetView, error) {
+	return s.budgetOf(ctx, s.ask(ctx, queue.LaneQuery{Budget: true}))
+}
+
+// budgetOf is the budget as operators set it, and as the dispatchers answered.
+func (s *Service) budgetOf(ctx context.Context, answers []dispatch.LaneAnswer) (BudgetView, error) {
 	b, err := s.ctl.Budget(ctx)
 	if err != nil {
 		return BudgetView{}, err
@@ -44,13 +48,8 @@ func (s *Service) Budget(ctx context.Context) (BudgetView, error) {
 	if !b.IsZero() {
 		out.Steered = &b
 	}
-	answers, err := s.q.QueryLanes(ctx, queue.LaneQuery{Budget: true}, s.laneWait)
-	if err != nil {
-		return out, nil // the record alone, then
-	}
-	for _, raw := range answers {
-		var a dispatch.LaneAnswer
-		if json.Unmarshal(raw, &a) != nil || a.Budget == nil {
+	for _, a := range answers {
+		if a.Budget == nil {
 			continue
 		}
 		out.Instances = append(out.Instances, InstanceBudget{Instance: a.Instance, BudgetState: *a.Budget})

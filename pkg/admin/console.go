@@ -17,13 +17,19 @@ import (
 // What the operators' console reads beyond the admin API's calls: one client on one
 // screen, and the service's last minute.
 
-// ask sends lq to the dispatchers and decodes their answers. It stops waiting once every
-// dispatcher alive (by its heartbeat) has answered, so that a page is not held for the
-// whole lane wait.
+// ask sends lq to the dispatchers and decodes their answers. It stops waiting once as
+// many have answered as are known to run: those with a live heartbeat (with leases), or
+// as many as answered lately; so that a page is not held for the whole lane wait. A
+// query that gets fewer answers waits the whole lane wait, as does the first after
+// answersKept, which finds an instance that joined without leases.
 func (s *Service) ask(ctx context.Context, lq queue.LaneQuery) []dispatch.LaneAnswer {
-	raw, err := s.q.QueryLanesUntil(ctx, lq, s.laneWait, s.alive(ctx))
+	expect := s.expected(ctx)
+	raw, err := s.q.QueryLanesUntil(ctx, lq, s.laneWait, expect)
 	if err != nil {
 		return nil
+	}
+	if expect == 0 || len(raw) < expect { // waited the whole lane wait: as many as there are
+		s.answered(len(raw))
 	}
 	out := make([]dispatch.LaneAnswer, 0, len(raw))
 	for _, r := range raw {
@@ -35,30 +41,45 @@ func (s *Service) ask(ctx context.Context, lq queue.LaneQuery) []dispatch.LaneAn
 	return out
 }
 
-// alive is how many dispatchers have a live heartbeat, read at most every two seconds;
-// 0 when that cannot be told (no leases in use), and the whole lane wait is waited.
-func (s *Service) alive(ctx context.Context) int {
+// answersKept is how long the count of answers a query got is relied on.
+const answersKept = 30 * time.Second
+
+// expected is how many answers to wait for: the dispatchers with a live heartbeat (read
+// at most every two seconds), or more if more answered within answersKept; 0 (wait the
+// whole lane wait) when neither is known.
+func (s *Service) expected(ctx context.Context) int {
 	s.aliveMu.Lock()
 	defer s.aliveMu.Unlock()
-	if time.Since(s.aliveAt) < 2*time.Second {
-		return s.aliveN
-	}
-	n := 0
-	if st, err := s.q.LeaseStatus(ctx); err == nil {
-		for _, in := range st.Instances {
-			if !in.Heartbeat.IsZero() {
-				n++
+	if time.Since(s.aliveAt) >= 2*time.Second {
+		n := 0
+		if st, err := s.q.LeaseStatus(ctx); err == nil {
+			for _, in := range st.Instances {
+				if !in.Heartbeat.IsZero() {
+					n++
+				}
 			}
 		}
+		s.aliveN, s.aliveAt = n, time.Now()
 	}
-	s.aliveN, s.aliveAt = n, time.Now()
-	return n
+	if time.Since(s.seenAt) >= answersKept {
+		return s.aliveN
+	}
+	return max(s.aliveN, s.seenN)
+}
+
+// answered notes that a query that waited the whole lane wait got n answers.
+func (s *Service) answered(n int) {
+	s.aliveMu.Lock()
+	defer s.aliveMu.Unlock()
+	s.seenN, s.seenAt = n, time.Now()
 }
 
 type aliveCache struct {
 	aliveMu sync.Mutex
 	aliveAt time.Time
 	aliveN  int
+	seenAt  time.Time
+	seenN   int
 }
 
 // MaxQueuedShown is how many of a client's queued requests ClientView lists.
@@ -161,11 +182,10 @@ func (o Overview) SendsPerSecond() float64 {
 func (s *Service) Overview(ctx context.Context) Overview {
 	o := Overview{At: time.Now().UTC()}
 	var wg sync.WaitGroup
-	var stErr, bErr error
-	var b BudgetView
+	var stErr error
 	wg.Go(func() { o.Status, stErr = s.Status(ctx) })
-	wg.Go(func() { b, bErr = s.Budget(ctx) })
-	answers := s.ask(ctx, queue.LaneQuery{Activity: true})
+	answers := s.ask(ctx, queue.LaneQuery{Activity: true, Budget: true})
+	b, bErr := s.budgetOf(ctx, answers)
 	wg.Wait()
 	for _, a := range answers {
 		if a.Activity == nil {

@@ -2,7 +2,6 @@ package admin
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"time"
 
@@ -151,13 +150,8 @@ func (s *Service) deadLettered(ctx context.Context, id, clientID string) (Reques
 
 // sent asks the dispatchers whether one of them delivered the request lately.
 func (s *Service) sent(ctx context.Context, id string) (RequestState, bool) {
-	answers, err := s.q.QueryLanes(ctx, queue.LaneQuery{IDs: []string{id}}, s.laneWait)
-	if err != nil {
-		return RequestState{}, false
-	}
-	for _, raw := range answers {
-		var a dispatch.LaneAnswer
-		if json.Unmarshal(raw, &a) != nil || len(a.Delivered) == 0 {
+	for _, a := range s.ask(ctx, queue.LaneQuery{IDs: []string{id}}) {
+		if len(a.Delivered) == 0 {
 			continue
 		}
 		d := a.Delivered[0]
