@@ -152,6 +152,7 @@ func (s *Service) Client(ctx context.Context, clientID string) (ClientView, erro
 
 // Overview is the service's last minute on one screen.
 type Overview struct {
+	// Status is without the NATS cluster's health (dispatchctl status has it).
 	Status Status `json:"status"`
 	// Activity is every answering dispatcher's last minute, added up; Instances each one's.
 	Activity  dispatch.Activity  `json:"activity"`
@@ -183,7 +184,7 @@ func (s *Service) Overview(ctx context.Context) Overview {
 	o := Overview{At: time.Now().UTC()}
 	var wg sync.WaitGroup
 	var stErr error
-	wg.Go(func() { o.Status, stErr = s.Status(ctx) })
+	wg.Go(func() { o.Status, stErr = s.status(ctx) })
 	answers := s.ask(ctx, queue.LaneQuery{Activity: true, Budget: true})
 	b, bErr := s.budgetOf(ctx, answers)
 	wg.Wait()
