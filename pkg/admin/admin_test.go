@@ -5,8 +5,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -380,5 +382,48 @@ func TestLaneQueriesStopWaitingOnceEveryKnownDispatcherAnswered(t *testing.T) {
 	o = svc.Overview(ctx)
 	if took := time.Since(second); took >= wait-time.Second || len(o.Instances) != 2 {
 		t.Fatalf("the second query took %s with %d answers; want both, well before the lane wait (%s)", took, len(o.Instances), wait)
+	}
+}
+
+func TestClientsAreListedInEachOrderAPageAtATime(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	for _, p := range []struct {
+		client string
+		n      int
+	}{{"c3", 1}, {"c1", 3}, {"c2", 2}, {"c4", 2}} {
+		for i := range p.n {
+			f.publish(t, p.client, fmt.Sprintf("%s-%d", p.client, i))
+		}
+	}
+	ctx := context.Background()
+	for _, c := range []struct {
+		q    admin.ClientsQuery
+		want []string
+	}{
+		{admin.ClientsQuery{Sort: admin.SortBacklog, Limit: 2}, []string{"c1", "c2"}},
+		{admin.ClientsQuery{Sort: admin.SortBacklog, Limit: 2, Page: 2}, []string{"c4", "c3"}},
+		{admin.ClientsQuery{Sort: admin.SortAge, Limit: 2}, []string{"c3", "c1"}},
+		{admin.ClientsQuery{Sort: admin.SortAge, Limit: 2, Page: 2}, []string{"c2", "c4"}},
+		{admin.ClientsQuery{Sort: admin.SortAge, Limit: 2, Page: 3}, []string{}},
+		{admin.ClientsQuery{Sort: admin.SortAge, Search: "4"}, []string{"c4"}},
+		{admin.ClientsQuery{Sort: admin.SortNext, Limit: 3}, []string{"c1", "c2", "c4"}}, // no lanes: by backlog
+		{admin.ClientsQuery{Search: "c", Cached: true}, []string{"c1", "c2", "c4", "c3"}},
+		{admin.ClientsQuery{Search: "x"}, []string{}},
+	} {
+		page, err := f.svc.Clients(ctx, c.q)
+		if err != nil {
+			t.Fatalf("%+v: %v", c.q, err)
+		}
+		got := []string{}
+		for _, cl := range page.Clients {
+			got = append(got, cl.ClientID)
+		}
+		if !slices.Equal(got, c.want) {
+			t.Errorf("%+v: %v, want %v", c.q, got, c.want)
+		}
+		if c.q.Sort == admin.SortAge && len(page.Clients) > 0 && page.Clients[0].OldestAt.IsZero() {
+			t.Errorf("%+v: no oldest time", c.q)
+		}
 	}
 }

@@ -3,6 +3,7 @@ package admin
 import (
 	"cmp"
 	"context"
+	"errors"
 	"slices"
 	"strings"
 	"sync"
@@ -69,16 +70,23 @@ type ClientsQuery struct {
 	Page  int    // from 1
 	// Search, if not empty, keeps the clients whose id contains it.
 	Search string
+	// Cached allows the list of clients and their backlogs to come from a snapshot up
+	// to 30 s old (refreshed in the background after 2 s), for pages that ask often; each
+	// listed client's lane, head and steering are read fresh. ClientsPage.AsOf says when
+	// the list was read.
+	Cached bool
 }
 
 // ClientsPage is one page of clients.
 type ClientsPage struct {
-	Total   int      `json:"total"`
-	Page    int      `json:"page"`
-	Limit   int      `json:"limit"`
-	Sort    string   `json:"sort"`
-	Search  string   `json:"search,omitempty"`
-	Clients []Client `json:"clients"`
+	Total  int    `json:"total"`
+	Page   int    `json:"page"`
+	Limit  int    `json:"limit"`
+	Sort   string `json:"sort"`
+	Search string `json:"search,omitempty"`
+	// AsOf is when the list of clients and their backlogs was read.
+	AsOf    time.Time `json:"as_of"`
+	Clients []Client  `json:"clients"`
 }
 
 // Clients lists the clients with a backlog, a page at a time. Sorting by age reads
@@ -96,54 +104,123 @@ func (s *Service) Clients(ctx context.Context, cq ClientsQuery) (ClientsPage, er
 	if cq.Limit < 1 || cq.Limit > 1000 || cq.Page < 1 || cq.Page > 1_000_000 {
 		return ClientsPage{}, invalid("limit %d, page %d: limit is 1 to 1000, page 1 to 1000000", cq.Limit, cq.Page)
 	}
-	backlog, err := s.q.Backlog(ctx)
+	snap, err := s.backlog(ctx, cq.Cached)
 	if err != nil {
 		return ClientsPage{}, err
 	}
-	all := make([]Client, 0, len(backlog))
-	for subj, n := range backlog {
-		id, err := request.ClientIDOf(subj)
-		if err != nil {
-			id = subj // not written by ingest; shown by subject so that it can be found
+	es := snap.entries
+	if cq.Search != "" {
+		es = make([]backlogEntry, 0, len(snap.entries)/8)
+		for _, e := range snap.entries {
+			if strings.Contains(e.id, cq.Search) {
+				es = append(es, e)
+			}
 		}
-		if cq.Search != "" && !strings.Contains(id, cq.Search) {
-			continue
-		}
-		all = append(all, Client{ClientID: id, Backlog: n, subject: subj})
 	}
-	page := ClientsPage{Total: len(all), Page: cq.Page, Limit: cq.Limit, Sort: cq.Sort, Search: cq.Search}
-	byBacklog := func(a, b Client) int {
-		return cmp.Or(cmp.Compare(b.Backlog, a.Backlog), cmp.Compare(a.ClientID, b.ClientID))
+	page := ClientsPage{Total: len(es), Page: cq.Page, Limit: cq.Limit, Sort: cq.Sort, Search: cq.Search, AsOf: snap.at.UTC()}
+	from := min((cq.Page-1)*cq.Limit, len(es)) // no overflow: page and limit are bounded
+	to := min(from+cq.Limit, len(es))
+	byBacklog := func(a, b backlogEntry) int {
+		return cmp.Or(cmp.Compare(b.backlog, a.backlog), cmp.Compare(a.id, b.id))
+	}
+	clients := func(es []backlogEntry) []Client {
+		out := make([]Client, len(es))
+		for i, e := range es {
+			out[i] = Client{ClientID: e.id, Backlog: e.backlog, subject: e.subject}
+		}
+		return out
 	}
 	switch cq.Sort {
 	case SortNext:
 		due := s.dueOrder(ctx, min(cq.Page*cq.Limit, dispatch.MaxDueLanes))
-		slices.SortFunc(all, func(a, b Client) int {
+		page.Clients = clients(firstN(es, to, func(a, b backlogEntry) int {
 			da, aok := due[a.subject]
 			db, bok := due[b.subject]
 			switch {
 			case aok && bok:
-				return cmp.Or(da.Compare(db), cmp.Compare(a.ClientID, b.ClientID))
+				return cmp.Or(da.Compare(db), cmp.Compare(a.id, b.id))
 			case aok:
 				return -1
 			case bok:
 				return 1
 			}
 			return byBacklog(a, b)
-		})
+		})[from:])
 	case SortAge:
+		if page.Clients, err = s.oldest(ctx, es, cq.Search, from, to); err != nil {
+			return ClientsPage{}, err
+		}
+		if page.Clients != nil {
+			break
+		}
+		all := clients(es)
 		s.heads(ctx, all)
 		slices.SortFunc(all, func(a, b Client) int {
 			return cmp.Or(a.OldestAt.Compare(b.OldestAt), cmp.Compare(a.ClientID, b.ClientID))
 		})
+		page.Clients = all[from:to]
 	default:
-		slices.SortFunc(all, byBacklog)
+		page.Clients = clients(firstN(es, to, byBacklog)[from:])
 	}
-	from := min((cq.Page-1)*cq.Limit, len(all)) // no overflow: page and limit are bounded
-	page.Clients = all[from:min(from+cq.Limit, len(all))]
 	s.heads(ctx, page.Clients)
 	s.describe(ctx, page.Clients)
 	return page, nil
+}
+
+// oldestRead is the most requests oldest reads to find the page's clients.
+const oldestRead = 200_000
+
+// oldest is the clients from-to (of es) with the oldest head requests, read in the
+// queue's order; nil when reading oldestRead requests did not find them all (a few
+// clients hold most of the backlog), and every head must be read.
+func (s *Service) oldest(ctx context.Context, es []backlogEntry, search string, from, to int) ([]Client, error) {
+	if to <= from {
+		return []Client{}, nil
+	}
+	backlog := make(map[string]uint64, len(es))
+	for _, e := range es {
+		backlog[e.subject] = e.backlog
+	}
+	var out []Client
+	errEnough := errors.New("enough")
+	seen := 0
+	heads, complete, err := s.q.OldestHeads(ctx, oldestHeadsWanted(search, to), oldestRead)
+	if err != nil {
+		return nil, err
+	}
+	for _, h := range heads {
+		id, ierr := request.ClientIDOf(h.Subject)
+		if ierr != nil {
+			id = h.Subject
+		}
+		if search != "" && !strings.Contains(id, search) {
+			continue
+		}
+		if seen >= from {
+			out = append(out, Client{ClientID: id, Backlog: backlog[h.Subject], subject: h.Subject, OldestAt: h.AcceptedAt, oldestKnown: true})
+		}
+		seen++
+		if seen == to {
+			err = errEnough
+			break
+		}
+	}
+	if err == nil && !complete {
+		return nil, nil
+	}
+	if out == nil {
+		out = []Client{}
+	}
+	return out, nil
+}
+
+// oldestHeadsWanted is how many heads to read for a page ending at to: with a search,
+// as many as oldestRead allows, since the matching clients may come late.
+func oldestHeadsWanted(search string, to int) int {
+	if search != "" {
+		return oldestRead
+	}
+	return to
 }
 
 // dueOrder asks the dispatchers for up to n waiting lanes each, the earliest due first,

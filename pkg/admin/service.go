@@ -76,6 +76,7 @@ type Service struct {
 	instance string
 	replayed prometheus.Counter // nil: not counted
 	aliveCache
+	backlogCache
 }
 
 // New returns a Service for cfg, with its defaults filled in.

@@ -44,7 +44,7 @@ func (c *Console) clients(r *http.Request, v *view) (string, error) {
 	if sort == "" {
 		sort = admin.SortBacklog
 	}
-	cp, err := c.cfg.Admin.Clients(r.Context(), admin.ClientsQuery{Sort: sort, Limit: PageSize, Page: page, Search: q.Get("q")})
+	cp, err := c.cfg.Admin.Clients(r.Context(), admin.ClientsQuery{Sort: sort, Limit: PageSize, Page: page, Search: q.Get("q"), Cached: true})
 	if err != nil {
 		return "", err
 	}

@@ -99,6 +99,41 @@ func (q *Queue) Queued(ctx context.Context, clientID string, limit int) ([]reque
 	return out, err
 }
 
+// OldestHeads finds the k clients whose head requests are the oldest, oldest first, by
+// reading the queue in order (headers only): a subject's first message read is its head,
+// and the stream orders messages as they were accepted. It reads at most maxRead
+// messages; complete is false when that was not enough to find k (or every) client.
+func (q *Queue) OldestHeads(ctx context.Context, k, maxRead int) (heads []request.Stored, complete bool, err error) {
+	errDone := errors.New("done")
+	seen := map[string]bool{}
+	read := 0
+	err = q.scan(ctx, q.reqs, request.RequestPrefix+">", true, func(m jetstream.Msg, md *jetstream.MsgMetadata) error {
+		read++
+		if !seen[m.Subject()] {
+			seen[m.Subject()] = true
+			heads = append(heads, storedOf(m.Subject(), m.Headers(), nil, md.Sequence.Stream, md.Timestamp))
+			if len(heads) == k {
+				return errDone
+			}
+		}
+		if read >= maxRead {
+			return errRead
+		}
+		return nil
+	})
+	switch {
+	case errors.Is(err, errDone):
+		return heads, true, nil
+	case errors.Is(err, errRead):
+		return heads, false, nil
+	case err != nil:
+		return nil, false, err
+	}
+	return heads, true, nil // the whole queue read: every client's head
+}
+
+var errRead = errors.New("read enough")
+
 // Stats is the queue as a whole, cheap to read.
 type Stats struct {
 	Requests     uint64    // requests queued

@@ -1,0 +1,131 @@
+package admin
+
+import (
+	"context"
+	"slices"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/penguinhq/dispatcher/pkg/request"
+)
+
+// The clients with a backlog, as one read of the request stream's subjects found them.
+// Reading them costs the server and this process about a millisecond per thousand
+// clients, so the console, which asks every few seconds, reads them through a snapshot
+// that is refreshed in the background while it is in use.
+
+// backlogEntry is one client with a backlog.
+type backlogEntry struct {
+	id, subject string
+	backlog     uint64
+}
+
+type backlogSnapshot struct {
+	at      time.Time
+	entries []backlogEntry
+}
+
+// Snapshot ages for ClientsQuery.Cached: a snapshot younger than snapshotFresh is used as
+// it is; one younger than snapshotStale is used while a fresh one is read in the
+// background; an older one is read again before answering.
+const (
+	snapshotFresh = 2 * time.Second
+	snapshotStale = 30 * time.Second
+)
+
+type backlogCache struct {
+	snapMu     sync.Mutex
+	snap       *backlogSnapshot
+	refreshing bool
+}
+
+// readBacklog reads every client with a backlog.
+func (s *Service) readBacklog(ctx context.Context) (*backlogSnapshot, error) {
+	at := time.Now()
+	backlog, err := s.q.Backlog(ctx)
+	if err != nil {
+		return nil, err
+	}
+	snap := &backlogSnapshot{at: at, entries: make([]backlogEntry, 0, len(backlog))}
+	for subj, n := range backlog {
+		id, err := request.ClientIDOf(subj)
+		if err != nil {
+			id = subj // not written by ingest; shown by subject so that it can be found
+		}
+		snap.entries = append(snap.entries, backlogEntry{id: id, subject: subj, backlog: n})
+	}
+	return snap, nil
+}
+
+// backlog returns the clients with a backlog: read now, or with cached from the snapshot
+// (see snapshotFresh).
+func (s *Service) backlog(ctx context.Context, cached bool) (*backlogSnapshot, error) {
+	if !cached {
+		return s.readBacklog(ctx)
+	}
+	s.snapMu.Lock()
+	snap := s.snap
+	age := time.Duration(-1)
+	if snap != nil {
+		age = time.Since(snap.at)
+	}
+	switch {
+	case snap != nil && age < snapshotFresh:
+		s.snapMu.Unlock()
+		return snap, nil
+	case snap != nil && age < snapshotStale:
+		if !s.refreshing {
+			s.refreshing = true
+			go func() {
+				ctx, cancel := context.WithTimeout(context.Background(), snapshotStale)
+				defer cancel()
+				fresh, err := s.readBacklog(ctx)
+				s.snapMu.Lock()
+				defer s.snapMu.Unlock()
+				s.refreshing = false
+				if err == nil {
+					s.snap = fresh
+				}
+			}()
+		}
+		s.snapMu.Unlock()
+		return snap, nil
+	}
+	s.snapMu.Unlock()
+	fresh, err := s.readBacklog(ctx)
+	if err != nil {
+		return nil, err
+	}
+	s.snapMu.Lock()
+	if s.snap == nil || s.snap.at.Before(fresh.at) {
+		s.snap = fresh
+	}
+	s.snapMu.Unlock()
+	return fresh, nil
+}
+
+// firstN returns the first n of es in the order cmp gives, without sorting all of them
+// when n is small: it keeps the best n seen in a sorted slice.
+func firstN(es []backlogEntry, n int, cmp func(a, b backlogEntry) int) []backlogEntry {
+	if n <= 0 {
+		return []backlogEntry{}
+	}
+	if n >= len(es)/8 {
+		out := slices.Clone(es)
+		slices.SortFunc(out, cmp)
+		return out[:min(n, len(out))]
+	}
+	top := make([]backlogEntry, 0, n+1)
+	for _, e := range es {
+		if len(top) == n && cmp(e, top[n-1]) >= 0 {
+			continue
+		}
+		i := sort.Search(len(top), func(i int) bool { return cmp(e, top[i]) < 0 })
+		top = slices.Insert(top, i, e)
+		if len(top) > n {
+			top = top[:n]
+		}
+	}
+	return top
+}
