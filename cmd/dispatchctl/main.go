@@ -52,7 +52,7 @@ type command struct {
 // opts holds every command's flags; each command registers the ones it uses.
 type opts struct {
 	json                             bool
-	sort                             string
+	sort, search                     string
 	limit, page                      int
 	client, id, reason, since, until string
 	all, dryRun, yes, body           bool
@@ -75,7 +75,8 @@ var commands = []command{
 		run: status},
 	{name: "clients", summary: "list clients with a backlog: count, oldest age, lane state, next send, attempts",
 		flags: func(f *flag.FlagSet, o *opts) {
-			f.StringVar(&o.sort, "sort", admin.SortBacklog, "order: backlog (largest first) or age (oldest first)")
+			f.StringVar(&o.sort, "sort", admin.SortBacklog, "order: backlog (largest first), age (oldest first) or next (earliest next send first)")
+			f.StringVar(&o.search, "search", "", "only the clients whose id contains this")
 			f.IntVar(&o.limit, "limit", 50, "clients per page, 1 to 1000")
 			f.IntVar(&o.page, "page", 1, "page to show, from 1")
 		}, run: clients},
@@ -237,7 +238,7 @@ func (e *env) print(v any, table func(w *tabwriter.Writer)) error {
 }
 
 func clients(ctx context.Context, e *env, _ []string) error {
-	page, err := e.svc.Clients(ctx, admin.ClientsQuery{Sort: e.o.sort, Limit: e.o.limit, Page: e.o.page})
+	page, err := e.svc.Clients(ctx, admin.ClientsQuery{Sort: e.o.sort, Limit: e.o.limit, Page: e.o.page, Search: e.o.search})
 	if err != nil {
 		return err
 	}
