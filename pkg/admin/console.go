@@ -126,7 +126,7 @@ func (s *Service) Client(ctx context.Context, clientID string) (ClientView, erro
 		return ClientView{}, err
 	}
 	if !ok {
-		subject = request.RequestSubject(clientID)
+		subject = s.q.StoredSubject(clientID)
 	}
 	v := ClientView{Client: Client{ClientID: clientID, Backlog: n, subject: subject, oldestKnown: !ok}}
 	cs := []Client{v.Client}

@@ -111,7 +111,7 @@ type bar struct {
 }
 
 func latencyBars(a dispatch.Activity) barChart {
-	const w, h = 520, 120
+	const w, h = 616, 130
 	c := barChart{Width: w, Height: h}
 	most := 0
 	for _, n := range a.Latency {
@@ -123,9 +123,9 @@ func latencyBars(a dispatch.Activity) barChart {
 	}
 	slot := float64(w) / float64(len(a.Latency))
 	for i, n := range a.Latency {
-		label := "> " + dispatch.LatencyBounds[len(dispatch.LatencyBounds)-1].String()
+		label := ">" + dispatch.LatencyBounds[len(dispatch.LatencyBounds)-1].String()
 		if i < len(dispatch.LatencyBounds) {
-			label = "≤ " + dispatch.LatencyBounds[i].String()
+			label = dispatch.LatencyBounds[i].String()
 		}
 		bh := float64(h-16) * float64(n) / float64(most)
 		c.Bars = append(c.Bars, bar{X: float64(i)*slot + 2, W: slot - 4, Y: float64(h-16) - bh, H: bh, Label: label, Count: n})
@@ -133,15 +133,13 @@ func latencyBars(a dispatch.Activity) barChart {
 	return c
 }
 
+// roundDur rounds d for reading: to the millisecond (gaps are judged against intervals
+// to that), and below a millisecond to 100 µs.
 func roundDur(d time.Duration) time.Duration {
-	switch {
-	case d >= 10*time.Second:
-		return d.Round(100 * time.Millisecond)
-	case d >= time.Second:
-		return d.Round(10 * time.Millisecond)
-	default:
-		return d.Round(100 * time.Microsecond)
+	if d >= time.Millisecond || d <= -time.Millisecond {
+		return d.Round(time.Millisecond)
 	}
+	return d.Round(100 * time.Microsecond)
 }
 
 var funcs = template.FuncMap{

@@ -374,7 +374,7 @@ type replayData struct {
 func (c *Console) request(r *http.Request, v *view) (string, error) {
 	id := strings.TrimSpace(r.URL.Query().Get("id"))
 	v.Title, v.Nav = "Request", "request"
-	d := requestData{ID: id}
+	d := requestData{ID: id, Client: r.URL.Query().Get("client")}
 	if id != "" {
 		v.Title = id + " · Request"
 		st, err := c.cfg.Admin.Request(r.Context(), id, r.URL.Query().Get("client"))
@@ -392,6 +392,7 @@ func (c *Console) request(r *http.Request, v *view) (string, error) {
 
 type requestData struct {
 	ID        string
+	Client    string
 	State     *admin.RequestState
 	Events    []request.Event
 	EventsErr error

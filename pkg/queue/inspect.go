@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
+	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -133,6 +135,16 @@ func (q *Queue) OldestHeads(ctx context.Context, k, maxRead int) (heads []reques
 }
 
 var errRead = errors.New("read enough")
+
+// StoredSubject is the subject the request stream stores clientID's requests under: the
+// partition is the server's {{partition(N,1)}} of the client's token, an FNV-1a hash
+// modulo the partitions (TestStoredSubjectIsTheServers holds it to the server's).
+func (q *Queue) StoredSubject(clientID string) string {
+	token := request.EncodeClientID(clientID)
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(token))
+	return request.RequestPrefix + strconv.Itoa(int(h.Sum32()%uint32(q.cfg.Partitions))) + "." + token
+}
 
 // Stats is the queue as a whole, cheap to read.
 type Stats struct {

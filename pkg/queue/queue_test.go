@@ -314,3 +314,21 @@ func TestClusterR3(t *testing.T) {
 		}
 	}
 }
+
+func TestStoredSubjectIsTheServers(t *testing.T) {
+	t.Parallel()
+	for _, partitions := range []int{1, 7, 64} {
+		q := open(t, queue.Config{Partitions: partitions})
+		for i := range 50 {
+			id := fmt.Sprintf("client-%d-%s", i, strings.Repeat("x", i))
+			publish(t, q, id, fmt.Sprint("r", i))
+			subj, _, ok, err := q.ClientSubject(context.Background(), id)
+			if err != nil || !ok {
+				t.Fatalf("client %s: %v %v", id, ok, err)
+			}
+			if got := q.StoredSubject(id); got != subj {
+				t.Fatalf("%d partitions, client %s: StoredSubject %s, the server stored it under %s", partitions, id, got, subj)
+			}
+		}
+	}
+}
