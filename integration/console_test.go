@@ -1,0 +1,97 @@
+package integration
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/cookiejar"
+	"net/url"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The console served by either of two dispatcher processes shows both instances' lanes
+// and minutes, as dispatchctl clients does: each client's row names the instance that
+// owns its partition.
+func TestConsoleShowsEveryInstancesLanes(t *testing.T) {
+	t.Parallel()
+	const interval, clients, each = 2 * time.Second, 16, 4
+	s := newStack(t, options{interval: interval, noStart: true})
+	leases, err := s.q.Leases(context.Background(), 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const token = "console-token"
+	opsA, opsB := freeAddr(t), freeAddr(t)
+	env := map[string]string{"NATS_URL": s.srv.ClientURL(), "RAVEN_URL": s.ravenURL, "DISPATCH_INTERVAL": interval.String(),
+		"LEASE_TTL": "2s", "RAVEN_TIMEOUT": "1s", "ADMIN_TOKEN": token, "EVENTS": "false"}
+	startProc(t, with(env, "INSTANCE_ID", "a", "OPS_ADDR", opsA))
+	startProc(t, with(env, "INSTANCE_ID", "b", "OPS_ADDR", opsB))
+	waitFor(t, 30*time.Second, "a and b to hold 32 partitions each", func() bool {
+		owners, err := leases.Owners(context.Background())
+		if err != nil {
+			return false
+		}
+		n := map[string]int{}
+		for _, id := range owners {
+			n[id]++
+		}
+		return n["a"] == 32 && n["b"] == 32
+	})
+	for n := range each {
+		for i := range clients {
+			s.post(clientName(i), n)
+		}
+	}
+	waitFor(t, 30*time.Second, "a first delivery of every client", func() bool { return s.ledger.Delivered() >= clients })
+
+	jar, _ := cookiejar.New(nil)
+	browser := &http.Client{Jar: jar, Timeout: 10 * time.Second}
+	get := func(base, path string) string {
+		res, err := browser.Get("http://" + base + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		if res.StatusCode != http.StatusOK {
+			t.Fatalf("GET %s%s: %d %s", base, path, res.StatusCode, b)
+		}
+		return string(b)
+	}
+	// Signed in on a; the cookie is good on b too, which has the same ADMIN_TOKEN.
+	if res, err := browser.PostForm("http://"+opsA+"/console/signin", url.Values{"token": {token}}); err != nil {
+		t.Fatal(err)
+	} else {
+		res.Body.Close()
+	}
+	bCookie, _ := url.Parse("http://" + opsB + "/console/")
+	aCookie, _ := url.Parse("http://" + opsA + "/console/")
+	jar.SetCookies(bCookie, jar.Cookies(aCookie))
+
+	owner := regexp.MustCompile(`<tr data-client="(client-\d+)">(?s:.*?)<td>(a|b|)</td>\s*</tr>`)
+	page := get(opsB, "/console/clients?sort=next")
+	rows := owner.FindAllStringSubmatch(page, -1)
+	byOwner := map[string]int{}
+	for _, r := range rows {
+		byOwner[r[2]]++
+	}
+	if len(rows) != clients || byOwner["a"] == 0 || byOwner["b"] == 0 || byOwner[""] != 0 {
+		t.Fatalf("b's clients page: %d rows, owners %v; want all %d clients, each with its owner, a and b both", len(rows), byOwner, clients)
+	}
+	mustContain(t, page, `class="lane lane-waiting"`)
+
+	overview := get(opsA, "/console/")
+	for _, id := range []string{"a", "b"} {
+		if !regexp.MustCompile(`<tr><td>` + id + `</td><td class="num">\d+</td>`).MatchString(overview) {
+			t.Errorf("a's overview has no row for instance %s's last minute", id)
+		}
+	}
+	if strings.Contains(overview, "No dispatcher answered") {
+		t.Error("a's overview says no dispatcher answered")
+	}
+	s.waitDone(60 * time.Second)
+	s.check(0)
+}
