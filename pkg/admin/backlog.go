@@ -23,15 +23,18 @@ type backlogEntry struct {
 
 type backlogSnapshot struct {
 	at      time.Time
+	took    time.Duration // how long the read took
 	entries []backlogEntry
 }
 
-// Snapshot ages for ClientsQuery.Cached: a snapshot younger than snapshotFresh is used as
-// it is; one younger than snapshotStale is used while a fresh one is read in the
-// background; an older one is read again before answering.
+// Snapshots for ClientsQuery.Cached: while a read takes under snapshotCheap, every page
+// reads afresh. Beyond, a snapshot younger than snapshotFresh is used as it is; one
+// younger than snapshotStale is used while a fresh one is read in the background; an
+// older one is read again before answering.
 const (
+	snapshotCheap = 50 * time.Millisecond
 	snapshotFresh = 2 * time.Second
-	snapshotStale = 30 * time.Second
+	snapshotStale = 10 * time.Second
 )
 
 type backlogCache struct {
@@ -55,6 +58,7 @@ func (s *Service) readBacklog(ctx context.Context) (*backlogSnapshot, error) {
 		}
 		snap.entries = append(snap.entries, backlogEntry{id: id, subject: subj, backlog: n})
 	}
+	snap.took = time.Since(at)
 	return snap, nil
 }
 
@@ -67,14 +71,14 @@ func (s *Service) backlog(ctx context.Context, cached bool) (*backlogSnapshot, e
 	s.snapMu.Lock()
 	snap := s.snap
 	age := time.Duration(-1)
-	if snap != nil {
+	if snap != nil && snap.took >= snapshotCheap {
 		age = time.Since(snap.at)
 	}
 	switch {
-	case snap != nil && age < snapshotFresh:
+	case age >= 0 && age < snapshotFresh:
 		s.snapMu.Unlock()
 		return snap, nil
-	case snap != nil && age < snapshotStale:
+	case age >= 0 && age < snapshotStale:
 		if !s.refreshing {
 			s.refreshing = true
 			go func() {

@@ -1,0 +1,309 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/page"
+	"github.com/chromedp/chromedp"
+
+	"github.com/penguinhq/dispatcher/pkg/admin"
+	"github.com/penguinhq/dispatcher/pkg/console"
+	"github.com/penguinhq/dispatcher/pkg/ledger"
+)
+
+// findChromium is the path of an installed Chromium or Chrome; empty when none is.
+func findChromium() string {
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "google-chrome-stable"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	return ""
+}
+
+// browserTab drives one tab of a headless Chromium against the console at base, saving
+// a screenshot of each page it is asked to into dir.
+type browserTab struct {
+	t       *testing.T
+	ctx     context.Context
+	base    string
+	dir     string
+	dialogs atomic.Int32 // JavaScript dialogs that opened: a script ran that should not have
+}
+
+func newBrowserTab(t *testing.T, base string) *browserTab {
+	t.Helper()
+	chromium := findChromium()
+	if chromium == "" {
+		t.Skip("no Chromium installed (apt-get install chromium): the console's browser test needs one; CI installs it")
+	}
+	dir := os.Getenv("CONSOLE_SCREENSHOTS")
+	if dir == "" {
+		dir = filepath.Join(os.TempDir(), "console-screenshots")
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("screenshots of each page in %s", dir)
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(chromium), chromedp.NoSandbox, chromedp.WindowSize(1400, 1000))
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancelTab := chromedp.NewContext(actx)
+	ctx, cancelTime := context.WithTimeout(ctx, 3*time.Minute)
+	t.Cleanup(func() { cancelTime(); cancelTab(); cancelAlloc() })
+	b := &browserTab{t: t, ctx: ctx, base: base, dir: dir}
+	if err := chromedp.Listen(ctx, func(ev any) {
+		if _, ok := ev.(*page.EventJavascriptDialogOpening); ok {
+			b.dialogs.Add(1)
+		}
+	}); err != nil {
+		t.Fatalf("starting Chromium (%s): %v", chromium, err)
+	}
+	return b
+}
+
+func (b *browserTab) do(what string, steps ...chromedp.Action[chromedp.Void]) {
+	b.t.Helper()
+	if err := chromedp.Do(b.ctx, steps...); err != nil {
+		b.t.Fatalf("%s: %v", what, err)
+	}
+}
+
+func (b *browserTab) open(path string) { b.t.Helper(); b.do("open "+path, chromedp.Navigate(b.base+path)) }
+
+func (b *browserTab) text(sel string) string {
+	b.t.Helper()
+	s, err := chromedp.Run(b.ctx, chromedp.Text(chromedp.CSS(sel)))
+	if err != nil {
+		b.t.Fatalf("the text of %s: %v", sel, err)
+	}
+	return s
+}
+
+// waitText waits until the element sel shows want (a page loaded after a click).
+func (b *browserTab) waitText(sel, want string) {
+	b.t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	last := ""
+	for time.Now().Before(deadline) {
+		ctx, cancel := context.WithTimeout(b.ctx, time.Second)
+		s, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel)))
+		cancel()
+		if err == nil && strings.Contains(s, want) {
+			return
+		}
+		last = s
+		time.Sleep(100 * time.Millisecond)
+	}
+	b.t.Fatalf("%s shows %q, want %q", sel, last, want)
+}
+
+func (b *browserTab) screenshot(name string) {
+	b.t.Helper()
+	png, err := chromedp.Run(b.ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		b.t.Fatalf("screenshot %s: %v", name, err)
+	}
+	if err := os.WriteFile(filepath.Join(b.dir, name+".png"), png, 0o644); err != nil {
+		b.t.Fatal(err)
+	}
+}
+
+// arrivalsOf is the ledger's arrivals of one client.
+func arrivalsOf(l *ledger.Ledger, client string) []ledger.Arrival {
+	var out []ledger.Arrival
+	for _, a := range l.Arrivals() {
+		if a.ClientID == client {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// The console in a real browser against a real dispatcher, NATS and a recording raven:
+// sign in, find a backlogged client, pause it and resume it from its page (raven hears
+// nothing of it meanwhile), give it its own interval (raven's gaps follow), replay a dead
+// letter after a dry run (raven receives it), show a clientId that is a script as text,
+// and refuse a POST without the CSRF token.
+func TestConsoleInARealBrowser(t *testing.T) {
+	t.Parallel()
+	if findChromium() == "" {
+		t.Skip("no Chromium installed (apt-get install chromium): the console's browser test needs one; CI installs it")
+	}
+	const interval = 300 * time.Millisecond
+	var doomedOnce atomic.Bool // raven refuses the doomed client's first request for good
+	s := newStack(t, options{interval: interval, respond: func(a ledger.Arrival) ledger.Response {
+		if a.ClientID == "doomed" && doomedOnce.CompareAndSwap(false, true) {
+			return ledger.Response{Status: http.StatusUnprocessableEntity}
+		}
+		return ledger.Response{}
+	}})
+	ctl, err := s.q.Control(context.Background(), testLog())
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := admin.New(admin.Config{Queue: s.q, Control: ctl, Log: testLog(), Interval: interval, Instance: "console-test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const token = "browser-test-token"
+	con, err := console.New(console.Config{Admin: svc, Token: token, Log: testLog(), Refresh: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(con.Handler())
+	t.Cleanup(srv.Close)
+	b := newBrowserTab(t, srv.URL)
+
+	// Sign in: a wrong token first.
+	b.open("/console/")
+	b.waitText("h1", "Sign in")
+	b.screenshot("signin")
+	b.do("a wrong token", chromedp.SendKeys(chromedp.CSS("#token"), "wrong"), chromedp.Submit(chromedp.CSS("#signin")))
+	b.waitText(".problem", "Sign-in refused.")
+	b.do("the token", chromedp.SendKeys(chromedp.CSS("#token"), token), chromedp.Submit(chromedp.CSS("#signin")))
+	b.waitText("h1", "Overview")
+
+	// A backlogged client in the table.
+	for n := range 40 {
+		s.post("alice", n)
+	}
+	doomedID := s.post("doomed", 0)
+	b.open("/console/clients")
+	b.waitText(`tr[data-client="alice"] td.backlog`, "")
+	backlog, _ := strconv.Atoi(b.text(`tr[data-client="alice"] td.backlog`))
+	if backlog < 10 {
+		t.Fatalf("alice's backlog in the table: %d, want most of her 40", backlog)
+	}
+	b.screenshot("clients")
+
+	// Pause her from her page: raven hears nothing more of her until she is resumed.
+	b.do("open alice's page", chromedp.Click(chromedp.CSS(`tr[data-client="alice"] a.client-link`)))
+	b.waitText("h1", "alice")
+	b.do("pause", chromedp.Click(chromedp.CSS("#pause button")))
+	b.waitText("#flash", "Paused")
+	paused := time.Now()
+	// An attempt that had started (or was being handed out) as the pause was written
+	// may still arrive: allow one interval for it.
+	time.Sleep(interval)
+	during := len(arrivalsOf(s.ledger, "alice"))
+	time.Sleep(8 * interval)
+	if got := len(arrivalsOf(s.ledger, "alice")); got != during {
+		t.Fatalf("raven received %d of alice's requests while she was paused", got-during)
+	}
+	for _, a := range arrivalsOf(s.ledger, "alice") {
+		if a.Start.After(paused.Add(interval)) {
+			t.Fatalf("an arrival of alice at %s, %s after the pause", a.Start, a.Start.Sub(paused))
+		}
+	}
+	b.waitText("#lane-state", "paused")
+	b.screenshot("client-paused")
+	b.do("resume", chromedp.Click(chromedp.CSS("#resume button")))
+	b.waitText("#flash", "Resumed")
+	waitFor(t, 10*time.Second, "alice's requests to go again", func() bool { return len(arrivalsOf(s.ledger, "alice")) > during })
+
+	// Her own interval: raven's next gaps follow it.
+	const own = 900 * time.Millisecond
+	b.do("set her interval", chromedp.SendKeys(chromedp.CSS("#interval-input"), own.String()), chromedp.Click(chromedp.CSS("#interval button")))
+	b.waitText("#flash", "Interval set")
+	set := time.Now()
+	waitFor(t, 20*time.Second, "three of alice's requests after her interval was set", func() bool {
+		n := 0
+		for _, a := range arrivalsOf(s.ledger, "alice") {
+			if a.Start.After(set.Add(own)) {
+				n++
+			}
+		}
+		return n >= 3
+	})
+	as := arrivalsOf(s.ledger, "alice")
+	for i := 1; i < len(as); i++ {
+		if as[i].Start.After(set.Add(own)) && as[i].Start.Sub(as[i-1].End) < own {
+			t.Fatalf("a gap of %s at raven after alice's interval became %s", as[i].Start.Sub(as[i-1].End), own)
+		}
+	}
+	b.open("/console/client?id=alice")
+	b.waitText("#client-interval", "900ms")
+	if n, err := chromedp.Run(b.ctx, chromedp.Evaluate[int](`document.querySelectorAll("#gaps rect.bar").length`)); err != nil || n < 3 {
+		t.Fatalf("alice's gap chart has %d bars (%v), want her last gaps", n, err)
+	}
+	if n, _ := chromedp.Run(b.ctx, chromedp.Evaluate[int](`document.querySelectorAll("#gaps rect.below").length`)); n != 0 {
+		t.Fatalf("alice's gap chart marks %d gaps below the interval", n)
+	}
+	b.screenshot("client")
+
+	// A dead letter, replayed from its page after a dry run: raven receives it.
+	waitFor(t, 20*time.Second, "the doomed request to be dead-lettered", func() bool { return s.dead()[doomedID] })
+	b.open("/console/deadletters")
+	row := fmt.Sprintf(`tr[data-id=%q]`, doomedID)
+	b.waitText(row, "permanent")
+	b.screenshot("deadletters")
+	b.do("select it", chromedp.Click(chromedp.CSS(row+` input[name="id"]`)), chromedp.Click(chromedp.CSS("#dry-run-selected")))
+	b.waitText("#replay-count", "1")
+	if got := len(arrivalsOf(s.ledger, "doomed")); got != 1 {
+		t.Fatalf("raven received %d of doomed's requests after the dry run, want only the first attempt", got)
+	}
+	b.screenshot("replay-dry-run")
+	s.markReplayed(doomedID)
+	b.do("confirm", chromedp.Click(chromedp.CSS("#replay-confirm-button")))
+	b.waitText("#replay-result", "requeued 1")
+	b.screenshot("replay-done")
+	waitFor(t, 10*time.Second, "raven to receive the replayed request", func() bool {
+		for _, a := range arrivalsOf(s.ledger, "doomed") {
+			if a.ID == doomedID && a.Status == http.StatusOK {
+				return true
+			}
+		}
+		return false
+	})
+	b.open("/console/request?id=" + doomedID)
+	b.waitText("#request-state", "delivered")
+	if tl := b.text("#timeline"); !strings.Contains(tl, "dead_lettered") || !strings.Contains(tl, "replayed") || !strings.Contains(tl, "delivered") {
+		t.Fatalf("the request's timeline: %q; want it dead-lettered, replayed and delivered", tl)
+	}
+	b.screenshot("request")
+
+	// A clientId that is a script is shown, never run.
+	const evil = "<script>alert(1)</script>"
+	b.do("pause the evil client", chromedp.Navigate(b.base+"/console/client?id="+url.QueryEscape(evil)))
+	b.do("pause it", chromedp.Click(chromedp.CSS("#pause button")))
+	b.waitText("#flash", "Paused")
+	s.post(evil, 0)
+	s.post(evil, 1)
+	b.open("/console/clients?q=" + url.QueryEscape("<script>"))
+	b.waitText(`#clients a.client-link`, evil)
+	b.screenshot("clients-evil")
+	b.do("open its page", chromedp.Click(chromedp.CSS(`#clients a.client-link`)))
+	b.waitText("h1", evil)
+	b.screenshot("client-evil")
+	b.open("/console/steering")
+	b.waitText("#steered", evil)
+	b.screenshot("steering")
+	b.open("/console/")
+	b.waitText("h1", "Overview")
+	b.screenshot("overview")
+	if n := b.dialogs.Load(); n != 0 {
+		t.Fatalf("%d JavaScript dialogs opened: a clientId ran as a script", n)
+	}
+
+	// A POST without the CSRF token is refused, from the page itself, with its cookie.
+	status, err := chromedp.Run(b.ctx, chromedp.Evaluate[int](
+		`fetch("/console/client/resume", {method: "POST", body: new URLSearchParams({id: "alice"})}).then(r => r.status)`, chromedp.EvalAwaitPromise))
+	if err != nil || status != http.StatusForbidden {
+		t.Fatalf("a POST without the CSRF token: %d (%v), want 403", status, err)
+	}
+	b.do("resume the evil client", chromedp.Navigate(b.base+"/console/client?id="+url.QueryEscape(evil)), chromedp.Click(chromedp.CSS("#resume button")))
+	b.waitText("#flash", "Resumed")
+	s.finish(60*time.Second, 0)
+}
