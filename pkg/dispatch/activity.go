@@ -69,7 +69,7 @@ const (
 type slot struct {
 	epoch    int64 // start of the slot, in slotLengths since the Unix epoch
 	outcomes map[string]int
-	statuses map[string]int
+	statuses map[int]int // 0: no answer
 	latency  []int
 	dead     map[string]int
 }
@@ -98,7 +98,7 @@ func (a *activity) at(t time.Time) *slot {
 	epoch := t.UnixNano() / int64(slotLength)
 	s := &a.slots[epoch%int64(slots)]
 	if s.epoch != epoch || s.outcomes == nil {
-		*s = slot{epoch: epoch, outcomes: map[string]int{}, statuses: map[string]int{}, latency: make([]int, len(LatencyBounds)+1), dead: map[string]int{}}
+		*s = slot{epoch: epoch, outcomes: map[string]int{}, statuses: map[int]int{}, latency: make([]int, len(LatencyBounds)+1), dead: map[string]int{}}
 	}
 	return s
 }
@@ -109,11 +109,7 @@ func (a *activity) attempt(subject string, at Attempt) {
 	defer a.mu.Unlock()
 	s := a.at(at.End)
 	s.outcomes[at.Outcome]++
-	status := "error"
-	if at.Status != 0 {
-		status = strconv.Itoa(at.Status)
-	}
-	s.statuses[status]++
+	s.statuses[at.Status]++
 	took, b := at.End.Sub(at.Start), 0
 	for b < len(LatencyBounds) && took > LatencyBounds[b] {
 		b++
@@ -125,12 +121,15 @@ func (a *activity) attempt(subject string, at Attempt) {
 	e, ok := a.clients[subject]
 	if ok {
 		a.order.MoveToFront(e)
+	} else if a.order.Len() >= a.max {
+		// Full: the least recently sent to makes room, its record reused.
+		e = a.order.Back()
+		c := e.Value.(*clientAttempts)
+		delete(a.clients, c.subject)
+		*c = clientAttempts{subject: subject}
+		a.order.MoveToFront(e)
+		a.clients[subject] = e
 	} else {
-		if a.order.Len() >= a.max {
-			last := a.order.Back()
-			delete(a.clients, last.Value.(*clientAttempts).subject)
-			a.order.Remove(last)
-		}
 		e = a.order.PushFront(&clientAttempts{subject: subject})
 		a.clients[subject] = e
 	}
@@ -192,7 +191,13 @@ func (a *activity) window(now time.Time) Activity {
 			continue
 		}
 		add(out.Outcomes, s.outcomes)
-		add(out.Statuses, s.statuses)
+		for code, n := range s.statuses {
+			status := "error"
+			if code != 0 {
+				status = strconv.Itoa(code)
+			}
+			out.Statuses[status] += n
+		}
 		add(out.DeadLetters, s.dead)
 		for b, n := range s.latency {
 			out.Latency[b] += n

@@ -62,3 +62,20 @@ func TestActivityCountsTheLastMinuteOnly(t *testing.T) {
 		t.Fatalf("merged twice: %v, latency %v", all.Outcomes, all.Latency)
 	}
 }
+
+// BenchmarkActivityAttempt is what remembering one attempt costs the send path (run by
+// hand: go test -run '^$' -bench Activity ./pkg/dispatch).
+func BenchmarkActivityAttempt(b *testing.B) {
+	a := newActivity(DefaultAttemptHistory)
+	subjects := make([]string, 20_000)
+	for i := range subjects {
+		subjects[i] = fmt.Sprintf("dispatch.req.%d.client-%d", i%64, i)
+	}
+	now := time.Now()
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		a.attempt(subjects[i%len(subjects)], Attempt{ID: "r", Start: now, End: now, Outcome: OutcomeDelivered, Status: 200, HasGap: true})
+		i++
+	}
+}
