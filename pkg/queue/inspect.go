@@ -51,7 +51,7 @@ type Found struct {
 // clientID's subject when it is given, else across the whole queue (slow on a large
 // backlog). ok is false when it is not queued.
 func (q *Queue) FindRequest(ctx context.Context, id, clientID string) (f Found, ok bool, err error) {
-	filter := request.RequestPrefix + ">"
+	filter := "" // the whole stream
 	if clientID != "" {
 		if err := request.ValidateClientID(clientID); err != nil {
 			return Found{}, false, err
@@ -109,7 +109,7 @@ func (q *Queue) OldestHeads(ctx context.Context, k, maxRead int) (heads []reques
 	errDone := errors.New("done")
 	seen := map[string]bool{}
 	read := 0
-	err = q.scan(ctx, q.reqs, request.RequestPrefix+">", true, func(m jetstream.Msg, md *jetstream.MsgMetadata) error {
+	err = q.scan(ctx, q.reqs, "", true, func(m jetstream.Msg, md *jetstream.MsgMetadata) error {
 		read++
 		if !seen[m.Subject()] {
 			seen[m.Subject()] = true

@@ -14,7 +14,7 @@ import (
 // up.
 const scanStall = 10 * time.Second
 
-// scan calls fn with each message of s on filter, in order, up to the stream's last
+// scan calls fn with each message of s on filter (empty: all), in order, up to the stream's last
 // sequence when it began, reading through an ordered consumer that the server drops
 // soon after the scan ends.
 func (q *Queue) scan(ctx context.Context, s jetstream.Stream, filter string, headersOnly bool, fn func(jetstream.Msg, *jetstream.MsgMetadata) error) error {
@@ -26,8 +26,16 @@ func (q *Queue) scan(ctx context.Context, s jetstream.Stream, filter string, hea
 	if info.State.Msgs == 0 {
 		return nil
 	}
+	// No filter reads the whole stream: a filter that matches every subject would make
+	// the server count the pending messages subject by subject.
+	var filters []string
+	if filter != "" {
+		filters = []string{filter}
+	} else {
+		filter = "stream " + s.CachedInfo().Config.Name
+	}
 	cons, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
-		FilterSubjects:    []string{filter},
+		FilterSubjects:    filters,
 		HeadersOnly:       headersOnly,
 		DeliverPolicy:     jetstream.DeliverAllPolicy,
 		InactiveThreshold: 5 * time.Second,
