@@ -85,8 +85,37 @@ type activity struct {
 
 type clientAttempts struct {
 	subject string
-	ring    [HistoryPerClient]Attempt
+	ring    [HistoryPerClient]attemptRecord
 	n       int // attempts recorded in all
+}
+
+// attemptRecord is an Attempt as the ring keeps it: 56 bytes rather than 136.
+type attemptRecord struct {
+	id            string
+	start, end    int64 // Unix nanoseconds
+	gap, interval time.Duration
+	attempt       int32
+	status        int16
+	outcome       uint8
+	hasGap        bool
+}
+
+var outcomes = []string{OutcomeDelivered, OutcomeTransient, OutcomePermanent}
+
+func record(at Attempt) attemptRecord {
+	r := attemptRecord{id: at.ID, start: at.Start.UnixNano(), end: at.End.UnixNano(), gap: at.Gap, interval: at.Interval,
+		attempt: int32(min(at.Attempt, 1<<31-1)), status: int16(at.Status), hasGap: at.HasGap}
+	for i, o := range outcomes {
+		if o == at.Outcome {
+			r.outcome = uint8(i)
+		}
+	}
+	return r
+}
+
+func (r attemptRecord) Attempt() Attempt {
+	return Attempt{ID: r.id, Attempt: int(r.attempt), Start: time.Unix(0, r.start), End: time.Unix(0, r.end),
+		Gap: r.gap, HasGap: r.hasGap, Interval: r.interval, Outcome: outcomes[r.outcome], Status: int(r.status)}
 }
 
 func newActivity(maxClients int) *activity {
@@ -134,7 +163,7 @@ func (a *activity) attempt(subject string, at Attempt) {
 		a.clients[subject] = e
 	}
 	c := e.Value.(*clientAttempts)
-	c.ring[c.n%HistoryPerClient] = at
+	c.ring[c.n%HistoryPerClient] = record(at)
 	c.n++
 }
 
@@ -157,7 +186,7 @@ func (a *activity) history(subject string) []Attempt {
 	n := min(c.n, HistoryPerClient)
 	out := make([]Attempt, 0, n)
 	for i := c.n - n; i < c.n; i++ {
-		out = append(out, c.ring[i%HistoryPerClient])
+		out = append(out, c.ring[i%HistoryPerClient].Attempt())
 	}
 	return out
 }
@@ -172,8 +201,8 @@ func (a *activity) lastDelivered(subject string) time.Time {
 	}
 	c := e.Value.(*clientAttempts)
 	for i := c.n - 1; i >= max(c.n-HistoryPerClient, 0); i-- {
-		if at := c.ring[i%HistoryPerClient]; at.Outcome == OutcomeDelivered {
-			return at.End
+		if r := c.ring[i%HistoryPerClient]; r.outcome == 0 { // delivered
+			return time.Unix(0, r.end)
 		}
 	}
 	return time.Time{}

@@ -18,6 +18,17 @@ func TestHistoryKeepsEachClientsLastAttemptsInOrder(t *testing.T) {
 	if len(h) != HistoryPerClient || h[0].ID != "5" || h[len(h)-1].ID != fmt.Sprint(HistoryPerClient+4) {
 		t.Fatalf("history of %d from %s to %s; want the last %d, oldest first", len(h), h[0].ID, h[len(h)-1].ID, HistoryPerClient)
 	}
+	kept := Attempt{ID: "k", Attempt: 3, Start: t0, End: t0.Add(time.Millisecond), Gap: 5*time.Second + 1234, HasGap: true,
+		Interval: 5 * time.Second, Outcome: OutcomeTransient, Status: 503}
+	a.attempt("k", kept)
+	a.attempt("k", Attempt{ID: "k2", Start: t0, End: t0, Outcome: OutcomePermanent})
+	if h := a.history("k"); len(h) != 2 || !h[0].Start.Equal(kept.Start) || !h[0].End.Equal(kept.End) ||
+		h[0].ID != kept.ID || h[0].Attempt != 3 || h[0].Gap != kept.Gap || !h[0].HasGap || h[0].Interval != kept.Interval ||
+		h[0].Outcome != kept.Outcome || h[0].Status != 503 || h[1].HasGap || h[1].Outcome != OutcomePermanent {
+		t.Fatalf("history of k: %+v; want %+v kept as it was, then k2", h, kept)
+	}
+	a = newActivity(2)
+	a.attempt("a", Attempt{ID: "a1", Start: t0, End: t0})
 	a.attempt("b", Attempt{ID: "b1", Start: t0, End: t0})
 	a.attempt("a", Attempt{ID: "a-again", Start: t0, End: t0}) // a is now the most recent
 	a.attempt("c", Attempt{ID: "c1", Start: t0, End: t0})      // evicts b, the least recent
