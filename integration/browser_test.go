@@ -80,7 +80,10 @@ func (b *browserTab) do(what string, steps ...chromedp.Action[chromedp.Void]) {
 	}
 }
 
-func (b *browserTab) open(path string) { b.t.Helper(); b.do("open "+path, chromedp.Navigate(b.base+path)) }
+func (b *browserTab) open(path string) {
+	b.t.Helper()
+	b.do("open "+path, chromedp.Navigate(b.base+path))
+}
 
 func (b *browserTab) text(sel string) string {
 	b.t.Helper()
@@ -279,8 +282,7 @@ func TestConsoleInARealBrowser(t *testing.T) {
 	b.do("pause the evil client", chromedp.Navigate(b.base+"/console/client?id="+url.QueryEscape(evil)))
 	b.do("pause it", chromedp.Click(chromedp.CSS("#pause button")))
 	b.waitText("#flash", "Paused")
-	s.post(evil, 0)
-	s.post(evil, 1)
+	evilIDs := []string{s.post(evil, 0), s.post(evil, 1)}
 	b.open("/console/clients?q=" + url.QueryEscape("<script>"))
 	b.waitText(`#clients a.client-link`, evil)
 	b.screenshot("clients-evil")
@@ -303,7 +305,23 @@ func TestConsoleInARealBrowser(t *testing.T) {
 	if err != nil || status != http.StatusForbidden {
 		t.Fatalf("a POST without the CSRF token: %d (%v), want 403", status, err)
 	}
-	b.do("resume the evil client", chromedp.Navigate(b.base+"/console/client?id="+url.QueryEscape(evil)), chromedp.Click(chromedp.CSS("#resume button")))
-	b.waitText("#flash", "Resumed")
+
+	// Purge the paused evil client from its page: the confirmation says how many, and
+	// both go to the dead letters unsent.
+	b.open("/console/client?id=" + url.QueryEscape(evil))
+	b.do("open the purge page", chromedp.Click(chromedp.CSS("#purge-link")))
+	b.waitText("#purge-count", "2")
+	b.screenshot("purge")
+	if got := len(arrivalsOf(s.ledger, evil)); got != 0 {
+		t.Fatalf("raven received %d of the paused client's requests", got)
+	}
+	b.do("purge", chromedp.Click(chromedp.CSS("#purge button")))
+	b.waitText("#flash", "Purged: 2 requests")
+	dead := s.dead()
+	for _, id := range evilIDs {
+		if !dead[id] {
+			t.Fatalf("purged request %s is not among the dead letters", id)
+		}
+	}
 	s.finish(60*time.Second, 0)
 }
