@@ -92,7 +92,7 @@ func replay(ctx context.Context, e *env, _ []string) error {
 	if err != nil {
 		return err
 	}
-	if f == (queue.DeadFilter{}) && !e.o.all {
+	if f.IsZero() && !e.o.all {
 		return fmt.Errorf("%w: replaying every dead letter needs -all; or select them with -id, -client, -reason, -since or -until", admin.ErrInvalid)
 	}
 	var items []admin.ReplayItem

@@ -260,11 +260,11 @@ func TestDeadLettersListAndReplay(t *testing.T) {
 		Items  []admin.ReplayItem `json:"items"`
 	}
 	f.call(t, "POST", "/admin/v1/replay", token, `{"reason":"attempts-exhausted","dry_run":true}`, &rep)
-	if rep.Report.Matched != 3 || rep.Report.Requeued != 0 || len(rep.Items) != 3 || rep.Items[0].Outcome != admin.ReplayWouldRequeue {
+	if rep.Report.Matched != 3 || rep.Report.Requeued != 0 || len(rep.Items) != 3 || rep.Items[0].Outcome != admin.ReplayWouldRequeue || rep.Report.Through != rep.Items[2].Seq {
 		t.Fatalf("dry run: %+v, want 3 matched, none requeued", rep)
 	}
 	rep.Items = nil
-	f.call(t, "POST", "/admin/v1/replay", token, `{"reason":"attempts-exhausted"}`, &rep)
+	f.call(t, "POST", "/admin/v1/replay", token, fmt.Sprintf(`{"reason":"attempts-exhausted","through":%d}`, rep.Report.Through), &rep)
 	if rep.Report.Matched != 3 || rep.Report.Requeued != 3 {
 		t.Fatalf("replay: %+v, want 3 requeued", rep.Report)
 	}

@@ -108,6 +108,10 @@ type ReplayReport struct {
 	Matched  int  `json:"matched"`
 	Requeued int  `json:"requeued"`
 	Skipped  int  `json:"skipped"`
+	// Through is the dead-letter stream's sequence of the newest dead letter matched:
+	// a replay confirmed after a dry run passes it on, so that it takes what the dry
+	// run counted and nothing dead-lettered since.
+	Through uint64 `json:"through"`
 }
 
 // Replay puts the dead letters f selects back at the end of their clients' queues,
@@ -118,7 +122,9 @@ type ReplayReport struct {
 // not yet removed is not queued twice.
 func (s *Service) Replay(ctx context.Context, f queue.DeadFilter, all, dryRun bool, each func(ReplayItem)) (ReplayReport, error) {
 	rep := ReplayReport{DryRun: dryRun}
-	if f == (queue.DeadFilter{}) && !all {
+	unselective := f
+	unselective.Through = 0 // a bound alone still takes every dead letter up to it
+	if unselective.IsZero() && !all {
 		return rep, invalid("replaying every dead letter needs \"all\": true; or select them by id, client, reason or time range")
 	}
 	if err := checkFilter(f); err != nil {
@@ -129,6 +135,7 @@ func (s *Service) Replay(ctx context.Context, f queue.DeadFilter, all, dryRun bo
 			return rep, err
 		}
 		rep.Matched++
+		rep.Through = max(rep.Through, r.Seq)
 		item := ReplayItem{DeadLetter: r, Outcome: ReplayWouldRequeue}
 		if !dryRun {
 			if item, err = s.replay(ctx, r); err != nil {

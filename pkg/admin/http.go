@@ -107,6 +107,7 @@ func (s *Service) postReplay(r *http.Request) (any, error) {
 	var b struct {
 		ID, Client, Reason, Since, Until string
 		All                              bool
+		Through                          uint64
 		DryRun                           bool `json:"dry_run"`
 	}
 	if err := decode(r, &b); err != nil {
@@ -116,6 +117,7 @@ func (s *Service) postReplay(r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
+	f.Through = b.Through
 	items := []ReplayItem{}
 	rep, err := s.Replay(r.Context(), f, b.All, b.DryRun, func(it ReplayItem) {
 		if len(items) < maxReplayItems {

@@ -370,12 +370,12 @@ func TestBadInputGetsAClearAnswer(t *testing.T) {
 	}
 }
 
-func TestReplayFromTheConsoleIsADryRunFirst(t *testing.T) {
-	t.Parallel()
-	f := setup(t, token)
+// bury publishes a request of client and moves it to the dead letters as raven refused it.
+func (f *fixture) bury(t testing.TB, client, id string) {
+	t.Helper()
 	ctx := context.Background()
-	f.publish(t, "acme", "r1")
-	subj, _, _, err := f.q.ClientSubject(ctx, "acme")
+	f.publish(t, client, id)
+	subj, _, _, err := f.q.ClientSubject(ctx, client)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -389,14 +389,12 @@ func TestReplayFromTheConsoleIsADryRunFirst(t *testing.T) {
 	if err := f.q.Delete(ctx, st.Seq); err != nil {
 		t.Fatal(err)
 	}
-	c := browser(t)
-	f.signIn(t, c)
-	_, page := get(t, c, f.srv.URL+"/console/deadletters")
-	csrf := csrfField.FindStringSubmatch(page)[1]
-	if !strings.Contains(page, `data-id="r1"`) {
-		t.Fatal("the dead letter is not listed")
-	}
-	replay := func(form url.Values) string {
+}
+
+// replayer posts replay forms for a signed-in browser; each answer must be a 200.
+func (f *fixture) replayer(t *testing.T, c *http.Client) func(form url.Values) string {
+	return func(form url.Values) string {
+		t.Helper()
 		res, err := c.PostForm(f.srv.URL+"/console/deadletters/replay", form)
 		if err != nil {
 			t.Fatal(err)
@@ -408,18 +406,79 @@ func TestReplayFromTheConsoleIsADryRunFirst(t *testing.T) {
 		}
 		return string(b)
 	}
-	dry := replay(url.Values{"csrf": {csrf}, "mode": {"selected"}, "id": {"r1"}})
-	if !strings.Contains(dry, `id="replay-count">1<`) {
-		t.Fatal("the dry run does not count the one selected")
+}
+
+func TestReplayFromTheConsoleIsADryRunFirst(t *testing.T) {
+	t.Parallel()
+	f := setup(t, token)
+	ctx := context.Background()
+	f.bury(t, "acme", "r1")
+	f.bury(t, "acme", "r2")
+	f.bury(t, "acme", "r3")
+	c := browser(t)
+	f.signIn(t, c)
+	_, page := get(t, c, f.srv.URL+"/console/deadletters")
+	csrf := csrfField.FindStringSubmatch(page)[1]
+	if !strings.Contains(page, `data-id="r1"`) {
+		t.Fatal("the dead letter is not listed")
+	}
+	replay := f.replayer(t, c)
+	dry := replay(url.Values{"csrf": {csrf}, "mode": {"selected"}, "id": {"r1", "r3"}})
+	if !strings.Contains(dry, `id="replay-count">2<`) {
+		t.Fatal("the dry run does not count the two selected")
 	}
 	if _, n, ok, _ := f.q.ClientSubject(ctx, "acme"); ok || n != 0 {
 		t.Fatalf("after the dry run %d queued, want none", n)
 	}
-	done := replay(url.Values{"csrf": {csrf}, "mode": {"selected"}, "id": {"r1"}, "confirm": {"yes"}})
-	if !strings.Contains(done, "requeued 1 of 1") {
-		t.Fatal("the replay does not say it requeued it")
+	done := replay(url.Values{"csrf": {csrf}, "mode": {"selected"}, "id": {"r1", "r3"}, "confirm": {"yes"}})
+	if !strings.Contains(done, "requeued 2 of 2") {
+		t.Fatal("the replay does not say it requeued both")
 	}
-	if _, n, ok, _ := f.q.ClientSubject(ctx, "acme"); !ok || n != 1 {
-		t.Fatalf("after the replay %d queued, want 1", n)
+	queued, err := f.q.Queued(ctx, "acme", 10)
+	if err != nil || len(queued) != 2 || queued[0].ID != "r1" || queued[1].ID != "r3" {
+		t.Fatalf("after the replay queued %+v (%v), want r1 then r3", queued, err)
+	}
+}
+
+var throughField = regexp.MustCompile(`name="through" value="([0-9]+)"`)
+
+// "Replay all that match", confirmed, replays what its dry run counted: not a dead letter
+// that came after it and happens to match.
+func TestAConfirmedReplayTakesOnlyWhatItsDryRunCounted(t *testing.T) {
+	t.Parallel()
+	f := setup(t, token)
+	ctx := context.Background()
+	f.bury(t, "acme", "early")
+	c := browser(t)
+	f.signIn(t, c)
+	_, page := get(t, c, f.srv.URL+"/console/deadletters?client=acme")
+	csrf := csrfField.FindStringSubmatch(page)[1]
+	replay := f.replayer(t, c)
+	dry := replay(url.Values{"csrf": {csrf}, "mode": {"all"}, "client": {"acme"}})
+	if !strings.Contains(dry, `id="replay-count">1<`) {
+		t.Fatal("the dry run does not count the one dead letter")
+	}
+	m := throughField.FindStringSubmatch(dry)
+	if m == nil {
+		t.Fatal("the dry run's confirmation carries no bound")
+	}
+	f.bury(t, "acme", "late") // dead-lettered while the operator read the dry run
+	done := replay(url.Values{"csrf": {csrf}, "mode": {"all"}, "client": {"acme"}, "through": {m[1]}, "confirm": {"yes"}})
+	if !strings.Contains(done, "requeued 1 of 1") {
+		t.Fatalf("the confirmed replay: %s; want the one the dry run counted", done)
+	}
+	queued, err := f.q.Queued(ctx, "acme", 10)
+	if err != nil || len(queued) != 1 || queued[0].ID != "early" {
+		t.Fatalf("queued after the replay: %+v (%v), want only the early one", queued, err)
+	}
+	var dead []string
+	for r, err := range f.q.DeadLetters(ctx, queue.DeadFilter{}) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		dead = append(dead, r.ID)
+	}
+	if len(dead) != 1 || dead[0] != "late" {
+		t.Fatalf("dead letters after the replay: %v, want only the late one", dead)
 	}
 }

@@ -332,30 +332,28 @@ func (c *Console) replay(w http.ResponseWriter, r *http.Request) {
 	}
 	mode, ids := form.Get("mode"), form["id"]
 	dry := form.Get("confirm") != "yes"
-	var rep admin.ReplayReport
+	// A confirmed replay takes what its dry run counted: nothing dead-lettered since.
+	if t := form.Get("through"); t != "" {
+		if f.Through, err = strconv.ParseUint(t, 10, 64); err != nil {
+			c.fail(w, r, http.StatusBadRequest, fmt.Sprintf("through %q: a dead-letter sequence number.", t))
+			return
+		}
+	}
 	switch mode {
 	case "selected":
 		if len(ids) == 0 || len(ids) > MaxSelected {
 			c.fail(w, r, http.StatusBadRequest, fmt.Sprintf("Select from 1 to %d dead letters to replay (%d selected).", MaxSelected, len(ids)))
 			return
 		}
-		rep.DryRun = dry
-		for _, id := range ids {
-			one, err := c.cfg.Admin.Replay(r.Context(), queue.DeadFilter{ID: id}, false, dry, nil)
-			rep.Matched, rep.Requeued, rep.Skipped = rep.Matched+one.Matched, rep.Requeued+one.Requeued, rep.Skipped+one.Skipped
-			if err != nil {
-				c.fail(w, r, statusOf(err), fmt.Sprintf("Replay stopped after %d requeued: %s. Running it again is safe.", rep.Requeued, err))
-				return
-			}
-		}
+		f.IDs = ids // one pass over the dead letters, whatever the number selected
 	case "all":
-		rep, err = c.cfg.Admin.Replay(r.Context(), f, f == (queue.DeadFilter{}), dry, nil)
-		if err != nil {
-			c.fail(w, r, statusOf(err), fmt.Sprintf("Replay stopped after %d requeued: %s. Running it again is safe.", rep.Requeued, err))
-			return
-		}
 	default:
 		c.fail(w, r, http.StatusBadRequest, `Choose "replay selected" or "replay all that match".`)
+		return
+	}
+	rep, err := c.cfg.Admin.Replay(r.Context(), f, mode == "all", dry, nil)
+	if err != nil {
+		c.fail(w, r, statusOf(err), fmt.Sprintf("Replay stopped after %d requeued: %s. Running it again is safe.", rep.Requeued, err))
 		return
 	}
 	sess, _ := c.session(r)

@@ -107,6 +107,16 @@ type DeadFilter struct {
 	Reason   string    // only those dead-lettered for this reason
 	Since    time.Time // dead-lettered at or after
 	Until    time.Time // dead-lettered before
+	// IDs, when not empty, selects only the requests with these ids (and ID, if set).
+	IDs []string
+	// Through, when not 0, selects only dead letters at or before this sequence of the
+	// dead-letter stream: what a dry run saw, not what came after it.
+	Through uint64
+}
+
+// IsZero reports whether f selects every dead letter.
+func (f DeadFilter) IsZero() bool {
+	return f.ClientID == "" && f.ID == "" && f.Reason == "" && f.Since.IsZero() && f.Until.IsZero() && len(f.IDs) == 0 && f.Through == 0
 }
 
 func (f DeadFilter) subject() string {
@@ -116,8 +126,8 @@ func (f DeadFilter) subject() string {
 	return request.DeadLetterPrefix + ">"
 }
 
-func (f DeadFilter) match(r request.DeadLetter) bool {
-	return (f.ID == "" || r.ID == f.ID) && (f.Reason == "" || r.Reason == f.Reason) &&
+func (f DeadFilter) match(r request.DeadLetter, ids map[string]bool) bool {
+	return (f.ID == "" || r.ID == f.ID) && (ids == nil || ids[r.ID]) && (f.Reason == "" || r.Reason == f.Reason) &&
 		(f.Since.IsZero() || !r.DeadAt.Before(f.Since)) && (f.Until.IsZero() || r.DeadAt.Before(f.Until))
 }
 
@@ -127,9 +137,19 @@ func (f DeadFilter) match(r request.DeadLetter) bool {
 func (q *Queue) DeadLetters(ctx context.Context, f DeadFilter) iter.Seq2[request.DeadLetter, error] {
 	return func(yield func(request.DeadLetter, error) bool) {
 		errStop := errors.New("stopped")
+		var ids map[string]bool
+		if len(f.IDs) > 0 {
+			ids = make(map[string]bool, len(f.IDs))
+			for _, id := range f.IDs {
+				ids[id] = true
+			}
+		}
 		err := q.scan(ctx, q.dead, f.subject(), false, func(m jetstream.Msg, md *jetstream.MsgMetadata) error {
+			if f.Through != 0 && md.Sequence.Stream > f.Through {
+				return errStop // in order: every one after is newer than the dry run
+			}
 			r := deadLetterOf(m.Subject(), m.Headers(), m.Data(), md.Sequence.Stream, md.Timestamp)
-			if !f.match(r) || yield(r, nil) {
+			if !f.match(r, ids) || yield(r, nil) {
 				return nil
 			}
 			return errStop
