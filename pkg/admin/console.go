@@ -95,6 +95,9 @@ type ClientView struct {
 	// DeadLetters are its first dead letters, oldest first, of DeadTotal.
 	DeadLetters []request.DeadLetter `json:"dead_letters"`
 	DeadTotal   int                  `json:"dead_total"`
+	// LastSeq is the sequence of its newest queued request when this was read (0: none):
+	// a purge confirmed from this view goes no further (PurgeThrough).
+	LastSeq uint64 `json:"last_seq,omitempty"`
 }
 
 // QueuedRequest is one queued request, without its body.
@@ -129,6 +132,11 @@ func (s *Service) Client(ctx context.Context, clientID string) (ClientView, erro
 		subject = s.q.StoredSubject(clientID)
 	}
 	v := ClientView{Client: Client{ClientID: clientID, Backlog: n, subject: subject, oldestKnown: !ok}}
+	if ok {
+		if v.LastSeq, err = s.q.LastSeq(ctx, subject); err != nil {
+			return v, err
+		}
+	}
 	cs := []Client{v.Client}
 	s.heads(ctx, cs)
 	s.describe(ctx, cs)

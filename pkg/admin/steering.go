@@ -126,6 +126,12 @@ type PurgeResult struct {
 // requests accepted after the purge are not touched. Purge waits up to wait for it to be
 // done (zero: not at all) and reports what is left.
 func (s *Service) Purge(ctx context.Context, clientID, confirm, by string, wait time.Duration) (PurgeResult, error) {
+	return s.PurgeThrough(ctx, clientID, confirm, by, 0, wait)
+}
+
+// PurgeThrough is Purge of the client's requests up to sequence upTo only (0: all that
+// are queued now): what a person was shown and confirmed, not what came after.
+func (s *Service) PurgeThrough(ctx context.Context, clientID, confirm, by string, upTo uint64, wait time.Duration) (PurgeResult, error) {
 	if err := request.ValidateClientID(clientID); err != nil {
 		return PurgeResult{}, invalid("client: %s", err)
 	}
@@ -140,6 +146,16 @@ func (s *Service) Purge(ctx context.Context, clientID, confirm, by string, wait 
 	through, err := s.q.LastSeq(ctx, subject)
 	if err != nil || through == 0 {
 		return res, err
+	}
+	if upTo != 0 && upTo < through {
+		after, err := s.q.QueuedAfter(ctx, subject, upTo)
+		if err != nil {
+			return res, err
+		}
+		through, n = upTo, n-min(n, after)
+		if n == 0 {
+			return res, nil // what was shown has gone since
+		}
 	}
 	res.Through, res.Requests, res.Remaining = through, n, n
 	if _, err := s.steer(ctx, clientID, by, "client purge asked for", func(st *request.Steering) {

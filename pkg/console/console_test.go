@@ -482,3 +482,46 @@ func TestAConfirmedReplayTakesOnlyWhatItsDryRunCounted(t *testing.T) {
 		t.Fatalf("dead letters after the replay: %v, want only the late one", dead)
 	}
 }
+
+// A purge confirmed from its page takes the requests the page counted: not one accepted
+// while the operator read it.
+func TestAPurgeTakesWhatItsPageShowed(t *testing.T) {
+	t.Parallel()
+	f := setup(t, token)
+	ctx := context.Background()
+	f.publish(t, "acme", "shown-1")
+	f.publish(t, "acme", "shown-2")
+	c := browser(t)
+	f.signIn(t, c)
+	_, page := get(t, c, f.srv.URL+"/console/client/purge?id=acme")
+	if !strings.Contains(page, `id="purge-count">2<`) {
+		t.Fatal("the purge page does not count the two queued")
+	}
+	form := url.Values{"csrf": {csrfField.FindStringSubmatch(page)[1]}, "id": {"acme"}, "confirm": {"acme"}}
+	m := throughField.FindStringSubmatch(page)
+	if m == nil {
+		t.Fatal("the purge form carries no bound")
+	}
+	form.Set("through", m[1])
+	f.publish(t, "acme", "later") // accepted while the operator read the page
+	res, err := c.PostForm(f.srv.URL+"/console/client/purge", form)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	// No dispatcher runs here: the purge is asked for, marked in the client's steering.
+	if loc := res.Header.Get("Location"); res.StatusCode != http.StatusSeeOther || !strings.Contains(loc, "n=2") {
+		t.Fatalf("the purge: %d to %q, want a redirect that says 2 requests", res.StatusCode, loc)
+	}
+	queued, err := f.q.Queued(ctx, "acme", 10)
+	if err != nil || len(queued) != 3 {
+		t.Fatalf("queued: %+v (%v)", queued, err)
+	}
+	st, err := f.ctl.Client(ctx, "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := st.PurgeThrough; got != queued[1].Seq {
+		t.Fatalf("the purge mark: through %d, want %d (the second request, the last the page showed; the later one is %d)", got, queued[1].Seq, queued[2].Seq)
+	}
+}

@@ -168,7 +168,7 @@ func (c *Console) purgePage(r *http.Request, v *view) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	v.Title, v.Nav, v.Data = "Purge "+id, "clients", cv.Client
+	v.Title, v.Nav, v.Data = "Purge "+id, "clients", cv
 	return "purge", nil
 }
 
@@ -238,7 +238,13 @@ func (c *Console) purge(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, statusOf(err), err.Error())
 		return
 	}
-	res, err := c.cfg.Admin.Purge(r.Context(), id, r.PostForm.Get("confirm"), by(r), PurgeWait)
+	// The purge takes what the page showed: up to the newest request it counted.
+	through, err := strconv.ParseUint(r.PostForm.Get("through"), 10, 64)
+	if err != nil || through == 0 {
+		c.fail(w, r, http.StatusBadRequest, "The purge form carries no valid bound (through): open the purge page again.")
+		return
+	}
+	res, err := c.cfg.Admin.PurgeThrough(r.Context(), id, r.PostForm.Get("confirm"), by(r), through, PurgeWait)
 	if err != nil {
 		c.fail(w, r, statusOf(err), err.Error())
 		return

@@ -41,6 +41,26 @@ func (q *Queue) LastSeq(ctx context.Context, subject string) (uint64, error) {
 	return m.Sequence, nil
 }
 
+// QueuedAfter counts the requests queued on subject after sequence seq, asking the
+// server through a consumer that starts there (no message is read).
+func (q *Queue) QueuedAfter(ctx context.Context, subject string, seq uint64) (uint64, error) {
+	cons, err := q.reqs.CreateConsumer(ctx, jetstream.ConsumerConfig{
+		FilterSubject:     subject,
+		DeliverPolicy:     jetstream.DeliverByStartSequencePolicy,
+		OptStartSeq:       seq + 1,
+		AckPolicy:         jetstream.AckNonePolicy,
+		MemoryStorage:     true,
+		Replicas:          1,
+		InactiveThreshold: 5 * time.Second,
+	})
+	if err != nil {
+		return 0, fmt.Errorf("counting %s after %d: %w", subject, seq, err)
+	}
+	n := cons.CachedInfo().NumPending
+	_ = q.reqs.DeleteConsumer(ctx, cons.CachedInfo().Name) // else the server drops it when inactive
+	return n, nil
+}
+
 // Found is a queued request found by id.
 type Found struct {
 	request.Stored       // without the body
