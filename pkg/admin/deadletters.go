@@ -20,7 +20,7 @@ func (s *Service) DeadLetters(ctx context.Context, f queue.DeadFilter, limit int
 	}
 	limit = cmp.Or(limit, 100)
 	list = []request.DeadLetter{}
-	for r, err := range s.q.DeadLetters(ctx, f) {
+	for r, err := range s.q.DeadLetterHeaders(ctx, f) {
 		if err != nil {
 			return list, total, err
 		}

@@ -135,6 +135,16 @@ func (f DeadFilter) match(r request.DeadLetter, ids map[string]bool) bool {
 // written when it began (so that a replay that fails again is not met twice). An error
 // ends it, yielded last.
 func (q *Queue) DeadLetters(ctx context.Context, f DeadFilter) iter.Seq2[request.DeadLetter, error] {
+	return q.deadLetters(ctx, f, false)
+}
+
+// DeadLetterHeaders is DeadLetters without their bodies, which the server leaves out:
+// for lists and counts (BodyBytes still says each body's size).
+func (q *Queue) DeadLetterHeaders(ctx context.Context, f DeadFilter) iter.Seq2[request.DeadLetter, error] {
+	return q.deadLetters(ctx, f, true)
+}
+
+func (q *Queue) deadLetters(ctx context.Context, f DeadFilter, headersOnly bool) iter.Seq2[request.DeadLetter, error] {
 	return func(yield func(request.DeadLetter, error) bool) {
 		errStop := errors.New("stopped")
 		var ids map[string]bool
@@ -144,11 +154,15 @@ func (q *Queue) DeadLetters(ctx context.Context, f DeadFilter) iter.Seq2[request
 				ids[id] = true
 			}
 		}
-		err := q.scan(ctx, q.dead, f.subject(), false, func(m jetstream.Msg, md *jetstream.MsgMetadata) error {
+		err := q.scan(ctx, q.dead, f.subject(), headersOnly, func(m jetstream.Msg, md *jetstream.MsgMetadata) error {
 			if f.Through != 0 && md.Sequence.Stream > f.Through {
 				return errStop // in order: every one after is newer than the dry run
 			}
 			r := deadLetterOf(m.Subject(), m.Headers(), m.Data(), md.Sequence.Stream, md.Timestamp)
+			if headersOnly {
+				r.BodyBytes, _ = strconv.Atoi(m.Headers().Get(nats.MsgSize))
+				r.Body = nil
+			}
 			if !f.match(r, ids) || yield(r, nil) {
 				return nil
 			}
