@@ -3,7 +3,6 @@ package admin
 import (
 	"context"
 	"slices"
-	"sort"
 	"sync"
 	"time"
 
@@ -110,26 +109,46 @@ func (s *Service) backlog(ctx context.Context, cached bool) (*backlogSnapshot, e
 }
 
 // firstN returns the first n of es in the order cmp gives, without sorting all of them
-// when n is small: it keeps the best n seen in a sorted slice.
+// when n is small against len(es): it keeps the best n seen in a heap whose root is the
+// worst of them (O(len·log n) whatever the order of es), and sorts those at the end.
 func firstN(es []backlogEntry, n int, cmp func(a, b backlogEntry) int) []backlogEntry {
 	if n <= 0 {
 		return []backlogEntry{}
 	}
-	if n >= len(es)/8 {
+	if n >= len(es)/4 {
 		out := slices.Clone(es)
 		slices.SortFunc(out, cmp)
 		return out[:min(n, len(out))]
 	}
-	top := make([]backlogEntry, 0, n+1)
-	for _, e := range es {
-		if len(top) == n && cmp(e, top[n-1]) >= 0 {
-			continue
-		}
-		i := sort.Search(len(top), func(i int) bool { return cmp(e, top[i]) < 0 })
-		top = slices.Insert(top, i, e)
-		if len(top) > n {
-			top = top[:n]
+	h := make([]backlogEntry, 0, n)
+	down := func(i int) { // restores the heap below i: every parent at least as late as its children
+		for {
+			worst, l, r := i, 2*i+1, 2*i+2
+			if l < len(h) && cmp(h[l], h[worst]) > 0 {
+				worst = l
+			}
+			if r < len(h) && cmp(h[r], h[worst]) > 0 {
+				worst = r
+			}
+			if worst == i {
+				return
+			}
+			h[i], h[worst] = h[worst], h[i]
+			i = worst
 		}
 	}
-	return top
+	for _, e := range es {
+		switch {
+		case len(h) < n:
+			h = append(h, e)
+			for i := len(h) - 1; i > 0 && cmp(h[i], h[(i-1)/2]) > 0; i = (i - 1) / 2 {
+				h[i], h[(i-1)/2] = h[(i-1)/2], h[i]
+			}
+		case cmp(e, h[0]) < 0:
+			h[0] = e
+			down(0)
+		}
+	}
+	slices.SortFunc(h, cmp)
+	return h
 }
