@@ -397,6 +397,17 @@ func TestClientsAreListedInEachOrderAPageAtATime(t *testing.T) {
 		}
 	}
 	ctx := context.Background()
+	// The oldest-first pages are read both ways: in the queue's order, and (when that
+	// order holds too few clients early on) from every client's head.
+	ctl, err := f.q.Control(ctx, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	headsOnly, err := admin.New(admin.Config{Queue: f.q, Control: ctl, LaneWait: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	headsOnly.SetOldestRead(1)
 	for _, c := range []struct {
 		q    admin.ClientsQuery
 		want []string
@@ -424,6 +435,21 @@ func TestClientsAreListedInEachOrderAPageAtATime(t *testing.T) {
 		}
 		if c.q.Sort == admin.SortAge && len(page.Clients) > 0 && page.Clients[0].OldestAt.IsZero() {
 			t.Errorf("%+v: no oldest time", c.q)
+		}
+		if c.q.Sort != admin.SortAge {
+			continue
+		}
+		c.q.Cached = true
+		page, err = headsOnly.Clients(ctx, c.q)
+		if err != nil {
+			t.Fatalf("%+v from every head: %v", c.q, err)
+		}
+		got = []string{}
+		for _, cl := range page.Clients {
+			got = append(got, cl.ClientID)
+		}
+		if !slices.Equal(got, c.want) {
+			t.Errorf("%+v from every head: %v, want %v", c.q, got, c.want)
 		}
 	}
 }

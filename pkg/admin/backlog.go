@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"cmp"
 	"context"
 	"slices"
 	"sync"
@@ -24,6 +25,32 @@ type backlogSnapshot struct {
 	at      time.Time
 	took    time.Duration // how long the read took
 	entries []backlogEntry
+
+	ageMu sync.Mutex
+	byAge []Client // every client, oldest head first: read once, when first asked for
+}
+
+// byAge is every client of snap, the oldest head request first. It reads every head,
+// so it does that once per snapshot, not once per page or refresh.
+func (s *Service) byAge(ctx context.Context, snap *backlogSnapshot) ([]Client, error) {
+	snap.ageMu.Lock()
+	defer snap.ageMu.Unlock()
+	if snap.byAge != nil {
+		return snap.byAge, nil
+	}
+	all := make([]Client, len(snap.entries))
+	for i, e := range snap.entries {
+		all[i] = Client{ClientID: e.id, Backlog: e.backlog, subject: e.subject}
+	}
+	s.heads(ctx, all)
+	if err := ctx.Err(); err != nil {
+		return nil, err // some heads unread: not an order to keep
+	}
+	slices.SortFunc(all, func(a, b Client) int {
+		return cmp.Or(a.OldestAt.Compare(b.OldestAt), cmp.Compare(a.ClientID, b.ClientID))
+	})
+	snap.byAge = all
+	return all, nil
 }
 
 // Snapshots for ClientsQuery.Cached: while a read takes under snapshotCheap, every page

@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"errors"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -154,12 +153,22 @@ func (s *Service) Clients(ctx context.Context, cq ClientsQuery) (ClientsPage, er
 		if page.Clients != nil {
 			break
 		}
-		all := clients(es)
-		s.heads(ctx, all)
-		slices.SortFunc(all, func(a, b Client) int {
-			return cmp.Or(a.OldestAt.Compare(b.OldestAt), cmp.Compare(a.ClientID, b.ClientID))
-		})
-		page.Clients = all[from:to]
+		all, err := s.byAge(ctx, snap)
+		if err != nil {
+			return ClientsPage{}, err
+		}
+		page.Clients = make([]Client, 0, max(0, to-from)) // a copy: the snapshot's order is shared
+		seen := 0
+		for _, c := range all {
+			if cq.Search == "" || strings.Contains(c.ClientID, cq.Search) {
+				if seen >= from {
+					page.Clients = append(page.Clients, c)
+				}
+				if seen++; seen == to {
+					break
+				}
+			}
+		}
 	default:
 		page.Clients = clients(firstN(es, to, byBacklog)[from:])
 	}
@@ -168,7 +177,8 @@ func (s *Service) Clients(ctx context.Context, cq ClientsQuery) (ClientsPage, er
 	return page, nil
 }
 
-// oldestRead is the most requests oldest reads to find the page's clients.
+// oldestRead is the most requests oldest reads to find the page's clients
+// (Service.oldestRead, which tests lower to take the other way).
 const oldestRead = 200_000
 
 // oldest is the clients from-to (of es) with the oldest head requests, read in the
@@ -185,7 +195,8 @@ func (s *Service) oldest(ctx context.Context, es []backlogEntry, search string, 
 	var out []Client
 	errEnough := errors.New("enough")
 	seen := 0
-	heads, complete, err := s.q.OldestHeads(ctx, oldestHeadsWanted(search, to), oldestRead)
+	want := s.oldestHeadsWanted(search, to)
+	heads, complete, err := s.q.OldestHeads(ctx, want, s.oldestRead)
 	if err != nil {
 		return nil, err
 	}
@@ -206,7 +217,9 @@ func (s *Service) oldest(ctx context.Context, es []backlogEntry, search string, 
 			break
 		}
 	}
-	if err == nil && !complete {
+	// Short of the page: complete unless the read stopped short, or, with a search, it
+	// found as many heads as it asked for and a match may come after them.
+	if err == nil && (!complete || search != "" && len(heads) == want) {
 		return nil, nil
 	}
 	if out == nil {
@@ -217,9 +230,9 @@ func (s *Service) oldest(ctx context.Context, es []backlogEntry, search string, 
 
 // oldestHeadsWanted is how many heads to read for a page ending at to: with a search,
 // as many as oldestRead allows, since the matching clients may come late.
-func oldestHeadsWanted(search string, to int) int {
+func (s *Service) oldestHeadsWanted(search string, to int) int {
 	if search != "" {
-		return oldestRead
+		return s.oldestRead
 	}
 	return to
 }

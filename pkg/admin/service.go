@@ -75,6 +75,9 @@ type Service struct {
 	interval time.Duration
 	instance string
 	replayed prometheus.Counter // nil: not counted
+	// oldestRead is the most requests the oldest-first page reads in the queue's order
+	// before it reads every client's head instead.
+	oldestRead int
 	aliveCache
 	backlogCache
 }
@@ -85,7 +88,7 @@ func New(cfg Config) (*Service, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Service{q: cfg.Queue, ctl: cfg.Control, log: cfg.Log.With().Str("component", "admin").Logger(), laneWait: cfg.LaneWait, interval: cfg.Interval, instance: cfg.Instance}
+	s := &Service{q: cfg.Queue, ctl: cfg.Control, log: cfg.Log.With().Str("component", "admin").Logger(), laneWait: cfg.LaneWait, interval: cfg.Interval, instance: cfg.Instance, oldestRead: oldestRead}
 	if cfg.Registerer != nil {
 		s.replayed = prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "dispatch_replayed_total",
