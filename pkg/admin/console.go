@@ -49,18 +49,32 @@ const answersKept = 30 * time.Second
 // whole lane wait) when neither is known.
 func (s *Service) expected(ctx context.Context) int {
 	s.aliveMu.Lock()
-	defer s.aliveMu.Unlock()
-	if time.Since(s.aliveAt) >= 2*time.Second {
+	stale := time.Since(s.aliveAt) >= 2*time.Second && !s.aliveReading
+	if stale {
+		s.aliveReading = true // one reader; the others use the last count meanwhile
+	}
+	s.aliveMu.Unlock()
+	if stale {
+		// Read apart from the caller's context (a page closed midway must not leave a
+		// count of none) and outside the lock (a slow server must not hold every page).
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+		st, err := s.q.LeaseStatus(rctx)
+		cancel()
 		n := 0
-		if st, err := s.q.LeaseStatus(ctx); err == nil {
-			for _, in := range st.Instances {
-				if !in.Heartbeat.IsZero() {
-					n++
-				}
+		for _, in := range st.Instances {
+			if !in.Heartbeat.IsZero() {
+				n++
 			}
 		}
-		s.aliveN, s.aliveAt = n, time.Now()
+		s.aliveMu.Lock()
+		s.aliveReading = false
+		if err == nil { // a failed read is not a count: keep the last, read again next time
+			s.aliveN, s.aliveAt = n, time.Now()
+		}
+		s.aliveMu.Unlock()
 	}
+	s.aliveMu.Lock()
+	defer s.aliveMu.Unlock()
 	if time.Since(s.seenAt) >= answersKept {
 		return s.aliveN
 	}
@@ -75,11 +89,12 @@ func (s *Service) answered(n int) {
 }
 
 type aliveCache struct {
-	aliveMu sync.Mutex
-	aliveAt time.Time
-	aliveN  int
-	seenAt  time.Time
-	seenN   int
+	aliveMu      sync.Mutex
+	aliveAt      time.Time
+	aliveN       int
+	aliveReading bool
+	seenAt       time.Time
+	seenN        int
 }
 
 // MaxQueuedShown is how many of a client's queued requests ClientView lists.

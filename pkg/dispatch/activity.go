@@ -40,6 +40,8 @@ type Attempt struct {
 // status ("error" when there was none) and by latency (counts per LatencyBounds bucket,
 // the last bucket open-ended), and dead letters by reason.
 type Activity struct {
+	// Window is how long the counts cover: from ActivityWindow less one slot (5 s) to
+	// ActivityWindow, as the newest slot fills. Rates divide by it.
 	Window      time.Duration  `json:"window"`
 	Outcomes    map[string]int `json:"outcomes"`
 	Statuses    map[string]int `json:"statuses"`
@@ -104,7 +106,7 @@ var outcomes = []string{OutcomeDelivered, OutcomeTransient, OutcomePermanent}
 
 func record(at Attempt) attemptRecord {
 	r := attemptRecord{id: at.ID, start: at.Start.UnixNano(), end: at.End.UnixNano(), gap: at.Gap, interval: at.Interval,
-		attempt: int32(min(at.Attempt, 1<<31-1)), status: int16(at.Status), hasGap: at.HasGap}
+		attempt: int32(min(at.Attempt, 1<<31-1)), status: int16(at.Status), hasGap: at.HasGap, outcome: outcomeUnknown}
 	for i, o := range outcomes {
 		if o == at.Outcome {
 			r.outcome = uint8(i)
@@ -113,9 +115,17 @@ func record(at Attempt) attemptRecord {
 	return r
 }
 
+// outcomeUnknown stands for an outcome not among outcomes: shown as "unknown", never
+// as one it was not.
+const outcomeUnknown = 255
+
 func (r attemptRecord) Attempt() Attempt {
+	outcome := "unknown"
+	if int(r.outcome) < len(outcomes) {
+		outcome = outcomes[r.outcome]
+	}
 	return Attempt{ID: r.id, Attempt: int(r.attempt), Start: time.Unix(0, r.start), End: time.Unix(0, r.end),
-		Gap: r.gap, HasGap: r.hasGap, Interval: r.interval, Outcome: outcomes[r.outcome], Status: int(r.status)}
+		Gap: r.gap, HasGap: r.hasGap, Interval: r.interval, Outcome: outcome, Status: int(r.status)}
 }
 
 func newActivity(maxClients int) *activity {
@@ -210,10 +220,13 @@ func (a *activity) lastDelivered(subject string) time.Time {
 
 // window sums the slots of the last ActivityWindow before now.
 func (a *activity) window(now time.Time) Activity {
-	out := Activity{Window: ActivityWindow, Outcomes: map[string]int{}, Statuses: map[string]int{}, Latency: make([]int, len(LatencyBounds)+1), DeadLetters: map[string]int{}}
+	newest := now.UnixNano() / int64(slotLength)
+	// The slots summed: slots-1 whole ones and the one now filling, which began at
+	// newest; the counts cover that long, not the whole ActivityWindow.
+	covered := time.Duration(slots-1)*slotLength + time.Duration(now.UnixNano()-newest*int64(slotLength))
+	out := Activity{Window: covered, Outcomes: map[string]int{}, Statuses: map[string]int{}, Latency: make([]int, len(LatencyBounds)+1), DeadLetters: map[string]int{}}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	newest := now.UnixNano() / int64(slotLength)
 	for i := range a.slots {
 		s := &a.slots[i]
 		if s.outcomes == nil || s.epoch <= newest-int64(slots) || s.epoch > newest {
@@ -252,6 +265,7 @@ func (a *Activity) Merge(o Activity) {
 	for b := range min(len(a.Latency), len(o.Latency)) {
 		a.Latency[b] += o.Latency[b]
 	}
+	a.Window = max(a.Window, o.Window)
 	a.InFlight += o.InFlight
 	a.Lanes += o.Lanes
 	a.Owned += o.Owned

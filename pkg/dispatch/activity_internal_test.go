@@ -66,10 +66,23 @@ func TestActivityCountsTheLastMinuteOnly(t *testing.T) {
 	if q := w.Quantile(0.99); q != -1 {
 		t.Fatalf("p99 %s; want -1, past the last bound", q)
 	}
+	// now starts a slot: the counts cover eleven whole slots, not a whole minute, and a
+	// rate must divide by that. A second later, by a second more.
+	if w.Window != 55*time.Second {
+		t.Fatalf("window %s at the start of a slot; want 55s", w.Window)
+	}
+	if w := a.window(now.Add(time.Second)); w.Window != 56*time.Second {
+		t.Fatalf("window %s a second into a slot; want 56s", w.Window)
+	}
+	one := newActivity(1)
+	one.attempt("y", Attempt{Start: now, End: now, Outcome: "something new"})
+	if h := one.history("y"); len(h) != 1 || h[0].Outcome != "unknown" {
+		t.Fatalf("an outcome the history does not know is shown as %+v, want unknown", h)
+	}
 	var all Activity
 	all.Merge(w)
 	all.Merge(w)
-	if all.Outcomes[OutcomeDelivered] != 6 || all.Latency[0] != 2 {
+	if all.Outcomes[OutcomeDelivered] != 6 || all.Latency[0] != 2 || all.Window != w.Window {
 		t.Fatalf("merged twice: %v, latency %v", all.Outcomes, all.Latency)
 	}
 }
