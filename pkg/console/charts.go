@@ -51,6 +51,14 @@ func gapChart(history []dispatch.Attempt) gapData {
 		d.Empty = true
 		return d
 	}
+	// Every gap below its interval is counted; the chart has room for the last
+	// HistoryPerClient (two instances' histories of a client that moved can hold more).
+	for _, a := range gaps {
+		if a.Gap < a.Interval {
+			d.Below++
+		}
+	}
+	gaps = gaps[max(0, len(gaps)-dispatch.HistoryPerClient):]
 	top := time.Duration(0)
 	for _, a := range gaps {
 		top = max(top, a.Gap, a.Interval)
@@ -64,7 +72,6 @@ func gapChart(history []dispatch.Attempt) gapData {
 		b.H = float64(gapHeight) - b.Y
 		b.Title = fmt.Sprintf("attempt of %s at %s: gap %s, interval %s", a.ID, a.Start.UTC().Format("15:04:05.000"), roundDur(a.Gap), a.Interval)
 		if b.Below {
-			d.Below++
 			b.Title += " — BELOW THE INTERVAL"
 		}
 		d.Bars = append(d.Bars, b)

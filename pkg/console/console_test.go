@@ -525,3 +525,16 @@ func TestAPurgeTakesWhatItsPageShowed(t *testing.T) {
 		t.Fatalf("the purge mark: through %d, want %d (the second request, the last the page showed; the later one is %d)", got, queued[1].Seq, queued[2].Seq)
 	}
 }
+
+// A page past the last (a bookmark from when there were more clients) leads back.
+func TestAPagePastTheLastLinksBack(t *testing.T) {
+	t.Parallel()
+	f := setup(t, token)
+	f.publish(t, "acme", "r1")
+	c := browser(t)
+	f.signIn(t, c)
+	res, page := get(t, c, f.srv.URL+"/console/clients?page=9")
+	if res.StatusCode != http.StatusOK || !strings.Contains(page, `href="?page=1" rel="prev"`) {
+		t.Fatalf("page 9 of 1: %d, want a link back to page 1:\n%s", res.StatusCode, page)
+	}
+}

@@ -58,7 +58,7 @@ func (c *Console) clients(r *http.Request, v *view) (string, error) {
 		v.Title = "Clients matching " + cp.Search
 	}
 	v.Data = clientsData{Page: cp, Rows: rows, Pages: pages,
-		Prev: pageLink(q, page-1, pages), Next: pageLink(q, page+1, pages),
+		Prev: pageLink(q, min(page-1, pages), pages), Next: pageLink(q, page+1, pages),
 		SortLinks: sortLinks(q, sort)}
 	return "clients", nil
 }
