@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 
@@ -112,6 +113,19 @@ func (b *browserTab) waitText(sel, want string) {
 	b.t.Fatalf("%s shows %q, want %q", sel, last, want)
 }
 
+// eval evaluates a JavaScript expression in the page and returns its value as text.
+func (b *browserTab) eval(expr string) string {
+	b.t.Helper()
+	v, err := chromedp.Run(b.ctx, chromedp.Evaluate[any](expr))
+	if err != nil {
+		b.t.Fatalf("evaluating %s: %v", expr, err)
+	}
+	if v == nil {
+		return ""
+	}
+	return fmt.Sprint(v)
+}
+
 func (b *browserTab) screenshot(name string) {
 	b.t.Helper()
 	png, err := chromedp.Run(b.ctx, chromedp.FullScreenshot(100))
@@ -161,7 +175,7 @@ func TestConsoleInARealBrowser(t *testing.T) {
 		t.Fatal(err)
 	}
 	const token = "browser-test-token"
-	con, err := console.New(console.Config{Admin: svc, Token: token, Log: testLog(), Refresh: time.Hour})
+	con, err := console.New(console.Config{Admin: svc, Token: token, Log: testLog(), Refresh: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -177,6 +191,32 @@ func TestConsoleInARealBrowser(t *testing.T) {
 	b.waitText(".problem", "Sign-in refused.")
 	b.do("the token", chromedp.SendKeys(chromedp.CSS("#token"), token), chromedp.Submit(chromedp.CSS("#signin")))
 	b.waitText("h1", "Overview")
+
+	// The session cookie: HttpOnly and SameSite=Strict, and no script on the page reads it.
+	cookies, err := chromedp.Call(b.ctx, network.GetCookies, network.GetCookiesParams{URLs: []string{srv.URL + "/console/"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cookies.Cookies) != 1 || !cookies.Cookies[0].HTTPOnly || cookies.Cookies[0].SameSite != network.CookieSameSiteStrict {
+		t.Fatalf("the console's cookies after signing in: %+v; want one session cookie, HttpOnly and SameSite=Strict", cookies.Cookies)
+	}
+	if got := b.eval(`document.cookie`); got != "" {
+		t.Fatalf("a script on the page reads the cookies %q", got)
+	}
+
+	// The overview refreshes itself (every second here) until the toggle pauses that; the
+	// rest of the test runs with it paused (the choice is kept), so no page changes
+	// under a click.
+	b.eval(`document.getElementById("content").dataset.old = "yes"`)
+	b.do("the overview to refresh itself", chromedp.Poll[chromedp.Void](`!document.getElementById("content").dataset.old`,
+		chromedp.WithPollingInterval(100*time.Millisecond), chromedp.WithPollingTimeout(10*time.Second)))
+	b.do("pause the refresh", chromedp.Click(chromedp.CSS("#refresh-toggle")))
+	b.waitText("#refresh-toggle", "Resume refresh")
+	b.eval(`document.getElementById("content").dataset.old = "yes"`)
+	time.Sleep(2500 * time.Millisecond) // two and a half refresh periods
+	if got := b.eval(`document.getElementById("content").dataset.old || ""`); got != "yes" {
+		t.Fatal("the overview refreshed itself with the refresh paused")
+	}
 
 	// A backlogged client in the table.
 	for n := range 40 {
@@ -323,5 +363,11 @@ func TestConsoleInARealBrowser(t *testing.T) {
 			t.Fatalf("purged request %s is not among the dead letters", id)
 		}
 	}
+
+	// Signing out ends the browser's session: the next page asks to sign in.
+	b.do("sign out", chromedp.Click(chromedp.CSS(`form[action="/console/signout"] button`)))
+	b.waitText("h1", "Sign in")
+	b.open("/console/clients")
+	b.waitText("h1", "Sign in")
 	s.finish(60*time.Second, 0)
 }

@@ -4,9 +4,12 @@
 // binary.
 //
 // Access needs ADMIN_TOKEN: a sign-in form sets a session cookie (HttpOnly,
-// SameSite=Strict, Secure when served over TLS) that is an HMAC of its expiry under a key
-// derived from the token, so every instance sharing the token accepts it and changing the
-// token signs everyone out. Every action is a POST carrying a token derived from the
+// SameSite=Strict, Secure when served over TLS) that is a random nonce and an expiry with
+// their HMAC under a key derived from the token with scrypt, so every instance sharing
+// the token accepts it, changing the token signs everyone out, and a stolen cookie costs
+// an scrypt per guess of the token. Signing out removes the cookie from the browser; the
+// session it held stays valid until it expires (no instance keeps sessions). Wrong tokens
+// are throttled per address. Every action is a POST carrying a token derived from the
 // session (and refused cross-origin by net/http's CrossOriginProtection); every answer
 // carries a strict Content-Security-Policy; templates escape every value.
 package console
@@ -14,6 +17,7 @@ package console
 import (
 	"bytes"
 	"crypto/hmac"
+	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
 	"embed"
@@ -22,12 +26,17 @@ import (
 	"fmt"
 	"html/template"
 	"io/fs"
+	"net"
 	"net/http"
+	"net/url"
+	"path"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/rs/zerolog"
+	"golang.org/x/crypto/scrypt"
 
 	"github.com/penguinhq/dispatcher/pkg/admin"
 )
@@ -53,8 +62,10 @@ type Config struct {
 
 // Console serves the pages.
 type Console struct {
-	cfg   Config
-	key   []byte
+	cfg      Config
+	key      []byte
+	tokenSum [sha256.Size]byte // compared by digest: equal lengths, whatever was typed
+	refusals *refusals
 	pages map[string]*template.Template
 	now   func() time.Time
 	cop   *http.CrossOriginProtection
@@ -77,9 +88,13 @@ func New(cfg Config) (*Console, error) {
 	if cfg.Refresh == 0 {
 		cfg.Refresh = 5 * time.Second
 	}
-	sum := sha256.Sum256([]byte("dispatcher console session key\x00" + cfg.Token))
-	c := &Console{cfg: cfg, key: sum[:], now: time.Now, cop: http.NewCrossOriginProtection()}
-	var err error
+	// The same salt everywhere: every instance given the token derives the same key.
+	key, err := scrypt.Key([]byte(cfg.Token), []byte("dispatcher console session key"), 1<<15, 8, 1, 32)
+	if err != nil {
+		return nil, fmt.Errorf("console: deriving the session key: %w", err)
+	}
+	tokenSum := sha256.Sum256([]byte(cfg.Token))
+	c := &Console{cfg: cfg, key: key, tokenSum: tokenSum, now: time.Now, cop: http.NewCrossOriginProtection(), refusals: newRefusals()}
 	if c.pages, err = parsePages(); err != nil {
 		return nil, err
 	}
@@ -147,7 +162,11 @@ func (c *Console) session(r *http.Request) (string, bool) {
 	if err != nil {
 		return "", false
 	}
-	exp, mac, ok := strings.Cut(ck.Value, ".")
+	claim, mac, ok := strings.Cut(ck.Value, ".")
+	if !ok {
+		return "", false
+	}
+	_, exp, ok := strings.Cut(claim, "-")
 	if !ok {
 		return "", false
 	}
@@ -155,7 +174,7 @@ func (c *Console) session(r *http.Request) (string, bool) {
 	if err != nil || c.now().Unix() >= unix {
 		return "", false
 	}
-	if !hmac.Equal([]byte(mac), []byte(c.sign("session\x00"+exp))) {
+	if !hmac.Equal([]byte(mac), []byte(c.sign("session\x00"+claim))) {
 		return "", false
 	}
 	return ck.Value, true
@@ -169,9 +188,10 @@ func (c *Console) signinPage(w http.ResponseWriter, r *http.Request) {
 }
 
 type signinData struct {
-	Off     bool
-	Refused bool
-	Next    string
+	Off       bool
+	Refused   bool
+	Throttled int // seconds to wait before the next try; 0: not throttled
+	Next      string
 }
 
 func (c *Console) signin(w http.ResponseWriter, r *http.Request) {
@@ -182,23 +202,44 @@ func (c *Console) signin(w http.ResponseWriter, r *http.Request) {
 	r.Body = http.MaxBytesReader(w, r.Body, 8<<10)
 	token := r.PostFormValue("token")
 	next := safeNext(r.PostFormValue("next"))
-	if c.cfg.Token == "" || subtle.ConstantTimeCompare([]byte(token), []byte(c.cfg.Token)) != 1 {
+	addr := remoteHost(r)
+	if wait := c.refusals.wait(addr, c.now()); wait > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(int(wait.Seconds()+1)))
+		c.cfg.Log.Warn().Str("remote", r.RemoteAddr).Msg("console sign-in throttled: too many wrong tokens from this address")
+		c.render(w, r, http.StatusTooManyRequests, "signin", view{Title: "Sign in", Data: signinData{Off: c.cfg.Token == "", Throttled: int(wait.Seconds() + 1), Next: next}})
+		return
+	}
+	typed := sha256.Sum256([]byte(token))
+	if c.cfg.Token == "" || subtle.ConstantTimeCompare(typed[:], c.tokenSum[:]) != 1 {
+		c.refusals.refused(addr, c.now())
 		c.cfg.Log.Warn().Str("remote", r.RemoteAddr).Msg("console sign-in refused")
 		c.render(w, r, http.StatusUnauthorized, "signin", view{Title: "Sign in", Data: signinData{Off: c.cfg.Token == "", Refused: true, Next: next}})
 		return
 	}
-	exp := strconv.FormatInt(c.now().Add(c.cfg.Session).Unix(), 10)
-	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: exp + "." + c.sign("session\x00"+exp), Path: Prefix,
+	c.refusals.forget(addr)
+	nonce := make([]byte, 16)
+	_, _ = rand.Read(nonce) // never fails (crypto/rand)
+	claim := hex.EncodeToString(nonce) + "-" + strconv.FormatInt(c.now().Add(c.cfg.Session).Unix(), 10)
+	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: claim + "." + c.sign("session\x00"+claim), Path: Prefix,
 		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: c.cfg.TLS, MaxAge: int(c.cfg.Session / time.Second)})
 	http.Redirect(w, r, next, http.StatusSeeOther)
 }
 
 // safeNext keeps a return address within the console.
 func safeNext(next string) string {
-	if !strings.HasPrefix(next, Prefix) || strings.HasPrefix(next, "//") || strings.ContainsAny(next, "\\\r\n") {
+	u, err := url.Parse(next)
+	if err != nil || u.Scheme != "" || u.Host != "" || u.Opaque != "" || strings.HasPrefix(next, "//") || strings.ContainsAny(next, "\\\r\n") {
 		return Prefix
 	}
-	return next
+	// Dot segments (written or %2e-encoded, which browsers resolve alike) could lead out.
+	p := path.Clean(u.Path)
+	if strings.HasSuffix(u.Path, "/") && p != "/" {
+		p += "/"
+	}
+	if !strings.HasPrefix(p, Prefix) {
+		return Prefix
+	}
+	return (&url.URL{Path: p, RawQuery: u.RawQuery}).String()
 }
 
 func (c *Console) signout(w http.ResponseWriter, r *http.Request) {
@@ -337,4 +378,74 @@ func parsePages() (map[string]*template.Template, error) {
 		pages[name] = t
 	}
 	return pages, nil
+}
+
+// Wrong tokens, throttled per address: freeTries are let through; after them each try
+// waits twice as long as the last, from a second up to maxWait; an address is forgotten
+// forgetAfter its last refusal, or when it signs in.
+const (
+	freeTries       = 5
+	maxWait         = 5 * time.Minute
+	forgetAfter     = 15 * time.Minute
+	maxAddressesSet = 10_000
+)
+
+type refusals struct {
+	mu    sync.Mutex
+	by    map[string]refusal
+	limit int // addresses kept at most
+}
+
+type refusal struct {
+	n    int
+	last time.Time
+}
+
+func newRefusals() *refusals { return &refusals{by: map[string]refusal{}, limit: maxAddressesSet} }
+
+// wait is how long addr must wait before its next try; 0: it may try now.
+func (rs *refusals) wait(addr string, now time.Time) time.Duration {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	r, ok := rs.by[addr]
+	if !ok || r.n < freeTries || now.Sub(r.last) >= forgetAfter {
+		return 0
+	}
+	d := min(time.Second<<min(r.n-freeTries, 16), maxWait)
+	return max(0, r.last.Add(d).Sub(now))
+}
+
+// refused counts a wrong token from addr.
+func (rs *refusals) refused(addr string, now time.Time) {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	if _, ok := rs.by[addr]; !ok && len(rs.by) >= rs.limit {
+		for a, r := range rs.by {
+			if now.Sub(r.last) >= forgetAfter {
+				delete(rs.by, a)
+			}
+		}
+		if len(rs.by) >= rs.limit {
+			rs.by = map[string]refusal{} // many addresses at once: start over rather than grow
+		}
+	}
+	r := rs.by[addr]
+	if now.Sub(r.last) >= forgetAfter {
+		r.n = 0
+	}
+	rs.by[addr] = refusal{n: r.n + 1, last: now}
+}
+
+func (rs *refusals) forget(addr string) {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	delete(rs.by, addr)
+}
+
+// remoteHost is the address a request came from, without its port.
+func remoteHost(r *http.Request) string {
+	if host, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
+		return host
+	}
+	return r.RemoteAddr
 }

@@ -170,6 +170,16 @@ func TestSignInSetsAStrictCookieAndRefusesWrongTokensAlike(t *testing.T) {
 	if strings.Contains(ck[0].Value, token) {
 		t.Fatal("the cookie holds the token")
 	}
+	// Each sign-in is its own session: a random nonce, not the same cookie for everyone
+	// who signs in within the same second.
+	again, err := browser(t).PostForm(f.srv.URL+"/console/signin", url.Values{"token": {token}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	again.Body.Close()
+	if ck2 := again.Cookies(); len(ck2) != 1 || ck2[0].Value == ck[0].Value {
+		t.Fatalf("two sign-ins got the cookies %q and %q, want two different sessions", ck[0].Value, ck2)
+	}
 	// A forged or altered cookie is not a session.
 	for _, v := range []string{"9999999999.00", ck[0].Value + "0", "x"} {
 		req, _ := http.NewRequest(http.MethodGet, f.srv.URL+"/console/", nil)
@@ -184,7 +194,8 @@ func TestSignInSetsAStrictCookieAndRefusesWrongTokensAlike(t *testing.T) {
 		}
 	}
 	// Only addresses within the console are followed after signing in.
-	for _, next := range []string{"https://evil.example/", "//evil.example/console/", "/admin/v1/status"} {
+	for _, next := range []string{"https://evil.example/", "//evil.example/console/", "/admin/v1/status",
+		"/console/../admin/v1/status", "/console/%2e%2e/admin/v1/status", "/console/%2E%2E/%2E%2E/metrics", "/\\evil.example/console/"} {
 		res, err := browser(t).PostForm(f.srv.URL+"/console/signin", url.Values{"token": {token}, "next": {next}})
 		if err != nil {
 			t.Fatal(err)
@@ -192,6 +203,34 @@ func TestSignInSetsAStrictCookieAndRefusesWrongTokensAlike(t *testing.T) {
 		res.Body.Close()
 		if loc := res.Header.Get("Location"); loc != "/console/" {
 			t.Fatalf("next %q: sent to %q, want /console/", next, loc)
+		}
+	}
+}
+
+// Wrong tokens from one address are let through five times, then throttled: the next try
+// waits, and is answered 429 without the token being compared (the right one included).
+func TestWrongTokensAreThrottledPerAddress(t *testing.T) {
+	t.Parallel()
+	f := setup(t, token)
+	signIn := func(tok string) *http.Response {
+		t.Helper()
+		res, err := browser(t).PostForm(f.srv.URL+"/console/signin", url.Values{"token": {tok}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		return res
+	}
+	for i := range 5 {
+		if res := signIn("guess"); res.StatusCode != http.StatusUnauthorized {
+			t.Fatalf("wrong token %d: %d, want 401", i+1, res.StatusCode)
+		}
+	}
+	for _, tok := range []string{"guess", token} {
+		res := signIn(tok)
+		if res.StatusCode != http.StatusTooManyRequests || res.Header.Get("Retry-After") == "" || len(res.Cookies()) != 0 {
+			t.Fatalf("after five wrong tokens, %q: %d, Retry-After %q, %d cookies; want 429, a Retry-After and no session",
+				tok, res.StatusCode, res.Header.Get("Retry-After"), len(res.Cookies()))
 		}
 	}
 }

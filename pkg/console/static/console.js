@@ -20,23 +20,39 @@
     window.localStorage.setItem("console-refresh", paused ? "paused" : "on");
     show();
   });
+  // A person working in the page (focus on a link, a field or a button in it, or text
+  // selected) is not interrupted: the refresh waits until they are done.
   function busy() {
     var a = document.activeElement;
-    return a && (a.tagName === "INPUT" || a.tagName === "SELECT" || a.tagName === "TEXTAREA");
+    var main = document.getElementById("content");
+    if (a && a !== document.body && main && main.contains(a)) { return true; }
+    var sel = window.getSelection && window.getSelection();
+    return !!(sel && !sel.isCollapsed);
   }
   window.setInterval(function () {
     if (paused || document.hidden || busy()) { return; }
     var url = new URL(window.location.href);
     url.searchParams.delete("flash");
     fetch(url.toString(), { credentials: "same-origin", headers: { "Accept": "text/html" } })
-      .then(function (r) { return r.ok ? r.text() : null; })
+      .then(function (r) {
+        if (r.redirected && r.url.indexOf("/console/signin") >= 0) { throw new Error("signed out"); }
+        if (!r.ok) { throw new Error("HTTP " + r.status); }
+        return r.text();
+      })
       .then(function (html) {
-        if (!html || paused || busy()) { return; }
+        if (paused || busy()) { return; }
         var doc = new DOMParser().parseFromString(html, "text/html");
         var fresh = doc.getElementById("content");
         var main = document.getElementById("content");
-        if (fresh && main) { main.replaceWith(document.importNode(fresh, true)); }
+        if (!fresh || !main) { throw new Error("no content"); }
+        // The refreshed copy announces nothing again: its alerts were read the first time.
+        fresh.querySelectorAll("[role=alert]").forEach(function (el) { el.removeAttribute("role"); });
+        main.replaceWith(document.importNode(fresh, true));
+        show();
       })
-      .catch(function () { state.textContent = "refresh failed; retrying"; });
+      .catch(function (e) {
+        state.textContent = e.message === "signed out" ? "refresh stopped: the session has ended; reload to sign in"
+          : "refresh failed (" + e.message + "); showing the page as of the last one; retrying";
+      });
   }, every * 1000);
 })();

@@ -36,3 +36,43 @@ func TestTheGapChartDrawsTheLastGapsWithinItsWidth(t *testing.T) {
 		t.Fatalf("%d gaps below the interval counted, want the oldest one", d.Below)
 	}
 }
+
+func TestRefusalsWaitLongerEachTimeAndAreForgotten(t *testing.T) {
+	t.Parallel()
+	rs := newRefusals()
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for range freeTries {
+		rs.refused("a", t0)
+	}
+	if w := rs.wait("a", t0); w != time.Second {
+		t.Fatalf("after %d refusals the wait is %s, want 1s", freeTries, w)
+	}
+	if w := rs.wait("b", t0); w != 0 {
+		t.Fatalf("another address waits %s, want 0", w)
+	}
+	rs.refused("a", t0)
+	rs.refused("a", t0)
+	if w := rs.wait("a", t0); w != 4*time.Second {
+		t.Fatalf("two more: the wait is %s, want 4s", w)
+	}
+	for range 30 {
+		rs.refused("a", t0)
+	}
+	if w := rs.wait("a", t0); w != maxWait {
+		t.Fatalf("many more: the wait is %s, want at most %s", w, maxWait)
+	}
+	if w := rs.wait("a", t0.Add(forgetAfter)); w != 0 {
+		t.Fatalf("%s later the wait is %s, want it forgotten", forgetAfter, w)
+	}
+	rs.forget("a")
+	if w := rs.wait("a", t0); w != 0 {
+		t.Fatalf("after a sign-in the wait is %s, want 0", w)
+	}
+	small := &refusals{by: map[string]refusal{}, limit: 2}
+	for _, a := range []string{"x", "y", "z"} {
+		small.refused(a, t0)
+	}
+	if len(small.by) > 2 {
+		t.Fatalf("%d addresses kept, want at most 2", len(small.by))
+	}
+}
