@@ -66,9 +66,9 @@ type Console struct {
 	key      []byte
 	tokenSum [sha256.Size]byte // compared by digest: equal lengths, whatever was typed
 	refusals *refusals
-	pages map[string]*template.Template
-	now   func() time.Time
-	cop   *http.CrossOriginProtection
+	pages    map[string]*template.Template
+	now      func() time.Time
+	cop      *http.CrossOriginProtection
 }
 
 const (
