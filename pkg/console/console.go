@@ -88,10 +88,9 @@ func New(cfg Config) (*Console, error) {
 	if cfg.Refresh == 0 {
 		cfg.Refresh = 5 * time.Second
 	}
-	// The same salt everywhere: every instance given the token derives the same key.
-	key, err := scrypt.Key([]byte(cfg.Token), []byte("dispatcher console session key"), 1<<15, 8, 1, 32)
+	key, err := sessionKey(cfg.Token)
 	if err != nil {
-		return nil, fmt.Errorf("console: deriving the session key: %w", err)
+		return nil, err
 	}
 	tokenSum := sha256.Sum256([]byte(cfg.Token))
 	c := &Console{cfg: cfg, key: key, tokenSum: tokenSum, now: time.Now, cop: http.NewCrossOriginProtection(), refusals: newRefusals()}
@@ -99,6 +98,28 @@ func New(cfg Config) (*Console, error) {
 		return nil, err
 	}
 	return c, nil
+}
+
+// keys holds the session key derived from each token seen: deriving one costs about
+// 100 ms of CPU and 32 MB on purpose, so it is done once per token, not per Console.
+var keys sync.Map // token -> []byte
+
+// sessionKey derives the key that signs sessions from the token, with scrypt and the same
+// salt everywhere, so that every instance given the token derives the same key. No token:
+// no console, no key.
+func sessionKey(token string) ([]byte, error) {
+	if token == "" {
+		return nil, nil
+	}
+	if k, ok := keys.Load(token); ok {
+		return k.([]byte), nil
+	}
+	k, err := scrypt.Key([]byte(token), []byte("dispatcher console session key"), 1<<15, 8, 1, 32)
+	if err != nil {
+		return nil, fmt.Errorf("console: deriving the session key: %w", err)
+	}
+	keys.Store(token, k)
+	return k, nil
 }
 
 // Handler serves the console's paths, which all begin with Prefix.
