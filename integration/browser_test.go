@@ -126,6 +126,26 @@ func (b *browserTab) eval(expr string) string {
 	return fmt.Sprint(v)
 }
 
+// reopenUntil loads path again until the element sel shows want (state read afresh by
+// the server, with the page's own refresh paused).
+func (b *browserTab) reopenUntil(path, sel, want string) {
+	b.t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	last := ""
+	for time.Now().Before(deadline) {
+		b.open(path)
+		ctx, cancel := context.WithTimeout(b.ctx, 2*time.Second)
+		s, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel)))
+		cancel()
+		if err == nil && strings.Contains(s, want) {
+			return
+		}
+		last = s
+		time.Sleep(200 * time.Millisecond)
+	}
+	b.t.Fatalf("%s on %s shows %q, want %q", sel, path, last, want)
+}
+
 func (b *browserTab) screenshot(name string) {
 	b.t.Helper()
 	png, err := chromedp.Run(b.ctx, chromedp.FullScreenshot(100))
@@ -250,7 +270,9 @@ func TestConsoleInARealBrowser(t *testing.T) {
 			t.Fatalf("an arrival of alice at %s, %s after the pause", a.Start, a.Start.Sub(paused))
 		}
 	}
-	b.waitText("#lane-state", "paused")
+	// The page as it was after the pause may show an attempt still in flight: read it
+	// again until the lane says paused.
+	b.reopenUntil("/console/client?id=alice", "#lane-state", "paused")
 	b.screenshot("client-paused")
 	b.do("resume", chromedp.Click(chromedp.CSS("#resume button")))
 	b.waitText("#flash", "Resumed")
@@ -310,8 +332,7 @@ func TestConsoleInARealBrowser(t *testing.T) {
 		}
 		return false
 	})
-	b.open("/console/request?id=" + doomedID)
-	b.waitText("#request-state", "delivered")
+	b.reopenUntil("/console/request?id="+doomedID, "#request-state", "delivered") // its events are written as it goes
 	if tl := b.text("#timeline"); !strings.Contains(tl, "dead_lettered") || !strings.Contains(tl, "replayed") || !strings.Contains(tl, "delivered") {
 		t.Fatalf("the request's timeline: %q; want it dead-lettered, replayed and delivered", tl)
 	}
