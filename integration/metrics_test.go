@@ -201,6 +201,22 @@ func TestMetricsMatchTheRecordingRaven(t *testing.T) {
 		}
 	}
 
+	// The dashboard and the alert rules name only what the two binaries serve.
+	both := servedBy(m, im)
+	checkPromQL(t, both, dashboardExprs(t))
+	checkPromQL(t, both, ruleExprs(t))
+	for _, name := range []string{"dispatch_ready", "dispatch_partitions"} {
+		if _, ok := both[name]; !ok {
+			t.Errorf("%s is not served", name)
+		}
+	}
+	if got := metric(t, m, "dispatch_ready"); got != 1 {
+		t.Errorf("the dispatcher's dispatch_ready = %v while /readyz answers 200", got)
+	}
+	if got := metric(t, m, "dispatch_partitions"); got != 64 {
+		t.Errorf("dispatch_partitions = %v, want 64", got)
+	}
+
 	// The admin API: its own token, problem+json without it.
 	base := "http://" + dispOps + "/admin/v1"
 	if code, body := adminCall(t, "GET", base+"/clients", "", ""); code != 401 || body["code"] != "unauthorized" {

@@ -142,7 +142,10 @@ func runDispatcher(ctx context.Context, c *settings, q *queue.Queue, reg *promet
 	if events != nil {
 		c.dispatch.Events = events
 	}
-	reg.MustRegister(queue.NewCollector(q), q.WritesCollector())
+	partitions := prometheus.NewGauge(prometheus.GaugeOpts{Name: "dispatch_partitions",
+		Help: "the queue's partitions (PARTITIONS): dispatch_partitions_owned across instances adds up to it while each has an owner"})
+	partitions.Set(float64(q.Partitions()))
+	reg.MustRegister(queue.NewCollector(q), q.WritesCollector(), partitions)
 	d, err := dispatch.New(c.dispatch.Config, q, rc, log)
 	if err != nil {
 		return err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -57,7 +58,24 @@ func NewRegistry() *prometheus.Registry {
 
 // OpsHandler serves /metrics from reg, /healthz, /readyz from ready (nil error: ready),
 // and mounts admin (if not nil) under /admin/ and console (if not nil) under /console/.
+//
+// It registers dispatch_ready on reg: 1 while ready says so, read at each scrape, for an
+// alert on an instance that stays unready (once per registry: the standalone's two parts
+// share one).
 func OpsHandler(reg *prometheus.Registry, ready func(ctx context.Context) error, admin, console http.Handler, log zerolog.Logger) http.Handler {
+	readyGauge := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "dispatch_ready",
+		Help: "1 while /readyz answers 200 (the queue reachable and taking writes; not starting or stopping), else 0; read at each scrape"},
+		func() float64 {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			if ready(ctx) != nil {
+				return 0
+			}
+			return 1
+		})
+	if err := reg.Register(readyGauge); err != nil && !errors.As(err, &prometheus.AlreadyRegisteredError{}) {
+		log.Warn().Err(err).Msg("dispatch_ready is not served")
+	}
 	r := chi.NewRouter()
 	r.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) {
