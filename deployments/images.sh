@@ -53,3 +53,30 @@ build ingest "$tag"
 build dispatcher "$tag"
 build demoraven "$tag"
 build natsnode "$nats_version"
+
+# The compose file's optional "monitoring" profile: Prometheus with the scrape
+# configuration and alert rules of deployments/prometheus. No registry to pull it from, and
+# building Prometheus from source needs its web assets and much of the Go ecosystem: the
+# image takes the host's prometheus binary (the distribution's package: apt-get install
+# prometheus; or PROMETHEUS_BIN) and the shared libraries it loads, FROM scratch. Without
+# one the profile's image is not built, and this says so.
+prom="${PROMETHEUS_BIN:-$(command -v prometheus || true)}"
+if [ -z "$prom" ]; then
+  echo "no prometheus binary here (apt-get install prometheus, or PROMETHEUS_BIN=...): the monitoring profile's image is not built"
+  exit 0
+fi
+pdir="$out/prometheus"
+mkdir -p "$pdir/rootfs/bin" "$pdir/rootfs/etc/prometheus" "$pdir/data"
+cp "$prom" "$pdir/rootfs/bin/prometheus"
+for lib in $(ldd "$prom" 2>/dev/null | grep -o '/[^ ]*' || true); do # at the paths it loads them from
+  mkdir -p "$pdir/rootfs$(dirname "$lib")"
+  cp -L "$lib" "$pdir/rootfs$lib"
+done
+cp deployments/prometheus/prometheus.yml deployments/prometheus/rules.yml "$pdir/rootfs/etc/prometheus/"
+prom_version=$("$prom" --version 2>&1 | head -1 | awk '{print $3}')
+if ! log=$(docker build -f deployments/Dockerfile.prometheus --label "org.opencontainers.image.version=$prom_version" \
+    -t "penguin-dispatch/prometheus:$tag" "$pdir" 2>&1); then
+  echo "$log" >&2
+  exit 1
+fi
+echo "built penguin-dispatch/prometheus:$tag (prometheus $prom_version from $prom)"
