@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/promql/parser"
 	"sigs.k8s.io/yaml"
@@ -156,7 +157,7 @@ func checkSelector(t *testing.T, s served, where string, vs *parser.VectorSelect
 		used[l] = true
 	}
 	for _, lm := range vs.LabelMatchers {
-		if lm.Name == labels.MetricName || scrapeLabels[lm.Name] {
+		if lm.Name == model.MetricNameLabel || scrapeLabels[lm.Name] {
 			continue
 		}
 		values, ok := m[lm.Name]
