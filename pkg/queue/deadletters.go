@@ -96,7 +96,7 @@ func deadLetterOf(subject string, h nats.Header, body []byte, seq uint64, at tim
 			LastAttempt:  parse(headerDeadLastAttempt),
 		},
 		DeadAt: at, BodyBytes: len(body), ContentType: st.ContentType, Body: body, Subject: subject, Headers: h, Cycle: st.Cycle,
-		NotBefore: st.NotBefore,
+		NotBefore: st.NotBefore, TraceParent: st.TraceParent, TraceState: st.TraceState,
 	}
 }
 
@@ -208,7 +208,7 @@ func (q *Queue) requeuePublish(ctx context.Context, r request.DeadLetter) (dupli
 		return false, 0, fmt.Errorf("dead letter %d (request %s) has no valid clientId in its subject %q: it cannot be requeued", r.Seq, r.ID, r.Subject)
 	}
 	msg := requestMsg(request.Request{ID: r.ID, ClientID: r.ClientID, ContentType: r.ContentType, Body: r.Body, Cycle: r.Cycle + 1,
-		NotBefore: r.ReplayNotBefore(time.Now())})
+		NotBefore: r.ReplayNotBefore(time.Now()), TraceParent: r.TraceParent, TraceState: r.TraceState})
 	// The message id names this dead letter, not the request: the request's own id may
 	// still be in the window from when ingest took it.
 	ack, err := q.js.PublishMsg(ctx, msg, jetstream.WithMsgID("replay:"+r.ID+":"+strconv.FormatUint(r.Seq, 10)),

@@ -212,13 +212,20 @@ func requestMsg(r request.Request) *nats.Msg {
 	return msg
 }
 
-// setPlanHeaders writes r's not-before time and replay count, when it has them.
+// setPlanHeaders writes r's not-before time, replay count and trace context, when it has
+// them.
 func setPlanHeaders(h nats.Header, r request.Request) {
 	if !r.NotBefore.IsZero() {
 		h.Set(request.HeaderNotBefore, r.NotBefore.UTC().Format(time.RFC3339Nano))
 	}
 	if r.Cycle > 0 {
 		h.Set(request.HeaderCycle, strconv.Itoa(r.Cycle))
+	}
+	if r.TraceParent != "" {
+		h.Set(request.HeaderTraceParent, r.TraceParent)
+		if r.TraceState != "" {
+			h.Set(request.HeaderTraceState, r.TraceState)
+		}
 	}
 }
 
@@ -237,6 +244,8 @@ func storedOf(subject string, h nats.Header, body []byte, seq uint64, at time.Ti
 			Body:        body,
 			NotBefore:   notBefore,
 			Cycle:       max(cycle, 0),
+			TraceParent: h.Get(request.HeaderTraceParent),
+			TraceState:  h.Get(request.HeaderTraceState),
 		},
 		Seq:        seq,
 		Subject:    subject,

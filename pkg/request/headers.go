@@ -20,6 +20,10 @@ const (
 	HeaderClientID = "X-Client-Id"
 	// HeaderAttempt is sent to raven: 1 for the first attempt, then 2, 3, ...
 	HeaderAttempt = "X-Dispatch-Attempt"
+	// HeaderTraceParent and HeaderTraceState hold a stored request's W3C trace context,
+	// named as the W3C names them.
+	HeaderTraceParent = "traceparent"
+	HeaderTraceState  = "tracestate"
 )
 
 // Request is one accepted request as the queue stores it.
@@ -36,6 +40,9 @@ type Request struct {
 	NotBefore time.Time
 	// Cycle is how many times the request was replayed from the dead-letter stream.
 	Cycle int
+	// TraceParent and TraceState are the W3C trace context the request was accepted (or
+	// last replayed) in, when tracing is on: its attempts are spans of that trace.
+	TraceParent, TraceState string
 }
 
 // Stored is a request read back from the queue.
@@ -79,6 +86,9 @@ type DeadLetter struct {
 	Cycle int `json:"cycle,omitempty"`
 	// NotBefore is the request's Not-Before, when it had one.
 	NotBefore time.Time `json:"-"`
+	// TraceParent and TraceState are its request's trace context, when it had one.
+	TraceParent string `json:"-"`
+	TraceState  string `json:"-"`
 }
 
 // ReplayNotBefore is the Not-Before d's request keeps when it is replayed at now: its own
