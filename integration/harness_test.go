@@ -5,6 +5,8 @@
 package integration
 
 import (
+	"go.opentelemetry.io/otel/trace"
+
 	"bytes"
 	"context"
 	"encoding/json"
@@ -62,6 +64,8 @@ type options struct {
 	natsURL  string // use this NATS (a cluster) instead of starting a server
 	// ravenProxy puts a fault proxy between the dispatcher and raven (stack.ravenProxy).
 	ravenProxy bool
+	// tracing, if not nil, traces ingest and the dispatcher.
+	tracing trace.TracerProvider
 }
 
 // stack is one service on one embedded NATS server, with a recording raven.
@@ -139,7 +143,8 @@ func newStack(t testing.TB, o options) *stack {
 	go func() { defer close(evDone); s.events.Run(evCtx, 2*time.Second) }()
 	t.Cleanup(func() { stopEvents(); <-evDone })
 
-	api, err := ingest.New(ingest.Config{MaxBodyBytes: 4096, BacklogRetryAfter: o.interval, Events: s.events, Status: q, Instance: "ingest"}, q, q, testLog())
+	api, err := ingest.New(ingest.Config{MaxBodyBytes: 4096, BacklogRetryAfter: o.interval, Events: s.events, Status: q, Instance: "ingest",
+		Tracing: o.tracing}, q, q, testLog())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -181,7 +186,7 @@ func (s *stack) startDispatcher() {
 	s.metrics = prometheus.NewRegistry()
 	log := testLogAlso(&s.dispatchLog)
 	d, err := dispatch.New(dispatch.Config{Policy: s.policy(), ShutdownGrace: 5 * time.Second, Budget: s.opts.budget,
-		Steering: ctl, InstanceID: "test", Metrics: dispatch.NewMetrics(s.metrics), Events: s.events}, s.q, rc, log)
+		Steering: ctl, InstanceID: "test", Metrics: dispatch.NewMetrics(s.metrics), Events: s.events, Tracing: s.opts.tracing}, s.q, rc, log)
 	if err != nil {
 		s.t.Fatal(err)
 	}

@@ -139,6 +139,12 @@ func runDispatcher(ctx context.Context, c *settings, q *queue.Queue, reg *promet
 	}
 	c.dispatch.Steering = ctl
 	c.dispatch.Metrics = dispatch.NewMetrics(reg)
+	tp, stopTracing, err := cli.Tracing(ctx, "dispatch-dispatcher", log)
+	if err != nil {
+		return err
+	}
+	defer stopTracing() // after the dispatcher drained: its last attempts' spans go too
+	c.dispatch.Tracing = tp
 	if events != nil {
 		c.dispatch.Events = events
 	}
@@ -160,7 +166,7 @@ func runDispatcher(ctx context.Context, c *settings, q *queue.Queue, reg *promet
 		return err
 	}
 	defer stopLanes()
-	adm, err := admin.New(admin.Config{Queue: q, Control: ctl, Log: log, Registerer: reg, Interval: c.dispatch.Interval, Instance: c.dispatch.InstanceID})
+	adm, err := admin.New(admin.Config{Queue: q, Control: ctl, Log: log, Registerer: reg, Interval: c.dispatch.Interval, Instance: c.dispatch.InstanceID, Tracing: tp})
 	if err != nil {
 		return err
 	}
@@ -340,18 +346,29 @@ func startIngest(ctx context.Context, c *settings, q *queue.Queue, nc *queue.Con
 	}
 	c.ingest.BacklogRetryAfter = c.dispatch.Interval
 	c.ingest.Metrics = ingest.NewMetrics(reg)
-	ln, err := cli.Listen(c.ingest.Addr, "INGEST_ADDR")
+	tp, stopTracing, err := cli.Tracing(ctx, "dispatch-ingest", log)
 	if err != nil {
 		return "", err
 	}
+	c.ingest.Tracing = tp
+	ln, err := cli.Listen(c.ingest.Addr, "INGEST_ADDR")
+	if err != nil {
+		stopTracing()
+		return "", err
+	}
 	if ln, err = c.ingest.Secure(ctx, ln, log); err != nil {
+		stopTracing()
 		return "", err
 	}
 	api, err := ingest.New(c.ingest.Config, q, q, log)
 	if err != nil {
+		stopTracing()
 		return "", err
 	}
-	g.start(func() error { return cli.Serve(ctx, cli.Server(api.Handler()), ln, 10*time.Second) })
+	g.start(func() error {
+		defer stopTracing() // once ingest has drained
+		return cli.Serve(ctx, cli.Server(api.Handler()), ln, 10*time.Second)
+	})
 	return cli.URLFor(ln, "/v1/requests"), nil
 }
 

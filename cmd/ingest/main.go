@@ -64,6 +64,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, _ io.Wr
 	reg.MustRegister(q.WritesCollector())
 	go q.WatchWrites(ctx, 0, log)
 	ingestCfg.Metrics = ingest.NewMetrics(reg)
+	tp, stopTracing, err := cli.Tracing(ctx, "dispatch-ingest", log)
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
+	ingestCfg.Tracing = tp
 	if events {
 		instance, _ := os.Hostname()
 		w, stop := cli.StartEvents(q, "ingest/"+instance, reg, log)

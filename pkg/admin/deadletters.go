@@ -1,6 +1,10 @@
 package admin
 
 import (
+	"github.com/penguinhq/dispatcher/pkg/tracing"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
 	"cmp"
 	"context"
 	"errors"
@@ -162,6 +166,22 @@ func (s *Service) Replay(ctx context.Context, f queue.DeadFilter, all, dryRun bo
 // client to go back to, skips it; any other error is returned.
 func (s *Service) replay(ctx context.Context, r request.DeadLetter) (ReplayItem, error) {
 	item := ReplayItem{DeadLetter: r}
+	if s.tracer != nil {
+		// A span of its own, linked to the request's original trace; the request goes back
+		// with the replay's context, so its next attempts are the replay's children.
+		_, orig := tracing.Extract(ctx, r.TraceParent, r.TraceState)
+		opts := []trace.SpanStartOption{trace.WithNewRoot(), trace.WithAttributes(attribute.String("dispatch.request_id", r.ID),
+			attribute.Int("dispatch.cycle", r.Cycle+1), attribute.String("dispatch.dead_reason", r.Reason))}
+		if orig.IsValid() {
+			opts = append(opts, trace.WithLinks(trace.Link{SpanContext: orig, Attributes: []attribute.KeyValue{attribute.String("dispatch.link", "replay of")}}))
+		}
+		spanCtx, span := s.tracer.Start(ctx, "dispatch.replay", opts...)
+		defer func() {
+			span.SetAttributes(attribute.String("dispatch.outcome", item.Outcome))
+			span.End()
+		}()
+		r.TraceParent, r.TraceState = tracing.Inject(spanCtx)
+	}
 	queued, seq, err := s.q.Requeue(ctx, r)
 	switch {
 	case errors.Is(err, queue.ErrBacklogFull), errors.Is(err, queue.ErrQueueFull), err != nil && r.ClientID == "":

@@ -5,6 +5,9 @@
 package admin
 
 import (
+	"github.com/penguinhq/dispatcher/pkg/tracing"
+	"go.opentelemetry.io/otel/trace"
+
 	"errors"
 	"fmt"
 	"time"
@@ -44,6 +47,9 @@ type Config struct {
 	Interval time.Duration
 	// Instance names this process in the events it writes (a replay's).
 	Instance string
+	// Tracing, if not nil, records each replay of a dead letter as a span that links to
+	// the request's original trace; the attempts after it are its children.
+	Tracing trace.TracerProvider
 }
 
 // WithDefaults returns c with zero fields set to their defaults.
@@ -78,6 +84,7 @@ type Service struct {
 	// oldestRead is the most requests the oldest-first page reads in the queue's order
 	// before it reads every client's head instead.
 	oldestRead int
+	tracer     trace.Tracer // nil: tracing is off
 	aliveCache
 	backlogCache
 }
@@ -89,6 +96,9 @@ func New(cfg Config) (*Service, error) {
 		return nil, err
 	}
 	s := &Service{q: cfg.Queue, ctl: cfg.Control, log: cfg.Log.With().Str("component", "admin").Logger(), laneWait: cfg.LaneWait, interval: cfg.Interval, instance: cfg.Instance, oldestRead: oldestRead}
+	if cfg.Tracing != nil {
+		s.tracer = cfg.Tracing.Tracer(tracing.Name)
+	}
 	if cfg.Registerer != nil {
 		s.replayed = prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "dispatch_replayed_total",

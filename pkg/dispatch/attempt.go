@@ -1,6 +1,11 @@
 package dispatch
 
 import (
+	"github.com/penguinhq/dispatcher/pkg/tracing"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
 	"context"
 	"errors"
 	"net/http"
@@ -143,16 +148,25 @@ func (d *Dispatcher) attempt(ctx context.Context, job Job, st request.Stored, se
 		first = start
 	}
 	startedWritten := d.recordStarted(st, attempt, start)
-	status, err := d.send(ctx, st, attempt)
+	sendCtx, span := d.startAttempt(ctx, job, st, attempt, start)
+	status, err := d.send(sendCtx, st, attempt)
 	end := d.now()
 	startedWritten()
 	judged := judge(err)
+	deadReason := "" // set below when this attempt dead-letters the request
+	if span != nil {
+		defer func() { endAttempt(span, judged, status, err, deadReason) }()
+	}
 	d.cfg.Metrics.attempt(start, end, job.PrevEnd, job.Interval, judged)
 	d.noteAttempt(job, st, attempt, start, end, judged, status, err)
 	// Fields are added per event, not through a child logger: no allocation per attempt
 	// when the level is off.
 	about := func(ev *zerolog.Event) *zerolog.Event {
-		return ev.Str("client_id", st.ClientID).Str("request_id", st.ID).Int("attempt", attempt)
+		ev = ev.Str("client_id", st.ClientID).Str("request_id", st.ID).Int("attempt", attempt)
+		if id := tracing.TraceID(st.TraceParent); id != "" {
+			ev = ev.Str("trace_id", id)
+		}
+		return ev
 	}
 	if ev := d.log.Debug(); ev.Enabled() {
 		if !job.PrevEnd.IsZero() {
@@ -176,7 +190,9 @@ func (d *Dispatcher) attempt(ctx context.Context, job Job, st request.Stored, se
 			return res
 		}
 		d.recent.add(Delivery{ID: st.ID, Subject: st.Subject, Attempt: attempt, Delivered: end})
-		d.log.Debug().Str("client_id", st.ClientID).Str("request_id", st.ID).Int("attempt", attempt).Msg("request delivered")
+		if ev := d.log.Debug(); ev.Enabled() {
+			about(ev).Msg("request delivered")
+		}
 		d.cfg.Metrics.delivered()
 		res.Kind = Delivered
 		return res
@@ -209,6 +225,7 @@ func (d *Dispatcher) attempt(ctx context.Context, job Job, st request.Stored, se
 		return res
 	}
 	d.deadLettered(why.Reason)
+	deadReason = why.Reason
 	about(d.log.Warn()).Str("reason", why.Reason).Int("last_status", why.LastStatus).Msg("request dead-lettered")
 	res.Kind = DeadLettered
 	return res
@@ -426,4 +443,43 @@ func (d *Dispatcher) noteAttempt(job Job, st request.Stored, attempt int, start,
 func (d *Dispatcher) deadLettered(reason string) {
 	d.cfg.Metrics.deadLettered(reason)
 	d.activity.deadLettered(reason, d.now())
+}
+
+// startAttempt starts an attempt's span, a child of the trace context stored with the
+// request (the accept span, or the replay's); an attempt after the first also links to
+// it, as a retry. Tracing off: ctx as it is and no span.
+func (d *Dispatcher) startAttempt(ctx context.Context, job Job, st request.Stored, attempt int, start time.Time) (context.Context, trace.Span) {
+	if d.tracer == nil {
+		return ctx, nil
+	}
+	ctx, parent := tracing.Extract(ctx, st.TraceParent, st.TraceState)
+	// How long it waited in its lane before this attempt: since it was accepted (or
+	// requeued), or since its previous attempt ended.
+	since := st.AcceptedAt
+	if attempt > 1 && job.PrevEnd.After(since) {
+		since = job.PrevEnd
+	}
+	opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindClient), trace.WithTimestamp(start),
+		trace.WithAttributes(attribute.String("dispatch.request_id", st.ID), attribute.Int("dispatch.attempt", attempt),
+			attribute.Int("dispatch.cycle", st.Cycle), attribute.Float64("dispatch.waited_seconds", max(0, start.Sub(since).Seconds())))}
+	if attempt > 1 && parent.IsValid() {
+		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: parent, Attributes: []attribute.KeyValue{attribute.String("dispatch.link", "retry")}}))
+	}
+	return d.tracer.Start(ctx, "dispatch.attempt", opts...)
+}
+
+// endAttempt ends an attempt's span with its outcome, raven's status, and the
+// dead-lettering it led to, if it did.
+func endAttempt(span trace.Span, outcome string, status int, err error, deadReason string) {
+	span.SetAttributes(attribute.String("dispatch.outcome", outcome))
+	if status != 0 {
+		span.SetAttributes(attribute.Int("http.response.status_code", status))
+	}
+	if err != nil {
+		span.SetStatus(codes.Error, outcome)
+	}
+	if deadReason != "" {
+		span.AddEvent("dispatch.dead_lettered", trace.WithAttributes(attribute.String("dispatch.reason", deadReason)))
+	}
+	span.End()
 }

@@ -1,6 +1,8 @@
 package dispatch
 
 import (
+	"go.opentelemetry.io/otel/trace"
+
 	"errors"
 	"fmt"
 	"os"
@@ -61,6 +63,9 @@ type Config struct {
 	// Events, if not nil, hears each request's outcomes: attempts started and failed,
 	// delivered, dead-lettered, purged.
 	Events Events
+	// Tracing, if not nil, records each attempt as a span of its request's trace (the
+	// context ingest stored with it) and sends raven the attempt's traceparent.
+	Tracing trace.TracerProvider
 	// RecentDeliveries is how many deliveries are remembered by id for operators
 	// (Delivered); about 150 bytes each. Negative remembers none. Defaults to 10000.
 	RecentDeliveries int

@@ -1,6 +1,9 @@
 package dispatch
 
 import (
+	"github.com/penguinhq/dispatcher/pkg/tracing"
+	"go.opentelemetry.io/otel/trace"
+
 	"context"
 	"math/rand/v2"
 	"sync/atomic"
@@ -26,6 +29,7 @@ type Dispatcher struct {
 	recent                 *recent
 	activity               *activity
 	gov                    *governor
+	tracer                 trace.Tracer // nil: tracing is off
 }
 
 // Stats is a snapshot of a running Dispatcher.
@@ -50,6 +54,9 @@ func New(cfg Config, src Source, snd Sender, log zerolog.Logger) (*Dispatcher, e
 	d := &Dispatcher{cfg: cfg, src: src, snd: snd, log: log, now: time.Now, rand: rand.Float64,
 		queries: make(chan laneQuery), recent: newRecent(cfg.RecentDeliveries), activity: newActivity(cfg.AttemptHistory)}
 	d.gov = newGovernor(cfg, src.Partitions(), log)
+	if cfg.Tracing != nil {
+		d.tracer = cfg.Tracing.Tracer(tracing.Name)
+	}
 	cfg.Metrics.watch(d)
 	return d, nil
 }

@@ -1,6 +1,10 @@
 package ingest
 
 import (
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
 	"bytes"
 	"context"
 	"encoding/json"
@@ -12,6 +16,8 @@ import (
 	"net/http"
 	"strconv"
 	"time"
+
+	"github.com/penguinhq/dispatcher/pkg/tracing"
 
 	"github.com/penguinhq/dispatcher/pkg/request"
 )
@@ -120,7 +126,19 @@ func (a *API) acceptBatch(w http.ResponseWriter, r *http.Request) {
 			Detail: "too many requests are being stored at once; this item was not accepted; retry it after the Retry-After delay"})
 	}
 	if taken > 0 {
-		ctx, cancel := context.WithTimeout(r.Context(), a.cfg.PublishTimeout)
+		ctx := r.Context()
+		if a.tracer != nil { // one span for the batch: each item stored is in its trace
+			var span trace.Span
+			ctx = tracing.Propagator.Extract(ctx, propagation.HeaderCarrier(r.Header))
+			ctx, span = a.tracer.Start(ctx, "dispatch.accept_batch", trace.WithSpanKind(trace.SpanKindServer),
+				trace.WithAttributes(attribute.Int("dispatch.items", len(items)), attribute.Int("dispatch.publishing", taken)))
+			defer span.End()
+			parent, state := tracing.Inject(ctx)
+			for k := range taken {
+				reqs[k].TraceParent, reqs[k].TraceState = parent, state
+			}
+		}
+		ctx, cancel := context.WithTimeout(ctx, a.cfg.PublishTimeout)
 		start := time.Now()
 		receipts, errs := a.pub.PublishAll(ctx, reqs[:taken])
 		cancel()

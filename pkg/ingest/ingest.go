@@ -5,12 +5,19 @@
 package ingest
 
 import (
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
 	"context"
 	"errors"
 	"fmt"
 	"net/http"
 	"sync/atomic"
 	"time"
+
+	"github.com/penguinhq/dispatcher/pkg/tracing"
 
 	"github.com/go-chi/chi/v5"
 	"github.com/rs/zerolog"
@@ -85,6 +92,9 @@ type Config struct {
 	BacklogRetryAfter time.Duration
 	// Metrics, if not nil, counts requests by outcome and publish latency.
 	Metrics *Metrics
+	// Tracing, if not nil, records each accepted request as a span, continuing the
+	// caller's W3C trace context, and stores the span's context with the request.
+	Tracing trace.TracerProvider
 	// Tokens, if not nil, are the bearer tokens POST /v1/requests requires; nil accepts
 	// requests from anyone.
 	Tokens *Tokens
@@ -208,6 +218,7 @@ type API struct {
 	publishing chan struct{} // a slot per publish waiting for JetStream
 	waits      chan struct{} // a slot per status read waiting for a final state
 	batchBytes atomic.Int64  // bytes of the batches being read and stored
+	tracer     trace.Tracer  // nil: tracing is off
 }
 
 // New returns the API.
@@ -216,8 +227,39 @@ func New(cfg Config, pub Publisher, ready Readiness, log zerolog.Logger) (*API, 
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &API{cfg: cfg, pub: pub, ready: ready, log: log.With().Str("component", "ingest").Logger(),
-		publishing: make(chan struct{}, cfg.MaxPublishing), waits: make(chan struct{}, cfg.MaxStatusWaits)}, nil
+	a := &API{cfg: cfg, pub: pub, ready: ready, log: log.With().Str("component", "ingest").Logger(),
+		publishing: make(chan struct{}, cfg.MaxPublishing), waits: make(chan struct{}, cfg.MaxStatusWaits)}
+	if cfg.Tracing != nil {
+		a.tracer = cfg.Tracing.Tracer(tracing.Name)
+	}
+	return a, nil
+}
+
+// startAccept starts req's accept span, continuing the caller's trace context (or
+// starting a trace), and stores the span's context with the request.
+func (a *API) startAccept(r *http.Request, req *request.Request, name string) (context.Context, trace.Span) {
+	ctx := tracing.Propagator.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
+	ctx, span := a.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindServer),
+		trace.WithAttributes(attribute.String("dispatch.request_id", req.ID)))
+	req.TraceParent, req.TraceState = tracing.Inject(ctx)
+	return ctx, span
+}
+
+// endAccept ends an accept span with what became of the request.
+func endAccept(span trace.Span, outcome string, status int) {
+	span.SetAttributes(attribute.String("dispatch.outcome", outcome), attribute.Int("http.response.status_code", status))
+	if status >= 500 {
+		span.SetStatus(codes.Error, outcome)
+	}
+	span.End()
+}
+
+// traced adds the request's trace id to a log line about it, when it has one.
+func traced(ev *zerolog.Event, req request.Request) *zerolog.Event {
+	if id := tracing.TraceID(req.TraceParent); id != "" {
+		ev = ev.Str("trace_id", id)
+	}
+	return ev
 }
 
 // Handler returns the routes:
@@ -289,7 +331,12 @@ func (a *API) accept(w http.ResponseWriter, r *http.Request) {
 			Detail: "too many requests are being stored at once; this one was not accepted; retry after the Retry-After delay"})
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), a.cfg.PublishTimeout)
+	ctx := r.Context()
+	var span trace.Span
+	if a.tracer != nil {
+		ctx, span = a.startAccept(r, &req, "dispatch.accept")
+	}
+	ctx, cancel := context.WithTimeout(ctx, a.cfg.PublishTimeout)
 	defer cancel()
 	start := time.Now()
 	receipt, err := a.pub.Publish(ctx, req)
@@ -297,12 +344,21 @@ func (a *API) accept(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		p := publishProblem(err, a.cfg.BacklogRetryAfter)
 		a.cfg.Metrics.outcome(p.Code)
+		if span != nil {
+			endAccept(span, p.Code, p.Status)
+		}
 		// Debug, like every refusal: while the queue is unavailable every request would
 		// log the same line. The queue logs once when its store stops taking writes, NATS
 		// when the connection drops, and the outcomes are counted.
-		a.log.Debug().Err(err).Str("client_id", req.ClientID).Str("request_id", req.ID).Int("status", p.Status).Msg("request refused")
+		if ev := a.log.Debug(); ev.Enabled() {
+			traced(ev, req).Err(err).Str("client_id", req.ClientID).Str("request_id", req.ID).Int("status", p.Status).Msg("request refused")
+		}
 		writeProblem(w, p)
 		return
+	}
+	if span != nil {
+		span.SetAttributes(attribute.Bool("dispatch.duplicate", receipt.Duplicate), attribute.Int64("dispatch.seq", int64(receipt.Seq)))
+		endAccept(span, "accepted", http.StatusAccepted)
 	}
 	a.stored(req, receipt)
 	writeAccepted(w, accepted{ID: req.ID, ClientID: req.ClientID, Status: request.StateQueued, Duplicate: receipt.Duplicate, NotBefore: req.NotBefore})
@@ -321,7 +377,9 @@ func (a *API) stored(req request.Request, receipt request.Receipt) {
 		a.cfg.Events.Record(request.Event{Type: request.EventAccepted, ID: req.ID, ClientID: req.ClientID, At: time.Now(),
 			Seq: receipt.Seq, NotBefore: req.NotBefore, AcceptedAt: time.Now(), Instance: a.cfg.Instance})
 	}
-	a.log.Debug().Str("client_id", req.ClientID).Str("request_id", req.ID).Uint64("seq", receipt.Seq).Bool("duplicate", receipt.Duplicate).Msg("request accepted")
+	if ev := a.log.Debug(); ev.Enabled() {
+		traced(ev, req).Str("client_id", req.ClientID).Str("request_id", req.ID).Uint64("seq", receipt.Seq).Bool("duplicate", receipt.Duplicate).Msg("request accepted")
+	}
 }
 
 // publishProblem is the one map from queue errors to HTTP answers.

@@ -5,6 +5,9 @@
 package raven
 
 import (
+	"github.com/penguinhq/dispatcher/pkg/tracing"
+	"go.opentelemetry.io/otel/propagation"
+
 	"bytes"
 	"context"
 	"fmt"
@@ -133,6 +136,9 @@ func (c *Client) SendStatus(ctx context.Context, st request.Stored, attempt int)
 	req.Header.Set(request.HeaderClientID, st.ClientID)
 	req.Header.Set(request.HeaderAttempt, strconv.Itoa(attempt))
 	req.Header.Set("User-Agent", c.cfg.UserAgent)
+	// The attempt's trace context, when tracing is on (nothing is written otherwise):
+	// raven's own spans join the request's trace.
+	tracing.Propagator.Inject(ctx, propagation.HeaderCarrier(req.Header))
 	resp, err := c.http.Do(req)
 	if err != nil {
 		return 0, &TransientError{Err: err}
