@@ -1,6 +1,9 @@
 package main
 
 import (
+	"github.com/penguinhq/dispatcher/pkg/dispatch"
+	"go.opentelemetry.io/otel/trace"
+
 	"context"
 	"fmt"
 	"io"
@@ -37,7 +40,7 @@ func benchDispatch(ctx context.Context, s settings, log io.Writer) ([]row, error
 		}
 		for _, syncAlways := range modes {
 			settle()
-			r, err := dispatchOnce(ctx, s, n, syncAlways, log)
+			r, _, err := dispatchOnce(ctx, s, n, syncAlways, log, nil)
 			rows = append(rows, r...)
 			if err != nil {
 				return rows, err
@@ -49,30 +52,33 @@ func benchDispatch(ctx context.Context, s settings, log io.Writer) ([]row, error
 
 // dispatchOnce runs benchDispatch's load for clients, with events on (the product's
 // default) and statuses read through the ingest API during the window.
-func dispatchOnce(ctx context.Context, s settings, clients int, syncAlways bool, log io.Writer) ([]row, error) {
+//
+// tp, if not nil, traces ingest and the dispatcher (the tracing scenario). It returns the
+// rows and the sends per second in the window.
+func dispatchOnce(ctx context.Context, s settings, clients int, syncAlways bool, log io.Writer, tp trace.TracerProvider) ([]row, float64, error) {
 	interval := s.interval
 	mode := modeName(syncAlways)
 	n, err := startNode(ctx, syncAlways, queue.Config{})
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	defer n.close()
 	ev := startEvents(n)
 	defer ev.close() // once the dispatcher has stopped
-	ingestURL, stopIngest, err := serveIngest(n, ingest.Config{Events: ev.w, Status: n.q})
+	ingestURL, stopIngest, err := serveIngest(n, ingest.Config{Events: ev.w, Status: n.q, Tracing: tp})
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	defer stopIngest()
 	sp := &spacing{interval: interval, topUps: make(chan string, 1<<20), last: make(map[string][2]time.Time, clients)}
 	ravenURL, stopRaven, err := serve(fastRaven{arrived: sp.arrived})
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	defer stopRaven()
-	d, stopDispatch, err := startDispatcher(ctx, n, ravenURL, interval, ev.on)
+	d, stopDispatch, err := startDispatcher(ctx, n, ravenURL, interval, ev.on, func(c *dispatch.Config) { c.Tracing = tp })
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	defer stopDispatch()
 	recent := &recentIDs{}
@@ -142,7 +148,7 @@ func dispatchOnce(ctx context.Context, s settings, clients int, syncAlways bool,
 			reference: fmt.Sprintf("GET /v1/requests/{id}, %d/s, of the last 4096 ids published: %s", statusReadRate, reads.summary()),
 			ratio:     "-", target: "-", verdict: "-",
 		},
-	}, nil
+	}, rate, nil
 }
 
 // spacing measures, at raven, each client's gaps within a window, and asks for a new

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"go.opentelemetry.io/otel/trace"
+
 	"bytes"
 	"context"
 	"fmt"
@@ -46,6 +48,9 @@ const (
 	kindMinimal = "minimal publishing handler"
 	kindIngest  = "ingest"
 	kindH2C     = "ingest over h2c"
+	// kindIngestTraced is the ingest with tracing on, exporting to tracedProvider's
+	// receiver (the tracing scenario).
+	kindIngestTraced = "ingest traced"
 )
 
 var ingestKinds = []string{kindRaw, kindBare, kindMinimal, kindIngest, kindH2C}
@@ -208,8 +213,12 @@ func withServer(ctx context.Context, kind string, syncAlways bool, l *load, meas
 		if h, err = minimalHandler(n.nc); err != nil {
 			return err
 		}
-	case kindIngest, kindH2C:
-		if h, err = benchIngestAPI(n); err != nil {
+	case kindIngest, kindH2C, kindIngestTraced:
+		var tp trace.TracerProvider
+		if kind == kindIngestTraced {
+			tp = tracedProvider
+		}
+		if h, err = benchIngestAPI(n, tp); err != nil {
 			return err
 		}
 		if kind == kindH2C {
@@ -228,12 +237,12 @@ func withServer(ctx context.Context, kind string, syncAlways bool, l *load, meas
 // benchIngestAPI is the project's ingest as the binary runs it: its metrics counted, a
 // bearer token required, a logger at info level (events off: their cost is the events
 // scenario's row).
-func benchIngestAPI(n *node) (http.Handler, error) {
+func benchIngestAPI(n *node, tp trace.TracerProvider) (http.Handler, error) {
 	tokens, err := ingest.NewTokens("", []string{benchToken})
 	if err != nil {
 		return nil, err
 	}
-	cfg := ingest.Config{Metrics: ingest.NewMetrics(prometheus.NewRegistry()), Tokens: tokens}
+	cfg := ingest.Config{Metrics: ingest.NewMetrics(prometheus.NewRegistry()), Tokens: tokens, Tracing: tp}
 	api, err := ingest.New(cfg, n.q, n.q, zerolog.New(io.Discard).Level(zerolog.InfoLevel))
 	if err != nil {
 		return nil, err
