@@ -33,13 +33,16 @@ func newClusterStackWith(t testing.TB, o options, co queuetest.ClusterOptions) *
 	o.queue.Replicas = 3
 	o.noStart = true
 	s := newStack(t, o)
-	leases, err := s.q.Leases(context.Background(), 2*time.Second)
+	if o.leaseTTL == 0 {
+		o.leaseTTL = 2 * time.Second
+	}
+	leases, err := s.q.Leases(context.Background(), o.leaseTTL)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return &clusterStack{stack: s, cluster: c, leases: leases, env: map[string]string{
 		"NATS_URL": c.URL(), "STREAM_REPLICAS": "3", "RAVEN_URL": s.ravenURL,
-		"DISPATCH_INTERVAL": s.opts.interval.String(), "LEASE_TTL": "2s", "RAVEN_TIMEOUT": "500ms",
+		"DISPATCH_INTERVAL": s.opts.interval.String(), "LEASE_TTL": o.leaseTTL.String(), "RAVEN_TIMEOUT": "500ms",
 		"RETRY_BACKOFF_BASE": "100ms", "RETRY_BACKOFF_MAX": "1s", "MAX_ATTEMPTS": "1000",
 	}}
 }

@@ -66,6 +66,8 @@ type options struct {
 	ravenProxy bool
 	// tracing, if not nil, traces ingest and the dispatcher.
 	tracing trace.TracerProvider
+	// leaseTTL is the dispatchers' LEASE_TTL in a cluster stack; 2 s when zero.
+	leaseTTL time.Duration
 }
 
 // stack is one service on one embedded NATS server, with a recording raven.

@@ -203,9 +203,9 @@ func (s *Service) replay(ctx context.Context, r request.DeadLetter) (ReplayItem,
 		if err := s.q.WriteEvent(ctx, ev); err != nil {
 			// The request is queued all the same; its status says dead_lettered until its
 			// next attempt's event.
-			s.log.Warn().Err(err).Str("request_id", r.ID).Msg("the replayed event was not written")
+			s.log.Warn().Err(err).Str("request_id", r.ID).Func(tracing.Log(r.TraceParent)).Msg("the replayed event was not written")
 		}
 	}
-	s.log.Info().Str("request_id", r.ID).Str("client_id", r.ClientID).Str("outcome", item.Outcome).Msg("dead letter replayed")
+	s.log.Info().Str("request_id", r.ID).Func(tracing.Log(r.TraceParent)).Str("client_id", r.ClientID).Str("outcome", item.Outcome).Msg("dead letter replayed")
 	return item, nil
 }

@@ -101,7 +101,7 @@ func (d *Dispatcher) work(ctx context.Context, job Job, sendBy time.Time) Result
 		}
 		res := d.bury(ctx, job, st, request.Verdict{Reason: request.ReasonPurged, Attempts: attemptsOf(job, st)})
 		if res.Kind == DeadLettered {
-			d.log.Info().Str("client_id", st.ClientID).Str("request_id", st.ID).Msg("request purged to the dead-letter stream")
+			d.log.Info().Str("client_id", st.ClientID).Str("request_id", st.ID).Func(tracing.Log(st.TraceParent)).Msg("request purged to the dead-letter stream")
 		}
 		return res
 	case job.Paused:
@@ -162,11 +162,7 @@ func (d *Dispatcher) attempt(ctx context.Context, job Job, st request.Stored, se
 	// Fields are added per event, not through a child logger: no allocation per attempt
 	// when the level is off.
 	about := func(ev *zerolog.Event) *zerolog.Event {
-		ev = ev.Str("client_id", st.ClientID).Str("request_id", st.ID).Int("attempt", attempt)
-		if id := tracing.TraceID(st.TraceParent); id != "" {
-			ev = ev.Str("trace_id", id)
-		}
-		return ev
+		return ev.Str("client_id", st.ClientID).Str("request_id", st.ID).Func(tracing.Log(st.TraceParent)).Int("attempt", attempt)
 	}
 	if ev := d.log.Debug(); ev.Enabled() {
 		if !job.PrevEnd.IsZero() {
@@ -264,18 +260,18 @@ func (d *Dispatcher) remove(ctx context.Context, st request.Stored, sendBy time.
 	if err == nil {
 		if !sendBy.IsZero() && d.now().After(sendBy.Add(d.cfg.leaseMargin())) {
 			d.cfg.Metrics.removalFailed()
-			d.log.Warn().Str("client_id", st.ClientID).Str("request_id", st.ID).Msg(LogRemovalLate)
+			d.log.Warn().Str("client_id", st.ClientID).Str("request_id", st.ID).Func(tracing.Log(st.TraceParent)).Msg(LogRemovalLate)
 		}
 		return nil
 	}
 	d.cfg.Metrics.removalFailed()
-	d.log.Warn().Err(err).Str("client_id", st.ClientID).Str("request_id", st.ID).Msg(LogRemovalFailed)
+	d.log.Warn().Err(err).Str("client_id", st.ClientID).Str("request_id", st.ID).Func(tracing.Log(st.TraceParent)).Msg(LogRemovalFailed)
 	if err := d.retry(ctx, true, func() error { return d.src.Delete(ctx, st.Seq) }); err != nil {
 		d.cfg.Metrics.unremoved()
-		d.log.Warn().Str("client_id", st.ClientID).Str("request_id", st.ID).Msg("delivered request left in the queue at shutdown: it will be sent again")
+		d.log.Warn().Str("client_id", st.ClientID).Str("request_id", st.ID).Func(tracing.Log(st.TraceParent)).Msg("delivered request left in the queue at shutdown: it will be sent again")
 		return err
 	}
-	d.log.Info().Str("client_id", st.ClientID).Str("request_id", st.ID).Msg("delivered request removed from the queue after retrying")
+	d.log.Info().Str("client_id", st.ClientID).Str("request_id", st.ID).Func(tracing.Log(st.TraceParent)).Msg("delivered request removed from the queue after retrying")
 	return nil
 }
 

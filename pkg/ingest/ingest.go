@@ -254,14 +254,6 @@ func endAccept(span trace.Span, outcome string, status int) {
 	span.End()
 }
 
-// traced adds the request's trace id to a log line about it, when it has one.
-func traced(ev *zerolog.Event, req request.Request) *zerolog.Event {
-	if id := tracing.TraceID(req.TraceParent); id != "" {
-		ev = ev.Str("trace_id", id)
-	}
-	return ev
-}
-
 // Handler returns the routes:
 //
 //	POST /v1/requests        accept a request for dispatch
@@ -351,7 +343,7 @@ func (a *API) accept(w http.ResponseWriter, r *http.Request) {
 		// log the same line. The queue logs once when its store stops taking writes, NATS
 		// when the connection drops, and the outcomes are counted.
 		if ev := a.log.Debug(); ev.Enabled() {
-			traced(ev, req).Err(err).Str("client_id", req.ClientID).Str("request_id", req.ID).Int("status", p.Status).Msg("request refused")
+			ev.Func(tracing.Log(req.TraceParent)).Err(err).Str("client_id", req.ClientID).Str("request_id", req.ID).Int("status", p.Status).Msg("request refused")
 		}
 		writeProblem(w, p)
 		return
@@ -378,7 +370,7 @@ func (a *API) stored(req request.Request, receipt request.Receipt) {
 			Seq: receipt.Seq, NotBefore: req.NotBefore, AcceptedAt: time.Now(), Instance: a.cfg.Instance})
 	}
 	if ev := a.log.Debug(); ev.Enabled() {
-		traced(ev, req).Str("client_id", req.ClientID).Str("request_id", req.ID).Uint64("seq", receipt.Seq).Bool("duplicate", receipt.Duplicate).Msg("request accepted")
+		ev.Func(tracing.Log(req.TraceParent)).Str("client_id", req.ClientID).Str("request_id", req.ID).Uint64("seq", receipt.Seq).Bool("duplicate", receipt.Duplicate).Msg("request accepted")
 	}
 }
 

@@ -19,6 +19,8 @@ import (
 	"os"
 	"strings"
 
+	"github.com/rs/zerolog"
+
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	"go.opentelemetry.io/otel/propagation"
@@ -92,4 +94,14 @@ func TraceID(traceparent string) string {
 		return ""
 	}
 	return traceparent[3:35]
+}
+
+// Log adds a log line's trace_id from a stored traceparent, when there is one: for
+// zerolog's Event.Func.
+func Log(traceparent string) func(*zerolog.Event) {
+	return func(e *zerolog.Event) {
+		if id := TraceID(traceparent); id != "" {
+			e.Str("trace_id", id)
+		}
+	}
 }
