@@ -1,9 +1,6 @@
 package main
 
 import (
-	"github.com/penguinhq/dispatcher/pkg/dispatch"
-	"go.opentelemetry.io/otel/trace"
-
 	"context"
 	"fmt"
 	"io"
@@ -11,6 +8,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/penguinhq/dispatcher/pkg/dispatch"
 	"github.com/penguinhq/dispatcher/pkg/ingest"
 	"github.com/penguinhq/dispatcher/pkg/queue"
 	"github.com/penguinhq/dispatcher/pkg/request"

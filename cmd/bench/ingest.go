@@ -1,8 +1,6 @@
 package main
 
 import (
-	"go.opentelemetry.io/otel/trace"
-
 	"bytes"
 	"context"
 	"fmt"
@@ -19,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/penguinhq/dispatcher/pkg/ingest"
 	"github.com/penguinhq/dispatcher/pkg/queue"

@@ -1,18 +1,18 @@
 package admin
 
 import (
-	"github.com/penguinhq/dispatcher/pkg/tracing"
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/trace"
-
 	"cmp"
 	"context"
 	"errors"
 	"time"
 	"unicode/utf8"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/penguinhq/dispatcher/pkg/queue"
 	"github.com/penguinhq/dispatcher/pkg/request"
+	"github.com/penguinhq/dispatcher/pkg/tracing"
 )
 
 // DeadLetters lists up to limit dead letters f selects, oldest first, and how many it

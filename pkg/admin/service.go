@@ -5,17 +5,16 @@
 package admin
 
 import (
-	"github.com/penguinhq/dispatcher/pkg/tracing"
-	"go.opentelemetry.io/otel/trace"
-
 	"errors"
 	"fmt"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/penguinhq/dispatcher/pkg/queue"
+	"github.com/penguinhq/dispatcher/pkg/tracing"
 )
 
 // ErrInvalid marks an operator's mistake (a bad filter, a missing confirmation): the

@@ -1,11 +1,6 @@
 package dispatch
 
 import (
-	"github.com/penguinhq/dispatcher/pkg/tracing"
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
-	"go.opentelemetry.io/otel/trace"
-
 	"context"
 	"errors"
 	"net/http"
@@ -13,9 +8,13 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/penguinhq/dispatcher/pkg/request"
 	"github.com/penguinhq/dispatcher/pkg/retry"
+	"github.com/penguinhq/dispatcher/pkg/tracing"
 )
 
 // Log messages that name a request (request_id) whose delivery raven may see twice.

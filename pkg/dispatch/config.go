@@ -1,14 +1,14 @@
 package dispatch
 
 import (
-	"go.opentelemetry.io/otel/trace"
-
 	"errors"
 	"fmt"
 	"os"
 	"regexp"
 	"strings"
 	"time"
+
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/penguinhq/dispatcher/pkg/request"
 )

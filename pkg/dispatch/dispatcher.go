@@ -1,17 +1,16 @@
 package dispatch
 
 import (
-	"github.com/penguinhq/dispatcher/pkg/tracing"
-	"go.opentelemetry.io/otel/trace"
-
 	"context"
 	"math/rand/v2"
 	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/penguinhq/dispatcher/pkg/request"
+	"github.com/penguinhq/dispatcher/pkg/tracing"
 )
 
 // Dispatcher sends queued requests to raven, client by client, spaced by the interval.

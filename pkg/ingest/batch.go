@@ -1,10 +1,6 @@
 package ingest
 
 import (
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/propagation"
-	"go.opentelemetry.io/otel/trace"
-
 	"bytes"
 	"context"
 	"encoding/json"
@@ -17,9 +13,12 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/penguinhq/dispatcher/pkg/tracing"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/penguinhq/dispatcher/pkg/request"
+	"github.com/penguinhq/dispatcher/pkg/tracing"
 )
 
 // batchItem is one item of a batch, read from its JSON object. An item maps to a single

@@ -5,9 +5,6 @@
 package raven
 
 import (
-	"github.com/penguinhq/dispatcher/pkg/tracing"
-	"go.opentelemetry.io/otel/propagation"
-
 	"bytes"
 	"context"
 	"fmt"
@@ -18,7 +15,10 @@ import (
 	"strconv"
 	"time"
 
+	"go.opentelemetry.io/otel/propagation"
+
 	"github.com/penguinhq/dispatcher/pkg/request"
+	"github.com/penguinhq/dispatcher/pkg/tracing"
 )
 
 // Defaults for Config.

@@ -20,7 +20,6 @@ import (
 	"strings"
 
 	"github.com/rs/zerolog"
-
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	"go.opentelemetry.io/otel/propagation"
