@@ -50,7 +50,9 @@ func NewClusterWith(t testing.TB, n int, o ClusterOptions) *Cluster {
 	clientPorts, routePorts := freePorts(t, n), freePorts(t, n)
 	base := t.TempDir()
 	c := &Cluster{t: t, Nodes: make([]*queue.Node, n), stops: make([]func(), n)}
+	var sink string
 	if o.ProxyRoutes {
+		sink = gossipSink(t)
 		c.routes = make([][]*fault.Proxy, n)
 		for i := range n {
 			c.routes[i] = make([]*fault.Proxy, n)
@@ -93,8 +95,11 @@ func NewClusterWith(t testing.TB, n int, o ClusterOptions) *Cluster {
 				Name: "dispatch-test",
 				Host: "127.0.0.1",
 				Port: routePorts[i],
-				// With proxied routes, a node must not learn the others' direct route
-				// addresses from gossip and go round the proxies.
+				// With proxied routes, a node must not go round the proxies: a node that
+				// hears of another through a third (gossip) before its own proxied route
+				// to it is up dials the address the other advertises. Each advertises the
+				// sink, which hangs up, so that every route that stays up is a proxied one.
+				Advertise:   sink,
 				NoAdvertise: o.ProxyRoutes,
 			},
 			Routes: server.RoutesFromStr(strings.Join(routes, ",")),
@@ -110,6 +115,27 @@ func NewClusterWith(t testing.TB, n int, o ClusterOptions) *Cluster {
 	})
 	c.WaitForMetaLeader()
 	return c
+}
+
+// gossipSink listens on a loopback port and hangs up on every connection, until the test
+// ends; it returns the address.
+func gossipSink(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			_ = c.Close()
+		}
+	}()
+	return ln.Addr().String()
 }
 
 func freePorts(t testing.TB, n int) []int {
