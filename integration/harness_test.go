@@ -318,12 +318,21 @@ func (s *stack) deadLetters() []request.DeadLetter {
 	return out
 }
 
-// queued is how many requests the request stream holds.
+// queued is how many requests the request stream holds. A question lost to a restart of
+// the server the test's own connection uses (written to the old one's socket as it
+// went) is asked again, for up to 20 s.
 func (s *stack) queued() int {
 	s.t.Helper()
-	backlog, err := s.q.Backlog(context.Background())
-	if err != nil {
-		s.t.Fatalf("listing backlog: %v", err)
+	var backlog map[string]uint64
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		var err error
+		if backlog, err = s.q.Backlog(context.Background()); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("listing backlog: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 	n := 0
 	for _, c := range backlog {
