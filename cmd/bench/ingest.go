@@ -237,11 +237,16 @@ func withServer(ctx context.Context, kind string, syncAlways bool, l *load, meas
 // bearer token required, a logger at info level (events off: their cost is the events
 // scenario's row).
 func benchIngestAPI(n *node, tp trace.TracerProvider) (http.Handler, error) {
+	return benchIngestWith(n, ingest.Config{Tracing: tp})
+}
+
+// benchIngestWith is benchIngestAPI with cfg's other fields (events, say).
+func benchIngestWith(n *node, cfg ingest.Config) (http.Handler, error) {
 	tokens, err := ingest.NewTokens("", []string{benchToken})
 	if err != nil {
 		return nil, err
 	}
-	cfg := ingest.Config{Metrics: ingest.NewMetrics(prometheus.NewRegistry()), Tokens: tokens, Tracing: tp}
+	cfg.Metrics, cfg.Tokens = ingest.NewMetrics(prometheus.NewRegistry()), tokens
 	api, err := ingest.New(cfg, n.q, n.q, zerolog.New(io.Discard).Level(zerolog.InfoLevel))
 	if err != nil {
 		return nil, err
@@ -277,12 +282,4 @@ func minimalHandler(nc *nats.Conn) (http.Handler, error) {
 		}
 		w.WriteHeader(http.StatusAccepted)
 	}), nil
-}
-
-// measureRaw publishes with nats.go's JetStream client straight to the request stream,
-// as ingest does (message id, expected stream), from the load generator process, and
-// returns publishes per second.
-func measureRaw(ctx context.Context, syncAlways bool, d time.Duration) (float64, error) {
-	res, err := measureKind(ctx, kindRaw, syncAlways, load{Workers: ingestWorkers, For: d})
-	return res.rate(d), err
 }

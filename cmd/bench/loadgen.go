@@ -43,6 +43,9 @@ type load struct {
 	For     time.Duration
 	Rate    float64
 	Token   string // sent as a bearer token when not empty
+	// Batch, when above 0, posts batches of that many items to Target (the batch
+	// endpoint) instead of single requests, and counts the items stored.
+	Batch int
 }
 
 // loadResult is what the load generator prints: requests answered as expected, and the
@@ -66,7 +69,7 @@ func runLoad(ctx context.Context, l load) (loadResult, error) {
 	}
 	cmd := exec.CommandContext(ctx, exe, "loadgen", "-proto", l.Proto, "-target", l.Target,
 		"-workers", strconv.Itoa(l.Workers), "-for", l.For.String(),
-		"-rate", strconv.FormatFloat(l.Rate, 'f', 1, 64), "-token", l.Token)
+		"-rate", strconv.FormatFloat(l.Rate, 'f', 1, 64), "-token", l.Token, "-batch", strconv.Itoa(l.Batch))
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
@@ -94,6 +97,7 @@ func loadgenMain(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	fs.DurationVar(&l.For, "for", 5*time.Second, "how long to offer load")
 	fs.Float64Var(&l.Rate, "rate", 0, "requests per second in all; 0: as fast as answers come")
 	fs.StringVar(&l.Token, "token", "", "bearer token to send")
+	fs.IntVar(&l.Batch, "batch", 0, "items per batch, posted to the batch endpoint; 0: single requests")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -127,14 +131,15 @@ func offer(ctx context.Context, l load) loadResult {
 					next = next.Add(every)
 				}
 				t0 := time.Now()
-				if err := send(ctx, w, i); err != nil {
+				n, err := send(ctx, w, i)
+				if err != nil {
 					firstErr.CompareAndSwap(nil, err)
 					return
 				}
 				if l.Rate > 0 {
 					lat.add(time.Since(t0))
 				}
-				count.Add(1)
+				count.Add(int64(n))
 			}
 		})
 	}
@@ -150,8 +155,9 @@ func offer(ctx context.Context, l load) loadResult {
 	return res
 }
 
-// sender returns the function that sends worker w's i-th request under l.
-func sender(l load) (func(ctx context.Context, w, i int) error, func(), error) {
+// sender returns the function that sends worker w's i-th request (or batch) under l and
+// says how many requests were stored.
+func sender(l load) (func(ctx context.Context, w, i int) (int, error), func(), error) {
 	if l.Proto == protoNATS {
 		nc, err := nats.Connect(l.Target)
 		if err != nil {
@@ -162,13 +168,13 @@ func sender(l load) (func(ctx context.Context, w, i int) error, func(), error) {
 			nc.Close()
 			return nil, nil, err
 		}
-		send := func(ctx context.Context, w, i int) error {
+		send := func(ctx context.Context, w, i int) (int, error) {
 			client := clientFor(w, i)
 			msg := nats.NewMsg(request.RequestSubject(client))
 			msg.Header.Set(request.HeaderContentType, "application/json")
 			msg.Data = body(client)
 			_, err := js.PublishMsg(ctx, msg, jetstream.WithMsgID(fmt.Sprint(w, "-", i)), jetstream.WithExpectStream(queue.RequestStream))
-			return err
+			return 1, err
 		}
 		return send, nc.Close, nil
 	}
@@ -182,10 +188,22 @@ func sender(l load) (func(ctx context.Context, w, i int) error, func(), error) {
 		return nil, nil, fmt.Errorf("unknown protocol %q", l.Proto)
 	}
 	client := &http.Client{Transport: tr, Timeout: 30 * time.Second}
-	send := func(ctx context.Context, w, i int) error {
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, l.Target, bytes.NewReader(body(clientFor(w, i))))
+	next := func(w, i int) []byte { return body(clientFor(w, i)) }
+	if l.Batch > 0 {
+		// Built before the load starts, so that building them costs the callers nothing
+		// while it runs: enough per caller to cycle through its thousand clients.
+		batches := make([][][]byte, l.Workers)
+		for w := range batches {
+			for k := range max(1000/l.Batch, 1) {
+				batches[w] = append(batches[w], batchOf(w, k, l.Batch))
+			}
+		}
+		next = func(w, i int) []byte { return batches[w][i%len(batches[w])] }
+	}
+	send := func(ctx context.Context, w, i int) (int, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, l.Target, bytes.NewReader(next(w, i)))
 		if err != nil {
-			return err
+			return 0, err
 		}
 		req.Header.Set("Content-Type", "application/json")
 		if l.Token != "" {
@@ -194,16 +212,19 @@ func sender(l load) (func(ctx context.Context, w, i int) error, func(), error) {
 		resp, err := client.Do(req)
 		if err != nil {
 			if ctx.Err() != nil {
-				return nil
+				return 0, nil
 			}
-			return err
+			return 0, err
+		}
+		defer resp.Body.Close()
+		if l.Batch > 0 {
+			return batchStored(resp)
 		}
 		_, _ = io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
 		if resp.StatusCode != http.StatusAccepted {
-			return fmt.Errorf("answered %d", resp.StatusCode)
+			return 0, fmt.Errorf("answered %d", resp.StatusCode)
 		}
-		return nil
+		return 1, nil
 	}
 	return send, client.CloseIdleConnections, nil
 }
