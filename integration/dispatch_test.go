@@ -330,6 +330,11 @@ func TestRavenSlowThenDownThenBack(t *testing.T) {
 	go srv.Serve(ln)
 	defer srv.Close()
 	s.finish(30*time.Second, 0)
+	// Slow answers and refused connections are transient, and the policy allows 1,000
+	// attempts: nothing may be dead-lettered.
+	for _, d := range s.deadLetters() {
+		t.Errorf("dead-lettered %s of %s after %d attempts: %s (status %d, %s)", d.ID, d.ClientID, d.Attempts, d.Reason, d.LastStatus, d.LastError)
+	}
 
 	// After raven is back, each client's backlog drains one request per interval (plus
 	// latency), not faster (the ledger checked that) and not in fits and starts.

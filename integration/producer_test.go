@@ -388,10 +388,15 @@ func TestStatusThroughEveryState(t *testing.T) {
 	s.restartNATS()
 	second := s.secondIngest(t)
 	c2 := goClient(t, second)
-	waitFor(t, 15*time.Second, "the record after the restarts", func() bool {
-		st2, err := c2.Status(ctx, r.ID)
-		return err == nil && st2.State == client.StatusQueued && st2.Attempts == 1
-	})
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		after, err := c2.Status(ctx, r.ID)
+		if err == nil && after.State == client.StatusQueued && after.Attempts == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the record after the restarts, 15 s on: %+v (%v), want queued after 1 attempt", after, err)
+		}
+	}
 
 	// ?wait: held until delivery, answered then.
 	slow.Store(false)
