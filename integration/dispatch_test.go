@@ -300,12 +300,13 @@ func TestRavenSlowThenDownThenBack(t *testing.T) {
 			}
 			return ledger.Response{}
 		}})
-	// Raven on a port of its own, so that it can go away and come back at the same address.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	// Raven on a port of its own, so that it can go away and come back at the same address
+	// (one outside the ephemeral range: no other listener takes it while raven is down).
+	addr := freeAddr(t)
+	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := ln.Addr().String()
 	srv := &http.Server{Handler: s.ledger}
 	go srv.Serve(ln)
 	s.ravenURL = "http://" + addr
