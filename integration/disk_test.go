@@ -18,7 +18,7 @@ import (
 
 // status is the HTTP status of a GET, 0 when there was no answer.
 func status(url string) int {
-	resp, err := http.Get(url)
+	resp, err := testHTTP.Get(url)
 	if err != nil {
 		return 0
 	}

@@ -377,6 +377,8 @@ func (s *stack) feed(clients int, pause time.Duration) (stop func()) {
 // The helpers the integration test packages share.
 var (
 	waitFor      = itest.WaitFor
+	waitForState = itest.WaitForState
+	testHTTP     = itest.HTTP
 	waitReady    = itest.WaitReady
 	freeAddr     = itest.FreeAddr
 	mustContain  = itest.MustContain

@@ -183,7 +183,7 @@ func TestNATSDownAnswers503(t *testing.T) {
 
 func get(t testing.TB, url string) int {
 	t.Helper()
-	resp, err := http.Get(url)
+	resp, err := testHTTP.Get(url)
 	if err != nil {
 		t.Fatal(err)
 	}

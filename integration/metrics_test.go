@@ -58,7 +58,7 @@ func adminCall(t testing.TB, method, url, token, body string) (int, map[string]a
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := testHTTP.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -280,7 +280,7 @@ func TestEventsOffNeedsNoEventsStream(t *testing.T) {
 	// Both have opened the queue once their listeners answer.
 	waitReady(t, "http://"+ingestAddr)
 	waitFor(t, 20*time.Second, "the dispatcher's listener", func() bool {
-		resp, err := http.Get("http://" + dispOps + "/healthz")
+		resp, err := testHTTP.Get("http://" + dispOps + "/healthz")
 		if err != nil {
 			return false
 		}
@@ -296,7 +296,7 @@ func TestEventsOffNeedsNoEventsStream(t *testing.T) {
 	for _, ops := range []string{ingestOps, dispOps} {
 		var last string
 		ready := func() bool {
-			resp, err := http.Get("http://" + ops + "/readyz")
+			resp, err := testHTTP.Get("http://" + ops + "/readyz")
 			if err != nil {
 				last = err.Error()
 				return false

@@ -65,7 +65,7 @@ func TestIngestBearerTokensAndRotation(t *testing.T) {
 		"INGEST_TOKENS_FILE": file, "INGEST_TOKEN": "token-B"})
 	waitReady(t, "http://"+addr) // probes need no token
 	url := "http://" + addr + "/v1/requests"
-	c := http.DefaultClient
+	c := testHTTP
 
 	var refusals []string
 	for _, token := range []string{"", "token-X", "token-AA", "Token-A", "bearer"} {
@@ -151,7 +151,7 @@ func TestIngestMutualTLS(t *testing.T) {
 	if code, problem, _ := postWith(t, noCert, url, "", "alice"); code != 0 {
 		t.Fatalf("client without a certificate got an answer: %d %q", code, problem)
 	}
-	if code, _, _ := postWith(t, http.DefaultClient, "http://"+addr+"/v1/requests", "", "alice"); code == 202 {
+	if code, _, _ := postWith(t, testHTTP, "http://"+addr+"/v1/requests", "", "alice"); code == 202 {
 		t.Fatal("plain HTTP was accepted")
 	}
 	if n := s.queued(); n != 1 {
@@ -291,7 +291,7 @@ func TestAdminAPIOverTLS(t *testing.T) {
 	if code := call(untrusting, base+"/admin/v1/steering", "admin-secret"); code != 0 {
 		t.Fatalf("a client that cannot verify the certificate got %d", code)
 	}
-	if code := call(http.DefaultClient, "http://"+ops+"/admin/v1/steering", "admin-secret"); code == 200 {
+	if code := call(testHTTP, "http://"+ops+"/admin/v1/steering", "admin-secret"); code == 200 {
 		t.Fatal("the admin API answered over plain HTTP")
 	}
 }

@@ -18,28 +18,51 @@ import (
 	"time"
 )
 
-// WaitFor polls cond until it holds or the deadline passes.
+// WaitFor polls cond until it holds or the deadline passes. A deadline here bounds a
+// hang, it does not judge speed: make it generous (the machines are shared, and run
+// the race detector), and keep cond itself from blocking for long (HTTP below uses a
+// client with a timeout).
 func WaitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
+	WaitForState(t, timeout, what, func() (bool, string) { return cond(), "" })
+}
+
+// WaitForState is WaitFor for a cond that also says what it saw: on timeout the last
+// thing seen is part of the failure.
+func WaitForState(t testing.TB, timeout time.Duration, what string, cond func() (done bool, seen string)) {
+	t.Helper()
+	start := time.Now()
+	deadline := start.Add(timeout)
+	for {
+		done, seen := cond()
+		if done {
+			return
+		}
 		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+			if seen != "" {
+				seen = "; last seen: " + seen
+			}
+			t.Fatalf("timed out after %s (bound %s) waiting for %s%s", time.Since(start).Round(time.Millisecond), timeout, what, seen)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 }
 
+// HTTP is the client for tests' own requests to the service: an answer that does not
+// come within its timeout is an error, not a test that hangs.
+var HTTP = &http.Client{Timeout: 10 * time.Second}
+
 // WaitReady waits until base's /readyz answers 200.
 func WaitReady(t testing.TB, base string) {
 	t.Helper()
-	WaitFor(t, 20*time.Second, base+" readyz", func() bool {
-		resp, err := http.Get(base + "/readyz")
+	WaitForState(t, 60*time.Second, base+" readyz", func() (bool, string) {
+		resp, err := HTTP.Get(base + "/readyz")
 		if err != nil {
-			return false
+			return false, err.Error()
 		}
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
 		resp.Body.Close()
-		return resp.StatusCode == 200
+		return resp.StatusCode == 200, fmt.Sprintf("%d %s", resp.StatusCode, body)
 	})
 }
 
@@ -106,7 +129,7 @@ func ScrapeQuiet(url string) map[string]float64 {
 
 // ReadMetrics reads a /metrics page: each series (name and labels) with its value.
 func ReadMetrics(url string) (map[string]float64, error) {
-	resp, err := http.Get(url)
+	resp, err := HTTP.Get(url)
 	if err != nil {
 		return nil, err
 	}
