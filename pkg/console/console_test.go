@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -33,6 +34,34 @@ type fixture struct {
 
 func setup(t testing.TB, tok string) *fixture {
 	t.Helper()
+	return setupClock(t, tok, nil)
+}
+
+// stillClock is a clock that stands still until it is moved.
+type stillClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func newStillClock() *stillClock {
+	return &stillClock{t: time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)}
+}
+
+func (c *stillClock) now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *stillClock) add(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
+// setupClock is setup with the console reading the time from now (nil: the real clock).
+func setupClock(t testing.TB, tok string, now func() time.Time) *fixture {
+	t.Helper()
 	s := queuetest.Server(t)
 	nc, err := queue.Connect(s.ClientURL(), "console-test", zerolog.Nop(), queue.Security{})
 	if err != nil {
@@ -55,6 +84,9 @@ func setup(t testing.TB, tok string) *fixture {
 	c, err := console.New(console.Config{Admin: svc, Token: tok})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if now != nil {
+		console.SetClock(c, now)
 	}
 	srv := httptest.NewServer(c.Handler())
 	t.Cleanup(srv.Close)
@@ -208,10 +240,13 @@ func TestSignInSetsAStrictCookieAndRefusesWrongTokensAlike(t *testing.T) {
 }
 
 // Wrong tokens from one address are let through five times, then throttled: the next try
-// waits, and is answered 429 without the token being compared (the right one included).
+// waits, and is answered 429 without the token being compared (the right one included);
+// once the wait is over, the right token is let in. The console's clock stands still
+// unless the test moves it, so no try depends on how long the one before took.
 func TestWrongTokensAreThrottledPerAddress(t *testing.T) {
 	t.Parallel()
-	f := setup(t, token)
+	clock := newStillClock()
+	f := setupClock(t, token, clock.now)
 	signIn := func(tok string) *http.Response {
 		t.Helper()
 		res, err := browser(t).PostForm(f.srv.URL+"/console/signin", url.Values{"token": {tok}})
@@ -232,6 +267,10 @@ func TestWrongTokensAreThrottledPerAddress(t *testing.T) {
 			t.Fatalf("after five wrong tokens, %q: %d, Retry-After %q, %d cookies; want 429, a Retry-After and no session",
 				tok, res.StatusCode, res.Header.Get("Retry-After"), len(res.Cookies()))
 		}
+	}
+	clock.add(time.Second) // the first wait after the free tries
+	if res := signIn(token); res.StatusCode != http.StatusSeeOther || len(res.Cookies()) != 1 {
+		t.Fatalf("the right token once the wait was over: %d, %d cookies; want 303 and a session", res.StatusCode, len(res.Cookies()))
 	}
 }
 
@@ -321,7 +360,8 @@ func (f *fixture) csrfOf(t testing.TB, c *http.Client, client string) string {
 
 func TestActionsNeedTheCSRFTokenAndTheSameOrigin(t *testing.T) {
 	t.Parallel()
-	f := setup(t, token)
+	clock := newStillClock()
+	f := setupClock(t, token, clock.now)
 	f.publish(t, "acme", "r1")
 	c := browser(t)
 	f.signIn(t, c)
@@ -361,7 +401,7 @@ func TestActionsNeedTheCSRFTokenAndTheSameOrigin(t *testing.T) {
 	// Another session's token is refused too: tokens are bound to the session.
 	other := browser(t)
 	f.signIn(t, other)
-	time.Sleep(1100 * time.Millisecond) // a later expiry: another session value
+	clock.add(time.Second) // a later expiry: another session value
 	late := browser(t)
 	f.signIn(t, late)
 	lateCSRF := f.csrfOf(t, late, "acme")
