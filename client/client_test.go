@@ -13,6 +13,7 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/penguinhq/dispatcher/client"
@@ -28,18 +29,21 @@ type call struct {
 	body   []byte
 }
 
-// fakeIngest is an httptest server that records every request and lets the test
-// answer it; n counts the calls from 1.
+// fakeIngest records every request it receives and lets the test answer it; n counts
+// the calls from 1. newFakeIngest serves it on a real loopback server; newBubbleIngest
+// calls it in the client's own goroutine, for tests in a testing/synctest bubble.
 type fakeIngest struct {
-	*httptest.Server
+	URL   string
+	rt    http.RoundTripper // nil: the default transport reaches it
+	opts  []client.Option   // what a client needs to reach it
 	mu    sync.Mutex
 	calls []call
 }
 
-func newFakeIngest(t testing.TB, answer func(n int, w http.ResponseWriter, r *http.Request, body []byte)) *fakeIngest {
-	t.Helper()
-	f := &fakeIngest{}
-	f.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+type answerFunc func(n int, w http.ResponseWriter, r *http.Request, body []byte)
+
+func (f *fakeIngest) handler(t testing.TB, answer answerFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, err := io.ReadAll(r.Body)
 		if err != nil {
 			t.Errorf("fake ingest: reading the body: %v", err)
@@ -50,9 +54,47 @@ func newFakeIngest(t testing.TB, answer func(n int, w http.ResponseWriter, r *ht
 		n := len(f.calls)
 		f.mu.Unlock()
 		answer(n, w, r, body)
-	}))
-	t.Cleanup(f.Close)
+	})
+}
+
+func newFakeIngest(t testing.TB, answer answerFunc) *fakeIngest {
+	t.Helper()
+	f := &fakeIngest{}
+	srv := httptest.NewServer(f.handler(t, answer))
+	t.Cleanup(srv.Close)
+	f.URL = srv.URL
 	return f
+}
+
+// newBubbleIngest is a fakeIngest without a network: its clients' requests are answered
+// by calling the handler, so that a test in a synctest bubble sees time move only when
+// the client or the handler waits. It cannot drop a connection (no Hijack).
+func newBubbleIngest(t testing.TB, answer answerFunc) *fakeIngest {
+	t.Helper()
+	f := &fakeIngest{URL: "http://ingest.test"}
+	f.rt = handlerTransport{f.handler(t, answer)}
+	f.opts = []client.Option{client.WithHTTPClient(&http.Client{Transport: f.rt})}
+	return f
+}
+
+// handlerTransport answers a request by serving it with h, as a server would: the
+// handler sees the request's context end when the caller gives up, and the caller gets
+// the context's error rather than an answer that came too late.
+type handlerTransport struct{ h http.Handler }
+
+func (ht handlerTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	r := req.Clone(req.Context())
+	if r.Body == nil {
+		r.Body = http.NoBody
+	}
+	r.RequestURI = req.URL.RequestURI()
+	rec := httptest.NewRecorder()
+	ht.h.ServeHTTP(rec, r)
+	_ = r.Body.Close()
+	if err := req.Context().Err(); err != nil {
+		return nil, err
+	}
+	return rec.Result(), nil
 }
 
 func (f *fakeIngest) Calls() []call {
@@ -98,9 +140,9 @@ func dropConnection(t testing.TB, w http.ResponseWriter) {
 // fastRetry keeps the random part of retry waits to milliseconds.
 var fastRetry = client.WithRetry(client.RetryPolicy{Base: time.Millisecond, Max: 5 * time.Millisecond})
 
-func newTestClient(t testing.TB, baseURL string, opts ...client.Option) *client.Client {
+func newTestClient(t testing.TB, ingest *fakeIngest, opts ...client.Option) *client.Client {
 	t.Helper()
-	c, err := client.New(baseURL, append([]client.Option{fastRetry}, opts...)...)
+	c, err := client.New(ingest.URL, append(append([]client.Option{fastRetry}, ingest.opts...), opts...)...)
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
@@ -153,7 +195,7 @@ func TestSubmitSendsRequest(t *testing.T) {
 		writeJSON(w, http.StatusAccepted, map[string]any{"id": "req-1", "clientId": r.Header.Get("X-Client-Id"),
 			"status": "queued", "notBefore": "2030-01-02T03:04:05Z"})
 	})
-	c := newTestClient(t, ingest.URL+"/", client.WithToken("tok"))
+	c := newTestClient(t, &fakeIngest{URL: ingest.URL + "/"}, client.WithToken("tok")) // a base URL with a trailing slash
 	body := []byte(" { \"fish\" : [1, 2],\n \"name\": \"pingu\u00e9\" } ")
 
 	receipt, err := c.Submit(testContext(t, 10*time.Second), "penguin-7", body)
@@ -209,7 +251,7 @@ func TestSubmitNotBefore(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			ingest := newFakeIngest(t, func(n int, w http.ResponseWriter, r *http.Request, body []byte) { writeQueued(w, r) })
-			c := newTestClient(t, ingest.URL)
+			c := newTestClient(t, ingest)
 			if _, err := c.Submit(testContext(t, 10*time.Second), "penguin-7", []byte(`{}`), tc.opts...); err != nil {
 				t.Fatalf("Submit: %v", err)
 			}
@@ -220,31 +262,34 @@ func TestSubmitNotBefore(t *testing.T) {
 	}
 }
 
+// In a synctest bubble: the wait of a second takes none, and the gap is exact.
 func TestSubmitRetriesOn429HonouringRetryAfter(t *testing.T) {
 	t.Parallel()
-	ingest := newFakeIngest(t, func(n int, w http.ResponseWriter, r *http.Request, body []byte) {
-		if n == 1 {
-			writeProblem(w, http.StatusTooManyRequests, "backlog_full", "1")
-			return
-		}
-		writeQueued(w, r)
-	})
-	c := newTestClient(t, ingest.URL)
+	synctest.Test(t, func(t *testing.T) {
+		ingest := newBubbleIngest(t, func(n int, w http.ResponseWriter, r *http.Request, body []byte) {
+			if n == 1 {
+				writeProblem(w, http.StatusTooManyRequests, "backlog_full", "1")
+				return
+			}
+			writeQueued(w, r)
+		})
+		c := newTestClient(t, ingest)
 
-	receipt, err := c.Submit(testContext(t, 10*time.Second), "penguin-7", []byte(`{"fish":3}`))
-	if err != nil {
-		t.Fatalf("Submit: %v", err)
-	}
-	calls := ingest.Calls()
-	if len(calls) != 2 {
-		t.Fatalf("ingest got %d calls; want 2", len(calls))
-	}
-	if gap := calls[1].at.Sub(calls[0].at); gap < time.Second {
-		t.Errorf("retried %v after a 429 with Retry-After: 1; want at least 1s", gap)
-	}
-	if k0, k1 := calls[0].header.Get("Idempotency-Key"), calls[1].header.Get("Idempotency-Key"); k0 != k1 || k0 != receipt.IdempotencyKey {
-		t.Errorf("Idempotency-Keys = %q, %q, receipt %q; want one key", k0, k1, receipt.IdempotencyKey)
-	}
+		receipt, err := c.Submit(testContext(t, 10*time.Second), "penguin-7", []byte(`{"fish":3}`))
+		if err != nil {
+			t.Fatalf("Submit: %v", err)
+		}
+		calls := ingest.Calls()
+		if len(calls) != 2 {
+			t.Fatalf("ingest got %d calls; want 2", len(calls))
+		}
+		if gap := calls[1].at.Sub(calls[0].at); gap < time.Second {
+			t.Errorf("retried %v after a 429 with Retry-After: 1; want at least 1s", gap)
+		}
+		if k0, k1 := calls[0].header.Get("Idempotency-Key"), calls[1].header.Get("Idempotency-Key"); k0 != k1 || k0 != receipt.IdempotencyKey {
+			t.Errorf("Idempotency-Keys = %q, %q, receipt %q; want one key", k0, k1, receipt.IdempotencyKey)
+		}
+	})
 }
 
 func TestSubmitRetriesOn503AndProxyErrors(t *testing.T) {
@@ -265,7 +310,7 @@ func TestSubmitRetriesOn503AndProxyErrors(t *testing.T) {
 			writeQueued(w, r)
 		}
 	})
-	c := newTestClient(t, ingest.URL)
+	c := newTestClient(t, ingest)
 
 	receipt, err := c.Submit(testContext(t, 10*time.Second), "penguin-7", []byte(`{"fish":3}`))
 	if err != nil {
@@ -294,7 +339,7 @@ func TestSubmitRetriesWhenConnectionDropped(t *testing.T) {
 		}
 		writeQueued(w, r)
 	})
-	c := newTestClient(t, ingest.URL)
+	c := newTestClient(t, ingest)
 
 	receipt, err := c.Submit(testContext(t, 10*time.Second), "penguin-7", []byte(`{"fish":3}`))
 	if err != nil {
@@ -317,7 +362,7 @@ func TestSubmitRetriesWhenConnectionDropped(t *testing.T) {
 func TestSubmitIdempotencyKeys(t *testing.T) {
 	t.Parallel()
 	ingest := newFakeIngest(t, func(n int, w http.ResponseWriter, r *http.Request, body []byte) { writeQueued(w, r) })
-	c := newTestClient(t, ingest.URL)
+	c := newTestClient(t, ingest)
 	ctx := testContext(t, 10*time.Second)
 
 	first, err1 := c.Submit(ctx, "penguin-7", []byte(`1`))
@@ -344,7 +389,7 @@ func TestSubmitDuplicate(t *testing.T) {
 	ingest := newFakeIngest(t, func(n int, w http.ResponseWriter, r *http.Request, body []byte) {
 		writeJSON(w, http.StatusAccepted, map[string]any{"id": "req-1", "clientId": "penguin-7", "status": "queued", "duplicate": true})
 	})
-	c := newTestClient(t, ingest.URL)
+	c := newTestClient(t, ingest)
 	receipt, err := c.Submit(testContext(t, 10*time.Second), "penguin-7", []byte(`1`), client.WithIdempotencyKey("k"))
 	if err != nil || !receipt.Duplicate || receipt.ID != "req-1" {
 		t.Errorf("Submit = %+v, %v; want a duplicate receipt for req-1", receipt, err)
@@ -375,7 +420,7 @@ func TestSubmitDoesNotRetry(t *testing.T) {
 				}
 				writeProblem(w, tc.status, tc.code, "")
 			})
-			c := newTestClient(t, ingest.URL)
+			c := newTestClient(t, ingest)
 
 			_, err := c.Submit(testContext(t, 10*time.Second), "penguin-7", []byte(`{}`))
 			var p *client.Problem
@@ -395,6 +440,8 @@ func TestSubmitDoesNotRetry(t *testing.T) {
 	}
 }
 
+// In a synctest bubble: the context ends after 200 ms of the bubble's clock, which moves
+// only while the client waits between tries, however long a try takes.
 func TestSubmitContextEndsRetries(t *testing.T) {
 	t.Parallel()
 	for name, retryAfter := range map[string]string{
@@ -403,19 +450,24 @@ func TestSubmitContextEndsRetries(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			ingest := newFakeIngest(t, func(n int, w http.ResponseWriter, r *http.Request, body []byte) {
-				writeProblem(w, http.StatusServiceUnavailable, "queue_unavailable", retryAfter)
-			})
-			c := newTestClient(t, ingest.URL)
+			synctest.Test(t, func(t *testing.T) {
+				ingest := newBubbleIngest(t, func(n int, w http.ResponseWriter, r *http.Request, body []byte) {
+					writeProblem(w, http.StatusServiceUnavailable, "queue_unavailable", retryAfter)
+				})
+				c := newTestClient(t, ingest)
 
-			_, err := c.Submit(testContext(t, 200*time.Millisecond), "penguin-7", []byte(`{}`))
-			if !errors.Is(err, context.DeadlineExceeded) {
-				t.Errorf("errors.Is(%v, context.DeadlineExceeded) = false", err)
-			}
-			var p *client.Problem
-			if !errors.As(err, &p) || p.Code != "queue_unavailable" {
-				t.Errorf("errors.As(%v, *Problem) found %+v; want the last problem, queue_unavailable", err, p)
-			}
+				_, err := c.Submit(testContext(t, 200*time.Millisecond), "penguin-7", []byte(`{}`))
+				if !errors.Is(err, context.DeadlineExceeded) {
+					t.Errorf("errors.Is(%v, context.DeadlineExceeded) = false", err)
+				}
+				var p *client.Problem
+				if !errors.As(err, &p) || p.Code != "queue_unavailable" {
+					t.Errorf("errors.As(%v, *Problem) found %+v; want the last problem, queue_unavailable", err, p)
+				}
+				if calls := ingest.Calls(); retryAfter == "" && len(calls) < 2 {
+					t.Errorf("ingest got %d calls in 200ms of retries a few milliseconds apart; want many", len(calls))
+				}
+			})
 		})
 	}
 }
@@ -425,7 +477,7 @@ func TestSubmitMaxAttempts(t *testing.T) {
 	ingest := newFakeIngest(t, func(n int, w http.ResponseWriter, r *http.Request, body []byte) {
 		writeProblem(w, http.StatusServiceUnavailable, "overloaded", "")
 	})
-	c := newTestClient(t, ingest.URL, client.WithRetry(client.RetryPolicy{Base: time.Millisecond, Max: time.Millisecond, MaxAttempts: 3}))
+	c := newTestClient(t, ingest, client.WithRetry(client.RetryPolicy{Base: time.Millisecond, Max: time.Millisecond, MaxAttempts: 3}))
 
 	_, err := c.Submit(testContext(t, 10*time.Second), "penguin-7", []byte(`{}`))
 	var p *client.Problem
@@ -443,7 +495,7 @@ func TestSubmitMaxAttempts(t *testing.T) {
 func TestSubmitChecksArgumentsLocally(t *testing.T) {
 	t.Parallel()
 	ingest := newFakeIngest(t, func(n int, w http.ResponseWriter, r *http.Request, body []byte) { writeQueued(w, r) })
-	c := newTestClient(t, ingest.URL)
+	c := newTestClient(t, ingest)
 	ctx := testContext(t, 10*time.Second)
 
 	if _, err := c.Submit(ctx, "", []byte(`{}`)); !errors.Is(err, client.ErrClientIDMissing) {
@@ -495,78 +547,80 @@ func writeBatchAnswer(w http.ResponseWriter, results []map[string]any) {
 
 func TestSubmitBatchResendsOnlyRetryableItems(t *testing.T) {
 	t.Parallel()
-	ingest := newFakeIngest(t, func(n int, w http.ResponseWriter, r *http.Request, body []byte) {
-		items := decodeBatch(t, body)
-		results := make([]map[string]any, len(items))
-		for i, item := range items {
-			switch {
-			case n > 1:
-				results[i] = queuedResult(i, item)
-			case item.ClientID == "penguin-1":
-				results[i] = failedResult(i, http.StatusTooManyRequests, "backlog_full", 1)
-			case item.ClientID == "penguin-2":
-				results[i] = failedResult(i, http.StatusBadRequest, "idempotency_key_invalid", 0)
-			case item.ClientID == "penguin-3":
-				results[i] = failedResult(i, http.StatusServiceUnavailable, "queue_full", 0)
-			case item.ClientID == "penguin-4":
-				results[i] = queuedResult(i, item)
-				results[i]["duplicate"] = true
-			default:
-				results[i] = queuedResult(i, item)
+	synctest.Test(t, func(t *testing.T) {
+		ingest := newBubbleIngest(t, func(n int, w http.ResponseWriter, r *http.Request, body []byte) {
+			items := decodeBatch(t, body)
+			results := make([]map[string]any, len(items))
+			for i, item := range items {
+				switch {
+				case n > 1:
+					results[i] = queuedResult(i, item)
+				case item.ClientID == "penguin-1":
+					results[i] = failedResult(i, http.StatusTooManyRequests, "backlog_full", 1)
+				case item.ClientID == "penguin-2":
+					results[i] = failedResult(i, http.StatusBadRequest, "idempotency_key_invalid", 0)
+				case item.ClientID == "penguin-3":
+					results[i] = failedResult(i, http.StatusServiceUnavailable, "queue_full", 0)
+				case item.ClientID == "penguin-4":
+					results[i] = queuedResult(i, item)
+					results[i]["duplicate"] = true
+				default:
+					results[i] = queuedResult(i, item)
+				}
 			}
+			writeBatchAnswer(w, results)
+		})
+		c := newTestClient(t, ingest)
+		items := make([]client.Item, 5)
+		for i := range items {
+			items[i] = client.Item{ClientID: fmt.Sprintf("penguin-%d", i), Body: json.RawMessage(fmt.Sprintf(`{"n":%d}`, i))}
 		}
-		writeBatchAnswer(w, results)
-	})
-	c := newTestClient(t, ingest.URL)
-	items := make([]client.Item, 5)
-	for i := range items {
-		items[i] = client.Item{ClientID: fmt.Sprintf("penguin-%d", i), Body: json.RawMessage(fmt.Sprintf(`{"n":%d}`, i))}
-	}
-	items[4].IdempotencyKey = "order-4"
+		items[4].IdempotencyKey = "order-4"
 
-	results, err := c.SubmitBatch(testContext(t, 10*time.Second), items)
-	if err != nil {
-		t.Fatalf("SubmitBatch: %v", err)
-	}
-	calls := ingest.Calls()
-	if len(calls) != 2 {
-		t.Fatalf("ingest got %d calls; want 2", len(calls))
-	}
-	if gap := calls[1].at.Sub(calls[0].at); gap < time.Second {
-		t.Errorf("resent %v after retryAfter 1; want at least 1s", gap)
-	}
-	first, second := decodeBatch(t, calls[0].body), decodeBatch(t, calls[1].body)
-	if len(first) != 5 {
-		t.Fatalf("first batch had %d items; want 5", len(first))
-	}
-	if len(second) != 2 || second[0].IdempotencyKey != first[1].IdempotencyKey || second[1].IdempotencyKey != first[3].IdempotencyKey ||
-		string(second[0].Body) != `{"n":1}` || string(second[1].Body) != `{"n":3}` {
-		t.Errorf("second batch = %+v; want items 1 and 3 only, with their first keys %q and %q", second, first[1].IdempotencyKey, first[3].IdempotencyKey)
-	}
-	if first[4].IdempotencyKey != "order-4" {
-		t.Errorf("item 4 was sent with key %q; want the caller's, order-4", first[4].IdempotencyKey)
-	}
-	if len(results) != len(items) {
-		t.Fatalf("got %d results for %d items", len(results), len(items))
-	}
-	for i, r := range results {
-		if r.Receipt.ClientID != items[i].ClientID || r.Receipt.IdempotencyKey != first[i].IdempotencyKey {
-			t.Errorf("result %d = %+v; want it for %s with key %q", i, r, items[i].ClientID, first[i].IdempotencyKey)
+		results, err := c.SubmitBatch(testContext(t, 10*time.Second), items)
+		if err != nil {
+			t.Fatalf("SubmitBatch: %v", err)
 		}
-		if i == 2 {
-			var p *client.Problem
-			if !errors.As(r.Err, &p) || p.Status != http.StatusBadRequest || p.Code != "idempotency_key_invalid" {
-				t.Errorf("result 2 error = %v; want the 400 idempotency_key_invalid problem", r.Err)
+		calls := ingest.Calls()
+		if len(calls) != 2 {
+			t.Fatalf("ingest got %d calls; want 2", len(calls))
+		}
+		if gap := calls[1].at.Sub(calls[0].at); gap < time.Second {
+			t.Errorf("resent %v after retryAfter 1; want at least 1s", gap)
+		}
+		first, second := decodeBatch(t, calls[0].body), decodeBatch(t, calls[1].body)
+		if len(first) != 5 {
+			t.Fatalf("first batch had %d items; want 5", len(first))
+		}
+		if len(second) != 2 || second[0].IdempotencyKey != first[1].IdempotencyKey || second[1].IdempotencyKey != first[3].IdempotencyKey ||
+			string(second[0].Body) != `{"n":1}` || string(second[1].Body) != `{"n":3}` {
+			t.Errorf("second batch = %+v; want items 1 and 3 only, with their first keys %q and %q", second, first[1].IdempotencyKey, first[3].IdempotencyKey)
+		}
+		if first[4].IdempotencyKey != "order-4" {
+			t.Errorf("item 4 was sent with key %q; want the caller's, order-4", first[4].IdempotencyKey)
+		}
+		if len(results) != len(items) {
+			t.Fatalf("got %d results for %d items", len(results), len(items))
+		}
+		for i, r := range results {
+			if r.Receipt.ClientID != items[i].ClientID || r.Receipt.IdempotencyKey != first[i].IdempotencyKey {
+				t.Errorf("result %d = %+v; want it for %s with key %q", i, r, items[i].ClientID, first[i].IdempotencyKey)
 			}
-			continue
+			if i == 2 {
+				var p *client.Problem
+				if !errors.As(r.Err, &p) || p.Status != http.StatusBadRequest || p.Code != "idempotency_key_invalid" {
+					t.Errorf("result 2 error = %v; want the 400 idempotency_key_invalid problem", r.Err)
+				}
+				continue
+			}
+			if r.Err != nil || r.Receipt.ID != "id-"+first[i].IdempotencyKey {
+				t.Errorf("result %d = %+v; want stored as id-%s", i, r, first[i].IdempotencyKey)
+			}
 		}
-		if r.Err != nil || r.Receipt.ID != "id-"+first[i].IdempotencyKey {
-			t.Errorf("result %d = %+v; want stored as id-%s", i, r, first[i].IdempotencyKey)
+		if !results[4].Receipt.Duplicate {
+			t.Errorf("result 4 is not marked duplicate")
 		}
-	}
-	if !results[4].Receipt.Duplicate {
-		t.Errorf("result 4 is not marked duplicate")
-	}
+	})
 }
 
 func TestSubmitBatchSplitsLargeBatches(t *testing.T) {
@@ -579,7 +633,7 @@ func TestSubmitBatchSplitsLargeBatches(t *testing.T) {
 		}
 		writeBatchAnswer(w, results)
 	})
-	c := newTestClient(t, ingest.URL, client.WithMaxBatchItems(2))
+	c := newTestClient(t, ingest, client.WithMaxBatchItems(2))
 	items := make([]client.Item, 5)
 	for i := range items {
 		items[i] = client.Item{ClientID: fmt.Sprintf("penguin-%d", i), Body: json.RawMessage(`{}`)}
@@ -628,7 +682,7 @@ func TestSubmitBatchRetriesWholeBatch(t *testing.T) {
 			writeBatchAnswer(w, results)
 		}
 	})
-	c := newTestClient(t, ingest.URL)
+	c := newTestClient(t, ingest)
 	notBefore := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
 	items := []client.Item{
 		{ClientID: "penguin-0", Body: json.RawMessage(`{}`), NotBefore: notBefore},
@@ -676,7 +730,7 @@ func TestSubmitBatchWholeBatchRefused(t *testing.T) {
 			ingest := newFakeIngest(t, func(n int, w http.ResponseWriter, r *http.Request, body []byte) {
 				writeProblem(w, tc.status, tc.code, "")
 			})
-			c := newTestClient(t, ingest.URL)
+			c := newTestClient(t, ingest)
 			items := []client.Item{{ClientID: "penguin-0", Body: json.RawMessage(`{}`)}, {ClientID: "penguin-1", Body: json.RawMessage(`{}`)}}
 
 			results, err := c.SubmitBatch(testContext(t, 10*time.Second), items)
@@ -710,7 +764,7 @@ func TestSubmitBatchRefusedAfterItemFates(t *testing.T) {
 			failedResult(2, http.StatusTooManyRequests, "backlog_full", 0),
 		})
 	})
-	c := newTestClient(t, ingest.URL)
+	c := newTestClient(t, ingest)
 	items := make([]client.Item, 4)
 	for i := range items {
 		items[i] = client.Item{ClientID: fmt.Sprintf("penguin-%d", i), Body: json.RawMessage(`{}`)}
@@ -738,40 +792,42 @@ func TestSubmitBatchRefusedAfterItemFates(t *testing.T) {
 
 func TestSubmitBatchContextEnds(t *testing.T) {
 	t.Parallel()
-	ingest := newFakeIngest(t, func(n int, w http.ResponseWriter, r *http.Request, body []byte) {
-		items := decodeBatch(t, body)
-		results := make([]map[string]any, len(items))
-		for i, item := range items {
-			results[i] = queuedResult(i, item)
-			if item.ClientID == "penguin-1" {
-				results[i] = failedResult(i, http.StatusTooManyRequests, "backlog_full", 0)
+	synctest.Test(t, func(t *testing.T) {
+		ingest := newBubbleIngest(t, func(n int, w http.ResponseWriter, r *http.Request, body []byte) {
+			items := decodeBatch(t, body)
+			results := make([]map[string]any, len(items))
+			for i, item := range items {
+				results[i] = queuedResult(i, item)
+				if item.ClientID == "penguin-1" {
+					results[i] = failedResult(i, http.StatusTooManyRequests, "backlog_full", 0)
+				}
+			}
+			writeBatchAnswer(w, results)
+		})
+		c := newTestClient(t, ingest)
+		items := []client.Item{{ClientID: "penguin-0", Body: json.RawMessage(`{}`)}, {ClientID: "penguin-1", Body: json.RawMessage(`{}`)}}
+
+		results, err := c.SubmitBatch(testContext(t, 200*time.Millisecond), items)
+		if err != nil {
+			t.Fatalf("SubmitBatch error = %v; want the context's end reported per item", err)
+		}
+		if results[0].Err != nil || results[0].Receipt.ID == "" {
+			t.Errorf("result 0 = %+v; want stored", results[0])
+		}
+		var p *client.Problem
+		if !errors.Is(results[1].Err, context.DeadlineExceeded) || !errors.As(results[1].Err, &p) || p.Code != "backlog_full" {
+			t.Errorf("result 1 error = %v; want one wrapping context.DeadlineExceeded and the backlog_full problem", results[1].Err)
+		}
+		calls := ingest.Calls()
+		if len(calls) < 2 {
+			t.Fatalf("ingest got %d calls; want the 429 item resent", len(calls))
+		}
+		for n, call := range calls[1:] {
+			if batch := decodeBatch(t, call.body); len(batch) != 1 || batch[0].ClientID != "penguin-1" {
+				t.Errorf("call %d = %+v; want only the 429 item", n+2, batch)
 			}
 		}
-		writeBatchAnswer(w, results)
 	})
-	c := newTestClient(t, ingest.URL)
-	items := []client.Item{{ClientID: "penguin-0", Body: json.RawMessage(`{}`)}, {ClientID: "penguin-1", Body: json.RawMessage(`{}`)}}
-
-	results, err := c.SubmitBatch(testContext(t, 200*time.Millisecond), items)
-	if err != nil {
-		t.Fatalf("SubmitBatch error = %v; want the context's end reported per item", err)
-	}
-	if results[0].Err != nil || results[0].Receipt.ID == "" {
-		t.Errorf("result 0 = %+v; want stored", results[0])
-	}
-	var p *client.Problem
-	if !errors.Is(results[1].Err, context.DeadlineExceeded) || !errors.As(results[1].Err, &p) || p.Code != "backlog_full" {
-		t.Errorf("result 1 error = %v; want one wrapping context.DeadlineExceeded and the backlog_full problem", results[1].Err)
-	}
-	calls := ingest.Calls()
-	if len(calls) < 2 {
-		t.Fatalf("ingest got %d calls; want the 429 item resent", len(calls))
-	}
-	for n, call := range calls[1:] {
-		if batch := decodeBatch(t, call.body); len(batch) != 1 || batch[0].ClientID != "penguin-1" {
-			t.Errorf("call %d = %+v; want only the 429 item", n+2, batch)
-		}
-	}
 }
 
 func TestSubmitBatchChecksItemsLocally(t *testing.T) {
@@ -784,7 +840,7 @@ func TestSubmitBatchChecksItemsLocally(t *testing.T) {
 		}
 		writeBatchAnswer(w, results)
 	})
-	c := newTestClient(t, ingest.URL)
+	c := newTestClient(t, ingest)
 	items := []client.Item{
 		{ClientID: "penguin-0", Body: json.RawMessage(`{}`)},
 		{ClientID: "penguin-1", Body: json.RawMessage(`{"fish":`)},
@@ -822,7 +878,7 @@ func TestStatus(t *testing.T) {
 			"deadLetter":{"reason":"permanent","at":"2030-01-02T03:04:08Z","lastStatus":400,"lastError":"bad fish","replayable":true},
 			"replays":1,"queue":{"backlog":12,"atHead":true},"updatedAt":"2030-01-02T03:04:09Z","futureField":1}`)
 	})
-	c := newTestClient(t, ingest.URL, client.WithToken("tok"))
+	c := newTestClient(t, ingest, client.WithToken("tok"))
 
 	s, err := c.Status(testContext(t, 10*time.Second), "a/b c")
 	if err != nil {
@@ -880,7 +936,7 @@ func TestWaitReturnsWhenDelivered(t *testing.T) {
 		states := []client.State{client.StatusUnknown, client.StatusQueued, client.StatusInFlight, client.StatusDelivered}
 		writeJSON(w, http.StatusOK, map[string]any{"id": "req-1", "status": states[min(n, len(states))-1], "attempts": 1, "ravenStatus": 200})
 	})
-	c := newTestClient(t, ingest.URL)
+	c := newTestClient(t, ingest)
 
 	s, err := c.Wait(testContext(t, 10*time.Second), "req-1")
 	if err != nil {
@@ -903,19 +959,22 @@ func TestWaitReturnsWhenDelivered(t *testing.T) {
 	}
 }
 
+// In a synctest bubble: the http.Client's 4 s timeout is the bubble's.
 func TestWaitPollFitsHTTPClientTimeout(t *testing.T) {
 	t.Parallel()
-	ingest := newFakeIngest(t, func(n int, w http.ResponseWriter, r *http.Request, body []byte) {
-		writeJSON(w, http.StatusOK, map[string]any{"id": "req-1", "status": "delivered"})
-	})
-	c := newTestClient(t, ingest.URL, client.WithHTTPClient(&http.Client{Timeout: 4 * time.Second}))
+	synctest.Test(t, func(t *testing.T) {
+		ingest := newBubbleIngest(t, func(n int, w http.ResponseWriter, r *http.Request, body []byte) {
+			writeJSON(w, http.StatusOK, map[string]any{"id": "req-1", "status": "delivered"})
+		})
+		c := newTestClient(t, ingest, client.WithHTTPClient(&http.Client{Timeout: 4 * time.Second, Transport: ingest.rt}))
 
-	if _, err := c.Wait(context.Background(), "req-1"); err != nil {
-		t.Fatalf("Wait: %v", err)
-	}
-	if wait := waitParam(t, ingest.Calls()[0].query); wait != 2*time.Second {
-		t.Errorf("wait = %v; want half the http.Client's 4s timeout", wait)
-	}
+		if _, err := c.Wait(context.Background(), "req-1"); err != nil {
+			t.Fatalf("Wait: %v", err)
+		}
+		if wait := waitParam(t, ingest.Calls()[0].query); wait != 2*time.Second {
+			t.Errorf("wait = %v; want half the http.Client's 4s timeout", wait)
+		}
+	})
 }
 
 func TestWaitRetriesOn503(t *testing.T) {
@@ -930,7 +989,7 @@ func TestWaitRetriesOn503(t *testing.T) {
 			writeJSON(w, http.StatusOK, map[string]any{"id": "req-1", "status": "delivered"})
 		}
 	})
-	c := newTestClient(t, ingest.URL)
+	c := newTestClient(t, ingest)
 
 	s, err := c.Wait(testContext(t, 10*time.Second), "req-1")
 	if err != nil || s.State != client.StatusDelivered {
@@ -943,28 +1002,30 @@ func TestWaitRetriesOn503(t *testing.T) {
 
 func TestWaitContextEnds(t *testing.T) {
 	t.Parallel()
-	ingest := newFakeIngest(t, func(n int, w http.ResponseWriter, r *http.Request, body []byte) {
-		hold := 50 * time.Millisecond // or less when asked, or nothing when the context is nearly over
-		if wait := r.URL.Query().Get("wait"); wait == "" {
-			hold = 0
-		} else if d, err := time.ParseDuration(wait); err == nil {
-			hold = min(hold, d)
-		}
-		select {
-		case <-time.After(hold):
-		case <-r.Context().Done():
-		}
-		writeJSON(w, http.StatusOK, map[string]any{"id": "req-1", "status": "queued", "attempts": n})
-	})
-	c := newTestClient(t, ingest.URL)
+	synctest.Test(t, func(t *testing.T) {
+		ingest := newBubbleIngest(t, func(n int, w http.ResponseWriter, r *http.Request, body []byte) {
+			hold := 50 * time.Millisecond // or less when asked, or nothing when the context is nearly over
+			if wait := r.URL.Query().Get("wait"); wait == "" {
+				hold = 0
+			} else if d, err := time.ParseDuration(wait); err == nil {
+				hold = min(hold, d)
+			}
+			select {
+			case <-time.After(hold):
+			case <-r.Context().Done():
+			}
+			writeJSON(w, http.StatusOK, map[string]any{"id": "req-1", "status": "queued", "attempts": n})
+		})
+		c := newTestClient(t, ingest)
 
-	s, err := c.Wait(testContext(t, 300*time.Millisecond), "req-1")
-	if !errors.Is(err, context.DeadlineExceeded) {
-		t.Errorf("Wait error = %v; want context.DeadlineExceeded", err)
-	}
-	if s.State != client.StatusQueued || s.Attempts < 1 {
-		t.Errorf("Wait status = %+v; want the last one seen, queued", s)
-	}
+		s, err := c.Wait(testContext(t, 300*time.Millisecond), "req-1")
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("Wait error = %v; want context.DeadlineExceeded", err)
+		}
+		if s.State != client.StatusQueued || s.Attempts < 1 {
+			t.Errorf("Wait status = %+v; want the last one seen, queued", s)
+		}
+	})
 }
 
 func TestWaitDoesNotRetryBadID(t *testing.T) {
@@ -972,7 +1033,7 @@ func TestWaitDoesNotRetryBadID(t *testing.T) {
 	ingest := newFakeIngest(t, func(n int, w http.ResponseWriter, r *http.Request, body []byte) {
 		writeProblem(w, http.StatusBadRequest, "id_invalid", "")
 	})
-	c := newTestClient(t, ingest.URL)
+	c := newTestClient(t, ingest)
 
 	_, err := c.Wait(testContext(t, 10*time.Second), "not an id")
 	var p *client.Problem
@@ -991,27 +1052,32 @@ func TestProblemRetryAfter(t *testing.T) {
 		min, max time.Duration
 	}{
 		"Seconds":  {header: func() string { return "7" }, min: 7 * time.Second, max: 7 * time.Second},
-		"HTTPDate": {header: func() string { return time.Now().Add(3 * time.Second).UTC().Format(http.TimeFormat) }, min: time.Second, max: 3 * time.Second},
+		"HTTPDate": {header: func() string { return time.Now().Add(3 * time.Second).UTC().Format(http.TimeFormat) }, min: 3 * time.Second, max: 3 * time.Second},
 		"Garbage":  {header: func() string { return "soon" }},
 		"Negative": {header: func() string { return "-3" }},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			ingest := newFakeIngest(t, func(n int, w http.ResponseWriter, r *http.Request, body []byte) {
-				writeProblem(w, http.StatusTooManyRequests, "backlog_full", tc.header())
+			// In a synctest bubble, whose clock starts on a whole second and stands
+			// still while nothing waits: an HTTP date 3 s ahead is 3 s ahead exactly
+			// when the answer is read.
+			synctest.Test(t, func(t *testing.T) {
+				ingest := newBubbleIngest(t, func(n int, w http.ResponseWriter, r *http.Request, body []byte) {
+					writeProblem(w, http.StatusTooManyRequests, "backlog_full", tc.header())
+				})
+				c := newTestClient(t, ingest, client.WithRetry(client.RetryPolicy{MaxAttempts: 1}))
+				_, err := c.Status(testContext(t, 10*time.Second), "req-1")
+				var p *client.Problem
+				if !errors.As(err, &p) {
+					t.Fatalf("Status error = %v; want a *Problem", err)
+				}
+				if p.RetryAfter < tc.min || p.RetryAfter > tc.max {
+					t.Errorf("RetryAfter = %v; want within [%v, %v]", p.RetryAfter, tc.min, tc.max)
+				}
+				if want := "ingest answered 429 backlog_full: detail of backlog_full"; p.Error() != want {
+					t.Errorf("Error() = %q; want %q", p.Error(), want)
+				}
 			})
-			c := newTestClient(t, ingest.URL, client.WithRetry(client.RetryPolicy{MaxAttempts: 1}))
-			_, err := c.Status(testContext(t, 10*time.Second), "req-1")
-			var p *client.Problem
-			if !errors.As(err, &p) {
-				t.Fatalf("Status error = %v; want a *Problem", err)
-			}
-			if p.RetryAfter < tc.min || p.RetryAfter > tc.max {
-				t.Errorf("RetryAfter = %v; want within [%v, %v]", p.RetryAfter, tc.min, tc.max)
-			}
-			if want := "ingest answered 429 backlog_full: detail of backlog_full"; p.Error() != want {
-				t.Errorf("Error() = %q; want %q", p.Error(), want)
-			}
 		})
 	}
 }
