@@ -270,6 +270,14 @@ func (p *Proxy) pipe(dst, src net.Conn) {
 func (p *Proxy) hold(wasReset <-chan struct{}) bool {
 	slept := false
 	for {
+		// A reset already seen wins: woken by a Heal and a reset at once, a select
+		// picks either, and the bytes of a reset connection would go through half the
+		// time.
+		select {
+		case <-wasReset:
+			return false
+		default:
+		}
 		p.mu.Lock()
 		mode, delay, changed := p.mode, p.delay, p.changed
 		p.mu.Unlock()

@@ -40,6 +40,11 @@ func roundTrip(c net.Conn, msg string, wait time.Duration) (string, error) {
 	return line, err
 }
 
+// Waits on the loopback are 10 s: a loaded machine may take long, and only a broken
+// proxy takes that long. Two checks are shorter, and only a broken proxy fails them on a
+// slow machine: the blackholed round trip must time out (200 ms: a slow machine makes it
+// time out all the more), and the delayed round trip must take at least its two delays
+// (a slow machine makes it take longer, not shorter).
 func TestProxyModes(t *testing.T) {
 	t.Parallel()
 	p, err := fault.New(echoServer(t))
@@ -52,7 +57,7 @@ func TestProxyModes(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	if got, err := roundTrip(c, "one", time.Second); err != nil || got != "one\n" {
+	if got, err := roundTrip(c, "one", 10*time.Second); err != nil || got != "one\n" {
 		t.Fatalf("pass: %q %v", got, err)
 	}
 
@@ -61,14 +66,14 @@ func TestProxyModes(t *testing.T) {
 		t.Fatalf("blackholed: %v, want a timeout", err)
 	}
 	p.Heal()
-	_ = c.SetDeadline(time.Now().Add(time.Second))
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
 	if line, err := bufio.NewReader(c).ReadString('\n'); err != nil || line != "two\n" {
 		t.Fatalf("after heal, the held bytes: %q %v", line, err)
 	}
 
 	p.Delay(150 * time.Millisecond)
 	start := time.Now()
-	if got, err := roundTrip(c, "three", 2*time.Second); err != nil || got != "three\n" {
+	if got, err := roundTrip(c, "three", 10*time.Second); err != nil || got != "three\n" {
 		t.Fatalf("delayed: %q %v", got, err)
 	}
 	if took := time.Since(start); took < 300*time.Millisecond {
@@ -77,10 +82,10 @@ func TestProxyModes(t *testing.T) {
 	p.Heal()
 
 	p.Refuse()
-	if _, err := roundTrip(c, "four", time.Second); err == nil {
-		t.Fatal("an open connection still works after Refuse")
+	if got, err := roundTrip(c, "four", 10*time.Second); err == nil || isTimeout(err) {
+		t.Fatalf("an open connection after Refuse: %q %v, want it reset", got, err)
 	}
-	if _, err := net.DialTimeout("tcp", p.Addr(), time.Second); err == nil {
+	if _, err := net.DialTimeout("tcp", p.Addr(), 10*time.Second); err == nil {
 		t.Fatal("a new connection was accepted after Refuse")
 	}
 	p.Heal()
@@ -89,7 +94,7 @@ func TestProxyModes(t *testing.T) {
 		t.Fatalf("after heal: %v", err)
 	}
 	defer c2.Close()
-	if got, err := roundTrip(c2, "five", time.Second); err != nil || got != "five\n" {
+	if got, err := roundTrip(c2, "five", 10*time.Second); err != nil || got != "five\n" {
 		t.Fatalf("after heal: %q %v", got, err)
 	}
 }
@@ -124,15 +129,27 @@ func TestBlackholeAndClose(t *testing.T) {
 	}
 	defer p.Close()
 	p.Blackhole()
-	reset, _ := net.Dial("tcp", p.Addr())
+	reset, err := net.Dial("tcp", p.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reset.Close()
 	_, _ = reset.Write([]byte("reset"))
-	closed, _ := net.Dial("tcp", p.Addr())
+	closed, err := net.Dial("tcp", p.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closed.Close()
 	_, _ = closed.Write([]byte("closed"))
-	time.Sleep(50 * time.Millisecond)
+	// Both connections reach the server before either ends: a connection reset before
+	// the proxy took it would never reach the server at all.
+	waitLinks(t, p, 2, "both connections proxied")
 	_ = reset.(*net.TCPConn).SetLinger(0)
 	_ = reset.Close()
 	_ = closed.Close()
-	time.Sleep(50 * time.Millisecond)
+	// The proxy has seen the reset once it let go of that connection; the closed one it
+	// holds until Heal, with its bytes.
+	waitLinks(t, p, 1, "the reset connection dropped")
 	p.Heal()
 	want := map[string]bool{"": true, "closed": true} // the reset one arrives empty
 	for range 2 {
@@ -142,8 +159,20 @@ func TestBlackholeAndClose(t *testing.T) {
 				t.Fatalf("the server read %q", s)
 			}
 			delete(want, s)
-		case <-time.After(2 * time.Second):
+		case <-time.After(10 * time.Second):
 			t.Fatalf("still waiting for %v", want)
 		}
+	}
+}
+
+// waitLinks waits until p holds n connections, 10 s at most.
+func waitLinks(t testing.TB, p *fault.Proxy, n int, what string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for p.Links() != n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: the proxy holds %d connections after 10 s, want %d", what, p.Links(), n)
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
