@@ -388,12 +388,21 @@ var (
 )
 
 // waitDone waits until the queue is empty and every accepted request was delivered or
-// dead-lettered.
+// dead-lettered. The timeout bounds a hang, it does not judge speed: it is at least a
+// minute, whatever the caller says. When it passes, the ledger is checked before the test
+// fails, so that a lost request is reported as lost, not only as a wait that ended.
 func (s *stack) waitDone(timeout time.Duration) {
 	s.t.Helper()
-	waitFor(s.t, timeout, "every accepted request to be delivered or dead-lettered", func() bool {
-		return s.queued() == 0 && s.ledger.Delivered()+len(s.dead()) >= s.acceptedCount()
+	timeout = max(timeout, time.Minute)
+	ok, seen := itest.Poll(timeout, func() (bool, string) {
+		queued, delivered, dead, accepted := s.queued(), s.ledger.Delivered(), len(s.dead()), s.acceptedCount()
+		return queued == 0 && delivered+dead >= accepted,
+			fmt.Sprintf("%d queued, %d delivered, %d dead-lettered, %d accepted", queued, delivered, dead, accepted)
 	})
+	if !ok {
+		s.check(-1)
+		s.t.Fatalf("timed out after %s waiting for every accepted request to be delivered or dead-lettered; last seen: %s", timeout, seen)
+	}
 }
 
 // with returns a copy of env with the given key-value pairs added.

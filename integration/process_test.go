@@ -127,10 +127,21 @@ func TestDispatcherKilledMidSendAndRestarted(t *testing.T) {
 	const interval = 300 * time.Millisecond
 	var started atomic.Int32
 	arrived := make(chan struct{}, 1000)
+	killed := make(chan struct{})
+	var once sync.Once
+	release := func() { once.Do(func() { close(killed) }) }
+	t.Cleanup(release)
 	s := newStack(t, options{interval: interval, noStart: true, respond: func(ledger.Arrival) ledger.Response {
-		started.Add(1)
+		if started.Add(1) == 6 {
+			// Raven holds the 6th request until the dispatcher that sent it is dead: the
+			// kill lands mid-send however slow the machine, and the held answer then
+			// finds its sender gone.
+			arrived <- struct{}{}
+			<-killed
+			return ledger.Response{Delay: time.Minute}
+		}
 		arrived <- struct{}{}
-		return ledger.Response{Delay: 150 * time.Millisecond}
+		return ledger.Response{}
 	}})
 	const clients, each = 4, 6
 	for c := range clients {
@@ -139,17 +150,20 @@ func TestDispatcherKilledMidSendAndRestarted(t *testing.T) {
 		}
 	}
 	env := map[string]string{"NATS_URL": s.srv.ClientURL(), "RAVEN_URL": s.ravenURL, "DISPATCH_INTERVAL": interval.String(),
-		"LEASE_TTL": "2s", "RAVEN_TIMEOUT": "1s"}
+		"LEASE_TTL": "6s", "RAVEN_TIMEOUT": "3s"}
 	p := startProc(t, env)
 	for range 6 {
 		select {
 		case <-arrived:
-		case <-time.After(20 * time.Second):
+		case <-p.done:
+			t.Fatalf("the dispatcher exited after %d arrivals; output:\n%s", started.Load(), p.out)
+		case <-time.After(60 * time.Second):
 			t.Fatalf("only %d arrivals before the kill; output:\n%s", started.Load(), p.out)
 		}
 	}
 	p.signal(syscall.SIGKILL) // raven is holding the 6th request: the kill lands mid-send
 	before := started.Load()
+	release()
 
 	p2 := startProc(t, env)
 	rep := s.finish(60*time.Second, clients)

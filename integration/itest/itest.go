@@ -32,17 +32,22 @@ func WaitFor(t testing.TB, timeout time.Duration, what string, cond func() bool)
 func WaitForState(t testing.TB, timeout time.Duration, what string, cond func() (done bool, seen string)) {
 	t.Helper()
 	start := time.Now()
-	deadline := start.Add(timeout)
+	if ok, seen := Poll(timeout, cond); !ok {
+		if seen != "" {
+			seen = "; last seen: " + seen
+		}
+		t.Fatalf("timed out after %s (bound %s) waiting for %s%s", time.Since(start).Round(time.Millisecond), timeout, what, seen)
+	}
+}
+
+// Poll calls cond until it holds (true) or the timeout passes (false), and returns what
+// cond saw last.
+func Poll(timeout time.Duration, cond func() (done bool, seen string)) (bool, string) {
+	deadline := time.Now().Add(timeout)
 	for {
 		done, seen := cond()
-		if done {
-			return
-		}
-		if time.Now().After(deadline) {
-			if seen != "" {
-				seen = "; last seen: " + seen
-			}
-			t.Fatalf("timed out after %s (bound %s) waiting for %s%s", time.Since(start).Round(time.Millisecond), timeout, what, seen)
+		if done || time.Now().After(deadline) {
+			return done, seen
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
