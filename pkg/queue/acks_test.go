@@ -68,15 +68,19 @@ func TestUnansweredPublishesTimeOut(t *testing.T) {
 	for i := range rs {
 		rs[i] = request.Request{ID: fmt.Sprintf("r%d", i), ClientID: "alice", Body: []byte("{}")}
 	}
-	wait := 15 * time.Second // well past the queue's ack timeout (5s by default)
+	// The caller's deadline is far past the queue's ack timeout (5s by default), so that
+	// a loaded machine cannot mistake one for the other: a publish cut short by the
+	// caller's deadline fails with the context's error, not the ack timeout's.
+	wait := 30 * time.Second
 	pctx, pcancel := context.WithTimeout(context.Background(), wait)
 	defer pcancel()
 	began := time.Now()
 	_, errs := q.PublishAll(pctx, rs)
 	took := time.Since(began)
+	t.Logf("PublishAll gave up after %s", took)
 	for i, err := range errs {
 		if !errors.Is(err, queue.ErrUnavailable) || !errors.Is(err, jetstream.ErrAsyncPublishTimeout) {
-			t.Errorf("request %d: %v, want ErrUnavailable for an acknowledgement timed out", i, err)
+			t.Errorf("request %d after %s: %v, want ErrUnavailable for an acknowledgement timed out", i, took, err)
 			break
 		}
 	}

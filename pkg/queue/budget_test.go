@@ -54,7 +54,7 @@ func TestControlBudget(t *testing.T) {
 	if _, err := ctl.UpdateBudget(ctx, "test", func(b *request.Budget) { b.MaxInFlight = &n }); err != nil {
 		t.Fatal(err)
 	}
-	if e := <-events; e.Budget == nil || *e.Budget.MaxRate != 250 || *e.Budget.MaxInFlight != 8 || e.Budget.By != "test" {
+	if e := nextSteer(t, events, "the budget with 8 in flight"); e.Budget == nil || *e.Budget.MaxRate != 250 || *e.Budget.MaxInFlight != 8 || e.Budget.By != "test" {
 		t.Fatalf("the watch heard %+v, want rate 250 and 8 in flight, by test", e)
 	}
 	// By hand, a record no dispatcher could apply.
@@ -72,7 +72,7 @@ func TestControlBudget(t *testing.T) {
 	if _, err := ctl.UpdateBudget(ctx, "test", func(b *request.Budget) { *b = request.Budget{} }); err != nil {
 		t.Fatal(err)
 	}
-	e := <-events // the bad record is skipped: the next event is the cleared one
+	e := nextSteer(t, events, "the cleared budget") // the bad record is skipped: the next event is the cleared one
 	if e.Budget == nil || !e.Budget.IsZero() {
 		t.Fatalf("after the bad record and a clear the watch heard %+v, want the budget back to the configured one", e)
 	}
@@ -88,5 +88,17 @@ func TestControlBudget(t *testing.T) {
 	}
 	if b, err := ctl.Budget(ctx); err != nil || !b.IsZero() {
 		t.Fatalf("budget after clearing: %+v %v, want none", b, err)
+	}
+}
+
+// nextSteer is the watch's next event, awaited 30 s at most; what says what it should be.
+func nextSteer(t testing.TB, events <-chan request.SteerChange, what string) request.SteerChange {
+	t.Helper()
+	select {
+	case e := <-events:
+		return e
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the steering watch said nothing within 30 s; awaited: %s", what)
+		return request.SteerChange{}
 	}
 }

@@ -24,3 +24,7 @@ func (l *Leases) PutLegacyLease(p int, owner string) error {
 // PendingPublishes is how many publishes made without waiting still wait for their
 // acknowledgement, each holding a slot of the connection's pool.
 func (q *Queue) PendingPublishes() int { return q.js.PublishAsyncPending() }
+
+// LastError is the last error the connection met (a refusal of its credentials, a
+// failed TLS handshake), nil if none.
+func (c *Conn) LastError() error { return c.nc.LastError() }

@@ -132,7 +132,7 @@ func TestControlRecordsAndWatch(t *testing.T) {
 	if _, err := ctl.UpdateClient(ctx, "carol", "test", func(s *request.Steering) { s.Paused = false }); err != nil {
 		t.Fatal(err)
 	}
-	e := <-events
+	e := nextSteer(t, events, "carol resumed")
 	if e.Client != request.EncodeClientID("carol") || !e.Steering.IsZero() {
 		t.Fatalf("after resume the watch heard %+v, want carol back to no steering", e)
 	}

@@ -20,7 +20,9 @@ import (
 )
 
 // connects says whether a connection with these settings gets through, and can open the
-// queue, within a few seconds.
+// queue: true once it did, false once the connection met an error before it connected
+// (the server refused it, or the TLS handshake failed). Neither within 15 s is false
+// too, with the wait logged.
 func connects(t testing.TB, url string, sec queue.Security, log zerolog.Logger) bool {
 	t.Helper()
 	nc, err := queue.Connect(url, "test", log, sec)
@@ -28,17 +30,24 @@ func connects(t testing.TB, url string, sec queue.Security, log zerolog.Logger) 
 		return false
 	}
 	defer nc.Close()
-	deadline := time.Now().Add(3 * time.Second)
+	deadline := time.Now().Add(15 * time.Second)
 	for !nc.Connected() {
-		if time.Now().After(deadline) {
+		if err := nc.LastError(); err != nil {
 			return false
 		}
-		time.Sleep(20 * time.Millisecond)
+		if time.Now().After(deadline) {
+			t.Logf("neither connected nor refused within 15 s")
+			return false
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
-	_, err = nc.Open(ctx, queue.Config{}, queue.CreateOrUpdate)
-	return err == nil
+	if _, err = nc.Open(ctx, queue.Config{}, queue.CreateOrUpdate); err != nil {
+		t.Logf("connected, but opening the queue: %v", err)
+		return false
+	}
+	return true
 }
 
 func TestNATSUserPassword(t *testing.T) {
@@ -138,13 +147,13 @@ func TestConnectOnceSaysWhy(t *testing.T) {
 		o.Users = []*server.User{{Username: "ops", Password: "ops-pw"}}
 	})
 	url := "nats://" + s.Addr().String()
-	nc, err := queue.ConnectOnce(url, "test", 2*time.Second, queue.Security{User: "ops", Password: "ops-pw"})
+	nc, err := queue.ConnectOnce(url, "test", 10*time.Second, queue.Security{User: "ops", Password: "ops-pw"})
 	if err != nil {
 		t.Fatalf("the right password: %v", err)
 	}
 	nc.Close()
 
-	_, err = queue.ConnectOnce(url, "test", 2*time.Second, queue.Security{User: "ops", Password: "wrong-pw"})
+	_, err = queue.ConnectOnce(url, "test", 10*time.Second, queue.Security{User: "ops", Password: "wrong-pw"})
 	if !errors.Is(err, queue.ErrRefused) || !strings.Contains(err.Error(), `user "ops"`) || strings.Contains(err.Error(), "wrong-pw") {
 		t.Fatalf("a wrong password: %v, want a refusal naming the user and not the password", err)
 	}
@@ -155,7 +164,7 @@ func TestConnectOnceSaysWhy(t *testing.T) {
 	}
 	closed := "nats://" + ln.Addr().String()
 	ln.Close()
-	_, err = queue.ConnectOnce(closed+","+closed, "test", 2*time.Second, queue.Security{})
+	_, err = queue.ConnectOnce(closed+","+closed, "test", 10*time.Second, queue.Security{})
 	if !errors.Is(err, queue.ErrUnreachable) || !strings.Contains(err.Error(), ln.Addr().String()) {
 		t.Fatalf("nothing listening: %v, want cannot reach NATS at the address", err)
 	}
@@ -175,7 +184,7 @@ func TestConnectOnceReportsARefusalBeforeADownServer(t *testing.T) {
 	down := "nats://" + ln.Addr().String()
 	ln.Close()
 	for _, url := range []string{down + ",nats://" + s.Addr().String(), "nats://" + s.Addr().String() + "," + down} {
-		if _, err := queue.ConnectOnce(url, "test", 2*time.Second, queue.Security{User: "ops", Password: "wrong"}); !errors.Is(err, queue.ErrRefused) {
+		if _, err := queue.ConnectOnce(url, "test", 10*time.Second, queue.Security{User: "ops", Password: "wrong"}); !errors.Is(err, queue.ErrRefused) {
 			t.Errorf("%s: %v, want a refusal", url, err)
 		}
 	}
