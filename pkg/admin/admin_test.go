@@ -355,7 +355,10 @@ func TestLaneQueriesStopWaitingOnceEveryKnownDispatcherAnswered(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	const wait = 5 * time.Second
+	// The longest lane wait there is: both dispatchers answer within it on a loaded
+	// machine too. A query that does not stop early takes all of it (its timer ends
+	// it), so one that took less stopped early, however slow the machine.
+	const wait = 10 * time.Second
 	svc, err := admin.New(admin.Config{Queue: q, Control: ctl, LaneWait: wait})
 	if err != nil {
 		t.Fatal(err)
@@ -380,8 +383,8 @@ func TestLaneQueriesStopWaitingOnceEveryKnownDispatcherAnswered(t *testing.T) {
 	}
 	second := time.Now()
 	o = svc.Overview(ctx)
-	if took := time.Since(second); took >= wait-time.Second || len(o.Instances) != 2 {
-		t.Fatalf("the second query took %s with %d answers; want both, well before the lane wait (%s)", took, len(o.Instances), wait)
+	if took := time.Since(second); took >= wait || len(o.Instances) != 2 {
+		t.Fatalf("the second query took %s with %d answers; want both, before the lane wait (%s) ended it", took, len(o.Instances), wait)
 	}
 }
 
