@@ -130,7 +130,6 @@ func TestDispatcherKilledMidSendAndRestarted(t *testing.T) {
 	killed := make(chan struct{})
 	var once sync.Once
 	release := func() { once.Do(func() { close(killed) }) }
-	t.Cleanup(release)
 	s := newStack(t, options{interval: interval, noStart: true, respond: func(ledger.Arrival) ledger.Response {
 		if started.Add(1) == 6 {
 			// Raven holds the 6th request until the dispatcher that sent it is dead: the
@@ -143,6 +142,7 @@ func TestDispatcherKilledMidSendAndRestarted(t *testing.T) {
 		arrived <- struct{}{}
 		return ledger.Response{}
 	}})
+	t.Cleanup(release) // registered after the stack's: runs before raven is closed
 	const clients, each = 4, 6
 	for c := range clients {
 		for n := range each {

@@ -337,17 +337,24 @@ func TestStatusThroughEveryState(t *testing.T) {
 	t.Parallel()
 	var slow atomic.Bool
 	slow.Store(true)
-	s := newStack(t, options{interval: 200 * time.Millisecond, noStart: true, respond: func(a ledger.Arrival) ledger.Response {
+	// Raven holds the first attempt until the test has seen it in flight: the state is
+	// there to be seen however slow the machine (the send timeout is well above any wait).
+	seenInFlight := make(chan struct{})
+	var once sync.Once
+	release := func() { once.Do(func() { close(seenInFlight) }) }
+	s := newStack(t, options{interval: 200 * time.Millisecond, noStart: true, timeout: 5 * time.Minute, respond: func(a ledger.Arrival) ledger.Response {
 		switch {
 		case a.Attempt == 1:
-			return ledger.Response{Status: 503, Delay: 600 * time.Millisecond}
+			<-seenInFlight
+			return ledger.Response{Status: 503}
 		case slow.Load():
 			return ledger.Response{Status: 500}
 		}
 		return ledger.Response{Status: 201}
 	}})
+	t.Cleanup(release) // registered after the stack's: runs before raven is closed
 	c := goClient(t, s.ingestBase())
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	if st, err := c.Status(ctx, request.NewID(time.Now())); err != nil || st.State != client.StatusUnknown {
 		t.Fatalf("a fresh id: %+v %v, want unknown", st, err)
@@ -364,9 +371,9 @@ func TestStatusThroughEveryState(t *testing.T) {
 	state := func(want client.State) client.Status {
 		t.Helper()
 		var st client.Status
-		waitFor(t, 15*time.Second, "status "+string(want), func() bool {
+		waitForState(t, time.Minute, "status "+string(want), func() (bool, string) {
 			st, err = c.Status(ctx, r.ID)
-			return err == nil && st.State == want
+			return err == nil && st.State == want, fmt.Sprintf("%+v (%v)", st, err)
 		})
 		return st
 	}
@@ -376,6 +383,7 @@ func TestStatusThroughEveryState(t *testing.T) {
 	}
 	s.startDispatcher()
 	state(client.StatusInFlight)
+	release()
 	st = state(client.StatusQueued)
 	if st.Attempts != 1 || st.LastAttempt == nil || st.LastAttempt.Status != 503 {
 		t.Fatalf("after the failed attempt: %+v, want 1 attempt that raven answered 503", st)
@@ -388,15 +396,10 @@ func TestStatusThroughEveryState(t *testing.T) {
 	s.restartNATS()
 	second := s.secondIngest(t)
 	c2 := goClient(t, second)
-	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	waitForState(t, time.Minute, "the record after the restarts to say queued after 1 attempt", func() (bool, string) {
 		after, err := c2.Status(ctx, r.ID)
-		if err == nil && after.State == client.StatusQueued && after.Attempts == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the record after the restarts, 15 s on: %+v (%v), want queued after 1 attempt", after, err)
-		}
-	}
+		return err == nil && after.State == client.StatusQueued && after.Attempts == 1, fmt.Sprintf("%+v (%v)", after, err)
+	})
 
 	// ?wait: held until delivery, answered then.
 	slow.Store(false)
