@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/penguinhq/dispatcher/pkg/request"
@@ -177,42 +178,47 @@ func TestWorkReportsARemovalAfterTheLeaseCouldLapse(t *testing.T) {
 }
 
 // A removal that fails is retried until it lands, and reported with the request's id.
+// (In a synctest bubble: the pauses between the retries take no time.)
 func TestWorkRetriesAFailedRemoval(t *testing.T) {
 	t.Parallel()
-	b := setup(t, Config{})
-	subj := subject(2, "hank")
-	b.src.add(subj, "r1", start)
-	b.src.deleteFails = 2
-	if res := b.d.work(context.Background(), b.job(subj), time.Time{}); res.Kind != Delivered {
-		t.Fatalf("result %+v, want Delivered once the removal landed", res)
-	}
-	if len(b.src.ids()) != 0 || b.src.deletes != 3 {
-		t.Fatalf("queued %v after %d deletes, want empty after 3", b.src.ids(), b.src.deletes)
-	}
-	if !strings.Contains(b.log.String(), LogRemovalFailed) {
-		t.Fatalf("log lacks the failed removal:\n%s", b.log)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, Config{})
+		subj := subject(2, "hank")
+		b.src.add(subj, "r1", start)
+		b.src.deleteFails = 2
+		if res := b.d.work(context.Background(), b.job(subj), time.Time{}); res.Kind != Delivered {
+			t.Fatalf("result %+v, want Delivered once the removal landed", res)
+		}
+		if len(b.src.ids()) != 0 || b.src.deletes != 3 {
+			t.Fatalf("queued %v after %d deletes, want empty after 3", b.src.ids(), b.src.deletes)
+		}
+		if !strings.Contains(b.log.String(), LogRemovalFailed) {
+			t.Fatalf("log lacks the failed removal:\n%s", b.log)
+		}
+	})
 }
 
 // Shutdown while a removal keeps failing: the request stays, and the lane reports
-// Failed, not Delivered.
+// Failed, not Delivered. (In a synctest bubble, as the retries pause.)
 func TestWorkRemovalCutShortByShutdown(t *testing.T) {
 	t.Parallel()
-	b := setup(t, Config{})
-	subj := subject(2, "ivy")
-	b.src.add(subj, "r1", start)
-	b.src.deleteFails = 1 << 30
-	ctx, cancel := context.WithCancel(context.Background())
-	b.snd.answer = func(request.Stored, int) error { cancel(); return nil }
-	if res := b.d.work(ctx, b.job(subj), time.Time{}); res.Kind != Failed {
-		t.Fatalf("result %+v, want Failed", res)
-	}
-	if !slices.Equal(b.src.ids(), []string{"r1"}) {
-		t.Fatalf("queued %v, want r1 kept for a later send", b.src.ids())
-	}
-	if _, ok := b.d.Delivered("r1"); ok {
-		t.Fatal("a request left in the queue is remembered as delivered")
-	}
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, Config{})
+		subj := subject(2, "ivy")
+		b.src.add(subj, "r1", start)
+		b.src.deleteFails = 1 << 30
+		ctx, cancel := context.WithCancel(context.Background())
+		b.snd.answer = func(request.Stored, int) error { cancel(); return nil }
+		if res := b.d.work(ctx, b.job(subj), time.Time{}); res.Kind != Failed {
+			t.Fatalf("result %+v, want Failed", res)
+		}
+		if !slices.Equal(b.src.ids(), []string{"r1"}) {
+			t.Fatalf("queued %v, want r1 kept for a later send", b.src.ids())
+		}
+		if _, ok := b.d.Delivered("r1"); ok {
+			t.Fatal("a request left in the queue is remembered as delivered")
+		}
+	})
 }
 
 func TestWorkTransientFailureRetriesThenGivesUp(t *testing.T) {

@@ -3,7 +3,9 @@ package dispatch
 import (
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/penguinhq/dispatcher/pkg/raven"
@@ -55,48 +57,52 @@ func names(prefix string, n int) []string {
 // attempts are at most rate × time plus the bucket's one token of burst.
 func TestBudgetRateBindsTheLoop(t *testing.T) {
 	t.Parallel()
-	b := setup(t, Config{Policy: Policy{Interval: time.Second}, Budget: Budget{MaxRate: 20}})
-	l := newTestLoop(t, b)
-	ownAll(b, l)
-	queue(b, l, names("c", 200), 3)
-	b.clock.advance(time.Second) // the fence
-	t0 := b.clock.now()
-	drive(t, b, l, 5*time.Second, 5*time.Millisecond)
-	a := b.snd.attempts()
-	if len(a) < 95 || len(a) > 101 {
-		t.Fatalf("%d attempts in 5s under a budget of 20/s, want 100 (and at most 101)", len(a))
-	}
-	for i := range a {
-		for j := i; j < len(a); j++ {
-			if span := a[j].at.Sub(a[i].at); float64(j-i+1) > 20*span.Seconds()+1+1e-9 {
-				t.Fatalf("attempts %d..%d (%d) within %s: more than the rate allows", i, j, j-i+1, span)
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, Config{Policy: Policy{Interval: time.Second}, Budget: Budget{MaxRate: 20}})
+		l := newTestLoop(t, b)
+		ownAll(b, l)
+		queue(b, l, names("c", 200), 3)
+		b.clock.advance(time.Second) // the fence
+		t0 := b.clock.now()
+		drive(t, b, l, 5*time.Second, 5*time.Millisecond)
+		a := b.snd.attempts()
+		if len(a) < 95 || len(a) > 101 {
+			t.Fatalf("%d attempts in 5s under a budget of 20/s, want 100 (and at most 101)", len(a))
+		}
+		for i := range a {
+			for j := i; j < len(a); j++ {
+				if span := a[j].at.Sub(a[i].at); float64(j-i+1) > 20*span.Seconds()+1+1e-9 {
+					t.Fatalf("attempts %d..%d (%d) within %s: more than the rate allows", i, j, j-i+1, span)
+				}
 			}
 		}
-	}
-	if st := b.d.BudgetState(); st.EffectiveRate != 20 || st.ShareRate != 20 || st.Owned != 4 {
-		t.Fatalf("budget state %+v, want rate 20 of 20 with 4 partitions", st)
-	}
-	if b.d.BudgetState().Waiting == 0 {
-		t.Fatal("no lanes counted as waiting for the budget while it bound")
-	}
-	if a[0].at.Before(t0) {
-		t.Fatalf("first attempt at %s, before the fence", a[0].at.Sub(start))
-	}
+		if st := b.d.BudgetState(); st.EffectiveRate != 20 || st.ShareRate != 20 || st.Owned != 4 {
+			t.Fatalf("budget state %+v, want rate 20 of 20 with 4 partitions", st)
+		}
+		if b.d.BudgetState().Waiting == 0 {
+			t.Fatal("no lanes counted as waiting for the budget while it bound")
+		}
+		if a[0].at.Before(t0) {
+			t.Fatalf("first attempt at %s, before the fence", a[0].at.Sub(start))
+		}
+	})
 }
 
 // Turns that make no attempt (the client's queue turned out empty) give their token
 // back: 50 clients with one request each are sent at the full rate, not half of it.
 func TestBudgetTokensOfEmptyTurnsAreGivenBack(t *testing.T) {
 	t.Parallel()
-	b := setup(t, Config{Policy: Policy{Interval: 100 * time.Millisecond}, Budget: Budget{MaxRate: 10}})
-	l := newTestLoop(t, b)
-	ownAll(b, l)
-	queue(b, l, names("c", 50), 1)
-	b.clock.advance(100 * time.Millisecond)
-	drive(t, b, l, 5*time.Second, 5*time.Millisecond)
-	if n := len(b.snd.attempts()); n < 49 {
-		t.Fatalf("%d of 50 sent in 5s at 10/s: the empty turns after each delivery cost tokens", n)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, Config{Policy: Policy{Interval: 100 * time.Millisecond}, Budget: Budget{MaxRate: 10}})
+		l := newTestLoop(t, b)
+		ownAll(b, l)
+		queue(b, l, names("c", 50), 1)
+		b.clock.advance(100 * time.Millisecond)
+		drive(t, b, l, 5*time.Second, 5*time.Millisecond)
+		if n := len(b.snd.attempts()); n < 49 {
+			t.Fatalf("%d of 50 sent in 5s at 10/s: the empty turns after each delivery cost tokens", n)
+		}
+	})
 }
 
 // Fairness under a binding budget: a client with a huge backlog takes one slot per turn
@@ -105,124 +111,132 @@ func TestBudgetTokensOfEmptyTurnsAreGivenBack(t *testing.T) {
 // interval of the first send.
 func TestBudgetIsFairToSmallClients(t *testing.T) {
 	t.Parallel()
-	const rate = 20.0
-	b := setup(t, Config{Policy: Policy{Interval: time.Second}, Budget: Budget{MaxRate: rate}})
-	l := newTestLoop(t, b)
-	ownAll(b, l)
-	queue(b, l, []string{"big"}, 2000)
-	b.clock.advance(100 * time.Millisecond) // the big one became due first
-	queue(b, l, names("small", 100), 1)
-	b.clock.advance(time.Second)
-	drive(t, b, l, 10*time.Second, 5*time.Millisecond)
-	a := b.snd.attempts()
-	first := a[0].at
-	last, big := map[string]time.Time{}, 0
-	for _, s := range a {
-		if strings.HasPrefix(s.id, "big-") {
-			big++
-			continue
+	synctest.Test(t, func(t *testing.T) {
+		const rate = 20.0
+		b := setup(t, Config{Policy: Policy{Interval: time.Second}, Budget: Budget{MaxRate: rate}})
+		l := newTestLoop(t, b)
+		ownAll(b, l)
+		queue(b, l, []string{"big"}, 2000)
+		b.clock.advance(100 * time.Millisecond) // the big one became due first
+		queue(b, l, names("small", 100), 1)
+		b.clock.advance(time.Second)
+		drive(t, b, l, 10*time.Second, 5*time.Millisecond)
+		a := b.snd.attempts()
+		first := a[0].at
+		last, big := map[string]time.Time{}, 0
+		for _, s := range a {
+			if strings.HasPrefix(s.id, "big-") {
+				big++
+				continue
+			}
+			last[s.id] = s.at
 		}
-		last[s.id] = s.at
-	}
-	bound := first.Add(time.Duration(100/rate*float64(time.Second)) + time.Second)
-	for _, c := range names("small", 100) {
-		at, ok := last[c+"-0"]
-		if !ok || at.After(bound) {
-			t.Fatalf("%s sent at %v (sent: %v), want by %s after the first send", c, at.Sub(first), ok, bound.Sub(first))
+		bound := first.Add(time.Duration(100/rate*float64(time.Second)) + time.Second)
+		for _, c := range names("small", 100) {
+			at, ok := last[c+"-0"]
+			if !ok || at.After(bound) {
+				t.Fatalf("%s sent at %v (sent: %v), want by %s after the first send", c, at.Sub(first), ok, bound.Sub(first))
+			}
 		}
-	}
-	// The big client went first, then waited its turn behind the 100 (due before its next
-	// send), then every interval: not starved, and never more often than its interval.
-	if big < 5 || big > 11 {
-		t.Fatalf("the big client was sent %d times in 10s at a 1s interval, want 5 to 10", big)
-	}
+		// The big client went first, then waited its turn behind the 100 (due before its next
+		// send), then every interval: not starved, and never more often than its interval.
+		if big < 5 || big > 11 {
+			t.Fatalf("the big client was sent %d times in 10s at a 1s interval, want 5 to 10", big)
+		}
+	})
 }
 
 // An in-flight budget caps attempts in flight to the instance's share: 4 of 8 partitions
 // owned gives half of it.
 func TestBudgetInFlightShare(t *testing.T) {
 	t.Parallel()
-	b := setup(t, Config{Policy: Policy{Interval: time.Second}, Budget: Budget{MaxInFlight: 6}})
-	b.src.partitions = 8
-	b.d.gov.partitions = 8
-	l := newTestLoop(t, b)
-	for p := range 4 {
-		l.ownership(ownEvent{kind: ownAcquired, partition: p, validUntil: b.clock.now().Add(time.Hour)})
-	}
-	var clients []string
-	for i := range 40 {
-		clients = append(clients, fmt.Sprintf("c%02d", i))
-	}
-	for i, c := range clients {
-		subj := subject(i%4, c)
-		b.src.add(subj, c, start)
-		l.notify(subj)
-	}
-	b.clock.advance(time.Second)
-	l.startDue()
-	if n := l.sched.InFlight(); n != 3 {
-		t.Fatalf("%d attempts in flight, want 3 (6 × 4/8)", n)
-	}
-	if st := b.d.BudgetState(); st.ShareInFlight != 3 {
-		t.Fatalf("share %+v, want 3 in flight", st)
-	}
-	l.result(t)
-	l.startDue()
-	if n := l.sched.InFlight(); n != 3 {
-		t.Fatalf("%d in flight after one ended, want 3 again", n)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, Config{Policy: Policy{Interval: time.Second}, Budget: Budget{MaxInFlight: 6}})
+		b.src.partitions = 8
+		b.d.gov.partitions = 8
+		l := newTestLoop(t, b)
+		for p := range 4 {
+			l.ownership(ownEvent{kind: ownAcquired, partition: p, validUntil: b.clock.now().Add(time.Hour)})
+		}
+		var clients []string
+		for i := range 40 {
+			clients = append(clients, fmt.Sprintf("c%02d", i))
+		}
+		for i, c := range clients {
+			subj := subject(i%4, c)
+			b.src.add(subj, c, start)
+			l.notify(subj)
+		}
+		b.clock.advance(time.Second)
+		l.startDue()
+		if n := l.sched.InFlight(); n != 3 {
+			t.Fatalf("%d attempts in flight, want 3 (6 × 4/8)", n)
+		}
+		if st := b.d.BudgetState(); st.ShareInFlight != 3 {
+			t.Fatalf("share %+v, want 3 in flight", st)
+		}
+		l.result(t)
+		l.startDue()
+		if n := l.sched.InFlight(); n != 3 {
+			t.Fatalf("%d in flight after one ended, want 3 again", n)
+		}
+	})
 }
 
 // The share follows the partitions this instance may send for: acquired, lapsed (by its
 // own clock, before the store lets anyone else take it), lost.
 func TestBudgetShareFollowsOwnership(t *testing.T) {
 	t.Parallel()
-	b := setup(t, Config{Policy: Policy{Interval: time.Second}, Budget: Budget{MaxRate: 100, MaxInFlight: 40}})
-	l := newTestLoop(t, b)
-	now := b.clock.now()
-	l.ownership(ownEvent{kind: ownAcquired, partition: 0, validUntil: now.Add(time.Hour)})
-	l.ownership(ownEvent{kind: ownAcquired, partition: 1, validUntil: now.Add(2 * time.Second)})
-	l.startDue()
-	if st := b.d.BudgetState(); st.ShareRate != 50 || st.ShareInFlight != 20 || st.EffectiveRate != 50 {
-		t.Fatalf("2 of 4 partitions: %+v, want 50/s and 20 in flight", st)
-	}
-	b.clock.advance(2 * time.Second) // partition 1's lease could lapse now: it no longer counts
-	l.startDue()
-	if st := b.d.BudgetState(); st.ShareRate != 25 || st.ShareInFlight != 10 || !strings.HasPrefix(st.Why, WhyShare) {
-		t.Fatalf("after a lease lapsed: %+v, want 25/s, 10 in flight, why share", st)
-	}
-	l.ownership(ownEvent{kind: ownLost, partition: 0})
-	l.startDue()
-	if st := b.d.BudgetState(); st.ShareRate != 0 || st.EffectiveRate != 0 || st.Owned != 0 {
-		t.Fatalf("nothing owned: %+v, want no share", st)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, Config{Policy: Policy{Interval: time.Second}, Budget: Budget{MaxRate: 100, MaxInFlight: 40}})
+		l := newTestLoop(t, b)
+		now := b.clock.now()
+		l.ownership(ownEvent{kind: ownAcquired, partition: 0, validUntil: now.Add(time.Hour)})
+		l.ownership(ownEvent{kind: ownAcquired, partition: 1, validUntil: now.Add(2 * time.Second)})
+		l.startDue()
+		if st := b.d.BudgetState(); st.ShareRate != 50 || st.ShareInFlight != 20 || st.EffectiveRate != 50 {
+			t.Fatalf("2 of 4 partitions: %+v, want 50/s and 20 in flight", st)
+		}
+		b.clock.advance(2 * time.Second) // partition 1's lease could lapse now: it no longer counts
+		l.startDue()
+		if st := b.d.BudgetState(); st.ShareRate != 25 || st.ShareInFlight != 10 || !strings.HasPrefix(st.Why, WhyShare) {
+			t.Fatalf("after a lease lapsed: %+v, want 25/s, 10 in flight, why share", st)
+		}
+		l.ownership(ownEvent{kind: ownLost, partition: 0})
+		l.startDue()
+		if st := b.d.BudgetState(); st.ShareRate != 0 || st.EffectiveRate != 0 || st.Owned != 0 {
+			t.Fatalf("nothing owned: %+v, want no share", st)
+		}
+	})
 }
 
 // An operator's budget replaces the configured one field by field, and clearing it goes
 // back to the configured one.
 func TestBudgetSteered(t *testing.T) {
 	t.Parallel()
-	b := setup(t, Config{Policy: Policy{Interval: time.Second}, Budget: Budget{MaxRate: 100, MaxInFlight: 8}})
-	l := newTestLoop(t, b)
-	ownAll(b, l)
-	l.startDue()
-	rate := 40.0
-	l.steer(request.SteerChange{Budget: &request.Budget{MaxRate: &rate, By: "ops"}}, false)
-	if st := b.d.BudgetState(); st.MaxRate != 40 || st.MaxInFlight != 8 || st.EffectiveRate != 40 || st.Steered == nil {
-		t.Fatalf("steered rate: %+v, want 40/s and the configured 8 in flight", st)
-	}
-	if !strings.Contains(b.log.String(), "raven's budget changed") {
-		t.Fatal("the change was not logged")
-	}
-	zero := 0
-	l.steer(request.SteerChange{Budget: &request.Budget{MaxInFlight: &zero}}, false)
-	if st := b.d.BudgetState(); st.MaxInFlight != 0 || st.ShareInFlight != 0 || st.MaxRate != 100 {
-		t.Fatalf("steered in flight to none: %+v", st)
-	}
-	l.steer(request.SteerChange{Budget: &request.Budget{}}, false)
-	if st := b.d.BudgetState(); st.MaxRate != 100 || st.MaxInFlight != 8 || st.Steered != nil {
-		t.Fatalf("cleared: %+v, want the configured budget", st)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, Config{Policy: Policy{Interval: time.Second}, Budget: Budget{MaxRate: 100, MaxInFlight: 8}})
+		l := newTestLoop(t, b)
+		ownAll(b, l)
+		l.startDue()
+		rate := 40.0
+		l.steer(request.SteerChange{Budget: &request.Budget{MaxRate: &rate, By: "ops"}}, false)
+		if st := b.d.BudgetState(); st.MaxRate != 40 || st.MaxInFlight != 8 || st.EffectiveRate != 40 || st.Steered == nil {
+			t.Fatalf("steered rate: %+v, want 40/s and the configured 8 in flight", st)
+		}
+		if !strings.Contains(b.log.String(), "raven's budget changed") {
+			t.Fatal("the change was not logged")
+		}
+		zero := 0
+		l.steer(request.SteerChange{Budget: &request.Budget{MaxInFlight: &zero}}, false)
+		if st := b.d.BudgetState(); st.MaxInFlight != 0 || st.ShareInFlight != 0 || st.MaxRate != 100 {
+			t.Fatalf("steered in flight to none: %+v", st)
+		}
+		l.steer(request.SteerChange{Budget: &request.Budget{}}, false)
+		if st := b.d.BudgetState(); st.MaxRate != 100 || st.MaxInFlight != 8 || st.Steered != nil {
+			t.Fatalf("cleared: %+v, want the configured budget", st)
+		}
+	})
 }
 
 // feed gives g one period of n attempts, bad of them refused, each taking took, and ends
@@ -300,51 +314,58 @@ func TestAdaptiveNeverAboveTheBudget(t *testing.T) {
 // Retry-After does not.
 func TestAdaptivePausesOn503RetryAfter(t *testing.T) {
 	t.Parallel()
-	b := setup(t, Config{Policy: Policy{Interval: 100 * time.Millisecond}, Adaptive: Adaptive{Enabled: true, Start: 1000}})
-	l := newTestLoop(t, b)
-	ownAll(b, l)
-	queue(b, l, names("c", 20), 20)
-	b.clock.advance(100 * time.Millisecond)
-	b.snd.answer = func(st request.Stored, _ int) error {
-		if st.ClientID == "c000" {
-			return raven.Classify(429, "3", b.clock.now())
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, Config{Policy: Policy{Interval: 100 * time.Millisecond}, Adaptive: Adaptive{Enabled: true, Start: 1000}})
+		l := newTestLoop(t, b)
+		ownAll(b, l)
+		queue(b, l, names("c", 20), 20)
+		b.clock.advance(100 * time.Millisecond)
+		b.snd.answer = func(st request.Stored, _ int) error {
+			if st.ClientID == "c000" {
+				return raven.Classify(429, "3", b.clock.now())
+			}
+			return nil
 		}
-		return nil
-	}
-	drive(t, b, l, 500*time.Millisecond, 10*time.Millisecond)
-	if b.d.BudgetState().PausedUntil.After(b.clock.now()) {
-		t.Fatal("a 429 with Retry-After paused every send")
-	}
-	if n := len(b.snd.attempts()); n < 30 {
-		t.Fatalf("%d attempts in 500ms beside a client answered 429: the others were held", n)
-	}
-	n := len(b.snd.attempts())
-	var pausedAt time.Time
-	before := b.d.BudgetState().AdaptiveRate
-	b.snd.answer = func(st request.Stored, _ int) error {
-		if pausedAt.IsZero() {
-			pausedAt = b.clock.now()
-			return raven.Classify(503, "2", b.clock.now())
+		drive(t, b, l, 500*time.Millisecond, 10*time.Millisecond)
+		if b.d.BudgetState().PausedUntil.After(b.clock.now()) {
+			t.Fatal("a 429 with Retry-After paused every send")
 		}
-		return nil
-	}
-	drive(t, b, l, 3*time.Second, 10*time.Millisecond)
-	var during, after int
-	for _, s := range b.snd.attempts()[n:] {
-		switch {
-		case s.at.Equal(pausedAt):
-		case s.at.Before(pausedAt.Add(2 * time.Second)):
-			during++
-		default:
-			after++
+		if n := len(b.snd.attempts()); n < 30 {
+			t.Fatalf("%d attempts in 500ms beside a client answered 429: the others were held", n)
 		}
-	}
-	if during != 0 || after == 0 {
-		t.Fatalf("after raven's 503 Retry-After 2: %d attempts during the pause, %d after; want none, then some", during, after)
-	}
-	if st := b.d.BudgetState(); st.AdaptiveRate != 0 && st.AdaptiveRate < before {
-		t.Fatalf("the pause also cut the rate, from %v to %v: sends would crawl after it", before, st.AdaptiveRate)
-	}
+		n := len(b.snd.attempts())
+		var mu sync.Mutex // the answer is given by the workers, several at once
+		var pausedAt time.Time
+		before := b.d.BudgetState().AdaptiveRate
+		b.snd.answer = func(st request.Stored, _ int) error {
+			mu.Lock()
+			defer mu.Unlock()
+			if pausedAt.IsZero() {
+				pausedAt = b.clock.now()
+				return raven.Classify(503, "2", b.clock.now())
+			}
+			return nil
+		}
+		drive(t, b, l, 3*time.Second, 10*time.Millisecond)
+		mu.Lock()
+		defer mu.Unlock()
+		var during, after int
+		for _, s := range b.snd.attempts()[n:] {
+			switch {
+			case s.at.Equal(pausedAt):
+			case s.at.Before(pausedAt.Add(2 * time.Second)):
+				during++
+			default:
+				after++
+			}
+		}
+		if during != 0 || after == 0 {
+			t.Fatalf("after raven's 503 Retry-After 2: %d attempts during the pause, %d after; want none, then some", during, after)
+		}
+		if st := b.d.BudgetState(); st.AdaptiveRate != 0 && st.AdaptiveRate < before {
+			t.Fatalf("the pause also cut the rate, from %v to %v: sends would crawl after it", before, st.AdaptiveRate)
+		}
+	})
 }
 
 // The bucket: tokens at the rate up to the burst, and a token given back is there again.
@@ -434,44 +455,48 @@ func TestAdaptiveSlowStart(t *testing.T) {
 // wait for ever (ADR 7 says what that costs).
 func TestBudgetInFlightShareIsAtLeastOne(t *testing.T) {
 	t.Parallel()
-	b := setup(t, Config{Policy: Policy{Interval: time.Second}, Budget: Budget{MaxInFlight: 3}})
-	b.src.partitions, b.d.gov.partitions = 8, 8
-	l := newTestLoop(t, b)
-	l.ownership(ownEvent{kind: ownAcquired, partition: 0, validUntil: b.clock.now().Add(time.Hour)})
-	subj := subject(0, "alice")
-	b.src.add(subj, "r1", start)
-	l.notify(subj)
-	b.clock.advance(time.Second)
-	l.startDue()
-	if n := l.sched.InFlight(); n != 1 {
-		t.Fatalf("%d in flight with a share of 3 × 1/8, want 1", n)
-	}
-	if !strings.Contains(b.log.String(), "less than one attempt") {
-		t.Fatal("no warning that the share was raised to one")
-	}
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, Config{Policy: Policy{Interval: time.Second}, Budget: Budget{MaxInFlight: 3}})
+		b.src.partitions, b.d.gov.partitions = 8, 8
+		l := newTestLoop(t, b)
+		l.ownership(ownEvent{kind: ownAcquired, partition: 0, validUntil: b.clock.now().Add(time.Hour)})
+		subj := subject(0, "alice")
+		b.src.add(subj, "r1", start)
+		l.notify(subj)
+		b.clock.advance(time.Second)
+		l.startDue()
+		if n := l.sched.InFlight(); n != 1 {
+			t.Fatalf("%d in flight with a share of 3 × 1/8, want 1", n)
+		}
+		if !strings.Contains(b.log.String(), "less than one attempt") {
+			t.Fatal("no warning that the share was raised to one")
+		}
+	})
 }
 
 // A partition handed back under an in-flight budget is released only once this
 // instance's attempts in flight are within its share without it.
 func TestHandBackWaitsForTheInFlightShare(t *testing.T) {
 	t.Parallel()
-	b := setup(t, Config{Policy: Policy{Interval: time.Second}, Budget: Budget{MaxInFlight: 4}})
-	release := make(chan struct{})
-	b.snd.answer = func(request.Stored, int) error { <-release; return nil }
-	l := newTestLoop(t, b)
-	ownAll(b, l)
-	for i, c := range names("c", 4) {
-		subj := subject(i%3, c) // partitions 0-2: none in 3
-		b.src.add(subj, c, start)
-		l.notify(subj)
-	}
-	b.clock.advance(time.Second)
-	l.startDue()
-	if n := l.sched.InFlight(); n != 4 {
-		t.Fatalf("%d in flight, want 4 (the whole budget)", n)
-	}
-	handBack(t, l, 3, release, "partition 3 released with 4 in flight and a share of 3 without it",
-		"partition 3 not released once in flight came within the share")
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, Config{Policy: Policy{Interval: time.Second}, Budget: Budget{MaxInFlight: 4}})
+		release, open := gate(t)
+		b.snd.answer = func(request.Stored, int) error { <-release; return nil }
+		l := newTestLoop(t, b)
+		ownAll(b, l)
+		for i, c := range names("c", 4) {
+			subj := subject(i%3, c) // partitions 0-2: none in 3
+			b.src.add(subj, c, start)
+			l.notify(subj)
+		}
+		b.clock.advance(time.Second)
+		l.startDue()
+		if n := l.sched.InFlight(); n != 4 {
+			t.Fatalf("%d in flight, want 4 (the whole budget)", n)
+		}
+		handBack(t, l, 3, open, "partition 3 released with 4 in flight and a share of 3 without it",
+			"partition 3 not released once in flight came within the share")
+	})
 }
 
 // A start with raven refusing everything learns nothing of its capacity: once raven
@@ -501,25 +526,26 @@ func TestAdaptiveStartWithRavenDownKeepsDoubling(t *testing.T) {
 // not leave the loop thinking it is held back: its timer must wake for the next lane due.
 func TestHeldBackDoesNotOutliveTheHeldLane(t *testing.T) {
 	t.Parallel()
-	b := setup(t, Config{Policy: Policy{Interval: time.Second}, Budget: Budget{MaxInFlight: 4}})
-	release := make(chan struct{})
-	t.Cleanup(func() { close(release) })
-	b.snd.answer = func(request.Stored, int) error { <-release; return nil }
-	l := newTestLoop(t, b)
-	ownAll(b, l)
-	for i, c := range names("c", 5) {
-		subj := subject(min(i, 3), c) // the fifth shares partition 3 with the fourth
-		b.src.add(subj, c, start)
-		l.notify(subj)
-	}
-	b.clock.advance(time.Second)
-	l.startDue()
-	if held, _ := b.d.gov.heldBack(); !held || l.sched.InFlight() != 4 {
-		t.Fatalf("4 in flight and one held back expected; in flight %d, held %v", l.sched.InFlight(), held)
-	}
-	l.sched.ForgetWaiting(func(string) bool { return true }) // the held lane goes (as on a lost lease)
-	l.startDue()
-	if held, _ := b.d.gov.heldBack(); held {
-		t.Fatal("still held back with no lane due: the loop would stop its timer")
-	}
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, Config{Policy: Policy{Interval: time.Second}, Budget: Budget{MaxInFlight: 4}})
+		release, _ := gate(t)
+		b.snd.answer = func(request.Stored, int) error { <-release; return nil }
+		l := newTestLoop(t, b)
+		ownAll(b, l)
+		for i, c := range names("c", 5) {
+			subj := subject(min(i, 3), c) // the fifth shares partition 3 with the fourth
+			b.src.add(subj, c, start)
+			l.notify(subj)
+		}
+		b.clock.advance(time.Second)
+		l.startDue()
+		if held, _ := b.d.gov.heldBack(); !held || l.sched.InFlight() != 4 {
+			t.Fatalf("4 in flight and one held back expected; in flight %d, held %v", l.sched.InFlight(), held)
+		}
+		l.sched.ForgetWaiting(func(string) bool { return true }) // the held lane goes (as on a lost lease)
+		l.startDue()
+		if held, _ := b.d.gov.heldBack(); held {
+			t.Fatal("still held back with no lane due: the loop would stop its timer")
+		}
+	})
 }
