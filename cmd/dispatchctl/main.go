@@ -161,8 +161,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 	s.SetUsage(stderr, fmt.Sprintf("Usage: dispatchctl %s [flags] %s\n\n%s.", cmd.name, cmd.args, cmd.summary))
 	logs := cli.LogSettings(s)
 	natsCfg := cli.NATSSettings(s)
-	var timeout time.Duration
+	var timeout, laneWait time.Duration
 	s.Flags().DurationVar(&timeout, "timeout", time.Minute, "bound on the whole command")
+	cli.LaneWaitSetting(s, &laneWait, admin.DefaultLaneWait)
 	s.Flags().BoolVar(&o.json, "json", false, "print JSON instead of a table")
 	if cmd.flags != nil {
 		cmd.flags(s.Flags(), o)
@@ -200,7 +201,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		fmt.Fprintln(stderr, "dispatchctl:", err)
 		return exitFailed
 	}
-	svc, err := admin.New(admin.Config{Queue: q, Control: ctl, Log: log})
+	svc, err := admin.New(admin.Config{Queue: q, Control: ctl, Log: log, LaneWait: laneWait})
 	if err != nil {
 		fmt.Fprintln(stderr, "dispatchctl:", err)
 		return exitFailed

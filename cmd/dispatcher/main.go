@@ -48,6 +48,7 @@ type settings struct {
 	dispatch   *cli.Dispatch
 	ops        *cli.Ops
 	events     bool
+	laneWait   time.Duration
 }
 
 func parse(args []string, getenv func(string) string, stderr io.Writer) (*settings, error) {
@@ -66,6 +67,7 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (*settin
 	c.dispatch = cli.DispatchSettings(s)
 	c.ops = cli.OpsSettings(s, ":9091", true)
 	cli.EventsSetting(s, &c.events)
+	cli.LaneWaitSetting(s, &c.laneWait, admin.DefaultLaneWait)
 	if err := s.Parse(args); err != nil {
 		return nil, err
 	}
@@ -166,7 +168,7 @@ func runDispatcher(ctx context.Context, c *settings, q *queue.Queue, reg *promet
 		return err
 	}
 	defer stopLanes()
-	adm, err := admin.New(admin.Config{Queue: q, Control: ctl, Log: log, Registerer: reg, Interval: c.dispatch.Interval, Instance: c.dispatch.InstanceID, Tracing: tp})
+	adm, err := admin.New(admin.Config{Queue: q, Control: ctl, Log: log, Registerer: reg, LaneWait: c.laneWait, Interval: c.dispatch.Interval, Instance: c.dispatch.InstanceID, Tracing: tp})
 	if err != nil {
 		return err
 	}

@@ -135,6 +135,13 @@ func EventsSetting(s *Settings, on *bool) {
 	s.Bool(on, "EVENTS", "write each request's events (accepted, attempts, delivered, dead-lettered, replayed, purged) to the EVENTS stream, for GET /v1/requests/{id} and for penguin to follow; false turns both off")
 }
 
+// LaneWaitSetting registers LANE_WAIT: how long the admin API, the console and
+// dispatchctl wait for the running dispatchers to describe their lanes (a dispatcher that
+// answers later is left out of that answer). def is the admin package's default.
+func LaneWaitSetting(s *Settings, p *time.Duration, def time.Duration) {
+	s.Duration(p, "LANE_WAIT", def, time.Millisecond, "how long a clients page, a request's state or the console waits for the running dispatchers to describe their lanes; at most 10s. The wait ends early once every dispatcher known by its heartbeat has answered")
+}
+
 // Dispatch is the dispatcher and raven client settings.
 type Dispatch struct {
 	dispatch.Config
