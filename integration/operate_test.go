@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -425,17 +427,25 @@ func TestPurgeMovesTheBacklogToDeadLettersNeverDeletes(t *testing.T) {
 	}
 }
 
+// What dispatchctl shows of clients and requests: a snapshot taken while nothing can have
+// been sent (the start-up fence is a 30 s interval, lowered once the snapshot is read),
+// then a request held in flight by raven until dispatchctl has seen it there, a
+// dead-lettered one and a delivered one.
 func TestInspectClientsAndRequests(t *testing.T) {
 	t.Parallel()
-	s := newStack(t, options{interval: 3 * time.Second, respond: func(a ledger.Arrival) ledger.Response {
+	leeSeen := make(chan struct{})
+	var once sync.Once
+	release := func() { once.Do(func() { close(leeSeen) }) }
+	s := newStack(t, options{interval: 30 * time.Second, timeout: 5 * time.Minute, respond: func(a ledger.Arrival) ledger.Response {
 		switch a.ClientID {
 		case "kim":
 			return ledger.Response{Status: 400}
 		case "lee":
-			return ledger.Response{Delay: 2 * time.Second}
+			<-leeSeen
 		}
 		return ledger.Response{}
 	}})
+	t.Cleanup(release) // registered after the stack's: runs before raven is closed
 	kim := s.post("kim", 0)
 	lee := s.post("lee", 0)
 	var ivy []string
@@ -444,14 +454,19 @@ func TestInspectClientsAndRequests(t *testing.T) {
 	}
 	s.post("jon", 0)
 
+	// A dispatcher that answers later than the lane wait is left out of an answer: read
+	// again until ivy's lane is in it.
 	var page admin.ClientsPage
-	s.ctlJSON(&page, "clients")
+	waitForState(t, time.Minute, "a clients page with ivy's lane", func() (bool, string) {
+		s.ctlJSON(&page, "clients")
+		return len(page.Clients) > 0 && page.Clients[0].Lane != "none", fmt.Sprintf("%+v", page)
+	})
 	if page.Total != 4 || page.Clients[0].ClientID != "ivy" || page.Clients[0].Backlog != 3 {
 		t.Fatalf("clients: %+v, want 4 with ivy first (3 queued)", page)
 	}
 	c := page.Clients[0]
-	if c.Lane != "waiting" || c.NextSend.IsZero() || c.Interval != "3s" || c.Dispatcher != "test" || c.OldestAge == "" {
-		t.Fatalf("ivy: %+v, want a waiting lane on the test dispatcher with a next send and the 3s interval", c)
+	if c.Lane != "waiting" || c.NextSend.IsZero() || c.Interval != "30s" || c.Dispatcher != "test" || c.OldestAge == "" {
+		t.Fatalf("ivy: %+v, want a waiting lane on the test dispatcher with a next send and the 30s interval", c)
 	}
 	s.ctlJSON(&page, "clients", "-sort", "age", "-limit", "1", "-page", "2")
 	if page.Total != 4 || len(page.Clients) != 1 || page.Clients[0].ClientID != "lee" {
@@ -464,20 +479,29 @@ func TestInspectClientsAndRequests(t *testing.T) {
 	if rs.State != admin.StateQueued || rs.Position == nil || *rs.Position != 2 || rs.ClientID != "ivy" {
 		t.Fatalf("request %s: %+v, want queued with 2 ahead", ivy[2], rs)
 	}
-	s.ctlJSON(&rs, "request", ivy[0])
-	if rs.State != admin.StateQueued || rs.Lane == nil {
+	waitForState(t, time.Minute, "ivy's head request with its lane", func() (bool, string) {
+		s.ctlJSON(&rs, "request", ivy[0])
+		return rs.Lane != nil, fmt.Sprintf("%+v", rs)
+	})
+	if rs.State != admin.StateQueued {
 		t.Fatalf("request %s: %+v, want queued at the head with its lane", ivy[0], rs)
 	}
-	waitFor(t, 10*time.Second, "lee's request to be in flight", func() bool {
+
+	// The snapshot is read: a 1 s interval lets everything go. The ledger judges the gaps
+	// by it (every gap before the change was 30 s or more).
+	s.ctl(0, "", "interval", "1s")
+	s.opts.interval = time.Second
+	waitForState(t, time.Minute, "lee's request to be in flight", func() (bool, string) {
 		s.ctlJSON(&rs, "request", lee)
-		return rs.State == admin.StateInFlight
+		return rs.State == admin.StateInFlight, fmt.Sprintf("%+v", rs)
 	})
-	waitFor(t, 10*time.Second, "kim's request to be dead-lettered", func() bool { return s.dead()[kim] })
+	release()
+	waitFor(t, time.Minute, "kim's request to be dead-lettered", func() bool { return s.dead()[kim] })
 	s.ctlJSON(&rs, "request", kim)
 	if rs.State != admin.StateDeadLettered || rs.DeadLetter == nil || rs.DeadLetter.Reason != request.ReasonPermanent {
 		t.Fatalf("request %s: %+v, want dead-lettered as permanent", kim, rs)
 	}
-	waitFor(t, 10*time.Second, "lee's request to be delivered", func() bool { return s.deliveredIDs()[lee] == 1 })
+	waitFor(t, time.Minute, "lee's request to be delivered", func() bool { return s.deliveredIDs()[lee] == 1 })
 	s.ctlJSON(&rs, "request", lee)
 	if rs.State != admin.StateDelivered || rs.Delivery == nil || rs.ClientID != "lee" || rs.Dispatcher != "test" || rs.Delivery.Attempt != 1 {
 		t.Fatalf("delivered request %s: %+v, want sent by the test dispatcher on attempt 1", lee, rs)
@@ -489,5 +513,5 @@ func TestInspectClientsAndRequests(t *testing.T) {
 	mustContain(t, s.ctl(2, "", "request"), "expected")
 	mustContain(t, s.ctl(2, "", "nonsense"), "unknown command")
 	mustContain(t, s.ctl(0, "", "-h"), "replay")
-	s.finish(30*time.Second, 0)
+	s.finish(time.Minute, 0)
 }
