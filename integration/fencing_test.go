@@ -54,22 +54,24 @@ func (c *cutOff) Renew(ctx context.Context, p int, owner string, rev uint64) (ui
 // attempts before its lease can lapse; b takes the partition after the lease expired and
 // waits one interval before its first attempt. Spacing holds across the switch, and b
 // makes the later deliveries. Without either half of the fence, the gap at the switch
-// falls below the interval (the margin here is shorter than the interval).
+// falls below the interval (the margin here, the send timeout and a tenth of the TTL, is
+// shorter than the interval). In seconds, so that no prompt answer outlasts the send
+// timeout on a loaded machine (one that did would be a duplicate).
 func TestFencingAcrossLeaseTakeover(t *testing.T) {
 	t.Parallel()
-	const interval = time.Second
+	const interval, ttl, timeout = 4 * time.Second, 4 * time.Second, 1500 * time.Millisecond
 	s := newStack(t, options{interval: interval, noStart: true, queue: queue.Config{Partitions: 1}})
-	leases, err := s.q.Leases(context.Background(), time.Second)
+	leases, err := s.q.Leases(context.Background(), ttl)
 	if err != nil {
 		t.Fatal(err)
 	}
-	rc, err := raven.New(raven.Config{URL: s.ravenURL, Timeout: 200 * time.Millisecond})
+	rc, err := raven.New(raven.Config{URL: s.ravenURL, Timeout: timeout})
 	if err != nil {
 		t.Fatal(err)
 	}
 	start := func(id string, store dispatch.LeaseStore) func() {
-		d, err := dispatch.New(dispatch.Config{Policy: s.policy(), SendTimeout: 200 * time.Millisecond,
-			Leases: store, LeaseTTL: time.Second, InstanceID: id}, s.q, rc, testLog())
+		d, err := dispatch.New(dispatch.Config{Policy: s.policy(), SendTimeout: timeout,
+			Leases: store, LeaseTTL: ttl, InstanceID: id}, s.q, rc, testLog())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -82,7 +84,7 @@ func TestFencingAcrossLeaseTakeover(t *testing.T) {
 	stopA := start("a", storeA)
 	defer stopA()
 	s.post("warm-up", 0)
-	waitFor(t, 10*time.Second, "a past its start-up fence", func() bool { return s.ledger.Delivered() >= 1 })
+	waitFor(t, time.Minute, "a past its start-up fence", func() bool { return s.ledger.Delivered() >= 1 })
 	// Clients start a twelfth of an interval apart, so that whenever a's lease runs out,
 	// some client's last attempt by a falls just before it.
 	for c := range 12 {
@@ -97,7 +99,7 @@ func TestFencingAcrossLeaseTakeover(t *testing.T) {
 
 	storeA.cut.Store(true)
 	cutAt := time.Now()
-	s.finish(60*time.Second, 0)
+	s.finish(2*time.Minute, 0)
 
 	var afterCut int
 	for _, a := range s.ledger.Arrivals() {
