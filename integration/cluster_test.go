@@ -20,6 +20,14 @@ type clusterStack struct {
 	env     map[string]string
 }
 
+// The cluster stack's dispatchers: a lease TTL and a send timeout of seconds, so that a
+// stall of a loaded machine neither moves leases mid-test nor turns a prompt answer into a
+// duplicate. Tests of how fast a takeover is judge against the bound these give.
+const (
+	clusterLeaseTTL     = 6 * time.Second
+	clusterRavenTimeout = 3 * time.Second
+)
+
 func newClusterStack(t testing.TB, o options) *clusterStack {
 	t.Helper()
 	return newClusterStackWith(t, o, queuetest.ClusterOptions{})
@@ -34,7 +42,7 @@ func newClusterStackWith(t testing.TB, o options, co queuetest.ClusterOptions) *
 	o.noStart = true
 	s := newStack(t, o)
 	if o.leaseTTL == 0 {
-		o.leaseTTL = 2 * time.Second
+		o.leaseTTL = clusterLeaseTTL
 	}
 	leases, err := s.q.Leases(context.Background(), o.leaseTTL)
 	if err != nil {
@@ -42,7 +50,7 @@ func newClusterStackWith(t testing.TB, o options, co queuetest.ClusterOptions) *
 	}
 	return &clusterStack{stack: s, cluster: c, leases: leases, env: map[string]string{
 		"NATS_URL": c.URL(), "STREAM_REPLICAS": "3", "RAVEN_URL": s.ravenURL,
-		"DISPATCH_INTERVAL": s.opts.interval.String(), "LEASE_TTL": o.leaseTTL.String(), "RAVEN_TIMEOUT": "500ms",
+		"DISPATCH_INTERVAL": s.opts.interval.String(), "LEASE_TTL": o.leaseTTL.String(), "RAVEN_TIMEOUT": clusterRavenTimeout.String(),
 		"RETRY_BACKOFF_BASE": "100ms", "RETRY_BACKOFF_MAX": "1s", "MAX_ATTEMPTS": "1000",
 	}}
 }

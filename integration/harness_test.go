@@ -65,7 +65,7 @@ type options struct {
 	ravenProxy bool
 	// tracing, if not nil, traces ingest and the dispatcher.
 	tracing trace.TracerProvider
-	// leaseTTL is the dispatchers' LEASE_TTL in a cluster stack; 2 s when zero.
+	// leaseTTL is the dispatchers' LEASE_TTL in a cluster stack; clusterLeaseTTL when zero.
 	leaseTTL time.Duration
 }
 
