@@ -36,7 +36,7 @@ func TestRavenFaults(t *testing.T) {
 	t.Parallel()
 	// Long enough that a loaded machine does not turn a prompt answer into a timeout (the
 	// check below wants attempts and arrivals to match exactly); the timeout cases pay it.
-	const timeout = time.Second
+	const timeout = 3 * time.Second
 	reused := func(a ledger.Arrival) bool { return a.OnConn > 1 }
 	fresh := func(a ledger.Arrival) bool { return a.OnConn == 1 }
 	cases := []struct {
@@ -81,10 +81,12 @@ func TestRavenFaults(t *testing.T) {
 			if c.network != nil {
 				s.ravenProxy.Refuse() // the fault is on when the first attempts go
 				s.startDispatcher()
-				time.Sleep(300 * time.Millisecond)
+				waitFor(t, time.Minute, "an attempt kept from raven by the fault", func() bool {
+					return gather(t, s.metrics)[`dispatch_attempts_total{outcome="transient_failure"}`] >= 1
+				})
 				c.network(s)
 			}
-			rep := s.finish(30*time.Second, 0)
+			rep := s.finish(time.Minute, 0)
 			if rep.Dead != c.dead {
 				t.Errorf("%d requests dead-lettered, want %d", rep.Dead, c.dead)
 			}
