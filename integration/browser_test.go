@@ -333,7 +333,7 @@ func TestConsoleInARealBrowser(t *testing.T) {
 	b.screenshot("client")
 
 	// A dead letter, replayed from its page after a dry run: raven receives it.
-	waitFor(t, 20*time.Second, "the doomed request to be dead-lettered", func() bool { return s.dead()[doomedID] })
+	waitFor(t, time.Minute, "the doomed request to be dead-lettered", func() bool { return s.dead()[doomedID] })
 	b.open("/console/deadletters")
 	row := fmt.Sprintf(`tr[data-id=%q]`, doomedID)
 	b.waitText(row, "permanent")
@@ -348,7 +348,7 @@ func TestConsoleInARealBrowser(t *testing.T) {
 	b.do("confirm", chromedp.Click(chromedp.CSS("#replay-confirm-button")))
 	b.waitText("#replay-result", "requeued 1")
 	b.screenshot("replay-done")
-	waitFor(t, 10*time.Second, "raven to receive the replayed request", func() bool {
+	waitFor(t, time.Minute, "raven to receive the replayed request", func() bool {
 		for _, a := range arrivalsOf(s.ledger, "doomed") {
 			if a.ID == doomedID && a.Status == http.StatusOK {
 				return true

@@ -103,16 +103,16 @@ func TestDispatchersShareAndFailOver(t *testing.T) {
 	}
 	a := c.startDispatcher("a")
 	b := c.startDispatcher("b")
-	waitFor(t, 30*time.Second, "two instances to hold 32 partitions each", func() bool {
+	waitFor(t, time.Minute, "two instances to hold 32 partitions each", func() bool {
 		o := c.owners()
 		return o["a"] == 32 && o["b"] == 32
 	})
 	stopFeed := c.feed(clients, 20*time.Millisecond)
 
-	waitFor(t, 30*time.Second, "deliveries", func() bool { return c.ledger.Delivered() >= clients })
+	waitFor(t, time.Minute, "deliveries", func() bool { return c.ledger.Delivered() >= clients })
 	a.signal(syscall.SIGKILL)
 	c.startDispatcher("c")
-	waitFor(t, 30*time.Second, "b and c to share every partition after a's leases expired", func() bool {
+	waitFor(t, time.Minute, "b and c to share every partition after a's leases expired", func() bool {
 		o := c.owners()
 		return o["a"] == 0 && o["b"] == 32 && o["c"] == 32
 	})
@@ -125,7 +125,7 @@ func TestDispatchersShareAndFailOver(t *testing.T) {
 	if o := c.owners(); o["b"] != 0 {
 		t.Fatalf("b still holds %d leases after a graceful stop, want them handed back: %v", o["b"], o)
 	}
-	waitFor(t, 30*time.Second, "c to hold every partition", func() bool { return c.owners()["c"] == 64 })
+	waitFor(t, time.Minute, "c to hold every partition", func() bool { return c.owners()["c"] == 64 })
 	stopFeed()
 	rep := c.finish(60*time.Second, clients)
 	t.Logf("accepted %d", c.acceptedCount())
@@ -143,7 +143,7 @@ func TestStreamLeaderLoss(t *testing.T) {
 	c.startDispatcher("a")
 	c.startDispatcher("b")
 	stopFeed := c.feed(clients, 20*time.Millisecond)
-	waitFor(t, 30*time.Second, "deliveries before the fault", func() bool { return c.ledger.Delivered() >= 20 })
+	waitFor(t, time.Minute, "deliveries before the fault", func() bool { return c.ledger.Delivered() >= 20 })
 
 	leader := c.cluster.StreamLeader(queue.RequestStream)
 	if leader < 0 {
@@ -160,11 +160,11 @@ func TestStreamLeaderLoss(t *testing.T) {
 		return false
 	})
 	acceptedAtKill := c.acceptedCount()
-	waitFor(t, 30*time.Second, "requests accepted after the leader died", func() bool { return c.acceptedCount() > acceptedAtKill+10 })
+	waitFor(t, time.Minute, "requests accepted after the leader died", func() bool { return c.acceptedCount() > acceptedAtKill+10 })
 	c.cluster.Start(leader)
 	// Load goes on after the recovery, and is taken.
 	more := c.acceptedCount()
-	waitFor(t, 30*time.Second, "more requests accepted after the recovery", func() bool { return c.acceptedCount() >= more+20 })
+	waitFor(t, time.Minute, "more requests accepted after the recovery", func() bool { return c.acceptedCount() >= more+20 })
 	stopFeed()
 	rep := c.finish(90*time.Second, clients)
 	if rep.Delivered != c.acceptedCount() {

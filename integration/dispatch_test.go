@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"fmt"
 	"net"
 	"net/http"
 	"sort"
@@ -24,8 +25,12 @@ func TestBurstOfManyClients(t *testing.T) {
 	var wg sync.WaitGroup
 	for c := range clients {
 		wg.Go(func() {
-			for n := range each {
-				s.post(clientName(c), n) // one client's posts are sequential: their order is known
+			for n := range each { // one client's posts are sequential: their order is known
+				a, err := s.tryPost(jsonHeader(), fmt.Appendf(nil, `{"clientId":%q,"n":%d}`, clientName(c), n))
+				if err != nil || a.Status != http.StatusAccepted {
+					t.Errorf("post %d for %s: %v %d %v", n, clientName(c), err, a.Status, a.Body)
+					return
+				}
 			}
 		})
 	}

@@ -141,7 +141,7 @@ func TestEventsFollowEachRequest(t *testing.T) {
 	}
 	hal, ida, jo := s.post("hal", 1), s.post("ida", 1), s.post("jo", 1)
 
-	waitFor(t, 20*time.Second, "ida's dead letter", func() bool { return s.dead()[ida] })
+	waitFor(t, time.Minute, "ida's dead letter", func() bool { return s.dead()[ida] })
 	idaFails.Store(false)
 	if rep, err := svc.Replay(ctx, queue.DeadFilter{ID: ida}, false, false, nil); err != nil || rep.Requeued != 1 {
 		t.Fatalf("replay: %+v %v", rep, err)

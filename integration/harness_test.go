@@ -200,7 +200,7 @@ func (s *stack) startDispatcher() {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- d.Run(ctx) }()
-	waitFor(s.t, 10*time.Second, "the dispatcher to run", d.Running)
+	waitFor(s.t, time.Minute, "the dispatcher to run", d.Running)
 	s.stopDispatch = func() {
 		stopLanes()
 		cancel()
@@ -214,7 +214,7 @@ func (s *stack) startDispatcher() {
 func (s *stack) restartNATS() {
 	s.t.Helper()
 	s.srv = queuetest.ServerAt(s.t, s.natsDir, s.natsAddr)
-	waitFor(s.t, 10*time.Second, "the client to reconnect", s.nc.IsConnected)
+	waitFor(s.t, time.Minute, "the client to reconnect", s.nc.IsConnected)
 }
 
 func (s *stack) stopDispatcher() {

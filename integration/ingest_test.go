@@ -158,7 +158,7 @@ func TestNATSDownAnswers503(t *testing.T) {
 	s.post("a", 0)
 	s.srv.Shutdown()
 	s.srv.WaitForShutdown()
-	waitFor(t, 5*time.Second, "the client to notice NATS is gone", func() bool { return !s.nc.IsConnected() })
+	waitFor(t, time.Minute, "the client to notice NATS is gone", func() bool { return !s.nc.IsConnected() })
 	a := s.postRaw(jsonHeader(), []byte(`{"clientId":"a","n":1}`))
 	if a.Status != http.StatusServiceUnavailable || a.Header.Get("Retry-After") == "" || a.str("code") != "queue_unavailable" {
 		t.Fatalf("with NATS down: %d %v, want 503 queue_unavailable with Retry-After", a.Status, a.Body)
@@ -173,7 +173,7 @@ func TestNATSDownAnswers503(t *testing.T) {
 	// NATS comes back: ingest accepts again, and the request accepted before the outage
 	// is delivered (and the refused one is not).
 	s.restartNATS()
-	waitFor(t, 10*time.Second, "readyz", func() bool { return get(t, readyz) == 200 })
+	waitFor(t, time.Minute, "readyz", func() bool { return get(t, readyz) == 200 })
 	s.post("a", 2)
 	s.startDispatcher()
 	if rep := s.finish(10*time.Second, 0); rep.Delivered != 2 || rep.Arrivals != 2 {

@@ -62,7 +62,7 @@ func TestDispatcherLinkToNATSFails(t *testing.T) {
 				"DISPATCH_INTERVAL": "200ms", "LEASE_TTL": "2s", "RAVEN_TIMEOUT": "500ms", "OPS_ADDR": opsAddr, "INSTANCE_ID": "d1"})
 			ops := "http://" + opsAddr
 			stopFeed := s.feed(16, 20*time.Millisecond)
-			waitFor(t, 20*time.Second, "deliveries before the fault", func() bool { return s.ledger.Delivered() >= 20 })
+			waitFor(t, time.Minute, "deliveries before the fault", func() bool { return s.ledger.Delivered() >= 20 })
 
 			fault.apply(proxy)
 			waitForState(t, time.Minute, "the dispatcher to say not ready", func() (bool, string) {
@@ -102,12 +102,12 @@ func TestIngestLinkToNATSFailsMidPublish(t *testing.T) {
 			waitReady(t, "http://"+addr)
 			s.ingestURL = "http://" + addr + "/v1/requests"
 			stopFeed := s.feed(16, 2*time.Millisecond)
-			waitFor(t, 20*time.Second, "requests accepted before the fault", func() bool { return s.acceptedCount() >= 50 })
+			waitFor(t, time.Minute, "requests accepted before the fault", func() bool { return s.acceptedCount() >= 50 })
 			fault.apply(proxy)
 			time.Sleep(4 * time.Second)
 			proxy.Heal()
 			healedAt := s.acceptedCount()
-			waitFor(t, 30*time.Second, "requests accepted again after the link came back", func() bool { return s.acceptedCount() > healedAt+20 })
+			waitFor(t, time.Minute, "requests accepted again after the link came back", func() bool { return s.acceptedCount() > healedAt+20 })
 			stopFeed()
 			s.mu.Lock()
 			refused := s.unavailable
@@ -129,7 +129,7 @@ func TestClusterNodePartitioned(t *testing.T) {
 	c := newClusterStackWith(t, options{interval: 200 * time.Millisecond}, queuetest.ClusterOptions{ProxyRoutes: true})
 	a, b := c.startDispatcher("a"), c.startDispatcher("b")
 	stopFeed := c.feed(16, 20*time.Millisecond)
-	waitFor(t, 30*time.Second, "deliveries before the fault", func() bool { return c.ledger.Delivered() >= 20 })
+	waitFor(t, time.Minute, "deliveries before the fault", func() bool { return c.ledger.Delivered() >= 20 })
 	leader := c.cluster.StreamLeader(queue.RequestStream)
 	if leader < 0 {
 		t.Fatal("no request stream leader")
@@ -143,15 +143,15 @@ func TestClusterNodePartitioned(t *testing.T) {
 			}
 		}
 	}()
-	waitFor(t, 30*time.Second, "deliveries while the node is cut off", func() bool { return c.arrivedAfter(cutAt.Add(5 * time.Second)) })
+	waitFor(t, time.Minute, "deliveries while the node is cut off", func() bool { return c.arrivedAfter(cutAt.Add(5 * time.Second)) })
 	time.Sleep(time.Until(cutAt.Add(10 * time.Second)))
 	c.cluster.Heal(leader)
 	healedAt := time.Now()
-	waitFor(t, 30*time.Second, "the node to be a current replica again", func() bool { return c.replicasCurrent() == 3 })
+	waitFor(t, time.Minute, "the node to be a current replica again", func() bool { return c.replicasCurrent() == 3 })
 	t.Logf("node %d current again %s after the partition healed", leader+1, time.Since(healedAt).Round(time.Millisecond))
 	// Load goes on after the recovery, and is taken.
 	more := c.acceptedCount()
-	waitFor(t, 30*time.Second, "more requests accepted after the recovery", func() bool { return c.acceptedCount() >= more+20 })
+	waitFor(t, time.Minute, "more requests accepted after the recovery", func() bool { return c.acceptedCount() >= more+20 })
 	stopFeed()
 	c.waitDone(90 * time.Second)
 	a.signal(syscall.SIGTERM)
@@ -182,7 +182,7 @@ func TestDispatcherPausedPastItsLease(t *testing.T) {
 		}
 		return out
 	}
-	waitFor(t, 30*time.Second, "both instances sending", func() bool {
+	waitFor(t, time.Minute, "both instances sending", func() bool {
 		return len(sentBy("a", time.Time{})) > 10 && len(sentBy("b", time.Time{})) > 10
 	})
 	a.send(syscall.SIGSTOP)

@@ -107,7 +107,7 @@ func TestReplayFromTheDeadLetterStream(t *testing.T) {
 	s := newStack(t, options{respond: failWhile(&failing)})
 	alice := []string{s.post("alice", 1), s.post("alice", 2), s.post("alice", 3)}
 	bob := []string{s.post("bob", 1), s.post("bob", 2)}
-	waitFor(t, 15*time.Second, "all five to be dead-lettered", func() bool { return len(s.dead()) == 5 })
+	waitFor(t, time.Minute, "all five to be dead-lettered", func() bool { return len(s.dead()) == 5 })
 
 	var dl deadList
 	s.ctlJSON(&dl, "deadletters", "-client", "alice")
@@ -153,7 +153,7 @@ func TestReplayFromTheDeadLetterStream(t *testing.T) {
 	failing.Store(false) // raven is back
 	s.markReplayed(append(alice, bob...)...)
 	mustContain(t, s.ctl(0, "", "replay", "-id", bob[1]), "1 matched, 1 requeued")
-	waitFor(t, 10*time.Second, "bob's second request to be delivered", func() bool { return s.deliveredIDs()[bob[1]] == 1 })
+	waitFor(t, time.Minute, "bob's second request to be delivered", func() bool { return s.deliveredIDs()[bob[1]] == 1 })
 	mustContain(t, s.ctl(0, "", "replay", "-client", "alice", "-since", "1h"), "3 matched, 3 requeued")
 	mustContain(t, s.ctl(0, "", "replay", "-all"), "1 matched, 1 requeued")
 	mustContain(t, s.ctl(0, "", "replay", "-all"), "0 matched")
@@ -190,7 +190,7 @@ func TestReplayInterruptedAndRunAgainQueuesEachOnce(t *testing.T) {
 	for i := range 6 {
 		ids = append(ids, s.post(clientName(i%2), i))
 	}
-	waitFor(t, 15*time.Second, "all six to be dead-lettered", func() bool { return len(s.dead()) == 6 })
+	waitFor(t, time.Minute, "all six to be dead-lettered", func() bool { return len(s.dead()) == 6 })
 	failing.Store(false)
 	s.markReplayed(ids...)
 
@@ -228,7 +228,7 @@ func TestReplayJoinsTheBackOfItsClientsBacklog(t *testing.T) {
 	failing.Store(true)
 	s := newStack(t, options{respond: failWhile(&failing)})
 	first := s.post("carol", 0)
-	waitFor(t, 10*time.Second, "carol's first request to be dead-lettered", func() bool { return s.dead()[first] })
+	waitFor(t, time.Minute, "carol's first request to be dead-lettered", func() bool { return s.dead()[first] })
 	failing.Store(false)
 
 	s.ctl(0, "", "pause", "carol") // hold a backlog in place

@@ -94,6 +94,16 @@ func startBin(t testing.TB, bin string, env map[string]string, args ...string) *
 	return p
 }
 
+// exited says whether the process has ended.
+func (p *proc) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
 // send sends sig and returns at once (SIGSTOP, SIGCONT).
 func (p *proc) send(sig syscall.Signal) {
 	p.t.Helper()
@@ -191,7 +201,9 @@ func TestStandaloneRestartWithBacklog(t *testing.T) {
 	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGKILL} {
 		t.Run(sig.String(), func(t *testing.T) {
 			t.Parallel()
-			const interval = 250 * time.Millisecond
+			// A 1 s interval: the backlog takes seconds to drain, so that posting it on a
+			// loaded machine does not race its delivery.
+			const interval = time.Second
 			s := newStack(t, options{interval: interval, noStart: true})
 			dataDir := t.TempDir()
 			ingestAddr, natsAddr := freeAddr(t), freeAddr(t)
@@ -204,13 +216,13 @@ func TestStandaloneRestartWithBacklog(t *testing.T) {
 			waitReady(t, base)
 			s.useQueueAt("nats://" + natsAddr)
 			s.ingestURL = base + "/v1/requests"
-			const clients, each = 3, 8
+			const clients, each = 3, 6
 			for c := range clients {
 				for n := range each {
 					s.post(clientName(c), n)
 				}
 			}
-			waitFor(t, 20*time.Second, "a few deliveries", func() bool { return s.ledger.Delivered() >= 4 })
+			waitFor(t, time.Minute, "a few deliveries", func() bool { return s.ledger.Delivered() >= 4 })
 			p.signal(sig)
 			if sig == syscall.SIGTERM && p.cmd.ProcessState.ExitCode() != 0 {
 				t.Fatalf("standalone exited %d on SIGTERM, want 0; output:\n%s", p.cmd.ProcessState.ExitCode(), p.out)
@@ -293,7 +305,7 @@ func TestEventsOffNeedsNoEventsStream(t *testing.T) {
 		"LEASE_TTL": "2s", "RAVEN_TIMEOUT": "1s", "OPS_ADDR": dispOps, "EVENTS": "false"})
 	// Both have opened the queue once their listeners answer.
 	waitReady(t, "http://"+ingestAddr)
-	waitFor(t, 20*time.Second, "the dispatcher's listener", func() bool {
+	waitFor(t, time.Minute, "the dispatcher's listener", func() bool {
 		resp, err := testHTTP.Get("http://" + dispOps + "/healthz")
 		if err != nil {
 			return false
@@ -359,7 +371,7 @@ func TestIngestWarnsOfNotBeforeOutlivingStatus(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			p := startBin(t, ingestBin, with(tc.env, "NATS_URL", nowhere, "INGEST_ADDR", freeAddr(t)))
-			waitFor(t, 20*time.Second, "ingest to try NATS", func() bool { return strings.Contains(p.out.String(), "not reachable yet") })
+			waitFor(t, time.Minute, "ingest to try NATS", func() bool { return strings.Contains(p.out.String(), "not reachable yet") })
 			var got []map[string]any
 			for _, l := range logLines(p.out.String(), "") {
 				if strings.HasPrefix(fmt.Sprint(l["message"]), "MAX_NOT_BEFORE=") {
@@ -391,7 +403,7 @@ func TestStandaloneDemoRaven(t *testing.T) {
 	}
 	s.post("bob", 0)
 	var lines []map[string]any
-	waitFor(t, 20*time.Second, "four arrivals logged by the demo raven", func() bool {
+	waitFor(t, time.Minute, "four arrivals logged by the demo raven", func() bool {
 		lines = logLines(p.out.String(), "raven received")
 		return len(lines) >= 4
 	})
@@ -435,7 +447,11 @@ func TestIngestWaitsForNATS(t *testing.T) {
 	t.Parallel()
 	natsAddr, ingestAddr := freeAddr(t), freeAddr(t)
 	p := startBin(t, ingestBin, map[string]string{"NATS_URL": "nats://" + natsAddr, "INGEST_ADDR": ingestAddr})
-	time.Sleep(1500 * time.Millisecond) // long enough for a process that gives up to have exited
+	// It failed to reach NATS and said it will try again (a process that gives up exits
+	// instead), then NATS starts.
+	waitFor(t, time.Minute, "ingest to fail to reach NATS and retry", func() bool {
+		return strings.Contains(p.out.String(), "not reachable yet; retrying") || p.exited()
+	})
 	select {
 	case <-p.done:
 		t.Fatalf("ingest exited while NATS was not up yet; output:\n%s", p.out)

@@ -258,7 +258,7 @@ func TestClientAcrossIngestRestart(t *testing.T) {
 			t.Fatal(err)
 		}
 		var ln net.Listener
-		waitFor(t, 5*time.Second, "the ingest address to be free", func() bool { ln, err = net.Listen("tcp", addr); return err == nil })
+		waitFor(t, time.Minute, "the ingest address to be free", func() bool { ln, err = net.Listen("tcp", addr); return err == nil })
 		srv := &http.Server{Handler: api.Handler()}
 		go func() { _ = srv.Serve(ln) }()
 		return srv
@@ -283,7 +283,7 @@ func TestClientAcrossIngestRestart(t *testing.T) {
 			}
 		})
 	}
-	waitFor(t, 30*time.Second, "some submits", func() bool { return sent.Load() >= 40 })
+	waitFor(t, time.Minute, "some submits", func() bool { return sent.Load() >= 40 })
 	_ = srv.Close() // connections dropped mid-request, as a crash would
 	time.Sleep(300 * time.Millisecond)
 	srv = start()

@@ -73,8 +73,8 @@ func TestOneRequestIsOneTrace(t *testing.T) {
 		t.Fatalf("post: %d %v", a.Status, a.Body)
 	}
 	id := a.str("id")
-	waitFor(t, 20*time.Second, "the traced request to be delivered", func() bool { return s.ledger.Delivered() >= 1 })
-	waitFor(t, 5*time.Second, "its three attempt spans to end", func() bool { return len(spansNamed(sr, "dispatch.attempt")) >= 3 })
+	waitFor(t, time.Minute, "the traced request to be delivered", func() bool { return s.ledger.Delivered() >= 1 })
+	waitFor(t, time.Minute, "its three attempt spans to end", func() bool { return len(spansNamed(sr, "dispatch.attempt")) >= 3 })
 
 	accepts := spansNamed(sr, "dispatch.accept")
 	if len(accepts) != 1 {
@@ -143,9 +143,9 @@ func TestOneRequestIsOneTrace(t *testing.T) {
 
 	// Dead-lettered, then replayed: the replay links to the original trace.
 	doomed := s.post("doomed", 0)
-	waitFor(t, 20*time.Second, "the doomed request to be dead-lettered", func() bool { return s.dead()[doomed] })
+	waitFor(t, time.Minute, "the doomed request to be dead-lettered", func() bool { return s.dead()[doomed] })
 	var last sdktrace.ReadOnlySpan
-	waitFor(t, 5*time.Second, "the doomed request's attempt span to end", func() bool {
+	waitFor(t, time.Minute, "the doomed request's attempt span to end", func() bool {
 		for _, sp := range spansNamed(sr, "dispatch.attempt") {
 			if attr(sp, "dispatch.request_id") == doomed {
 				last = sp
@@ -170,7 +170,7 @@ func TestOneRequestIsOneTrace(t *testing.T) {
 	if rep, err := svc.Replay(context.Background(), queue.DeadFilter{ID: doomed}, false, false, nil); err != nil || rep.Requeued != 1 {
 		t.Fatalf("replay: %+v, %v", rep, err)
 	}
-	waitFor(t, 20*time.Second, "the replayed request to be delivered", func() bool {
+	waitFor(t, time.Minute, "the replayed request to be delivered", func() bool {
 		for _, sp := range spansNamed(sr, "dispatch.attempt") {
 			if attr(sp, "dispatch.request_id") == doomed && attr(sp, "dispatch.outcome") == dispatch.OutcomeDelivered {
 				return true
@@ -208,7 +208,7 @@ func TestNoTracesWhenTracingIsOff(t *testing.T) {
 	if a := s.postRaw(h, []byte(`{"clientId":"plain","n":1}`)); a.Status != http.StatusAccepted {
 		t.Fatalf("post: %d", a.Status)
 	}
-	waitFor(t, 10*time.Second, "the request to be delivered", func() bool { return s.ledger.Delivered() == 1 })
+	waitFor(t, time.Minute, "the request to be delivered", func() bool { return s.ledger.Delivered() == 1 })
 	if tp := arrivalsOf(s.ledger, "plain")[0].Header.Get("traceparent"); tp != "" {
 		t.Fatalf("raven received the traceparent %q with tracing off", tp)
 	}
