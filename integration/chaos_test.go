@@ -20,6 +20,7 @@ import (
 // 429 with Retry-After, or slower than the send timeout. Requests are posted all along.
 // At the end the ledger is checked like every other test's.
 func TestChaos(t *testing.T) {
+	t.Parallel()
 	seed := uint64(time.Now().UnixNano())
 	if v := os.Getenv("CHAOS_SEED"); v != "" {
 		n, err := strconv.ParseUint(v, 10, 64)

@@ -89,10 +89,8 @@ func (c *clusterStack) owners() map[string]int {
 // with SIGKILL mid-run, another starts, one stops gracefully. At the end nothing is lost,
 // order held, no gap fell below the interval, and duplicates stayed within the crash
 // window (G2-G5 across failover).
-//
-// Not parallel: the cluster tests run on their own so that their timing does not crowd
-// the rest of the suite (and the other way round).
 func TestDispatchersShareAndFailOver(t *testing.T) {
+	t.Parallel()
 	c := newClusterStack(t, options{interval: 250 * time.Millisecond,
 		respond: func(ledger.Arrival) ledger.Response { return ledger.Response{Delay: 30 * time.Millisecond} }})
 	const clients = 40
@@ -138,6 +136,7 @@ func TestDispatchersShareAndFailOver(t *testing.T) {
 // Retry-After (never a 202 that is then lost), and dispatch resumes once a new leader is
 // elected. The node comes back later and the run ends clean.
 func TestStreamLeaderLoss(t *testing.T) {
+	t.Parallel()
 	c := newClusterStack(t, options{interval: 200 * time.Millisecond})
 	const clients = 24
 	c.startDispatcher("a")

@@ -168,6 +168,7 @@ func standaloneDiskFull(t testing.TB, underLoad bool) {
 // took is logged; it is seconds, and the test allows a minute on a loaded machine). The ledger
 // check holds throughout.
 func TestClusterNodeDiskFullRecoversByItself(t *testing.T) {
+	t.Parallel()
 	dirs := []string{tmpfs(t, 64<<20), tmpfs(t, 64<<20), tmpfs(t, 64<<20)}
 	c := newClusterStackWith(t, options{interval: 200 * time.Millisecond}, queuetest.ClusterOptions{StoreDirs: dirs})
 	a, b := c.startDispatcher("a"), c.startDispatcher("b")

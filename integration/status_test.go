@@ -19,6 +19,7 @@ import (
 // come within the takeover bound the README states (LEASE_TTL + one renewal round + one
 // interval), and status shows the survivor holding every partition.
 func TestStatusAndTheTakeoverBound(t *testing.T) {
+	t.Parallel()
 	const interval = 200 * time.Millisecond
 	c := newClusterStack(t, options{interval: interval})
 	started := time.Now()
