@@ -18,16 +18,18 @@ import (
 // owns its partition.
 func TestConsoleShowsEveryInstancesLanes(t *testing.T) {
 	t.Parallel()
-	const interval, clients, each = 2 * time.Second, 16, 4
+	// A 10 s interval: the backlog lasts half a minute after every client's first
+	// delivery, for the pages to be read while there is one; then it is lowered.
+	const interval, clients, each = 10 * time.Second, 16, 4
 	s := newStack(t, options{interval: interval, noStart: true})
-	leases, err := s.q.Leases(context.Background(), 2*time.Second)
+	leases, err := s.q.Leases(context.Background(), 6*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
 	const token = "console-token"
 	opsA, opsB := freeAddr(t), freeAddr(t)
 	env := map[string]string{"NATS_URL": s.srv.ClientURL(), "RAVEN_URL": s.ravenURL, "DISPATCH_INTERVAL": interval.String(),
-		"LEASE_TTL": "2s", "RAVEN_TIMEOUT": "1s", "ADMIN_TOKEN": token, "EVENTS": "false",
+		"LEASE_TTL": "6s", "RAVEN_TIMEOUT": "3s", "ADMIN_TOKEN": token, "EVENTS": "false",
 		// Both instances are known by their heartbeats: the wait ends when both answered,
 		// and a loaded machine has seconds to answer in.
 		"LANE_WAIT": "5s"}
@@ -101,6 +103,14 @@ func TestConsoleShowsEveryInstancesLanes(t *testing.T) {
 		}
 		return len(missing) == 0 && !strings.Contains(overview, "No dispatcher answered"), fmt.Sprintf("no row for %v", missing)
 	})
-	s.waitDone(60 * time.Second)
+	ctl, err := s.q.Control(context.Background(), testLog())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ctl.SetGlobalInterval(context.Background(), 200*time.Millisecond, "test"); err != nil {
+		t.Fatal(err)
+	}
+	s.opts.interval = 200 * time.Millisecond // the ledger judges by the interval in force last
+	s.waitDone(time.Minute)
 	s.check(0)
 }
