@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"fmt"
 	"syscall"
 	"testing"
 	"time"
@@ -44,10 +45,17 @@ func newClusterStackWith(t testing.TB, o options, co queuetest.ClusterOptions) *
 	if o.leaseTTL == 0 {
 		o.leaseTTL = clusterLeaseTTL
 	}
-	leases, err := s.q.Leases(context.Background(), o.leaseTTL)
-	if err != nil {
-		t.Fatal(err)
-	}
+	// As the binaries do: a bucket's placement refused for want of a peer that a loaded
+	// cluster counts offline for a moment is tried again.
+	var leases *queue.Leases
+	waitForState(t, time.Minute, "the lease bucket", func() (bool, string) {
+		var err error
+		leases, err = s.q.Leases(context.Background(), o.leaseTTL)
+		if err != nil && !queue.IsNoPeers(err) && !queue.IsTransient(err) {
+			t.Fatal(err)
+		}
+		return err == nil, fmt.Sprint(err)
+	})
 	return &clusterStack{stack: s, cluster: c, leases: leases, env: map[string]string{
 		"NATS_URL": c.URL(), "STREAM_REPLICAS": "3", "RAVEN_URL": s.ravenURL,
 		"DISPATCH_INTERVAL": s.opts.interval.String(), "LEASE_TTL": o.leaseTTL.String(), "RAVEN_TIMEOUT": clusterRavenTimeout.String(),

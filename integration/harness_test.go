@@ -117,7 +117,7 @@ func newStack(t testing.TB, o options) *stack {
 	s.nc = connectTo(t, o.natsURL)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	q, err := queue.Open(ctx, s.nc, o.queue, queue.CreateOrUpdate)
+	q, err := queuetest.Open(ctx, s.nc, o.queue, queue.CreateOrUpdate)
 	if err != nil {
 		t.Fatalf("opening queue: %v", err)
 	}

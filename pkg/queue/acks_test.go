@@ -32,7 +32,7 @@ func TestUnansweredPublishesTimeOut(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer setup.Close()
-	if _, err := queue.Open(ctx, setup, queue.Config{Replicas: 3}, queue.CreateOrUpdate); err != nil {
+	if _, err := queuetest.Open(ctx, setup, queue.Config{Replicas: 3}, queue.CreateOrUpdate); err != nil {
 		t.Fatal(err)
 	}
 	// A follower of the request stream: it drops the publishes it cannot forward.
@@ -49,7 +49,7 @@ func TestUnansweredPublishesTimeOut(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	q, err := queue.Open(ctx, nc, queue.Config{Replicas: 3}, queue.CreateMissing)
+	q, err := queuetest.Open(ctx, nc, queue.Config{Replicas: 3}, queue.CreateMissing)
 	if err != nil {
 		t.Fatal(err)
 	}

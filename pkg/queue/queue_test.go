@@ -304,7 +304,7 @@ func TestClusterR3(t *testing.T) {
 	ctx := context.Background()
 	octx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	q, err := queue.Open(octx, nc, queue.Config{Replicas: 3}, queue.CreateOrUpdate)
+	q, err := queuetest.Open(octx, nc, queue.Config{Replicas: 3}, queue.CreateOrUpdate)
 	if err != nil {
 		t.Fatal(err)
 	}

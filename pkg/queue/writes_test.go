@@ -25,7 +25,7 @@ func TestProbeWriteOnAHealthyStore(t *testing.T) {
 	defer nc.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	clustered, err := queue.Open(ctx, nc, queue.Config{Replicas: 3}, queue.CreateOrUpdate)
+	clustered, err := queuetest.Open(ctx, nc, queue.Config{Replicas: 3}, queue.CreateOrUpdate)
 	if err != nil {
 		t.Fatalf("opening the queue on the cluster: %v", err)
 	}

@@ -69,3 +69,21 @@ func Conn(t testing.TB, s *server.Server) *nats.Conn {
 	t.Cleanup(nc.Close)
 	return nc
 }
+
+// Open is queue.Open as the binaries call it on a cluster: a placement refused for want of
+// peers, or another transient error, is tried again (every 100 ms) until ctx ends. On a
+// loaded machine a cluster that had every peer a moment ago can count one offline for a
+// while (its statistics came late), and a stream's creation then fails at once.
+func Open(ctx context.Context, nc *nats.Conn, cfg queue.Config, ensure queue.Ensure) (*queue.Queue, error) {
+	for {
+		q, err := queue.Open(ctx, nc, cfg, ensure)
+		if err == nil || (!queue.IsNoPeers(err) && !queue.IsTransient(err)) || ctx.Err() != nil {
+			return q, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
