@@ -194,8 +194,10 @@ func TestSlowClientIsCutOff(t *testing.T) {
 	for i := 0; ; i++ {
 		select {
 		case took := <-closed:
-			if took > 8*time.Second {
-				t.Fatalf("the slow client was cut off after %s, want within the 5s header timeout (and a little)", took)
+			// The header timeout is 5 s, the next one that could end it (the read
+			// timeout) 30 s: the bound sits between them.
+			if took > 15*time.Second {
+				t.Fatalf("the slow client was cut off after %s, want at the 5s header timeout, long before the 30s read timeout", took)
 			}
 			if i < 3 {
 				t.Fatalf("only %d good requests went through beside the slow client", i)
@@ -205,7 +207,7 @@ func TestSlowClientIsCutOff(t *testing.T) {
 		}
 		s.post(fmt.Sprintf("good-%d", i%3), i)
 		time.Sleep(200 * time.Millisecond)
-		if time.Since(start) > 20*time.Second {
+		if time.Since(start) > time.Minute {
 			t.Fatal("the slow client was never cut off")
 		}
 	}

