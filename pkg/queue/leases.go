@@ -186,18 +186,30 @@ func (l *Leases) ReleaseAll(ctx context.Context, owner string) (int, error) {
 		}
 	}
 	l.mu.Unlock()
-	n := 0
-	var errs []error
+	// The deletes go out together: one after another, a loaded cluster took more than the
+	// five seconds a graceful stop allows for 32 of them, and the rest had to expire.
+	var (
+		mu   sync.Mutex
+		n    int
+		errs []error
+		wg   sync.WaitGroup
+	)
 	for _, e := range leases {
 		if leaseOf(e.Value()).Owner != owner {
 			continue
 		}
-		if err := l.kv.Delete(ctx, e.Key(), jetstream.LastRevision(e.Revision())); err != nil {
-			errs = append(errs, fmt.Errorf("releasing %s: %w", e.Key(), err))
-			continue
-		}
-		n++
+		wg.Go(func() {
+			err := l.kv.Delete(ctx, e.Key(), jetstream.LastRevision(e.Revision()))
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				errs = append(errs, fmt.Errorf("releasing %s: %w", e.Key(), err))
+				return
+			}
+			n++
+		})
 	}
+	wg.Wait()
 	return n, errors.Join(errs...)
 }
 
@@ -262,16 +274,33 @@ func (l *Leases) leases(ctx context.Context) ([]jetstream.KeyValueEntry, error) 
 	for k := range lister.Keys() {
 		keys = append(keys, k)
 	}
+	// Read together for the same reason as ReleaseAll deletes together: one round trip to
+	// the lease bucket's leader for all of them, not one each.
+	entries := make([]jetstream.KeyValueEntry, len(keys))
+	errs := make([]error, len(keys))
+	var wg sync.WaitGroup
+	for i, k := range keys {
+		wg.Go(func() {
+			e, err := l.kv.Get(ctx, k)
+			if errors.Is(err, jetstream.ErrKeyNotFound) {
+				return
+			}
+			if err != nil {
+				errs[i] = fmt.Errorf("reading lease %s: %w", k, err)
+				return
+			}
+			entries[i] = e
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
 	var out []jetstream.KeyValueEntry
-	for _, k := range keys {
-		e, err := l.kv.Get(ctx, k)
-		if errors.Is(err, jetstream.ErrKeyNotFound) {
-			continue
+	for _, e := range entries {
+		if e != nil {
+			out = append(out, e)
 		}
-		if err != nil {
-			return nil, fmt.Errorf("reading lease %s: %w", k, err)
-		}
-		out = append(out, e)
 	}
 	return out, nil
 }
