@@ -67,6 +67,11 @@ type LeaseStore interface {
 	Release(ctx context.Context, p int, rev uint64) error
 	// ReleaseAll gives up every lease held by owner, at whatever revision.
 	ReleaseAll(ctx context.Context, owner string) (int, error)
+	// Written says whether anything (a lease, a heartbeat) was ever written to the store.
+	// A watch sees every renewal of a store never written to when it began; otherwise a
+	// lease renewed and then removed early by the store's clock before the watch began
+	// went unseen, and partitions taken over wait a TTL (see the leaser).
+	Written(ctx context.Context) (bool, error)
 	// WatchLeases calls fn with every lease taken, renewed or released, the leases in
 	// place first (partition -1: an instance's heartbeat or leaving), with the store's
 	// revision of the change; lost hears that the watch ended before it was stopped.

@@ -114,15 +114,43 @@ func (l *Leases) Leave(ctx context.Context, id string) error {
 
 // Members lists the instances whose heartbeat has not expired.
 func (l *Leases) Members(ctx context.Context) ([]string, error) {
-	lister, err := l.kv.ListKeysFiltered(ctx, memberKeyPrefix+">")
+	keys, err := l.listKeys(ctx, memberKeyPrefix+">")
 	if err != nil {
 		return nil, fmt.Errorf("listing members: %w", err)
 	}
-	var ids []string
-	for k := range lister.Keys() {
+	ids := make([]string, 0, len(keys))
+	for _, k := range keys {
 		ids = append(ids, strings.TrimPrefix(k, memberKeyPrefix))
 	}
 	return ids, nil
+}
+
+// listTimeout bounds a key listing whose caller set no deadline: the NATS client's own
+// request timeout.
+const listTimeout = 5 * time.Second
+
+// listKeys lists the keys matching filter. nats.go ends a listing when its context ends
+// as it does when the listing is complete, and without a deadline waits for the end of
+// the keys for ever: so there is always one, and a listing cut short is an error, not a
+// shorter list.
+func (l *Leases) listKeys(ctx context.Context, filter string) ([]string, error) {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, listTimeout)
+		defer cancel()
+	}
+	lister, err := l.kv.ListKeysFiltered(ctx, filter)
+	if err != nil {
+		return nil, err
+	}
+	var keys []string
+	for k := range lister.Keys() {
+		keys = append(keys, k)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("the listing did not end: %w", err)
+	}
+	return keys, nil
 }
 
 // Acquire takes partition p for owner if nobody holds it. ok is false when another
@@ -213,6 +241,20 @@ func (l *Leases) ReleaseAll(ctx context.Context, owner string) (int, error) {
 	return n, errors.Join(errs...)
 }
 
+// Written says whether anything was ever written to the lease bucket: its stream's last
+// sequence is past zero. (Expired keys leave the stream; the sequence stays.)
+func (l *Leases) Written(ctx context.Context) (bool, error) {
+	st, err := l.kv.Status(ctx)
+	if err != nil {
+		return true, fmt.Errorf("reading the lease bucket's status: %w", err)
+	}
+	bs, ok := st.(*jetstream.KeyValueBucketStatus)
+	if !ok {
+		return true, nil // cannot tell: as if written
+	}
+	return bs.StreamInfo().State.LastSeq > 0, nil
+}
+
 // WatchLeases calls fn with every change to a lease, the leases in place first: the
 // partition, the owner named, whether the lease was released (deleted) rather than taken
 // or renewed, and the change's revision. partition is -1 for an instance's heartbeat or
@@ -235,9 +277,14 @@ func (l *Leases) WatchLeases(ctx context.Context, fn func(partition int, owner s
 					p = n
 				}
 			}
-			owner := string(e.Value())
+			// A heartbeat's key names its instance (its value is a time); a lease's value
+			// names its owner. A release or a leaving (a delete) names nobody.
+			owner := strings.TrimPrefix(e.Key(), memberKeyPrefix)
 			if p >= 0 {
 				owner = leaseOf(e.Value()).Owner
+			}
+			if e.Operation() != jetstream.KeyValuePut {
+				owner = ""
 			}
 			fn(p, owner, e.Operation() != jetstream.KeyValuePut, e.Revision())
 		}
@@ -266,13 +313,9 @@ func (l *Leases) Owners(ctx context.Context) (map[int]string, error) {
 // leases reads every live lease key. The key list is read first and each key after, so
 // a key that expires in between is skipped.
 func (l *Leases) leases(ctx context.Context) ([]jetstream.KeyValueEntry, error) {
-	lister, err := l.kv.ListKeysFiltered(ctx, leaseKeyPrefix+">")
+	keys, err := l.listKeys(ctx, leaseKeyPrefix+">")
 	if err != nil {
 		return nil, fmt.Errorf("listing leases: %w", err)
-	}
-	var keys []string
-	for k := range lister.Keys() {
-		keys = append(keys, k)
 	}
 	// Read together for the same reason as ReleaseAll deletes together: one round trip to
 	// the lease bucket's leader for all of them, not one each.
