@@ -85,7 +85,7 @@ func (d *Dispatcher) work(ctx context.Context, job Job, sendBy time.Time) Result
 	switch {
 	case errors.As(err, &undecodable) && undecodable.Undecodable():
 		d.log.Warn().Str("subject", job.Subject).Uint64("seq", st.Seq).Msg("message not written by ingest; dead-lettering it unsent")
-		return d.bury(ctx, job, st, request.Verdict{Reason: request.ReasonUndecodable, LastError: err.Error()})
+		return d.bury(ctx, job, st, request.Verdict{Reason: request.ReasonUndecodable, LastError: err.Error()}, sendBy)
 	case err != nil:
 		d.log.Debug().Err(err).Str("subject", job.Subject).Msg("reading head request failed; will look again")
 		return Result{Subject: job.Subject, Kind: Failed}
@@ -98,7 +98,7 @@ func (d *Dispatcher) work(ctx context.Context, job Job, sendBy time.Time) Result
 		if lapsed(sendBy, d.now()) {
 			return Result{Subject: job.Subject, Kind: Held}
 		}
-		res := d.bury(ctx, job, st, request.Verdict{Reason: request.ReasonPurged, Attempts: attemptsOf(job, st)})
+		res := d.bury(ctx, job, st, request.Verdict{Reason: request.ReasonPurged, Attempts: attemptsOf(job, st)}, sendBy)
 		if res.Kind == DeadLettered {
 			d.log.Info().Str("client_id", st.ClientID).Str("request_id", st.ID).Func(tracing.Log(st.TraceParent)).Msg("request purged to the dead-letter stream")
 		}
@@ -178,7 +178,7 @@ func (d *Dispatcher) attempt(ctx context.Context, job Job, st request.Stored, se
 		if d.cfg.Events != nil {
 			ev := eventOf(st, request.EventDelivered)
 			ev.Attempt, ev.At, ev.Status = attempt, end, status
-			d.writeNow(ctx, ev)
+			d.writeNow(ctx, ev, sendBy)
 		}
 		if d.remove(ctx, st, sendBy) != nil {
 			res.Kind = Failed // shutting down; the request stays and is sent again later
@@ -215,7 +215,7 @@ func (d *Dispatcher) attempt(ctx context.Context, job Job, st request.Stored, se
 	if why.LastStatus == 0 {
 		why.LastError = err.Error()
 	}
-	if d.finish(ctx, st, why) != nil {
+	if d.finish(ctx, st, why, sendBy) != nil {
 		res.Kind = Failed
 		return res
 	}
@@ -242,8 +242,8 @@ func judge(err error) string {
 }
 
 // bury dead-letters st unsent, for why, and says so in the result.
-func (d *Dispatcher) bury(ctx context.Context, job Job, st request.Stored, why request.Verdict) Result {
-	if d.finish(ctx, st, why) != nil {
+func (d *Dispatcher) bury(ctx context.Context, job Job, st request.Stored, why request.Verdict, sendBy time.Time) Result {
+	if d.finish(ctx, st, why, sendBy) != nil {
 		return Result{Subject: job.Subject, Kind: Failed}
 	}
 	d.deadLettered(why.Reason)
@@ -277,7 +277,7 @@ func (d *Dispatcher) remove(ctx context.Context, st request.Stored, sendBy time.
 // finish moves st to the dead-letter stream, then removes it from the queue, retrying
 // both until they succeed or ctx ends. Its event is written in between: once the dead
 // letter exists, and before the request leaves the queue.
-func (d *Dispatcher) finish(ctx context.Context, st request.Stored, why request.Verdict) error {
+func (d *Dispatcher) finish(ctx context.Context, st request.Stored, why request.Verdict, sendBy time.Time) error {
 	written := false
 	return d.retry(ctx, false, func() error {
 		if !written {
@@ -291,7 +291,7 @@ func (d *Dispatcher) finish(ctx context.Context, st request.Stored, why request.
 					ev.Type = request.EventPurged
 				}
 				ev.Reason, ev.Attempt, ev.Status, ev.Error = why.Reason, why.Attempts, why.LastStatus, why.LastError
-				d.writeNow(ctx, ev)
+				d.writeNow(ctx, ev, sendBy)
 			}
 		}
 		return d.src.Delete(ctx, st.Seq)
@@ -335,8 +335,17 @@ func (d *Dispatcher) recordStarted(st request.Stored, attempt int, start time.Ti
 // all the same (the event writer then keeps retrying it).
 const eventWait = 2 * time.Second
 
-func (d *Dispatcher) writeNow(ctx context.Context, ev request.Event) {
-	ctx, cancel := context.WithTimeout(ctx, eventWait)
+// writeNow writes a final event before its request is removed, waiting up to eventWait,
+// and with leases (sendBy not zero) no later than the attempt's own deadline, sendBy plus
+// the send timeout: the lease then still has a tenth of its TTL to run, the room the
+// removal is given. A longer wait could land the removal after the lease lapsed, when the
+// partition's next owner may already have sent the request again.
+func (d *Dispatcher) writeNow(ctx context.Context, ev request.Event, sendBy time.Time) {
+	deadline := d.now().Add(eventWait)
+	if by := sendBy.Add(d.cfg.SendTimeout); !sendBy.IsZero() && by.Before(deadline) {
+		deadline = by
+	}
+	ctx, cancel := context.WithTimeout(ctx, deadline.Sub(d.now()))
 	defer cancel()
 	d.cfg.Events.WriteNow(ctx, ev)
 }

@@ -119,7 +119,9 @@ func (c Config) leaseEvery() time.Duration { return (c.LeaseTTL - c.leaseMargin(
 // which may have come just before the crash; another instance sees the partition free at
 // its next renewal round (leaseEvery); and it sends there one interval after taking it.
 // An instance whose lease watch has run for less than a TTL (just started, or the watch
-// broke) waits a TTL more. With the defaults: 30 s + 5.7 s + 5 s = 40.7 s.
+// broke) sends no sooner than a TTL after the watch began (renewals before it went
+// unseen), unless the lease store had never been written to. With the defaults: 30 s +
+// 5.7 s + 5 s = 40.7 s.
 func (c Config) TakeoverBound() time.Duration { return c.LeaseTTL + c.leaseEvery() + c.Interval }
 
 // Validate reports every field that cannot work.

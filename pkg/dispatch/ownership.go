@@ -20,6 +20,11 @@ const (
 	ownRelease                 // hand the partition back: stop starting sends, drain, close done
 )
 
+// LogRenewalsLapsed is logged with the partitions whose lease renewals failed until the
+// lease could have lapsed: the instance stops holding them, and takes them again (or
+// another instance does) once the store has let the leases expire.
+const LogRenewalsLapsed = "lease renewals failed until the leases could have lapsed; letting those partitions go"
+
 type ownEvent struct {
 	kind       ownKind
 	partition  int
@@ -40,11 +45,15 @@ type ownEvent struct {
 // The expiry is the one step the instances do not time themselves: the store removes a
 // lease by its own wall clock, and a jump of that clock can remove it early, while its
 // holder still sends. So the successor also times it: every instance watches the leases,
-// and one that takes a partition whose last renewal (by another instance) it saw at o
+// and one that takes a partition whose last renewal by another instance it saw at o
 // starts no attempt there before o+ttl, by its own monotonic clock. The holder sent that
 // renewal before o, so it has stopped by then. After a normal expiry this adds nothing
-// (the expiry is at about o+ttl already); a partition released on purpose was drained
-// first and needs no wait.
+// (the expiry is at about o+ttl already). A release says that its holder drained the
+// partition, and only its holder: an earlier holder whose lease the store's clock removed
+// may still be sending, so the renewals of every holder are kept, and a release forgets
+// only those of the instance that released. Renewals made before the watch began were not
+// seen: for a TTL after it begins (after start, or after the watch broke), a partition
+// taken over waits until then, unless the store had never been written to.
 type leaser struct {
 	store      LeaseStore
 	id         string
@@ -58,12 +67,15 @@ type leaser struct {
 
 	held    map[int]*holding
 	drained chan drained
+	members []string // the instances listed last
 
 	seenMu     sync.Mutex
-	seen       map[int]time.Time // when another instance's lease on a partition was last seen
-	seenRev    uint64            // the store revision the watch has reached
-	watching   bool              // the watch is running
-	blindUntil time.Time         // until then, renewals may have gone unseen (no watch, or a new one)
+	seen       map[int]map[string]time.Time // when each other instance's lease on a partition was last seen written
+	holder     map[int]string               // who wrote each partition's lease last: the one a release is by
+	seenRev    uint64                       // the store revision the watch has reached
+	watching   bool                         // the watch is running
+	blindUntil time.Time                    // until then, renewals may have gone unseen (no watch, or a new one)
+	fresh      bool                         // the store had never been written to when the first watch began
 }
 
 // saw notes a change to a lease seen in the store.
@@ -72,11 +84,29 @@ func (m *leaser) saw(p int, owner string, released bool, rev uint64) {
 	defer m.seenMu.Unlock()
 	m.seenRev = max(m.seenRev, rev)
 	switch {
-	case p < 0 || owner == m.id:
+	case p < 0:
 	case released:
-		delete(m.seen, p) // handed back drained: nothing of its holder's is in flight
+		// Handed back drained by the instance that wrote it last: nothing of that
+		// instance's is in flight there. Anyone else's renewal stays.
+		if h, ok := m.holder[p]; ok {
+			delete(m.seen[p], h)
+			delete(m.holder, p)
+		}
 	default:
-		m.seen[p] = m.now()
+		m.holder[p] = owner
+		if owner == m.id {
+			return
+		}
+		now := m.now()
+		if m.seen[p] == nil {
+			m.seen[p] = map[string]time.Time{}
+		}
+		for o, at := range m.seen[p] {
+			if now.Sub(at) > m.ttl {
+				delete(m.seen[p], o) // its holder has stopped by now
+			}
+		}
+		m.seen[p][owner] = now
 	}
 }
 
@@ -95,21 +125,26 @@ func (m *leaser) watchCaughtUp(rev uint64) bool {
 }
 
 // notBefore is the earliest this instance may start attempts in partition p, just taken
-// over: a full TTL after the last renewal by another instance that it saw, since the
-// store's clock may have removed that lease early. Unless the watch is sure (it reached
-// the acquisition's revision, and has been running for a TTL at least), it may have missed
-// renewals, and then it is a full TTL from now.
+// over: a full TTL after the last renewal by each other instance that it saw, since the
+// store's clock may have removed that lease early. A renewal made before the watch began
+// went unseen, but its holder stops within a TTL of it: so while the watch has run for
+// less than a TTL, no attempt before a TTL after it began. Unless the watch is sure (it
+// reached the acquisition's revision), it is a full TTL from now.
 func (m *leaser) notBefore(p int, sure bool) time.Time {
 	m.seenMu.Lock()
 	defer m.seenMu.Unlock()
 	now := m.now()
-	if !sure || now.Before(m.blindUntil) {
+	if !sure {
 		return now.Add(m.ttl)
 	}
-	if o, ok := m.seen[p]; ok {
-		return o.Add(m.ttl)
+	var nb time.Time
+	if now.Before(m.blindUntil) {
+		nb = m.blindUntil
 	}
-	return time.Time{}
+	for _, o := range m.seen[p] {
+		nb = later(nb, o.Add(m.ttl))
+	}
+	return nb
 }
 
 // watch starts watching the leases; lost marks the watch gone, for the next round to
@@ -134,17 +169,21 @@ func (m *leaser) watch(ctx context.Context, poke func()) (stop func()) {
 		}
 		return func() {}
 	}
-	if m.watching = true; !m.blindUntil.IsZero() {
-		// Started again after a gap: renewals in the gap went unseen.
+	m.watching = true
+	if !m.fresh {
+		// Renewals before the watch began (the instance just started, or the watch broke)
+		// went unseen; none in a store never written to.
 		m.blindUntil = m.now().Add(m.ttl)
 	}
+	m.fresh = false // a later watch begins after writes
 	return stop
 }
 
 // holding is one acquisition of a partition's lease, until it is lost or handed back.
 type holding struct {
-	rev       uint64 // the lease's current revision
-	releasing bool   // being handed back: the loop is draining it
+	rev        uint64    // the lease's current revision
+	validUntil time.Time // no attempt starts after this unless renewed (what the loop was told)
+	releasing  bool      // being handed back: the loop is draining it
 }
 
 // drained says the loop has drained partition p for holding h.
@@ -158,7 +197,7 @@ func newLeaser(d *Dispatcher, events chan<- ownEvent) *leaser {
 	return &leaser{store: d.cfg.Leases, id: d.cfg.InstanceID, partitions: d.src.Partitions(),
 		ttl: d.cfg.LeaseTTL, margin: d.cfg.leaseMargin(), every: d.cfg.leaseEvery(), now: d.now,
 		events: events, log: d.log, held: map[int]*holding{}, drained: make(chan drained, d.src.Partitions()),
-		seen: map[int]time.Time{}}
+		seen: map[int]map[string]time.Time{}, holder: map[int]string{}}
 }
 
 func (m *leaser) run(ctx context.Context) {
@@ -168,6 +207,9 @@ func (m *leaser) run(ctx context.Context) {
 		case wake <- struct{}{}:
 		default:
 		}
+	}
+	if written, err := m.store.Written(ctx); err == nil && !written {
+		m.fresh = true
 	}
 	stop := m.watch(ctx, poke)
 	defer func() { stop() }()
@@ -220,16 +262,41 @@ func (m *leaser) emit(ctx context.Context, e ownEvent) {
 // round renews what this instance holds, hands back what is over its share, and takes
 // free partitions up to its share.
 func (m *leaser) round(ctx context.Context) {
-	if err := m.store.Heartbeat(ctx, m.id); err != nil && ctx.Err() == nil {
-		m.log.Warn().Err(err).Msg("heartbeat failed")
-	}
-	m.renewAll(ctx)
-	members, err := m.store.Members(ctx)
-	if err != nil {
-		if ctx.Err() == nil {
-			m.log.Warn().Err(err).Msg("listing instances failed; not rebalancing this round")
+	// The heartbeat, the renewals and the listing of instances go out together, each with
+	// a deadline of its own: one after the other, a slow store made a round longer than a
+	// TTL, so that renewals came too late; and a call never answered (a listing whose end
+	// never comes) held up every later round, renewals with it.
+	var (
+		wg      sync.WaitGroup
+		members []string
+		err     error
+	)
+	wg.Go(func() {
+		hctx, cancel := context.WithTimeout(ctx, m.every)
+		defer cancel()
+		if err := m.store.Heartbeat(hctx, m.id); err != nil && ctx.Err() == nil {
+			m.log.Warn().Err(err).Msg("heartbeat failed")
 		}
+	})
+	wg.Go(func() {
+		// As long as the renewals may take: a slow store lists in time, one that never
+		// ends its listing holds the round up no longer than the renewals could.
+		lctx, cancel := context.WithTimeout(ctx, m.ttl-m.margin)
+		defer cancel()
+		members, err = m.store.Members(lctx)
+	})
+	m.renewAll(ctx)
+	wg.Wait()
+	switch {
+	case err == nil:
+		m.members = members
+	case ctx.Err() != nil:
 		return
+	default:
+		// A store too slow to list in time is not a reason to leave free partitions
+		// free: go on with the instances listed last (none yet: this one alone).
+		m.log.Warn().Err(err).Int("instances_listed_last", len(m.members)).Msg("listing instances failed; going on with those listed last")
+		members = m.members
 	}
 	n := len(members)
 	if !slices.Contains(members, m.id) {
@@ -268,9 +335,14 @@ func (m *leaser) round(ctx context.Context) {
 	m.acquire(ctx, share, n)
 }
 
-// renewAll renews every lease held, all at once and each bounded by the renewal period:
-// one after the other, a store that does not answer would hold a round up for minutes
-// (a timeout per lease), and with it the heartbeat and the rebalancing.
+// renewAll renews every lease held, all at once. Each renewal waits for its answer for as
+// long as the validity it would give lasts (TTL - margin from when it was sent): an answer
+// later than the renewal period still counts, as that validity runs from the sending, and
+// a renewal that landed but whose answer was given up on leaves the lease at a revision
+// this instance does not know, which no later renewal can match. A lease whose renewals failed until its validity ran out
+// is let go, as if lost: the loop stops sending there (it had already), and the partition
+// is free to be taken again, by anyone, once the store has let the lease expire. Kept, it
+// would stay closed for as long as the errors lasted, and no other instance would take it.
 func (m *leaser) renewAll(ctx context.Context) {
 	type renewed struct {
 		p    int
@@ -283,7 +355,7 @@ func (m *leaser) renewAll(ctx context.Context) {
 	results := make(chan renewed, n)
 	for p, h := range m.held {
 		go func() {
-			rctx, cancel := context.WithTimeout(ctx, m.every)
+			rctx, cancel := context.WithTimeout(ctx, m.ttl-m.margin)
 			defer cancel()
 			sent := m.now()
 			rev, ok, err := m.store.Renew(rctx, p, m.id, h.rev)
@@ -292,9 +364,14 @@ func (m *leaser) renewAll(ctx context.Context) {
 	}
 	failed := 0
 	var cause error
+	var lapsedPs []int
 	for range n {
 		r := <-results
 		switch {
+		case r.err != nil && ctx.Err() == nil && !m.now().Before(m.held[r.p].validUntil):
+			lapsedPs = append(lapsedPs, r.p)
+			delete(m.held, r.p)
+			m.emit(ctx, ownEvent{kind: ownLost, partition: r.p})
 		case r.err != nil:
 			failed, cause = failed+1, r.err
 		case !r.ok:
@@ -302,18 +379,23 @@ func (m *leaser) renewAll(ctx context.Context) {
 			delete(m.held, r.p)
 			m.emit(ctx, ownEvent{kind: ownLost, partition: r.p})
 		default:
-			m.held[r.p].rev = r.rev
-			m.emit(ctx, ownEvent{kind: ownRenewed, partition: r.p, validUntil: r.sent.Add(m.ttl - m.margin)})
+			h := m.held[r.p]
+			h.rev, h.validUntil = r.rev, r.sent.Add(m.ttl-m.margin)
+			m.emit(ctx, ownEvent{kind: ownRenewed, partition: r.p, validUntil: h.validUntil})
 		}
+	}
+	if len(lapsedPs) > 0 {
+		slices.Sort(lapsedPs)
+		m.log.Warn().Ints("partitions", lapsedPs).Msg(LogRenewalsLapsed)
 	}
 	if failed > 0 && ctx.Err() == nil {
 		m.log.Warn().Err(cause).Int("partitions", failed).Msg("renewing leases failed; sends there stop when they would lapse")
 	}
 }
 
-// acquire takes free partitions until this instance holds its share, trying as many at
-// once as it lacks, starting from a place of its own so that instances do not all race
-// for the same ones.
+// acquire takes free partitions until this instance holds its share (or a renewal period
+// has passed), trying as many at once as it lacks, starting from a place of its own so
+// that instances do not all race for the same ones.
 func (m *leaser) acquire(ctx context.Context, share, instances int) {
 	start := int(hashOf(m.id) % uint32(m.partitions))
 	var candidates []int
@@ -323,6 +405,10 @@ func (m *leaser) acquire(ctx context.Context, share, instances int) {
 			candidates = append(candidates, p)
 		}
 	}
+	// Those the watch shows held by another instance last: with a slow store a round
+	// may try one batch only, and trying the same held ones first every round would never
+	// reach a free one (seen: a partition left free for a minute).
+	slices.SortStableFunc(candidates, func(a, b int) int { return cmpBool(m.looksHeld(a), m.looksHeld(b)) })
 	type got struct {
 		p    int
 		sent time.Time
@@ -330,14 +416,21 @@ func (m *leaser) acquire(ctx context.Context, share, instances int) {
 		ok   bool
 		err  error
 	}
-	for len(candidates) > 0 && len(m.held) < share && ctx.Err() == nil {
+	// Batches go one after another while the ones tried are held by others; after a
+	// renewal period the rest wait for the next round, so that a slow store does not
+	// hold the renewals up past a TTL (seen: six batches of a second each).
+	until := m.now().Add(m.every)
+	for len(candidates) > 0 && len(m.held) < share && ctx.Err() == nil && m.now().Before(until) {
 		batch := candidates[:min(share-len(m.held), len(candidates))]
 		candidates = candidates[len(batch):]
 		results := make(chan got, len(batch))
 		for _, p := range batch {
 			go func() {
+				// An answer after the lease's first validity is over would be of no use.
+				actx, cancel := context.WithTimeout(ctx, m.ttl-m.margin)
+				defer cancel()
 				sent := m.now()
-				rev, ok, err := m.store.Acquire(ctx, p, m.id)
+				rev, ok, err := m.store.Acquire(actx, p, m.id)
 				results <- got{p, sent, rev, ok, err}
 			}()
 		}
@@ -370,13 +463,38 @@ func (m *leaser) acquire(ctx context.Context, share, instances int) {
 				Int("instances", instances).Msg("partitions acquired")
 		}
 		for _, r := range taken {
-			m.held[r.p] = &holding{rev: r.rev}
+			h := &holding{rev: r.rev, validUntil: r.sent.Add(m.ttl - m.margin)}
+			m.held[r.p] = h
 			m.log.Debug().Int("partition", r.p).Int("share", share).Int("instances", instances).Msg("partition acquired")
-			m.emit(ctx, ownEvent{kind: ownAcquired, partition: r.p, validUntil: r.sent.Add(m.ttl - m.margin), notBefore: m.notBefore(r.p, sure)})
+			m.emit(ctx, ownEvent{kind: ownAcquired, partition: r.p, validUntil: h.validUntil, notBefore: m.notBefore(r.p, sure)})
 		}
 		if failed {
 			return
 		}
+	}
+}
+
+// looksHeld says whether the watch saw another instance write partition p's lease within
+// a TTL, and no release since.
+func (m *leaser) looksHeld(p int) bool {
+	m.seenMu.Lock()
+	defer m.seenMu.Unlock()
+	h, ok := m.holder[p]
+	if !ok || h == m.id {
+		return false
+	}
+	at, ok := m.seen[p][h]
+	return ok && m.now().Sub(at) < m.ttl
+}
+
+func cmpBool(a, b bool) int {
+	switch {
+	case a == b:
+		return 0
+	case a:
+		return 1
+	default:
+		return -1
 	}
 }
 
