@@ -39,6 +39,10 @@ type Config struct {
 	// UserAgent is sent with every attempt, so that raven (and whoever reads its logs)
 	// can tell which dispatcher instance sent it. Defaults to "dispatcher".
 	UserAgent string
+	// Transport carries the attempts: nil for a connection pool of MaxConns to raven's
+	// address whose connections are reset when closed (see New). A simulation sets its
+	// own in-memory one.
+	Transport http.RoundTripper
 }
 
 // WithDefaults returns c with zero fields set to their defaults.
@@ -97,8 +101,12 @@ func New(cfg Config) (*Client, error) {
 		}
 		return conn, err
 	}
+	var rt http.RoundTripper = tr
+	if cfg.Transport != nil {
+		rt = cfg.Transport
+	}
 	return &Client{cfg: cfg, http: &http.Client{
-		Transport: tr,
+		Transport: rt,
 		Timeout:   cfg.Timeout,
 		// A redirect is raven's answer, not an instruction to send the request elsewhere.
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },

@@ -1,0 +1,291 @@
+package dispatchsim
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/penguinhq/dispatcher/pkg/dispatch"
+	"github.com/penguinhq/dispatcher/pkg/request"
+)
+
+// The conformance suites hold the simulation's fakes to the real adapters: each runs
+// against this package's Store and Queue and, in pkg/queue's tests, against the lease
+// bucket and request stream on an embedded NATS server. A behaviour the simulation
+// relies on is asserted here, or the simulation proves nothing about the real thing.
+
+// LeaseStoreUnderTest is a fresh, empty lease store for ConformLeaseStore.
+type LeaseStoreUnderTest struct {
+	Store dispatch.LeaseStore
+	// Expire removes every lease and heartbeat at once, as a jump of the store's clock
+	// past their TTL does: without a watch event.
+	Expire func()
+}
+
+// ConformLeaseStore checks what the dispatcher's leaser relies on of a lease store.
+func ConformLeaseStore(t *testing.T, open func(t *testing.T) LeaseStoreUnderTest) {
+	ctx := context.Background()
+	must := func(t *testing.T, err error, what string) {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+	t.Run("WrittenOnceWritten", func(t *testing.T) {
+		s := open(t).Store
+		w, err := s.Written(ctx)
+		must(t, err, "written")
+		if w {
+			t.Fatal("a new store says it was written to")
+		}
+		must(t, s.Heartbeat(ctx, "a"), "heartbeat")
+		if w, err := s.Written(ctx); err != nil || !w {
+			t.Fatalf("after a heartbeat: written %v, %v; want true", w, err)
+		}
+	})
+	t.Run("AcquireRenewRelease", func(t *testing.T) {
+		s := open(t).Store
+		rev, ok, err := s.Acquire(ctx, 3, "a")
+		if err != nil || !ok {
+			t.Fatalf("acquire a free partition: %v %v", ok, err)
+		}
+		if _, ok, err := s.Acquire(ctx, 3, "b"); ok || err != nil {
+			t.Fatalf("acquire a held partition: ok %v err %v; want refused, no error", ok, err)
+		}
+		rev2, ok, err := s.Renew(ctx, 3, "a", rev)
+		if err != nil || !ok || rev2 <= rev {
+			t.Fatalf("renew: rev %d -> %d ok %v err %v; want a later revision", rev, rev2, ok, err)
+		}
+		if _, ok, err := s.Renew(ctx, 3, "a", rev); ok || err != nil {
+			t.Fatalf("renew at a stale revision: ok %v err %v; want lost, no error", ok, err)
+		}
+		if err := s.Release(ctx, 3, rev); err == nil {
+			t.Fatal("release at a stale revision succeeded")
+		}
+		must(t, s.Release(ctx, 3, rev2), "release")
+		if _, ok, err := s.Renew(ctx, 3, "a", rev2); ok || err != nil {
+			t.Fatalf("renew after the release: ok %v err %v; want lost", ok, err)
+		}
+		if _, ok, err := s.Acquire(ctx, 3, "b"); !ok || err != nil {
+			t.Fatalf("acquire after the release: ok %v err %v", ok, err)
+		}
+	})
+	t.Run("ReleaseAllOfOneOwner", func(t *testing.T) {
+		s := open(t).Store
+		for p, owner := range map[int]string{1: "a", 2: "a", 5: "b"} {
+			if _, ok, err := s.Acquire(ctx, p, owner); !ok || err != nil {
+				t.Fatalf("acquire %d for %s: %v %v", p, owner, ok, err)
+			}
+		}
+		n, err := s.ReleaseAll(ctx, "a")
+		if err != nil || n != 2 {
+			t.Fatalf("release all of a: %d, %v; want 2", n, err)
+		}
+		if _, ok, _ := s.Acquire(ctx, 5, "c"); ok {
+			t.Fatal("b's lease went with a's")
+		}
+		if _, ok, _ := s.Acquire(ctx, 1, "c"); !ok {
+			t.Fatal("a's lease is still held")
+		}
+	})
+	t.Run("MembersHeartbeatLeave", func(t *testing.T) {
+		s := open(t).Store
+		must(t, s.Heartbeat(ctx, "a"), "heartbeat a")
+		must(t, s.Heartbeat(ctx, "b"), "heartbeat b")
+		lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		m, err := s.Members(lctx)
+		must(t, err, "members")
+		if slices.Sort(m); !slices.Equal(m, []string{"a", "b"}) {
+			t.Fatalf("members %v, want [a b]", m)
+		}
+		must(t, s.Leave(ctx, "a"), "leave")
+		if m, err := s.Members(lctx); err != nil || !slices.Equal(m, []string{"b"}) {
+			t.Fatalf("members after a left: %v %v, want [b]", m, err)
+		}
+	})
+	t.Run("WatchInPlaceThenChanges", func(t *testing.T) {
+		s := open(t).Store
+		rev, _, err := s.Acquire(ctx, 4, "a")
+		must(t, err, "acquire")
+		w := watch(t, s)
+		w.want(t, change{4, "a", false})
+		rev2, _, err := s.Renew(ctx, 4, "a", rev)
+		must(t, err, "renew")
+		w.want(t, change{4, "a", false})
+		must(t, s.Heartbeat(ctx, "b"), "heartbeat")
+		w.want(t, change{-1, "b", false})
+		must(t, s.Release(ctx, 4, rev2), "release")
+		w.want(t, change{4, "", true}) // a release names nobody: a delete marker has no value
+		w.revisionsRise(t)
+	})
+	t.Run("ExpiryLeavesNoTrace", func(t *testing.T) {
+		u := open(t)
+		s := u.Store
+		rev, _, err := s.Acquire(ctx, 6, "a")
+		must(t, err, "acquire")
+		w := watch(t, s)
+		w.want(t, change{6, "a", false})
+		u.Expire()
+		if _, ok, err := s.Renew(ctx, 6, "a", rev); ok || err != nil {
+			t.Fatalf("renew after the expiry: ok %v err %v; want lost", ok, err)
+		}
+		if _, ok, err := s.Acquire(ctx, 6, "b"); !ok || err != nil {
+			t.Fatalf("acquire after the expiry: ok %v err %v", ok, err)
+		}
+		w.want(t, change{6, "b", false}) // and no release of a's before it
+	})
+}
+
+type change struct {
+	p        int
+	owner    string
+	released bool
+}
+
+type watched struct {
+	mu   sync.Mutex
+	got  []change
+	revs []uint64
+	more chan struct{}
+}
+
+func watch(t *testing.T, s dispatch.LeaseStore) *watched {
+	t.Helper()
+	w := &watched{more: make(chan struct{}, 64)}
+	stop, err := s.WatchLeases(context.Background(), func(p int, owner string, released bool, rev uint64) {
+		w.mu.Lock()
+		w.got = append(w.got, change{p, owner, released})
+		w.revs = append(w.revs, rev)
+		w.mu.Unlock()
+		w.more <- struct{}{}
+	}, func(error) {})
+	if err != nil {
+		t.Fatalf("watch: %v", err)
+	}
+	t.Cleanup(stop)
+	return w
+}
+
+// want waits for the watch's next change and checks it.
+func (w *watched) want(t *testing.T, c change) {
+	t.Helper()
+	select {
+	case <-w.more:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the watch gave nothing in 10 s; want %+v", c)
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if got := w.got[0]; got != c {
+		t.Fatalf("watch gave %+v, want %+v (all so far: %+v)", got, c, w.got)
+	}
+	w.got = w.got[1:]
+}
+
+func (w *watched) revisionsRise(t *testing.T) {
+	t.Helper()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for i := 1; i < len(w.revs); i++ {
+		if w.revs[i] <= w.revs[i-1] {
+			t.Fatalf("revisions %v do not rise", w.revs)
+		}
+	}
+}
+
+// SourceUnderTest is a fresh, empty queue for ConformSource, and how to queue a request
+// in it as ingest does.
+type SourceUnderTest struct {
+	Source dispatch.Source
+	Add    func(client, id string)
+}
+
+// ConformSource checks what the dispatcher relies on of the queue.
+func ConformSource(t *testing.T, open func(t *testing.T) SourceUnderTest) {
+	ctx := context.Background()
+	u := open(t)
+	src := u.Source
+	subjects := make(chan string, 16)
+	stop, err := src.Watch(ctx, func(s string) { subjects <- s }, func(error) {})
+	if err != nil {
+		t.Fatalf("watch: %v", err)
+	}
+	defer stop()
+	u.Add("alice", "a1")
+	u.Add("alice", "a2")
+	u.Add("bob", "b1")
+	var alice string
+	for range 3 {
+		select {
+		case s := <-subjects:
+			if id, _ := request.ClientIDOf(s); id == "alice" {
+				alice = s
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("the watch did not give the subjects of the requests queued")
+		}
+	}
+	p, err := request.PartitionOf(alice)
+	if err != nil || p < 0 || p >= src.Partitions() {
+		t.Fatalf("alice's subject %q: partition %d of %d, %v", alice, p, src.Partitions(), err)
+	}
+	backlog, err := src.PartitionBacklog(ctx, p)
+	if err != nil || backlog[alice] != 2 {
+		t.Fatalf("partition %d's backlog %v, %v; want 2 on %s", p, backlog, err, alice)
+	}
+	for subj := range backlog {
+		if q, _ := request.PartitionOf(subj); q != p || !strings.HasPrefix(subj, request.RequestPrefix) {
+			t.Fatalf("partition %d's backlog lists %s", p, subj)
+		}
+	}
+	st, ok, err := src.Head(ctx, alice)
+	if err != nil || !ok || st.ID != "a1" || st.ClientID != "alice" {
+		t.Fatalf("head %+v %v %v; want a1 of alice", st, ok, err)
+	}
+	if err := src.AddDeadLetter(ctx, st, request.Verdict{Reason: request.ReasonPermanent}); err != nil {
+		t.Fatalf("dead-letter: %v", err)
+	}
+	if again, _, _ := src.Head(ctx, alice); again.ID != "a1" {
+		t.Fatalf("after dead-lettering a1 the head is %s; a dead letter stays queued until deleted", again.ID)
+	}
+	if err := src.Delete(ctx, st.Seq); err != nil {
+		t.Fatalf("delete: %v", err)
+	}
+	if err := src.Delete(ctx, st.Seq); err != nil {
+		t.Fatalf("delete of one already gone: %v, want none", err)
+	}
+	if st2, ok, err := src.Head(ctx, alice); err != nil || !ok || st2.ID != "a2" || st2.Seq <= st.Seq {
+		t.Fatalf("head after the delete %+v %v %v; want a2, later", st2, ok, err)
+	}
+	st2, _, _ := src.Head(ctx, alice)
+	if err := src.Delete(ctx, st2.Seq); err != nil {
+		t.Fatalf("delete: %v", err)
+	}
+	if _, ok, err := src.Head(ctx, alice); ok || err != nil {
+		t.Fatalf("head of an empty subject: ok %v err %v; want none", ok, err)
+	}
+}
+
+// quiet is one instance of a world without faults: the conformance suites run the
+// simulation's ports through it.
+func quiet(ttl time.Duration) *Instance {
+	w := &World{ctx: context.Background(), cfg: dispatch.Config{LeaseTTL: ttl, SendTimeout: time.Second}, start: time.Now(),
+		store: NewStore(ttl), queue: NewQueue(Partitions), raven: &Raven{}, kills: map[string]time.Time{}, deletes: map[uint64][]deleteCall{}}
+	return newInstance(w, "conformance", "conformance")
+}
+
+// QuietLeaseStore is the simulation's lease store, without faults, for ConformLeaseStore.
+func QuietLeaseStore(ttl time.Duration) LeaseStoreUnderTest {
+	in := quiet(ttl)
+	return LeaseStoreUnderTest{Store: &StoreView{s: in.w.store, in: in}, Expire: func() { in.w.store.Jump(2 * ttl) }}
+}
+
+// QuietSource is the simulation's queue, without faults, for ConformSource.
+func QuietSource() SourceUnderTest {
+	in := quiet(30 * time.Second)
+	return SourceUnderTest{Source: &QueueView{q: in.w.queue, in: in}, Add: func(client, id string) { in.w.queue.Add(client, id, []byte(`{}`)) }}
+}

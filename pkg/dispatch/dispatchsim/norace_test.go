@@ -1,0 +1,5 @@
+//go:build !race
+
+package dispatchsim_test
+
+const raceEnabled = false

@@ -1,0 +1,232 @@
+package dispatchsim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"iter"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/penguinhq/dispatcher/pkg/request"
+)
+
+// Queue is a simulated request stream with what pkg/queue's Queue does for the
+// dispatcher: each client's requests on its own subject in a partition, oldest first; a
+// direct read of a subject's head; deletes by sequence (one already gone is no error);
+// a listing of a partition's subjects; a watch of the subjects new requests go to; and a
+// dead-letter stream. Instances reach it through a View, which adds their faults.
+type Queue struct {
+	mu         sync.Mutex
+	partitions int
+	seq        uint64
+	msgs       []request.Stored // by sequence
+	added      []request.Stored // every request ever queued
+	dead       []DeadLetter
+	watchers   map[*subjWatch]struct{}
+}
+
+// DeadLetter is a request written to the dead-letter stream, and why.
+type DeadLetter struct {
+	request.Stored
+	Why request.Verdict
+	At  time.Time
+}
+
+// NewQueue returns an empty queue over the given number of partitions.
+func NewQueue(partitions int) *Queue {
+	return &Queue{partitions: partitions, watchers: map[*subjWatch]struct{}{}}
+}
+
+// Subject is where client's requests go: a partition of its own by a hash of its id, as
+// the stream's subject transform does it.
+func (q *Queue) Subject(client string) string {
+	return fmt.Sprintf("%s%d.%s", request.RequestPrefix, int(fnv32(client)%uint32(q.partitions)), request.EncodeClientID(client))
+}
+
+// Add queues a request for client and returns it as stored.
+func (q *Queue) Add(client, id string, body []byte) request.Stored {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.seq++
+	st := request.Stored{Request: request.Request{ID: id, ClientID: client, Body: body, ContentType: "application/json"},
+		Seq: q.seq, Subject: q.Subject(client), AcceptedAt: time.Now()}
+	q.msgs = append(q.msgs, st)
+	q.added = append(q.added, st)
+	for w := range q.watchers {
+		w.push(st.Subject)
+	}
+	return st
+}
+
+// Queued is what the queue holds, oldest first.
+func (q *Queue) Queued() []request.Stored {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return slices.Clone(q.msgs)
+}
+
+// Added is every request ever queued, in order.
+func (q *Queue) Added() []request.Stored {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return slices.Clone(q.added)
+}
+
+// DeadLetters is what the dead-letter stream holds.
+func (q *Queue) DeadLetters() []DeadLetter {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return slices.Clone(q.dead)
+}
+
+func (q *Queue) backlog(p int) map[string]uint64 {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	out := map[string]uint64{}
+	for _, st := range q.msgs {
+		if n, err := request.PartitionOf(st.Subject); err == nil && n == p {
+			out[st.Subject]++
+		}
+	}
+	return out
+}
+
+func (q *Queue) head(subj string) (request.Stored, bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for _, st := range q.msgs {
+		if st.Subject == subj {
+			return st, true
+		}
+	}
+	return request.Stored{}, false
+}
+
+func (q *Queue) delete(seq uint64) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.msgs = slices.DeleteFunc(q.msgs, func(st request.Stored) bool { return st.Seq == seq })
+}
+
+func (q *Queue) addDead(st request.Stored, why request.Verdict) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.dead = append(q.dead, DeadLetter{Stored: st, Why: why, At: time.Now()})
+}
+
+// subjWatch delivers the subjects of new requests to one instance's watch, in order.
+type subjWatch struct {
+	mu    sync.Mutex
+	queue []string
+	wake  chan struct{}
+	done  chan struct{}
+	once  sync.Once
+}
+
+func (w *subjWatch) push(subj string) {
+	w.mu.Lock()
+	w.queue = append(w.queue, subj)
+	w.mu.Unlock()
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (w *subjWatch) stop() { w.once.Do(func() { close(w.done) }) }
+
+// QueueView is one instance's way to the queue: a dispatch.Source with its faults.
+type QueueView struct {
+	q  *Queue
+	in *Instance
+}
+
+// Partitions implements dispatch.Source.
+func (v *QueueView) Partitions() int { return v.q.partitions }
+
+// PartitionBacklog implements dispatch.Source.
+func (v *QueueView) PartitionBacklog(ctx context.Context, p int) (map[string]uint64, error) {
+	var out map[string]uint64
+	if err := v.in.call(ctx, portQueue, "list", p, func() { out = v.q.backlog(p) }); err != nil {
+		return nil, err // a call given up on may still land, and write out: not read then
+	}
+	return out, nil
+}
+
+// Watch implements dispatch.Source: the subject of each request added from now on.
+func (v *QueueView) Watch(ctx context.Context, fn func(subject string), onErr func(error)) (func(), error) {
+	w := &subjWatch{wake: make(chan struct{}, 1), done: make(chan struct{})}
+	v.q.mu.Lock()
+	v.q.watchers[w] = struct{}{}
+	v.q.mu.Unlock()
+	stop := func() {
+		w.stop()
+		v.q.mu.Lock()
+		delete(v.q.watchers, w)
+		v.q.mu.Unlock()
+	}
+	go func() {
+		for {
+			w.mu.Lock()
+			subjs := w.queue
+			w.queue = nil
+			w.mu.Unlock()
+			for _, s := range subjs {
+				fn(s)
+			}
+			select {
+			case <-w.wake:
+			case <-w.done:
+				return
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return stop, nil
+}
+
+// Head implements dispatch.Source.
+func (v *QueueView) Head(ctx context.Context, subj string) (request.Stored, bool, error) {
+	var st request.Stored
+	var ok bool
+	if err := v.in.call(ctx, portQueue, "head", int(fnv32(subj)), func() { st, ok = v.q.head(subj) }); err != nil {
+		return request.Stored{}, false, err
+	}
+	return st, ok, nil
+}
+
+// Delete implements dispatch.Source.
+func (v *QueueView) Delete(ctx context.Context, seq uint64) error {
+	called := time.Now()
+	err := v.in.call(ctx, portQueue, "delete", int(seq), func() {
+		v.q.delete(seq)
+		v.in.w.deleted(v.in, seq, called, time.Now(), false)
+	})
+	if err != nil {
+		v.in.w.deleted(v.in, seq, called, time.Time{}, true)
+	}
+	return err
+}
+
+// AddDeadLetter implements dispatch.Source.
+func (v *QueueView) AddDeadLetter(ctx context.Context, st request.Stored, why request.Verdict) error {
+	return v.in.call(ctx, portQueue, "dead-letter", int(st.Seq), func() { v.q.addDead(st, why) })
+}
+
+// errRefused is what a call the faults refuse answers.
+var errRefused = errors.New("simulated fault: the call failed")
+
+func mapsKeys[K comparable, V any](m map[K]V) iter.Seq[K] { return maps.Keys(m) }
+
+func fnv32(s string) uint32 {
+	h := uint32(2166136261)
+	for i := 0; i < len(s); i++ {
+		h ^= uint32(s[i])
+		h *= 16777619
+	}
+	return h
+}

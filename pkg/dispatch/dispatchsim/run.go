@@ -1,0 +1,398 @@
+package dispatchsim
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/penguinhq/dispatcher/pkg/request"
+)
+
+// Partitions is how many partitions the simulated queue spreads clients over.
+const Partitions = 8
+
+// Report is what one run found.
+type Report struct {
+	Seed       uint64
+	Faults     int // faults in its timeline
+	Requests   int
+	Attempts   int
+	Violations []string
+	// Detail says, when something broke, what the run was, the timeline of the client
+	// that broke and the end of what the instances logged about leases.
+	Detail string
+}
+
+// event is a step of the run's controller: something happens at at.
+type event struct {
+	at time.Duration
+	do func()
+}
+
+// Run runs seed's schedule and checks it. It must run inside a testing/synctest bubble:
+// its minutes of operation take no time.
+func Run(seed uint64) *Report {
+	set, faults := settingOf(seed)
+	ctx, end := context.WithCancel(context.Background())
+	defer end()
+	w := &World{seed: seed, set: set, cfg: set.Config, start: time.Now(), ctx: ctx, end: end,
+		store: NewStore(set.Config.LeaseTTL), queue: NewQueue(Partitions), raven: &Raven{}, timeline: faults,
+		kills: map[string]time.Time{}, deletes: map[uint64][]deleteCall{}}
+	w.store.note = w.note
+	r := rand.New(rand.NewPCG(seed, 0xa11))
+
+	var steps []event
+	for c := range set.Clients + set.Busy {
+		client := fmt.Sprintf("c%02d", c)
+		n := 0
+		add := func() {
+			w.queue.Add(client, fmt.Sprintf("%s-r%04d", client, n), []byte(`{}`))
+			n++
+		}
+		queued := set.Requests
+		if c >= set.Clients {
+			client, queued = fmt.Sprintf("busy%d", c-set.Clients), set.BusyRequests
+		}
+		for range queued {
+			add()
+		}
+		for range r.IntN(set.Arrivals + 1) {
+			steps = append(steps, event{at: time.Duration(r.Int64N(int64(set.Faults))), do: add})
+		}
+	}
+	for i := range set.Instances {
+		w.join(fmt.Sprintf("i%d", i+1))
+	}
+	w.nextID = set.Instances + 1
+	for _, f := range faults {
+		switch f.Kind {
+		case FaultPause:
+			steps = append(steps, event{at: f.From, do: func() {
+				if in := w.liveByID(f.Instance); in != nil {
+					in.pause()
+					w.note("%s paused", in.name)
+				}
+			}}, event{at: f.To, do: func() {
+				if in := w.liveByID(f.Instance); in != nil {
+					in.resume()
+					w.note("%s resumed", in.name)
+				}
+			}})
+		case FaultJump:
+			steps = append(steps, event{at: f.From, do: func() {
+				w.store.Jump(f.Arg)
+				w.note("the store's clock jumps %s ahead", f.Arg)
+			}})
+		case FaultJoin:
+			steps = append(steps, event{at: f.From, do: func() { w.join(w.newID()) }})
+		case FaultLeave:
+			steps = append(steps, event{at: f.From, do: func() {
+				if in := w.pick(f.pick); in != nil {
+					w.note("%s leaves", in.name)
+					w.drop(in)
+					in.stop()
+					w.note("%s left", in.name)
+				}
+			}})
+		case FaultKill:
+			steps = append(steps, event{at: f.From, do: func() {
+				in := w.pick(f.pick)
+				if in == nil {
+					return
+				}
+				w.note("%s killed", in.name)
+				w.drop(in)
+				w.mu.Lock()
+				w.kills[in.name] = time.Now()
+				w.mu.Unlock()
+				in.kill()
+				id := in.id
+				if !f.SameID {
+					id = w.newID()
+				}
+				steps = append(steps, event{at: time.Since(w.start) + f.Arg, do: func() { w.join(id) }})
+				slices.SortStableFunc(steps, func(a, b event) int { return cmp.Compare(a.at, b.at) })
+			}})
+		}
+	}
+	slices.SortStableFunc(steps, func(a, b event) int { return cmp.Compare(a.at, b.at) })
+	for len(steps) > 0 {
+		s := steps[0]
+		steps = steps[1:]
+		time.Sleep(time.Until(w.start.Add(s.at)))
+		s.do()
+	}
+	time.Sleep(time.Until(w.start.Add(set.Faults)))
+	if len(w.liveNow()) == 0 {
+		w.join(w.newID())
+	}
+	w.note("faults over")
+	time.Sleep(time.Until(w.start.Add(set.Faults + set.Bound)))
+	left := w.queue.Queued()
+	for _, in := range w.liveNow() {
+		in.kill()
+	}
+	end()
+	return w.check(left)
+}
+
+func (w *World) newID() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.nextID++
+	return fmt.Sprintf("i%d", w.nextID-1)
+}
+
+// join starts an instance with id.
+func (w *World) join(id string) {
+	w.mu.Lock()
+	k := 1
+	for _, in := range w.instances {
+		if in.id == id {
+			k++
+		}
+	}
+	name := id
+	if k > 1 {
+		name = fmt.Sprintf("%s#%d", id, k)
+	}
+	in := newInstance(w, id, name)
+	w.instances = append(w.instances, in)
+	w.live = append(w.live, in)
+	w.mu.Unlock()
+	if err := in.start(); err != nil {
+		panic(fmt.Sprintf("starting %s: %v", name, err))
+	}
+	w.note("%s started", name)
+}
+
+func (w *World) liveNow() []*Instance {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.live)
+}
+
+func (w *World) liveByID(id string) *Instance {
+	for _, in := range w.liveNow() {
+		if in.id == id {
+			return in
+		}
+	}
+	return nil
+}
+
+// pick is a live instance chosen by n, nil when none runs.
+func (w *World) pick(n int) *Instance {
+	live := w.liveNow()
+	if len(live) == 0 {
+		return nil
+	}
+	return live[n%len(live)]
+}
+
+func (w *World) drop(in *Instance) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.live = slices.DeleteFunc(w.live, func(x *Instance) bool { return x == in })
+}
+
+// check judges the run from raven's record, the queue and what the instances did.
+func (w *World) check(left []request.Stored) *Report {
+	added := w.queue.Added()
+	attempts := w.raven.Attempts()
+	rep := &Report{Seed: w.seed, Faults: len(w.timeline), Requests: len(added), Attempts: len(attempts)}
+	dead := map[string]DeadLetter{}
+	for _, d := range w.queue.DeadLetters() {
+		if _, ok := dead[d.ID]; !ok {
+			dead[d.ID] = d
+		}
+	}
+	accepted := map[string]Attempt{} // each request's first acceptance
+	for _, a := range attempts {
+		if a.Accepted {
+			if b, ok := accepted[a.ID]; !ok || a.AcceptedAt.Before(b.AcceptedAt) {
+				accepted[a.ID] = a
+			}
+		}
+	}
+	broken := map[string]bool{}
+	fail := func(client, format string, args ...any) {
+		rep.Violations = append(rep.Violations, fmt.Sprintf(format, args...))
+		broken[client] = true
+	}
+	at := func(t time.Time) string { return fmt.Sprintf("%.3fs", t.Sub(w.start).Seconds()) }
+
+	// G2 and G5: each client's attempts, in the order they started, each at least the
+	// interval after the end of the one before (which also keeps them from overlapping).
+	byClient := map[string][]Attempt{}
+	for _, a := range attempts {
+		byClient[a.Client] = append(byClient[a.Client], a)
+	}
+	for client, as := range byClient {
+		slices.SortStableFunc(as, func(a, b Attempt) int { return a.Start.Compare(b.Start) })
+		for i := 1; i < len(as); i++ {
+			prev, a := as[i-1], as[i]
+			if a.Start.Before(prev.End) {
+				fail(client, "G5: %s's attempt of %s by %s at %s started while its attempt of %s by %s (%s-%s) was in flight",
+					client, a.ID, a.Instance, at(a.Start), prev.ID, prev.Instance, at(prev.Start), at(prev.End))
+			} else if gap := a.Start.Sub(prev.End); gap < w.cfg.Interval {
+				fail(client, "G2: %s's attempt of %s by %s at %s came %s after its attempt of %s by %s ended at %s, under the interval %s",
+					client, a.ID, a.Instance, at(a.Start), gap, prev.ID, prev.Instance, at(prev.End), w.cfg.Interval)
+			}
+		}
+	}
+
+	// G3: no attempt of a request before each earlier request of its client was accepted
+	// or dead-lettered.
+	done := func(id string, by time.Time) bool {
+		if a, ok := accepted[id]; ok && !a.AcceptedAt.After(by) {
+			return true
+		}
+		d, ok := dead[id]
+		return ok && !d.At.After(by)
+	}
+	for _, a := range attempts {
+		for _, st := range added {
+			if st.ClientID != a.Client || st.ID == a.ID {
+				continue
+			}
+			if st.ID < a.ID && !done(st.ID, a.Start) {
+				fail(a.Client, "G3: %s's %s attempted by %s at %s before %s was delivered or dead-lettered", a.Client, a.ID, a.Instance, at(a.Start), st.ID)
+				break
+			}
+		}
+	}
+
+	// Duplicates: an attempt of a request raven had already accepted is allowed only for
+	// the causes the docs list: raven's answer never reached the instance (a timeout, a
+	// pause, a kill), or the removal that follows it was cut short by a fault (it failed,
+	// or landed late because the store was slow or the instance paused or killed). A
+	// removal the instance itself put off past its lease is not one of them.
+	for _, a := range attempts {
+		first, ok := accepted[a.ID]
+		if !ok || !a.Start.After(first.AcceptedAt) {
+			continue
+		}
+		if why := w.excused(first); why == "" {
+			fail(a.Client, "duplicate: %s sent again by %s at %s after raven accepted it from %s at %s, and %s removed it only at %s: no fault explains it",
+				a.ID, a.Instance, at(a.Start), first.Instance, at(first.AcceptedAt), first.Instance, w.removedAt(a.ID, first.Instance, at))
+		}
+	}
+
+	// Nothing lost, and liveness: by the end every request was accepted or dead-lettered,
+	// and none is left in the queue.
+	queued := map[string]bool{}
+	for _, st := range left {
+		queued[st.ID] = true
+	}
+	for _, st := range added {
+		if _, ok := accepted[st.ID]; !ok && !queued[st.ID] {
+			if _, ok := dead[st.ID]; !ok {
+				fail(st.ClientID, "G4: %s left the queue neither delivered nor dead-lettered", st.ID)
+			}
+		}
+	}
+	for _, st := range left {
+		p, _ := request.PartitionOf(st.Subject)
+		fail(st.ClientID, "liveness: %s still queued %s after the faults ended (partition %d, held in the store by %q)",
+			st.ID, w.set.Bound, p, w.store.Owners()[p])
+	}
+	if len(rep.Violations) > 0 {
+		rep.Detail = w.detail(broken, byClient, at)
+	}
+	return rep
+}
+
+// excused says which listed cause allows raven to see request a.ID again after its
+// accepted attempt a, or "" for none.
+func (w *World) excused(a Attempt) string {
+	if !a.Answered {
+		return "raven's answer never reached " + a.Instance
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	in := w.byName(a.Instance)
+	var seq uint64
+	for _, st := range w.queue.Added() {
+		if st.ID == a.ID {
+			seq = st.Seq
+		}
+	}
+	landed := time.Time{}
+	for _, d := range w.deletes[seq] {
+		if d.in != a.Instance {
+			continue
+		}
+		if d.failed {
+			return "its removal failed"
+		}
+		if !d.landed.IsZero() && (landed.IsZero() || d.landed.Before(landed)) {
+			landed = d.landed
+			if d.landed.Sub(d.called) > 50*time.Millisecond {
+				return "its removal was slow"
+			}
+		}
+	}
+	if k, ok := w.kills[a.Instance]; ok && (landed.IsZero() || k.Before(landed)) {
+		return a.Instance + " was killed before its removal"
+	}
+	if in != nil && in.pausedWithin(a.End, cmp.Or(landed, time.Now())) {
+		return a.Instance + " was paused before its removal"
+	}
+	return ""
+}
+
+func (w *World) byName(name string) *Instance {
+	for _, in := range w.instances {
+		if in.name == name {
+			return in
+		}
+	}
+	return nil
+}
+
+func (w *World) removedAt(id, by string, at func(time.Time) string) string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, st := range w.queue.Added() {
+		if st.ID != id {
+			continue
+		}
+		for _, d := range w.deletes[st.Seq] {
+			if d.in == by && !d.landed.IsZero() {
+				return fmt.Sprintf("%s (called at %s)", at(d.landed), at(d.called))
+			}
+		}
+	}
+	return "never"
+}
+
+// detail is a failing run's report: the run, the timeline of each client that broke, and
+// the last lines the instances logged about leases.
+func (w *World) detail(broken map[string]bool, byClient map[string][]Attempt, at func(time.Time) string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "seed %d: %s", w.seed, Describe(w.seed))
+	for _, client := range slices.Sorted(mapsKeys(broken)) {
+		subj := w.queue.Subject(client)
+		p, _ := request.PartitionOf(subj)
+		fmt.Fprintf(&b, "timeline of %s (partition %d):\n", client, p)
+		for _, a := range byClient[client] {
+			fmt.Fprintf(&b, "  %s-%s %s by %s: status %d accepted %v answered %v\n", at(a.Start), at(a.End), a.ID, a.Instance, a.Status, a.Accepted, a.Answered)
+		}
+	}
+	w.mu.Lock()
+	notes := w.notes
+	if len(notes) > 250 {
+		notes = notes[len(notes)-250:]
+	}
+	w.mu.Unlock()
+	fmt.Fprintf(&b, "the instances' last lines about leases and partitions:\n")
+	for _, n := range notes {
+		fmt.Fprintf(&b, "  %s\n", n)
+	}
+	return b.String()
+}

@@ -1,0 +1,47 @@
+package queue_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/penguinhq/dispatcher/pkg/dispatch/dispatchsim"
+	"github.com/penguinhq/dispatcher/pkg/queue"
+	"github.com/penguinhq/dispatcher/pkg/queue/queuetest"
+	"github.com/penguinhq/dispatcher/pkg/request"
+)
+
+// The lease bucket and the request stream pass the suites the simulation's fakes are
+// held to: what the simulation assumes of them is true of them.
+func TestLeaseStoreConformance(t *testing.T) {
+	t.Parallel()
+	dispatchsim.ConformLeaseStore(t, func(t *testing.T) dispatchsim.LeaseStoreUnderTest {
+		s := queuetest.Server(t)
+		nc := queuetest.Conn(t, s)
+		q, err := queue.Open(context.Background(), nc, queue.Config{}, queue.CreateOrUpdate)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := q.Leases(context.Background(), 30*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return dispatchsim.LeaseStoreUnderTest{Store: l, Expire: func() {
+			if err := queuetest.ExpireLeases(context.Background(), nc); err != nil {
+				t.Fatalf("expiring the leases: %v", err)
+			}
+		}}
+	})
+}
+
+func TestSourceConformance(t *testing.T) {
+	t.Parallel()
+	dispatchsim.ConformSource(t, func(t *testing.T) dispatchsim.SourceUnderTest {
+		q := open(t, queue.Config{})
+		return dispatchsim.SourceUnderTest{Source: q, Add: func(client, id string) {
+			if _, err := q.Publish(context.Background(), request.Request{ID: id, ClientID: client, ContentType: "application/json", Body: []byte(`{}`)}); err != nil {
+				t.Fatalf("publish: %v", err)
+			}
+		}}
+	})
+}
