@@ -23,6 +23,7 @@ type Dispatcher struct {
 	rand func() float64 // jitter of retry backoff; tests set their own
 
 	lanes, inFlight, owned atomic.Int64
+	overdue, lapsed        atomic.Int64 // counted every second by the loop
 	running                atomic.Bool
 	queries                chan laneQuery
 	recent                 *recent
@@ -36,11 +37,18 @@ type Stats struct {
 	Lanes    int // clients with a backlog held in memory
 	InFlight int // attempts in flight
 	Owned    int // partitions owned
+	// Overdue are lanes due for longer than OverdueAfter intervals with no attempt
+	// started: a stall, unless raven's budget holds them back.
+	Overdue int
+	// Lapsed are partitions this instance holds whose lease could have lapsed by its own
+	// clock: it starts no attempt there until a renewal lands (or lets them go).
+	Lapsed int
 }
 
 // Stats returns how much the dispatcher holds now; safe to call from any goroutine.
 func (d *Dispatcher) Stats() Stats {
-	return Stats{Lanes: int(d.lanes.Load()), InFlight: int(d.inFlight.Load()), Owned: int(d.owned.Load())}
+	return Stats{Lanes: int(d.lanes.Load()), InFlight: int(d.inFlight.Load()), Owned: int(d.owned.Load()),
+		Overdue: int(d.overdue.Load()), Lapsed: int(d.lapsed.Load())}
 }
 
 // New returns a Dispatcher.

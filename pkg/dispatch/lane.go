@@ -52,6 +52,7 @@ type lane struct {
 	headSeq      uint64
 	attempts     int
 	firstAttempt time.Time
+	heldSince    time.Time // due since then, and each look since held back or failed before an attempt (zero: not so)
 }
 
 // laneHeap orders waiting lanes by due time.

@@ -144,6 +144,8 @@ func (l *loop) serve(ctx context.Context) {
 	defer timer.Stop()
 	ticker := time.NewTicker(d.cfg.ResyncEvery)
 	defer ticker.Stop()
+	counts := time.NewTicker(time.Second)
+	defer counts.Stop()
 	for {
 		l.startDue()
 		d.lanes.Store(int64(l.sched.Lanes()))
@@ -174,10 +176,26 @@ func (l *loop) serve(ctx context.Context) {
 		case <-timer.C:
 		case <-ticker.C:
 			l.askResync()
+		case <-counts.C:
+			l.countStalls()
 		case <-l.resync:
 			l.listOpen()
 		}
 	}
+}
+
+// countStalls counts the lanes overdue and the partitions held with a lapsed lease, for
+// the metrics.
+func (l *loop) countStalls() {
+	now := l.d.now()
+	l.d.overdue.Store(int64(l.sched.Overdue(now)))
+	n := 0
+	for _, part := range l.owned {
+		if part.open() && lapsed(part.validUntil, now) {
+			n++
+		}
+	}
+	l.d.lapsed.Store(int64(n))
 }
 
 // notifyAll takes subj and whatever else has arrived, without a trip around the loop.

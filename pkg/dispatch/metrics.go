@@ -108,6 +108,8 @@ func (m *Metrics) watch(d *Dispatcher) {
 	}
 	m.reg.MustRegister(
 		gauge("dispatch_active_lanes", "Clients this instance holds a lane for: with a backlog, or sent to within the interval.", func(s Stats) int { return s.Lanes }),
+		gauge("dispatch_lanes_overdue", "Lanes due for longer than three of their intervals with no attempt started (counted every second): a stall, unless raven's budget holds them back.", func(s Stats) int { return s.Overdue }),
+		gauge("dispatch_partitions_lapsed", "Partitions this instance holds whose lease could have lapsed by its own clock: no attempt starts there until a renewal lands, or it lets them go.", func(s Stats) int { return s.Lapsed }),
 		gauge("dispatch_in_flight", "Attempts in flight on this instance.", func(s Stats) int { return s.InFlight }),
 		gauge("dispatch_partitions_owned", "Partitions this instance owns and sends for.", func(s Stats) int { return s.Owned }),
 	)

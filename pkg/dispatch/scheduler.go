@@ -198,6 +198,31 @@ func (s *Scheduler) DueBy(at time.Time) int {
 	return n
 }
 
+// OverdueAfter is how many of its intervals a lane may be due without an attempt
+// starting before it counts as overdue (Overdue).
+const OverdueAfter = 3
+
+// Overdue counts the lanes that have been due for longer than OverdueAfter intervals at
+// now without an attempt starting: held back at every look (a lease that lapsed, a queue
+// that fails reads), or never handed out (raven's budget binds, MaxInFlight is reached).
+// It walks every lane: call it once in a while, not on every turn.
+func (s *Scheduler) Overdue(now time.Time) int {
+	n := 0
+	for subj, l := range s.lanes {
+		if l.state != waiting {
+			continue
+		}
+		since := l.heldSince
+		if since.IsZero() {
+			since = l.due
+		}
+		if now.Sub(since) > OverdueAfter*s.IntervalOf(subj) {
+			n++
+		}
+	}
+	return n
+}
+
 // Next returns the earliest time Due may hand out a lane, and false when none waits.
 func (s *Scheduler) Next() (time.Time, bool) {
 	if len(s.waiting) == 0 {
@@ -233,6 +258,13 @@ func (s *Scheduler) Done(r Result, now time.Time) {
 	}
 	stale := l.state == inFlightStale
 	s.inFlight--
+	if r.Kind == Held || r.Kind == Failed {
+		if l.heldSince.IsZero() {
+			l.heldSince = l.due // the lane has been due since then, and no attempt started
+		}
+	} else {
+		l.heldSince = time.Time{}
+	}
 	if !r.AttemptEnd.IsZero() {
 		l.lastEnd = r.AttemptEnd
 	}
@@ -291,6 +323,7 @@ func (s *Scheduler) Hold(subject string, since time.Time) {
 	}
 	s.inFlight--
 	l.since = later(l.since, since)
+	l.heldSince = time.Time{} // waiting out a fence is not a stall
 	s.schedule(l, l.notBefore)
 }
 

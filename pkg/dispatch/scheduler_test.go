@@ -327,3 +327,40 @@ func TestDueLanesListsTheEarliestFirst(t *testing.T) {
 		t.Fatalf("%d lanes with a limit above their number, want all 200", n)
 	}
 }
+
+// A lane handed back as held at every look (its partition's lease lapsed, say) counts
+// as overdue once it has been due for OverdueAfter intervals, although each look moves
+// its due time on; one attempt made ends that. A lane waiting for its interval or a
+// backoff is not overdue.
+func TestOverdueCountsLanesHeldBackAtEveryLook(t *testing.T) {
+	t.Parallel()
+	s := dispatch.NewScheduler(policy(), zero)
+	s.Notify("held", t0, time.Time{})
+	s.Notify("fine", t0, time.Time{})
+	now := t0
+	for now.Before(t0.Add(dispatch.OverdueAfter*interval + time.Second)) {
+		for {
+			job, ok := s.Due(now)
+			if !ok {
+				break
+			}
+			r := dispatch.Result{Subject: job.Subject, Kind: dispatch.Held}
+			if job.Subject == "fine" { // an attempt was made and failed: it waits its backoff
+				r = dispatch.Result{Subject: job.Subject, Kind: dispatch.Retry, AttemptEnd: now, Attempts: 1}
+			}
+			s.Done(r, now)
+		}
+		if n := s.Overdue(now); now.Sub(t0) <= dispatch.OverdueAfter*interval && n != 0 {
+			t.Fatalf("%d overdue at %s, want none yet", n, now.Sub(t0))
+		}
+		now = now.Add(100 * time.Millisecond)
+	}
+	if n := s.Overdue(now); n != 1 {
+		t.Fatalf("%d lanes overdue after %s of looks held back, want 1 (held)", n, now.Sub(t0))
+	}
+	job := mustDue(t, s, now.Add(time.Second), "held")
+	s.Done(dispatch.Result{Subject: job.Subject, Kind: dispatch.Delivered, AttemptEnd: now.Add(time.Second)}, now.Add(time.Second))
+	if n := s.Overdue(now.Add(time.Second)); n != 0 {
+		t.Fatalf("%d overdue after held's attempt, want 0", n)
+	}
+}
