@@ -69,7 +69,7 @@ func printLeases(w io.Writer, st admin.Status) {
 			since = ago(oldest) + " to " + ago(newest)
 		}
 		fmt.Fprintf(w, "%s\t%s\t%d: %s\t%s\t%s\n", quote(in.ID), orText(ago(in.Heartbeat), "none (gone; its leases expire)"), len(ps), ranges(ps), since, ago(renewed))
-		if late := lateRenewals(in, l.TTL, time.Now()); len(late) > 0 {
+		if late := in.NotRenewed(l.TTL, time.Now()); len(late) > 0 {
 			fmt.Fprintf(w, "  not renewed\t%d: %s (last renewed over half a TTL ago: the lease may have lapsed for sending, and nothing is sent there until it is renewed or expires)\n", len(late), ranges(late))
 		}
 	}
@@ -78,20 +78,6 @@ func printLeases(w io.Writer, st admin.Status) {
 	} else {
 		fmt.Fprintf(w, "unowned partitions\t%d: %s (nothing is sent for their clients until a dispatcher takes them)\n", len(l.Unowned), ranges(l.Unowned))
 	}
-}
-
-// lateRenewals are in's partitions whose lease was last renewed more than half a TTL
-// before now. Renewals come every (TTL - margin)/3, well under a third of the TTL: a lease
-// this late missed rounds, and its holder stops sending there at TTL - margin after its
-// last renewal (sooner than the store lets the lease expire).
-func lateRenewals(in queue.InstanceStatus, ttl time.Duration, now time.Time) []int {
-	var late []int
-	for _, le := range in.Leases {
-		if ttl > 0 && !le.Renewed.IsZero() && now.Sub(le.Renewed) > ttl/2 {
-			late = append(late, le.Partition)
-		}
-	}
-	return late
 }
 
 func later(a, b time.Time) time.Time {

@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -615,5 +616,30 @@ func TestAPagePastTheLastLinksBack(t *testing.T) {
 	res, page := get(t, c, f.srv.URL+"/console/clients?page=9")
 	if res.StatusCode != http.StatusOK || !strings.Contains(page, `href="?page=1" rel="prev"`) {
 		t.Fatalf("page 9 of 1: %d, want a link back to page 1:\n%s", res.StatusCode, page)
+	}
+}
+
+// The overview names the partitions whose lease was last renewed over half a TTL ago:
+// their holder may have stopped sending there (issue 29).
+func TestOverviewNamesLeasesNotRenewed(t *testing.T) {
+	t.Parallel()
+	var ahead atomic.Int64
+	f := setupClock(t, token, func() time.Time { return time.Now().Add(time.Duration(ahead.Load())) })
+	ctx := context.Background()
+	l, err := f.q.Leases(ctx, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, err := l.Acquire(ctx, 1, "d1"); !ok || err != nil {
+		t.Fatalf("acquire: %v %v", ok, err)
+	}
+	c := browser(t)
+	f.signIn(t, c)
+	if _, page := get(t, c, f.srv.URL+"/console/"); !strings.Contains(page, "<td>none</td></tr>") || strings.Contains(page, `<strong class="bad" title="its holder`) {
+		t.Fatalf("a lease renewed just now is shown as not renewed:\n%s", page)
+	}
+	ahead.Store(int64(20 * time.Second)) // the lease was last renewed 20 s ago by the console's clock
+	if _, page := get(t, c, f.srv.URL+"/console/"); !strings.Contains(page, `<strong class="bad" title="its holder may have stopped sending there: nothing goes out for their clients until the lease is renewed or expires">1</strong>`) {
+		t.Fatalf("a lease last renewed 20 s ago (TTL 30 s) is not named:\n%s", page)
 	}
 }

@@ -47,6 +47,20 @@ type PartitionLease struct {
 	Renewed time.Time `json:"renewed"`
 }
 
+// NotRenewed are the instance's partitions whose lease was last renewed more than half
+// ttl before now. Renewals come every (TTL - margin)/3, under a third of the TTL: a lease
+// this late missed rounds, and its holder stops sending there TTL - margin after its
+// last renewal, sooner than the store lets the lease expire. Its clients wait.
+func (in InstanceStatus) NotRenewed(ttl time.Duration, now time.Time) []int {
+	var late []int
+	for _, le := range in.Leases {
+		if ttl > 0 && !le.Renewed.IsZero() && now.Sub(le.Renewed) > ttl/2 {
+			late = append(late, le.Partition)
+		}
+	}
+	return late
+}
+
 // ErrNoLeases says no dispatcher has used leases on this queue: none ran yet, or only a
 // standalone one, which owns every partition of its own server without leases.
 var ErrNoLeases = errors.New("the lease bucket does not exist: no dispatcher has run with leases here (a standalone dispatcher owns every partition without them)")
