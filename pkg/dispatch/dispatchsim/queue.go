@@ -25,7 +25,7 @@ type Queue struct {
 	msgs       []request.Stored // by sequence
 	added      []request.Stored // every request ever queued
 	dead       []DeadLetter
-	watchers   map[*subjWatch]struct{}
+	watchers   map[*fifo[string]]struct{}
 }
 
 // DeadLetter is a request written to the dead-letter stream, and why.
@@ -37,7 +37,7 @@ type DeadLetter struct {
 
 // NewQueue returns an empty queue over the given number of partitions.
 func NewQueue(partitions int) *Queue {
-	return &Queue{partitions: partitions, watchers: map[*subjWatch]struct{}{}}
+	return &Queue{partitions: partitions, watchers: map[*fifo[string]]struct{}{}}
 }
 
 // Subject is where client's requests go: a partition of its own by a hash of its id, as
@@ -117,27 +117,6 @@ func (q *Queue) addDead(st request.Stored, why request.Verdict) {
 	q.dead = append(q.dead, DeadLetter{Stored: st, Why: why, At: time.Now()})
 }
 
-// subjWatch delivers the subjects of new requests to one instance's watch, in order.
-type subjWatch struct {
-	mu    sync.Mutex
-	queue []string
-	wake  chan struct{}
-	done  chan struct{}
-	once  sync.Once
-}
-
-func (w *subjWatch) push(subj string) {
-	w.mu.Lock()
-	w.queue = append(w.queue, subj)
-	w.mu.Unlock()
-	select {
-	case w.wake <- struct{}{}:
-	default:
-	}
-}
-
-func (w *subjWatch) stop() { w.once.Do(func() { close(w.done) }) }
-
 // QueueView is one instance's way to the queue: a dispatch.Source with its faults.
 type QueueView struct {
 	q  *Queue
@@ -158,7 +137,7 @@ func (v *QueueView) PartitionBacklog(ctx context.Context, p int) (map[string]uin
 
 // Watch implements dispatch.Source: the subject of each request added from now on.
 func (v *QueueView) Watch(ctx context.Context, fn func(subject string), onErr func(error)) (func(), error) {
-	w := &subjWatch{wake: make(chan struct{}, 1), done: make(chan struct{})}
+	w := newFIFO[string]()
 	v.q.mu.Lock()
 	v.q.watchers[w] = struct{}{}
 	v.q.mu.Unlock()
@@ -168,22 +147,14 @@ func (v *QueueView) Watch(ctx context.Context, fn func(subject string), onErr fu
 		delete(v.q.watchers, w)
 		v.q.mu.Unlock()
 	}
+	context.AfterFunc(ctx, stop)
 	go func() {
 		for {
-			w.mu.Lock()
-			subjs := w.queue
-			w.queue = nil
-			w.mu.Unlock()
-			for _, s := range subjs {
-				fn(s)
-			}
-			select {
-			case <-w.wake:
-			case <-w.done:
-				return
-			case <-ctx.Done():
+			s, ok := w.next()
+			if !ok {
 				return
 			}
+			fn(s)
 		}
 	}()
 	return stop, nil

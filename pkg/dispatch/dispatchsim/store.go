@@ -22,7 +22,7 @@ type Store struct {
 	rev      uint64
 	leases   map[int]*key
 	members  map[string]*key
-	watchers map[*watcher]struct{}
+	watchers map[*fifo[Change]]struct{}
 	note     func(format string, args ...any) // for a failure's report
 }
 
@@ -43,7 +43,7 @@ type Change struct {
 
 // NewStore returns an empty store whose keys live for ttl.
 func NewStore(ttl time.Duration) *Store {
-	return &Store{ttl: ttl, leases: map[int]*key{}, members: map[string]*key{}, watchers: map[*watcher]struct{}{}}
+	return &Store{ttl: ttl, leases: map[int]*key{}, members: map[string]*key{}, watchers: map[*fifo[Change]]struct{}{}}
 }
 
 func (s *Store) now() time.Time { return time.Now().Add(s.skew) }
@@ -191,7 +191,7 @@ func (s *Store) Owners() map[int]string {
 }
 
 // watch registers w and gives it the keys in place, oldest revision first.
-func (s *Store) watch(w *watcher) {
+func (s *Store) watch(w *fifo[Change]) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.expire()
@@ -209,55 +209,10 @@ func (s *Store) watch(w *watcher) {
 	s.watchers[w] = struct{}{}
 }
 
-func (s *Store) unwatch(w *watcher) {
+func (s *Store) unwatch(w *fifo[Change]) {
 	s.mu.Lock()
 	delete(s.watchers, w)
 	s.mu.Unlock()
-}
-
-// watcher delivers a watch's changes in order, from a goroutine of its own, each after the
-// delay its instance's faults give it (the watch's consumer lagging behind the store).
-type watcher struct {
-	mu      sync.Mutex
-	queue   []Change
-	wake    chan struct{}
-	stopped chan struct{}
-	once    sync.Once
-}
-
-func newWatcher() *watcher {
-	return &watcher{wake: make(chan struct{}, 1), stopped: make(chan struct{})}
-}
-
-func (w *watcher) push(c Change) {
-	w.mu.Lock()
-	w.queue = append(w.queue, c)
-	w.mu.Unlock()
-	select {
-	case w.wake <- struct{}{}:
-	default:
-	}
-}
-
-func (w *watcher) stop() { w.once.Do(func() { close(w.stopped) }) }
-
-// next waits for the next change; false once stopped.
-func (w *watcher) next() (Change, bool) {
-	for {
-		w.mu.Lock()
-		if len(w.queue) > 0 {
-			c := w.queue[0]
-			w.queue = w.queue[1:]
-			w.mu.Unlock()
-			return c, true
-		}
-		w.mu.Unlock()
-		select {
-		case <-w.wake:
-		case <-w.stopped:
-			return Change{}, false
-		}
-	}
 }
 
 // StoreView is one instance's way to the store: a dispatch.LeaseStore that adds the faults
@@ -362,7 +317,7 @@ func (v *StoreView) WatchLeases(ctx context.Context, fn func(partition int, owne
 	if err := v.call(ctx, "watch", -1, func() {}); err != nil {
 		return nil, err
 	}
-	w := newWatcher()
+	w := newFIFO[Change]()
 	v.s.watch(w)
 	var stopped sync.Once
 	stop := func() { stopped.Do(func() { w.stop(); v.s.unwatch(w) }) }
