@@ -72,8 +72,12 @@ type leaser struct {
 	seenMu     sync.Mutex
 	seen       map[int]map[string]time.Time // when each other instance's lease on a partition was last seen written
 	holder     map[int]string               // who wrote each partition's lease last: the one a release is by
+	holderRev  map[int]uint64               // and at which revision
+	clean      map[int]bool                 // released while this watch ran: every earlier holder had stopped
+	beats      map[string]time.Time         // when each instance's heartbeat was last seen
 	seenRev    uint64                       // the store revision the watch has reached
 	watching   bool                         // the watch is running
+	watchGen   uint64                       // which watch: the end of an earlier one is not this one's
 	blindUntil time.Time                    // until then, renewals may have gone unseen (no watch, or a new one)
 	fresh      bool                         // the store had never been written to when the first watch began
 }
@@ -85,15 +89,22 @@ func (m *leaser) saw(p int, owner string, released bool, rev uint64) {
 	m.seenRev = max(m.seenRev, rev)
 	switch {
 	case p < 0:
+		if !released && owner != "" {
+			m.beats[owner] = m.now()
+		}
 	case released:
-		// Handed back drained by the instance that wrote it last: nothing of that
-		// instance's is in flight there. Anyone else's renewal stays.
+		// Handed back by the instance that wrote it last, drained, and only once its own
+		// fence had passed (see round): nothing of that instance's is in flight there,
+		// and every holder before it had stopped. Anyone else's renewal seen stays. From
+		// now on this watch sees every write of p: no renewal of it can go unseen.
 		if h, ok := m.holder[p]; ok {
 			delete(m.seen[p], h)
 			delete(m.holder, p)
+			delete(m.holderRev, p)
 		}
+		m.clean[p] = true
 	default:
-		m.holder[p] = owner
+		m.holder[p], m.holderRev[p] = owner, rev
 		if owner == m.id {
 			return
 		}
@@ -128,8 +139,10 @@ func (m *leaser) watchCaughtUp(rev uint64) bool {
 // over: a full TTL after the last renewal by each other instance that it saw, since the
 // store's clock may have removed that lease early. A renewal made before the watch began
 // went unseen, but its holder stops within a TTL of it: so while the watch has run for
-// less than a TTL, no attempt before a TTL after it began. Unless the watch is sure (it
-// reached the acquisition's revision), it is a full TTL from now.
+// less than a TTL, no attempt before a TTL after it began, unless the watch saw p
+// released (its holder released it drained and past its own fence: nobody earlier is
+// sending, and every later renewal is seen). Unless the watch is sure (it reached the
+// acquisition's revision), it is a full TTL from now.
 func (m *leaser) notBefore(p int, sure bool) time.Time {
 	m.seenMu.Lock()
 	defer m.seenMu.Unlock()
@@ -138,7 +151,7 @@ func (m *leaser) notBefore(p int, sure bool) time.Time {
 		return now.Add(m.ttl)
 	}
 	var nb time.Time
-	if now.Before(m.blindUntil) {
+	if now.Before(m.blindUntil) && !m.clean[p] {
 		nb = m.blindUntil
 	}
 	for _, o := range m.seen[p] {
@@ -150,6 +163,21 @@ func (m *leaser) notBefore(p int, sure bool) time.Time {
 // watch starts watching the leases; lost marks the watch gone, for the next round to
 // start it again.
 func (m *leaser) watch(ctx context.Context, poke func()) (stop func()) {
+	m.seenMu.Lock()
+	first := m.fresh // the first watch of a store never written to misses nothing
+	m.fresh = false
+	m.watchGen++
+	gen := m.watchGen
+	m.watching = true // before the watch can say it ended: that must not be lost
+	clear(m.clean)    // releases seen by an earlier watch say nothing of writes since
+	m.seenMu.Unlock()
+	ended := func() {
+		m.seenMu.Lock()
+		if m.watchGen == gen {
+			m.watching = false
+		}
+		m.seenMu.Unlock()
+	}
 	stop, err := m.store.WatchLeases(ctx, func(p int, owner string, released bool, rev uint64) {
 		m.saw(p, owner, released, rev)
 		if released {
@@ -157,32 +185,49 @@ func (m *leaser) watch(ctx context.Context, poke func()) (stop func()) {
 		}
 	}, func(err error) {
 		m.log.Warn().Err(err).Msg("the lease watch ended; partitions taken over wait a full TTL until it runs again")
-		m.seenMu.Lock()
-		m.watching = false
-		m.seenMu.Unlock()
+		ended()
 	})
-	m.seenMu.Lock()
-	defer m.seenMu.Unlock()
 	if err != nil {
+		ended()
 		if ctx.Err() == nil {
 			m.log.Warn().Err(err).Msg("cannot watch the leases; partitions taken over wait a full TTL")
 		}
 		return func() {}
 	}
-	m.watching = true
-	if !m.fresh {
+	m.seenMu.Lock()
+	defer m.seenMu.Unlock()
+	if !first {
 		// Renewals before the watch began (the instance just started, or the watch broke)
-		// went unseen; none in a store never written to.
+		// went unseen.
 		m.blindUntil = m.now().Add(m.ttl)
 	}
-	m.fresh = false // a later watch begins after writes
 	return stop
+}
+
+// membersSeen are the instances whose heartbeat the watch saw within a TTL, this one
+// included: who is alive when the store cannot list them. Without a running watch, those
+// listed last.
+func (m *leaser) membersSeen() []string {
+	m.seenMu.Lock()
+	defer m.seenMu.Unlock()
+	if !m.watching {
+		return m.members
+	}
+	ids := []string{m.id}
+	now := m.now()
+	for id, at := range m.beats {
+		if id != m.id && now.Sub(at) < m.ttl {
+			ids = append(ids, id)
+		}
+	}
+	return ids
 }
 
 // holding is one acquisition of a partition's lease, until it is lost or handed back.
 type holding struct {
 	rev        uint64    // the lease's current revision
 	validUntil time.Time // no attempt starts after this unless renewed (what the loop was told)
+	fence      time.Time // no attempt before this: an earlier holder may still send until then
 	releasing  bool      // being handed back: the loop is draining it
 }
 
@@ -197,7 +242,8 @@ func newLeaser(d *Dispatcher, events chan<- ownEvent) *leaser {
 	return &leaser{store: d.cfg.Leases, id: d.cfg.InstanceID, partitions: d.src.Partitions(),
 		ttl: d.cfg.LeaseTTL, margin: d.cfg.leaseMargin(), every: d.cfg.leaseEvery(), now: d.now,
 		events: events, log: d.log, held: map[int]*holding{}, drained: make(chan drained, d.src.Partitions()),
-		seen: map[int]map[string]time.Time{}, holder: map[int]string{}}
+		seen: map[int]map[string]time.Time{}, holder: map[int]string{}, holderRev: map[int]uint64{}, clean: map[int]bool{},
+		beats: map[string]time.Time{}}
 }
 
 func (m *leaser) run(ctx context.Context) {
@@ -294,9 +340,9 @@ func (m *leaser) round(ctx context.Context) {
 		return
 	default:
 		// A store too slow to list in time is not a reason to leave free partitions
-		// free: go on with the instances listed last (none yet: this one alone).
-		m.log.Warn().Err(err).Int("instances_listed_last", len(m.members)).Msg("listing instances failed; going on with those listed last")
-		members = m.members
+		// free: go on with the instances whose heartbeat the watch saw.
+		members = m.membersSeen()
+		m.log.Warn().Err(err).Int("instances_seen", len(members)).Msg("listing instances failed; going on with those whose heartbeat the watch saw")
 	}
 	n := len(members)
 	if !slices.Contains(members, m.id) {
@@ -312,11 +358,21 @@ func (m *leaser) round(ctx context.Context) {
 				m.log.Info().Ints("partitions", back).Int("share", share).Int("instances", n).Msg("handing partitions back to balance")
 			}
 		}()
-		for _, p := range keys[len(keys)-excess:] { // the highest-numbered ones
+		// The highest-numbered ones, but none before its fence has passed: a release
+		// tells the others that every earlier holder has stopped (see saw). Those wait
+		// for a later round.
+		now, going := m.now(), 0
+		for i := len(keys) - 1; i >= 0 && going < excess; i-- {
+			p := keys[i]
 			h := m.held[p]
 			if h.releasing {
+				going++
 				continue
 			}
+			if now.Before(h.fence) {
+				continue
+			}
+			going++
 			h.releasing = true
 			back = append(back, p)
 			done := make(chan struct{})
@@ -424,13 +480,29 @@ func (m *leaser) acquire(ctx context.Context, share, instances int) {
 		batch := candidates[:min(share-len(m.held), len(candidates))]
 		candidates = candidates[len(batch):]
 		results := make(chan got, len(batch))
+		// As long as the validity it would give: a shorter wait gave every acquisition up
+		// in a store slower than that (each landed, unknown, and was tried again). One
+		// given up on all the same is adopted in a later round, from the watch.
+		wait := m.ttl - m.margin
 		for _, p := range batch {
+			own, ownRev := m.ownLease(p)
 			go func() {
-				// An answer after the lease's first validity is over would be of no use.
-				actx, cancel := context.WithTimeout(ctx, m.ttl-m.margin)
+				actx, cancel := context.WithTimeout(ctx, wait)
 				defer cancel()
 				sent := m.now()
-				rev, ok, err := m.store.Acquire(actx, p, m.id)
+				var rev uint64
+				var ok bool
+				var err error
+				if own {
+					// The watch shows a lease of this instance's that it does not hold (an
+					// acquisition or renewal whose answer was lost): take it back by renewing
+					// it, the validity counted from this renewal.
+					rev, ok, err = m.store.Renew(actx, p, m.id, ownRev)
+				}
+				if !own || !ok && err == nil { // not ours, or ours no longer (it expired)
+					sent = m.now()
+					rev, ok, err = m.store.Acquire(actx, p, m.id)
+				}
 				results <- got{p, sent, rev, ok, err}
 			}()
 		}
@@ -463,15 +535,26 @@ func (m *leaser) acquire(ctx context.Context, share, instances int) {
 				Int("instances", instances).Msg("partitions acquired")
 		}
 		for _, r := range taken {
-			h := &holding{rev: r.rev, validUntil: r.sent.Add(m.ttl - m.margin)}
+			h := &holding{rev: r.rev, validUntil: r.sent.Add(m.ttl - m.margin), fence: m.notBefore(r.p, sure)}
 			m.held[r.p] = h
 			m.log.Debug().Int("partition", r.p).Int("share", share).Int("instances", instances).Msg("partition acquired")
-			m.emit(ctx, ownEvent{kind: ownAcquired, partition: r.p, validUntil: h.validUntil, notBefore: m.notBefore(r.p, sure)})
+			m.emit(ctx, ownEvent{kind: ownAcquired, partition: r.p, validUntil: h.validUntil, notBefore: h.fence})
 		}
 		if failed {
 			return
 		}
 	}
+}
+
+// ownLease says whether the watch shows partition p's lease written last by this
+// instance, and at which revision.
+func (m *leaser) ownLease(p int) (bool, uint64) {
+	m.seenMu.Lock()
+	defer m.seenMu.Unlock()
+	if m.holder[p] != m.id {
+		return false, 0
+	}
+	return true, m.holderRev[p]
 }
 
 // looksHeld says whether the watch saw another instance write partition p's lease within
@@ -500,15 +583,41 @@ func cmpBool(a, b bool) int {
 
 // releaseAll leaves and hands every lease back; the dispatcher has drained by then. It
 // leaves first, so that the others count one instance fewer when they see the releases.
+// A lease still inside its fence is not released but left to expire: a release tells
+// the others that every earlier holder has stopped, which is not yet so.
 func (m *leaser) releaseAll(ctx context.Context) {
 	if err := m.store.Leave(ctx, m.id); err != nil {
 		m.log.Warn().Err(err).Msg("leaving failed; the heartbeat will expire instead")
 	}
-	n, err := m.store.ReleaseAll(ctx, m.id)
-	if err != nil {
-		m.log.Warn().Err(err).Msg("releasing leases failed; they will expire instead")
+	now := m.now()
+	var fenced []int
+	for p, h := range m.held {
+		if now.Before(h.fence) {
+			fenced = append(fenced, p)
+		}
 	}
-	m.log.Info().Int("partitions", n).Msg("leases handed back")
+	if len(fenced) == 0 {
+		n, err := m.store.ReleaseAll(ctx, m.id)
+		if err != nil {
+			m.log.Warn().Err(err).Msg("releasing leases failed; they will expire instead")
+		}
+		m.log.Info().Int("partitions", n).Msg("leases handed back")
+		clear(m.held)
+		return
+	}
+	slices.Sort(fenced)
+	n := 0
+	for p, h := range m.held {
+		if now.Before(h.fence) {
+			continue
+		}
+		if err := m.store.Release(ctx, p, h.rev); err != nil {
+			m.log.Warn().Err(err).Int("partition", p).Msg("releasing lease failed; it will expire instead")
+			continue
+		}
+		n++
+	}
+	m.log.Info().Int("partitions", n).Ints("left_to_expire", fenced).Msg("leases handed back, but for those still inside their fence")
 	clear(m.held)
 }
 
