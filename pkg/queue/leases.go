@@ -203,10 +203,7 @@ func (l *Leases) Release(ctx context.Context, p int, rev uint64) error {
 // ReleaseAll gives up every lease that names owner, whatever revision it is at: it also
 // catches a lease whose renewal or acquisition succeeded but whose answer was lost.
 func (l *Leases) ReleaseAll(ctx context.Context, owner string) (int, error) {
-	leases, err := l.leases(ctx)
-	if err != nil {
-		return 0, err
-	}
+	leases, readErr := l.leases(ctx) // a lease that could not be read expires instead; the rest go now
 	l.mu.Lock()
 	for h := range l.since {
 		if h.owner == owner {
@@ -238,7 +235,7 @@ func (l *Leases) ReleaseAll(ctx context.Context, owner string) (int, error) {
 		})
 	}
 	wg.Wait()
-	return n, errors.Join(errs...)
+	return n, errors.Join(append(errs, readErr)...)
 }
 
 // Written says whether anything was ever written to the lease bucket: its stream's last
@@ -336,14 +333,11 @@ func (l *Leases) leases(ctx context.Context) ([]jetstream.KeyValueEntry, error) 
 		})
 	}
 	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		return nil, err
-	}
 	var out []jetstream.KeyValueEntry
 	for _, e := range entries {
 		if e != nil {
 			out = append(out, e)
 		}
 	}
-	return out, nil
+	return out, errors.Join(errs...) // those read, and why the others were not
 }
