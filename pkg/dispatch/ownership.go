@@ -21,9 +21,9 @@ const (
 )
 
 // LogRenewalsLapsed is logged with the partitions whose lease renewals failed until the
-// lease could have lapsed: the instance stops holding them, and takes them again (or
-// another instance does) once the store has let the leases expire.
-const LogRenewalsLapsed = "lease renewals failed until the leases could have lapsed; letting those partitions go"
+// lease could have expired: the instance stops holding them, and takes them again (or
+// another instance does).
+const LogRenewalsLapsed = "lease renewals failed until the leases could have expired; letting those partitions go"
 
 type ownEvent struct {
 	kind       ownKind
@@ -395,10 +395,11 @@ func (m *leaser) round(ctx context.Context) {
 // long as the validity it would give lasts (TTL - margin from when it was sent): an answer
 // later than the renewal period still counts, as that validity runs from the sending, and
 // a renewal that landed but whose answer was given up on leaves the lease at a revision
-// this instance does not know, which no later renewal can match. A lease whose renewals failed until its validity ran out
-// is let go, as if lost: the loop stops sending there (it had already), and the partition
-// is free to be taken again, by anyone, once the store has let the lease expire. Kept, it
-// would stay closed for as long as the errors lasted, and no other instance would take it.
+// this instance does not know, which no later renewal can match. A lease whose renewals
+// failed until it could have expired in the store is let go, as if lost: the loop had
+// stopped sending there already, and the partition is free to be taken again, by anyone.
+// Kept, it would stay closed for as long as the errors lasted, and no other instance would
+// take it.
 func (m *leaser) renewAll(ctx context.Context) {
 	type renewed struct {
 		p    int
@@ -424,7 +425,10 @@ func (m *leaser) renewAll(ctx context.Context) {
 	for range n {
 		r := <-results
 		switch {
-		case r.err != nil && ctx.Err() == nil && !m.now().Before(m.held[r.p].validUntil):
+		case r.err != nil && ctx.Err() == nil && !m.now().Before(m.held[r.p].validUntil.Add(m.margin)):
+			// Renewals failed until the lease could have expired in the store (a TTL after
+			// the last one that landed): it is gone, or another's. Before that, a later
+			// renewal that lands lets sends resume; a loaded machine answers late at times.
 			lapsedPs = append(lapsedPs, r.p)
 			delete(m.held, r.p)
 			m.emit(ctx, ownEvent{kind: ownLost, partition: r.p})
