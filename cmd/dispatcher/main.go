@@ -4,7 +4,8 @@
 //
 // With -standalone it runs the whole service in one process: an embedded JetStream server
 // storing under DATA_DIR, the ingest API on INGEST_ADDR and the dispatcher, plus a demo
-// raven that logs each arrival when RAVEN_URL is not set.
+// raven that logs each arrival when RAVEN_URL is not set. Standalone, its listeners bind
+// loopback unless their address is set (standaloneIngestAddr, standaloneOpsAddr).
 //
 // Every setting is a flag and an environment variable; run with -h for the list.
 package main
@@ -16,6 +17,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -33,6 +35,16 @@ import (
 func main() {
 	cli.Main("dispatcher", func(ctx context.Context) error { return run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr) })
 }
+
+// The standalone's listeners when INGEST_ADDR or OPS_ADDR is not set: loopback only. The
+// standalone is a laptop's demo and a developer's tool, with ingest open to anyone unless
+// a token is set and the admin console on the operators' listener: setting the address
+// (":8080") opens it to the network. Without -standalone the defaults are every
+// interface (":8080", ":9091"), as a container needs.
+const (
+	standaloneIngestAddr = "127.0.0.1:8080"
+	standaloneOpsAddr    = "127.0.0.1:9091"
+)
 
 type settings struct {
 	standalone bool
@@ -70,6 +82,12 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (*settin
 	cli.LaneWaitSetting(s, &c.laneWait, admin.DefaultLaneWait)
 	if err := s.Parse(args); err != nil {
 		return nil, err
+	}
+	if c.standalone && !s.Given("INGEST_ADDR") {
+		c.ingest.Addr = standaloneIngestAddr
+	}
+	if c.standalone && !s.Given("OPS_ADDR") {
+		c.ops.Addr = standaloneOpsAddr
 	}
 	if c.dispatch.InstanceID == "" {
 		c.dispatch.InstanceID = dispatch.DefaultInstanceID()
@@ -209,16 +227,15 @@ func runDispatcher(ctx context.Context, c *settings, q *queue.Queue, reg *promet
 // the dispatcher (drains attempts in flight), then NATS.
 func runStandalone(ctx context.Context, c *settings, log zerolog.Logger) error {
 	// This process runs ingest, which takes Not-Before up to MAX_NOT_BEFORE.
-	if w, atDefaults := cli.NotBeforeWarning(*c.queue, c.ingest.MaxNotBefore, c.events); atDefaults {
-		log.Info().Msg(w)
-	} else if w != "" {
+	if w := cli.NotBeforeWarning(*c.queue, c.ingest.MaxNotBefore, c.events); w != "" {
 		log.Warn().Msg(w)
 	}
-	ns, stopStore, err := startStore(ctx, c, log)
+	st, err := startStore(c, log)
 	if err != nil {
 		return err
 	}
-	defer stopStore()
+	defer st.stop()
+	ns := st.ns
 	nc, err := queue.ConnectInProcess(ns, "dispatcher-standalone", log)
 	if err != nil {
 		return err
@@ -228,12 +245,19 @@ func runStandalone(ctx context.Context, c *settings, log zerolog.Logger) error {
 	if err != nil {
 		return err
 	}
-	q.UseGuard(ns.Guard)
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	g := &parts{cancel: cancel, errc: make(chan error, 4)}
-	g.start(untilFatal(ctx, ns))
+	// The guard has run since the server started; now it also hears of the queue's
+	// write errors, and tells of a server it cannot start again. Its fields are set
+	// while it is stopped: it reads them as it runs.
+	var fatal func() error
+	st.configureGuard(func(guard *queue.StoreGuard) {
+		q.UseGuard(guard)
+		fatal = untilFatal(ctx, ns)
+	})
+	g.start(fatal)
 	if c.dispatch.Raven.URL == "" {
 		demo, err := startDemoRaven(ctx, c, log, g)
 		if err != nil {
@@ -256,14 +280,40 @@ func runStandalone(ctx context.Context, c *settings, log zerolog.Logger) error {
 	dispatchDone := make(chan struct{})
 	g.start(func() error { defer close(dispatchDone); return runDispatcher(ctx, c, q, reg, events, log) })
 
-	log.Info().Str("ingest", ingestURL).Str("raven", cli.SafeURL(c.dispatch.Raven.URL)).
-		Msgf("standalone ready: try  curl -i -H 'Content-Type: application/json' -d '{\"clientId\":\"alice\",\"n\":1}' %s", ingestURL)
+	log.Info().Str("ingest", ingestURL).Str("raven", cli.SafeURL(c.dispatch.Raven.URL)).Msg(readyHint(ingestURL, c.ingest))
 	err = g.wait()
 	<-dispatchDone
 	stopEvents()
 	nc.Drain(5 * time.Second)
 	log.Info().Msg("standalone stopped")
 	return err
+}
+
+// readyHint is the line that says the standalone is ready, with a curl command that
+// queues a request at url under the ingest settings in force: with a bearer token when
+// ingest requires one, and a client certificate under mutual TLS. Secrets appear as
+// shell variables to set, never as their values.
+func readyHint(url string, in *cli.Ingest) string {
+	cmd := []string{"curl -i -H 'Content-Type: application/json'"}
+	var needs []string // what to set for cmd to run
+	switch {
+	case in.TokensFile == "" && in.Tokens != "" && !strings.Contains(in.Tokens, ","):
+		cmd = append(cmd, `-H "Authorization: Bearer $INGEST_TOKEN"`)
+		needs = append(needs, "INGEST_TOKEN set to this process's token")
+	case in.TokensFile != "" || in.Tokens != "":
+		cmd = append(cmd, `-H "Authorization: Bearer $TOKEN"`)
+		needs = append(needs, "TOKEN set to a token INGEST_TOKEN or INGEST_TOKENS_FILE accepts")
+	}
+	if in.ClientCA != "" {
+		cmd = append(cmd, `--cert "$CLIENT_CERT" --key "$CLIENT_KEY"`)
+		needs = append(needs, "CLIENT_CERT and CLIENT_KEY set to a certificate from INGEST_TLS_CLIENT_CA and its key")
+	}
+	cmd = append(cmd, `-d '{"clientId":"alice","n":1}'`, url)
+	hint := "standalone ready: try  " + strings.Join(cmd, " ")
+	if len(needs) > 0 {
+		hint += "  (with " + strings.Join(needs, "; ") + ")"
+	}
+	return hint
 }
 
 // parts runs the parts of the standalone process; one stopping stops the rest.
@@ -293,21 +343,25 @@ func (g *parts) wait() error {
 	return errors.Join(errs...)
 }
 
-// startStore starts the embedded JetStream server under DATA_DIR, with its store guard,
-// which brings the store back by itself after its disk was full (restarting the server
-// in place). stop stops the guard, then the server.
-func startStore(ctx context.Context, c *settings, log zerolog.Logger) (ns *queue.Node, stop func(), err error) {
+// store is the embedded JetStream server and its store guard, which brings the store
+// back by itself after its disk was full (restarting the server in place).
+type store struct {
+	ns        *queue.Node
+	stopGuard func()
+}
+
+// startStore starts the embedded JetStream server under DATA_DIR, and its guard.
+func startStore(c *settings, log zerolog.Logger) (*store, error) {
 	storeDir := filepath.Join(c.dataDir, "jetstream")
 	if err := os.MkdirAll(storeDir, 0o750); err != nil {
-		return nil, nil, fmt.Errorf("DATA_DIR=%q: %w", c.dataDir, err)
+		return nil, fmt.Errorf("DATA_DIR=%q: %w", c.dataDir, err)
 	}
-	ns, err = queue.StartEmbedded(queue.EmbeddedConfig{StoreDir: storeDir, Listen: c.natsListen, SyncAlways: c.natsSync == "always"}, log)
+	ns, err := queue.StartEmbedded(queue.EmbeddedConfig{StoreDir: storeDir, Listen: c.natsListen, SyncAlways: c.natsSync == "always"}, log)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	guardCtx, stopGuard := context.WithCancel(context.WithoutCancel(ctx))
-	guardDone := make(chan struct{})
-	go func() { defer close(guardDone); ns.Guard.Run(guardCtx, 0) }()
+	st := &store{ns: ns}
+	st.runGuard()
 	if c.nats.User != "" || c.nats.CredsFile != "" || c.nats.NKeySeedFile != "" || c.nats.CAFile != "" || c.nats.CertFile != "" {
 		log.Warn().Msg("standalone uses its embedded NATS in process: the NATS_USER / NATS_*_FILE / NATS_TLS_* settings are ignored, and NATS_LISTEN (if set) takes clients without authentication")
 	}
@@ -316,7 +370,29 @@ func startStore(ctx context.Context, c *settings, log zerolog.Logger) (ns *queue
 		ev = ev.Str("nats_url", ns.ClientURL())
 	}
 	ev.Msg("embedded JetStream started")
-	return ns, func() { stopGuard(); <-guardDone; ns.Shutdown() }, nil
+	return st, nil
+}
+
+// runGuard runs the guard until stopGuard.
+func (st *store) runGuard() {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); st.ns.Guard.Run(ctx, 0) }()
+	st.stopGuard = func() { cancel(); <-done }
+}
+
+// configureGuard calls set with the guard stopped, then runs it again: the guard reads
+// its fields as it runs, so they are not for changing meanwhile.
+func (st *store) configureGuard(set func(*queue.StoreGuard)) {
+	st.stopGuard()
+	set(st.ns.Guard)
+	st.runGuard()
+}
+
+// stop stops the guard, then the server.
+func (st *store) stop() {
+	st.stopGuard()
+	st.ns.Shutdown()
 }
 
 // untilFatal is a part that ends with the guard's error when it cannot start the
@@ -340,7 +416,8 @@ func untilFatal(ctx context.Context, ns *queue.Node) func() error {
 	}
 }
 
-// startIngest starts the ingest API on INGEST_ADDR and returns its URL.
+// startIngest starts the ingest API on INGEST_ADDR and returns its URL, with the address
+// it bound.
 func startIngest(ctx context.Context, c *settings, q *queue.Queue, nc *queue.Conn, reg *prometheus.Registry, events *queue.EventWriter, log zerolog.Logger, g *parts) (string, error) {
 	c.ingest.MaxBodyBytes = cli.FitBody(c.ingest.MaxBodyBytes, nc, log)
 	if events != nil {
@@ -374,6 +451,8 @@ func startIngest(ctx context.Context, c *settings, q *queue.Queue, nc *queue.Con
 	return cli.URLFor(ln, "/v1/requests"), nil
 }
 
+// startDemoRaven starts the demo raven on DEMO_RAVEN_ADDR and returns the URL at which the
+// dispatcher reaches it (loopback when it listens on every interface).
 func startDemoRaven(ctx context.Context, c *settings, log zerolog.Logger, g *parts) (string, error) {
 	fail, err := cli.ParseFailRules(c.demoFail)
 	if err != nil {
@@ -383,8 +462,7 @@ func startDemoRaven(ctx context.Context, c *settings, log zerolog.Logger, g *par
 	if err != nil {
 		return "", err
 	}
-	url := cli.URLFor(ln, "/")
-	log.Info().Str("component", "demo-raven").Str("url", url).Msg("demo raven listening; set RAVEN_URL to send to a real one")
+	log.Info().Str("component", "demo-raven").Str("url", cli.URLFor(ln, "/")).Msg("demo raven listening; set RAVEN_URL to send to a real one")
 	g.start(func() error { return cli.Serve(ctx, cli.Server(cli.DemoRaven(log, false, fail)), ln, 5*time.Second) })
-	return url, nil
+	return cli.LocalURL(ln, "/"), nil
 }

@@ -1,13 +1,21 @@
 package main
 
 import (
+	"context"
+	"encoding/json"
+	"fmt"
 	"io"
+	"net"
+	"net/http"
+	"net/url"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/rs/zerolog"
 
+	"github.com/penguinhq/dispatcher/cmd/internal/cli"
 	"github.com/penguinhq/dispatcher/pkg/ingest"
 )
 
@@ -25,8 +33,31 @@ func TestSettings(t *testing.T) {
 		check   func(t *testing.T, c *settings)
 	}{
 		{name: "Defaults", args: []string{"-standalone"}, check: func(t *testing.T, c *settings) {
-			if c.dispatch.Interval != 5*time.Second || c.dataDir != "./data" || c.ingest.Addr != ":8080" || c.ingest.MaxBodyBytes != 1<<20-4<<10 || c.natsSync != "always" {
-				t.Fatalf("defaults: interval %s, data %s, addr %s, body %d, sync %s", c.dispatch.Interval, c.dataDir, c.ingest.Addr, c.ingest.MaxBodyBytes, c.natsSync)
+			if c.dispatch.Interval != 5*time.Second || c.dataDir != "./data" || c.ingest.MaxBodyBytes != 1<<20-4<<10 || c.natsSync != "always" {
+				t.Fatalf("defaults: interval %s, data %s, body %d, sync %s", c.dispatch.Interval, c.dataDir, c.ingest.MaxBodyBytes, c.natsSync)
+			}
+		}},
+		// The standalone is private unless asked otherwise: its listeners bind loopback
+		// by default, and an address given opens one.
+		{name: "StandaloneListensOnLoopback", args: []string{"-standalone"}, check: func(t *testing.T, c *settings) {
+			if c.ingest.Addr != "127.0.0.1:8080" || c.ops.Addr != "127.0.0.1:9091" || c.demoAddr != "127.0.0.1:8081" || c.natsListen != "" {
+				t.Fatalf("standalone listens on ingest %q, ops %q, demo raven %q, NATS %q; want loopback only", c.ingest.Addr, c.ops.Addr, c.demoAddr, c.natsListen)
+			}
+		}},
+		{name: "StandaloneAddressesGiven", args: []string{"-standalone", "-ops-addr", ":9091"}, env: map[string]string{"INGEST_ADDR": ":8080"}, check: func(t *testing.T, c *settings) {
+			if c.ingest.Addr != ":8080" || c.ops.Addr != ":9091" {
+				t.Fatalf("ingest %q, ops %q; want the addresses given", c.ingest.Addr, c.ops.Addr)
+			}
+		}},
+		{name: "DispatcherListensEverywhere", env: map[string]string{"RAVEN_URL": "http://raven:8081/"}, check: func(t *testing.T, c *settings) {
+			if c.ops.Addr != ":9091" {
+				t.Fatalf("ops %q; want a container's :9091", c.ops.Addr)
+			}
+		}},
+		// The defaults agree: a default start warns of nothing.
+		{name: "DefaultsNoNotBeforeWarning", args: []string{"-standalone"}, check: func(t *testing.T, c *settings) {
+			if w := cli.NotBeforeWarning(*c.queue, c.ingest.MaxNotBefore, c.events); w != "" {
+				t.Fatalf("a default start warns: %s", w)
 			}
 		}},
 		{name: "EnvIsRead", env: map[string]string{"STANDALONE": "true", "DISPATCH_INTERVAL": "250ms", "PARTITIONS": "8", "MAX_ATTEMPTS": "3"}, check: func(t *testing.T, c *settings) {
@@ -108,4 +139,154 @@ func TestSettingsErrorsHidePasswords(t *testing.T) {
 	if err != nil {
 		t.Fatalf("NATS_USER alone is checked when connecting, not parsing: %v", err)
 	}
+}
+
+// The start-up hint is a command that works with the ingest settings in force, naming
+// secrets by variable, never by value.
+func TestReadyHint(t *testing.T) {
+	t.Parallel()
+	const url = "http://127.0.0.1:8080/v1/requests"
+	for _, c := range []struct {
+		name      string
+		in        cli.Ingest
+		want, not []string
+	}{
+		{"Open", cli.Ingest{}, []string{"curl -i -H 'Content-Type: application/json' -d '{\"clientId\":\"alice\",\"n\":1}' " + url}, []string{"Authorization", "(with"}},
+		{"OneToken", cli.Ingest{Tokens: "s3cret"}, []string{`-H "Authorization: Bearer $INGEST_TOKEN"`, url, "(with INGEST_TOKEN set"}, []string{"s3cret"}},
+		{"SeveralTokens", cli.Ingest{Tokens: "s3cret,0ther"}, []string{`-H "Authorization: Bearer $TOKEN"`, "TOKEN set to a token"}, []string{"s3cret", "0ther"}},
+		{"TokensFile", cli.Ingest{TokensFile: "/etc/tokens"}, []string{`-H "Authorization: Bearer $TOKEN"`}, nil},
+		{"MutualTLS", cli.Ingest{ClientCA: "/etc/ca.pem"}, []string{`--cert "$CLIENT_CERT" --key "$CLIENT_KEY"`, "INGEST_TLS_CLIENT_CA"}, []string{"Authorization"}},
+	} {
+		hint := readyHint(url, &c.in)
+		for _, w := range c.want {
+			if !strings.Contains(hint, w) {
+				t.Errorf("%s: hint %q lacks %q", c.name, hint, w)
+			}
+		}
+		for _, n := range c.not {
+			if strings.Contains(hint, n) {
+				t.Errorf("%s: hint %q holds %q", c.name, hint, n)
+			}
+		}
+	}
+}
+
+// The standalone logs the address each listener bound: the real port, and every
+// interface as such, not as loopback (a demo raven on ":0", as in the compose stack),
+// while the dispatcher still reaches that raven on loopback. Its hint is the command
+// that works with the token set, and the token appears nowhere in its log.
+func TestStandaloneLogsTheAddressesItBound(t *testing.T) {
+	const token = "s3cret-t0ken"
+	logs := &logLines{}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, nil, env(map[string]string{"STANDALONE": "true", "DATA_DIR": t.TempDir(), "NATS_SYNC": "interval", "LOG_FORMAT": "json",
+			"INGEST_ADDR": "127.0.0.1:0", "OPS_ADDR": "127.0.0.1:0", "DEMO_RAVEN_ADDR": ":0", "INGEST_TOKEN": token, "DISPATCH_INTERVAL": "100ms"}), io.Discard, logs)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("run: %v", err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Error("the standalone did not stop within 30s")
+		}
+	})
+
+	bound := func(line map[string]any, field string) *url.URL {
+		t.Helper()
+		u, err := url.Parse(fmt.Sprint(line[field]))
+		if err != nil || u.Port() == "" || u.Port() == "0" {
+			t.Fatalf("%s = %v: not a URL with the port bound", field, line[field])
+		}
+		return u
+	}
+	demo := bound(logs.wait(t, "demo raven listening"), "url")
+	if ip := net.ParseIP(demo.Hostname()); ip == nil || !ip.IsUnspecified() {
+		t.Errorf("the demo raven listens on every interface, and logs %s", demo)
+	}
+	ready := logs.wait(t, "standalone ready")
+	ingestURL := bound(ready, "ingest")
+	if ingestURL.Hostname() != "127.0.0.1" || !strings.Contains(fmt.Sprint(ready["message"]), `-H "Authorization: Bearer $INGEST_TOKEN"`) {
+		t.Errorf("ready line %v: want ingest on 127.0.0.1 and a hint with the token header", ready)
+	}
+	if !strings.Contains(fmt.Sprint(ready["message"]), ingestURL.String()) {
+		t.Errorf("the hint %q does not send to the URL ingest bound, %s", ready["message"], ingestURL)
+	}
+	ops := bound(logs.wait(t, "dispatching"), "ops")
+	if resp, err := http.Get(ops.JoinPath("healthz").String()); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET the logged ops URL's /healthz: %v %v", resp, err)
+	}
+
+	// The hint's request: refused without the token, queued with it, and delivered to
+	// the demo raven.
+	post := func(auth string) int {
+		req, _ := http.NewRequest(http.MethodPost, ingestURL.String(), strings.NewReader(`{"clientId":"alice","n":1}`))
+		req.Header.Set("Content-Type", "application/json")
+		if auth != "" {
+			req.Header.Set("Authorization", auth)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if code := post(""); code != http.StatusUnauthorized {
+		t.Fatalf("without the token: %d, want 401", code)
+	}
+	if code := post("Bearer " + token); code != http.StatusAccepted {
+		t.Fatalf("with the token: %d, want 202", code)
+	}
+	logs.wait(t, "raven received")
+	if strings.Contains(logs.text(), token) {
+		t.Error("the token is in the log")
+	}
+}
+
+// logLines collects a process's JSON log lines, for a test to wait for one.
+type logLines struct {
+	mu    sync.Mutex
+	raw   strings.Builder
+	lines []map[string]any
+}
+
+func (l *logLines) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.raw.Write(p)
+	for line := range strings.SplitSeq(strings.TrimSpace(string(p)), "\n") {
+		var m map[string]any
+		if json.Unmarshal([]byte(line), &m) == nil {
+			l.lines = append(l.lines, m)
+		}
+	}
+	return len(p), nil
+}
+
+func (l *logLines) text() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.raw.String()
+}
+
+// wait returns the first line whose message starts with prefix, waiting up to 30s.
+func (l *logLines) wait(t *testing.T, prefix string) map[string]any {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		l.mu.Lock()
+		for _, m := range l.lines {
+			if strings.HasPrefix(fmt.Sprint(m["message"]), prefix) {
+				l.mu.Unlock()
+				return m
+			}
+		}
+		l.mu.Unlock()
+	}
+	t.Fatalf("no log line %q within 30s; the log:\n%s", prefix, l.text())
+	return nil
 }

@@ -39,9 +39,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, _ io.Wr
 		return err
 	}
 	log := logs.Logger(stderr, "ingest")
-	if w, atDefaults := cli.NotBeforeWarning(*queueCfg, ingestCfg.MaxNotBefore, events); atDefaults {
-		log.Info().Msg(w)
-	} else if w != "" {
+	if w := cli.NotBeforeWarning(*queueCfg, ingestCfg.MaxNotBefore, events); w != "" {
 		log.Warn().Msg(w)
 	}
 	// A batch waits PUBLISH_TIMEOUT for its acknowledgements: the queue gives up on them

@@ -3,11 +3,15 @@ package httpapi
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"testing/synctest"
+	"time"
 
 	"github.com/rs/zerolog"
 )
@@ -45,4 +49,49 @@ func TestReadyLogsChangesAndStartIsNoWarning(t *testing.T) {
 			t.Errorf("line %d %q, want %s", i, lines[i], w)
 		}
 	}
+}
+
+// Readiness answers within ReadyTimeout while its check waits on a NATS that does not
+// answer: a check that waits for its context (as a NATS request does) and one that
+// overlooks it alike. The answer is 503 "cannot tell", and probes that come while the
+// check hangs start no second one. (In a synctest bubble: the bound is exact.)
+func TestReadyAnswersWithinItsBound(t *testing.T) {
+	probe := func(h http.Handler) (int, string, time.Duration) {
+		began := time.Now()
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/readyz", nil))
+		var p Problem
+		_ = json.Unmarshal(rec.Body.Bytes(), &p)
+		return rec.Code, p.Detail, time.Since(began)
+	}
+	t.Run("CheckHonoursItsContext", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			h := Ready(func(ctx context.Context) error { <-ctx.Done(); return ctx.Err() }, "not ready", zerolog.Nop())
+			code, detail, took := probe(h)
+			if code != http.StatusServiceUnavailable || !strings.HasPrefix(detail, "cannot tell:") || took > ReadyTimeout {
+				t.Fatalf("answered %d %q after %s; want 503 \"cannot tell: ...\" within %s", code, detail, took, ReadyTimeout)
+			}
+		})
+	})
+	t.Run("CheckOverlooksItsContext", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			release := make(chan struct{})
+			var checks atomic.Int32
+			h := Ready(func(context.Context) error { checks.Add(1); <-release; return nil }, "not ready", zerolog.Nop())
+			for range 3 {
+				code, detail, took := probe(h)
+				if code != http.StatusServiceUnavailable || !strings.HasPrefix(detail, "cannot tell:") || took > ReadyTimeout {
+					t.Fatalf("answered %d %q after %s; want 503 \"cannot tell: ...\" within %s", code, detail, took, ReadyTimeout)
+				}
+			}
+			if n := checks.Load(); n != 1 {
+				t.Fatalf("%d checks ran for probes that came while one hung; want 1", n)
+			}
+			close(release) // NATS answers again: the next probe starts a check that passes
+			synctest.Wait()
+			if code, _, _ := probe(h); code != http.StatusOK {
+				t.Fatalf("answered %d once the check passes again, want 200", code)
+			}
+		})
+	})
 }

@@ -80,15 +80,16 @@ func writeAccepted(w http.ResponseWriter, v accepted) {
 	putBuffer(bp)
 }
 
-// appendJSONString appends s as a JSON string as encoding/json writes it: HTML-safe,
-// with U+2028 and U+2029 escaped and invalid UTF-8 replaced.
+// appendJSONString appends s as a JSON string as writeJSON's encoder writes it: <, >
+// and & as they are (no HTML escaping), U+2028 and U+2029 escaped, invalid UTF-8
+// replaced.
 func appendJSONString(b []byte, s string) []byte {
 	const hex = "0123456789abcdef"
 	b = append(b, '"')
 	start := 0
 	for i := 0; i < len(s); {
 		if c := s[i]; c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
+			if c >= 0x20 && c != '"' && c != '\\' {
 				i++
 				continue
 			}

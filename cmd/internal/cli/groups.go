@@ -106,12 +106,12 @@ type Ingest struct {
 func IngestSettings(s *Settings) *Ingest {
 	c := &Ingest{}
 	var publishing, batchItems, waits int64
-	s.String(&c.Addr, "INGEST_ADDR", ":8080", "address the ingest API listens on")
+	s.String(&c.Addr, "INGEST_ADDR", ":8080", "address the ingest API listens on (:port is every interface); the standalone dispatcher binds 127.0.0.1:8080 unless this is set")
 	s.Int(&c.MaxBodyBytes, "MAX_BODY_BYTES", ingest.DefaultMaxBodyBytes, 1, 64<<20, "largest request body accepted, in bytes")
 	s.Duration(&c.PublishTimeout, "PUBLISH_TIMEOUT", ingest.DefaultPublishTimeout, time.Millisecond, "how long ingest waits for JetStream to acknowledge a request")
 	s.Duration(&c.BodyTimeout, "BODY_READ_TIMEOUT", ingest.DefaultBodyTimeout, time.Millisecond, "how long ingest waits for a request's body; a caller sending less than its Content-Length gets 408 then")
 	s.Int(&publishing, "MAX_PUBLISHING", ingest.DefaultMaxPublishing, 1, 1_000_000, "publishes waiting for JetStream at once; past it ingest answers 503 overloaded")
-	s.Duration(&c.MaxNotBefore, "MAX_NOT_BEFORE", ingest.DefaultMaxNotBefore, time.Second, "how far ahead a request's Not-Before may be; further is a 400")
+	s.Duration(&c.MaxNotBefore, "MAX_NOT_BEFORE", DefaultMaxNotBefore, time.Second, "how far ahead a request's Not-Before may be; further is a 400")
 	s.Int(&batchItems, "BATCH_MAX_ITEMS", ingest.DefaultBatchMaxItems, 1, 1_000_000, "most items in one batch; more is a 413")
 	s.Int(&c.BatchMaxBytes, "BATCH_MAX_BYTES", ingest.DefaultBatchMaxBytes, 1, 1<<30, "largest batch body, in bytes; larger is a 413")
 	s.Duration(&c.MaxStatusWait, "MAX_STATUS_WAIT", ingest.DefaultMaxStatusWait, time.Second, "cap on a status read's ?wait")
@@ -197,19 +197,23 @@ func CheckRetention(q queue.Config, events bool) error {
 	return nil
 }
 
+// DefaultMaxNotBefore is the services' MAX_NOT_BEFORE: STATUS_RETENTION's default, so
+// that with the defaults a request delayed as far as it may be keeps its status while it
+// waits, and a default start warns of nothing (NotBeforeWarning). The ingest package's
+// own default, for a Config that leaves the limit zero, is longer: this one is what the
+// binaries use.
+const DefaultMaxNotBefore = queue.DefaultStatusRetention
+
 // NotBeforeWarning says, when it is so, that a request delayed by Not-Before up to
 // MAX_NOT_BEFORE can outlive its status: its events are kept for STATUS_RETENTION from
 // when they were written, so one delayed longer reads as unknown while it still waits.
-// Empty when nothing is wrong. It is not a refusal: the defaults (168h and 24h) are so,
-// and most delays are short. atDefaults says both settings are at their defaults: a
-// trade-off docs/operations.md states, to log as information rather than a warning, so
-// that a default start warns of nothing it need not.
-func NotBeforeWarning(q queue.Config, maxNotBefore time.Duration, events bool) (msg string, atDefaults bool) {
+// Empty when nothing is wrong, as with the defaults (DefaultMaxNotBefore). It is not a
+// refusal: most delays are short, and the settings that make it so were chosen.
+func NotBeforeWarning(q queue.Config, maxNotBefore time.Duration, events bool) string {
 	q = q.WithDefaults()
 	if !events || maxNotBefore <= q.StatusRetention {
-		return "", false
+		return ""
 	}
-	atDefaults = maxNotBefore == ingest.DefaultMaxNotBefore && q.StatusRetention == queue.DefaultStatusRetention
 	return fmt.Sprintf("MAX_NOT_BEFORE=%s is longer than STATUS_RETENTION=%s: a request delayed by more than STATUS_RETENTION reads as status unknown while it still waits (it is still delivered); set STATUS_RETENTION to at least MAX_NOT_BEFORE, or lower MAX_NOT_BEFORE",
-		maxNotBefore, q.StatusRetention), atDefaults
+		maxNotBefore, q.StatusRetention)
 }

@@ -32,7 +32,7 @@ type Ops struct {
 // OpsSettings registers OPS_ADDR, and ADMIN_TOKEN when withAdmin.
 func OpsSettings(s *Settings, def string, withAdmin bool) *Ops {
 	o := &Ops{}
-	s.String(&o.Addr, "OPS_ADDR", def, "address of the operators' listener: /metrics, /healthz, /readyz"+map[bool]string{true: " and the admin API", false: ""}[withAdmin])
+	s.String(&o.Addr, "OPS_ADDR", def, "address of the operators' listener: /metrics, /healthz, /readyz"+map[bool]string{true: ", the admin API and the console; the standalone dispatcher binds 127.0.0.1:9091 unless this is set", false: ""}[withAdmin])
 	s.String(&o.TLSCert, "OPS_TLS_CERT", "", "certificate (PEM) to serve the operators' listener over TLS")
 	s.String(&o.TLSKey, "OPS_TLS_KEY", "", "the certificate's private key (PEM)")
 	if withAdmin {
@@ -59,16 +59,19 @@ func NewRegistry() *prometheus.Registry {
 // OpsHandler serves /metrics from reg, /healthz, /readyz from ready (nil error: ready),
 // and mounts admin (if not nil) under /admin/ and console (if not nil) under /console/.
 //
-// It registers dispatch_ready on reg: 1 while ready says so, read at each scrape, for an
+// /readyz answers within httpapi.ReadyTimeout whatever NATS does (503 "cannot tell" past
+// it); /healthz asks nothing of NATS.
+//
+// It registers dispatch_ready on reg: 1 while ready says so, read at each scrape within
+// the same bound (a scrape during a NATS leader election must not stall on it), for an
 // alert on an instance that stays unready (once per registry: the standalone's two parts
 // share one).
 func OpsHandler(reg *prometheus.Registry, ready func(ctx context.Context) error, admin, console http.Handler, log zerolog.Logger) http.Handler {
+	gaugeReady := httpapi.Bounded(ready, httpapi.ReadyTimeout)
 	readyGauge := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "dispatch_ready",
 		Help: "1 while /readyz answers 200 (the queue reachable and taking writes; not starting or stopping), else 0; read at each scrape"},
 		func() float64 {
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			defer cancel()
-			if ready(ctx) != nil {
+			if gaugeReady(context.Background()) != nil {
 				return 0
 			}
 			return 1
@@ -149,5 +152,5 @@ func serveTLS(ln net.Listener, prefix, certFile, keyFile, clientCA string) (net.
 	return tlsListener{tls.NewListener(ln, cfg)}, nil
 }
 
-// tlsListener marks a listener that serves TLS, for URLFor.
+// tlsListener marks a listener that serves TLS, for URLFor and LocalURL.
 type tlsListener struct{ net.Listener }

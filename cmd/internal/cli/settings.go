@@ -24,6 +24,7 @@ type Settings struct {
 	getenv func(string) string
 	specs  []*spec
 	after  []func()
+	given  map[string]bool // the settings given, by variable name, once parsed
 }
 
 type spec struct {
@@ -76,6 +77,12 @@ func (s *Settings) ParseWithArgs(args []string, min, max int, what string) ([]st
 	return s.fs.Args(), s.resolve()
 }
 
+// Given says whether the setting named by its variable (INGEST_ADDR) was given, as a
+// flag or a non-empty variable, rather than left at its default: for a default that
+// depends on another setting (the standalone's listeners bind loopback unless told
+// otherwise). False before Parse.
+func (s *Settings) Given(env string) bool { return s.given[env] }
+
 // Flags is the flag set, for a command's own flags that have no environment variable.
 func (s *Settings) Flags() *flag.FlagSet { return s.fs }
 
@@ -89,12 +96,13 @@ func (s *Settings) SetUsage(out io.Writer, heading string) {
 }
 
 func (s *Settings) resolve() error {
-	given := map[string]bool{}
-	s.fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	onCommandLine := map[string]bool{}
+	s.fs.Visit(func(f *flag.Flag) { onCommandLine[f.Name] = true })
+	s.given = map[string]bool{}
 	var errs []error
 	for _, sp := range s.specs {
 		source := "-" + sp.flag
-		if !given[sp.flag] {
+		if !onCommandLine[sp.flag] {
 			v, ok := lookup(s.getenv, sp.env)
 			if !ok {
 				continue
@@ -105,6 +113,7 @@ func (s *Settings) resolve() error {
 				continue
 			}
 		}
+		s.given[sp.env] = true
 		if sp.check != nil {
 			val := s.fs.Lookup(sp.flag).Value.String()
 			if err := sp.check(val); err != nil {

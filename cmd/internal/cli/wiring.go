@@ -143,18 +143,30 @@ func SafeURL(u string) string {
 	return p.Scheme + "://" + p.Host + p.Path
 }
 
-// URLFor turns a listener's address into a URL a local client can use.
+// URLFor is the URL of what ln serves at path, with the address ln actually bound: for
+// logs, which must say where a service listens. A listener on every interface shows as
+// such (http://[::]:8080/, http://0.0.0.0:8080/), never as loopback.
 func URLFor(ln net.Listener, path string) string {
-	addr := ln.Addr().(*net.TCPAddr)
-	host := addr.IP.String()
-	if addr.IP.IsUnspecified() {
-		host = "127.0.0.1"
+	return urlFor(ln, ln.Addr().(*net.TCPAddr).IP.String(), path)
+}
+
+// LocalURL is the URL at which a client on this host reaches what ln serves at path: the
+// bound address, or loopback for a listener on every interface. For a part of this
+// process that calls another (the standalone dispatcher and its demo raven).
+func LocalURL(ln net.Listener, path string) string {
+	ip := ln.Addr().(*net.TCPAddr).IP
+	if ip.IsUnspecified() {
+		ip = net.IPv4(127, 0, 0, 1)
 	}
+	return urlFor(ln, ip.String(), path)
+}
+
+func urlFor(ln net.Listener, host, path string) string {
 	scheme := "http://"
 	if _, ok := ln.(tlsListener); ok {
 		scheme = "https://"
 	}
-	return scheme + net.JoinHostPort(host, fmt.Sprint(addr.Port)) + path
+	return scheme + net.JoinHostPort(host, fmt.Sprint(ln.Addr().(*net.TCPAddr).Port)) + path
 }
 
 // Main runs a service binary: run gets a context that ends on SIGINT or SIGTERM (the

@@ -1,0 +1,92 @@
+package ingest_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/penguinhq/dispatcher/pkg/fault"
+	"github.com/penguinhq/dispatcher/pkg/httpapi"
+	"github.com/penguinhq/dispatcher/pkg/ingest"
+	"github.com/penguinhq/dispatcher/pkg/queue"
+	"github.com/penguinhq/dispatcher/pkg/queue/queuetest"
+)
+
+// While NATS takes the connection but answers nothing (a partition, or a cluster
+// electing a stream's leader), /readyz still answers within its bound: 503 "cannot
+// tell", not a silence that a probe's timeout takes for a dead process; /healthz answers
+// at once. The bound is httpapi.ReadyTimeout; the test allows a busy machine four times
+// that: the 2 s of the probes that found /readyz silent (it used to wait up to 2 s).
+func TestReadyAnswersWhileNATSIsSilent(t *testing.T) {
+	srv := queuetest.Server(t)
+	proxy, err := fault.New(strings.TrimPrefix(srv.ClientURL(), "nats://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(proxy.Close)
+	conn, err := queue.Connect("nats://"+proxy.Addr(), "test", zerolog.Nop(), queue.Security{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(conn.Close)
+	q, err := conn.Open(context.Background(), queue.Config{}, queue.CreateOrUpdate)
+	if err != nil {
+		t.Fatal(err)
+	}
+	api, err := ingest.New(ingest.Config{}, q, q, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(api.Handler())
+	t.Cleanup(hs.Close)
+	client := &http.Client{Timeout: 10 * time.Second} // longer than any hang the test looks for
+	get := func(path string) (int, string, time.Duration) {
+		t.Helper()
+		began := time.Now()
+		resp, err := client.Get(hs.URL + path)
+		if err != nil {
+			t.Fatalf("GET %s: %v after %s", path, err, time.Since(began))
+		}
+		defer resp.Body.Close()
+		var p httpapi.Problem
+		_ = json.NewDecoder(resp.Body).Decode(&p)
+		return resp.StatusCode, p.Detail, time.Since(began)
+	}
+	if code, detail, _ := get("/readyz"); code != http.StatusOK {
+		t.Fatalf("/readyz answered %d (%s) with NATS reachable, want 200", code, detail)
+	}
+
+	proxy.Blackhole()
+	const within = 2 * time.Second
+	for range 3 {
+		code, detail, took := get("/readyz")
+		if code != http.StatusServiceUnavailable || !strings.HasPrefix(detail, "cannot tell:") {
+			t.Fatalf("/readyz answered %d %q after %s with NATS silent, want 503 \"cannot tell: ...\"", code, detail, took)
+		}
+		if took > within {
+			t.Fatalf("/readyz answered after %s with NATS silent, want within %s (bound %s)", took, within, httpapi.ReadyTimeout)
+		}
+	}
+	if code, _, took := get("/healthz"); code != http.StatusOK || took > within {
+		t.Fatalf("/healthz answered %d after %s with NATS silent, want 200 at once", code, took)
+	}
+
+	proxy.Heal()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		code, _, _ := get("/readyz")
+		if code == http.StatusOK {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/readyz still %d 20s after NATS answered again", code)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
