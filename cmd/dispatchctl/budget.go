@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"text/tabwriter"
 	"time"
 
@@ -21,40 +22,103 @@ func budget(ctx context.Context, e *env, _ []string) error {
 	if err != nil {
 		return err
 	}
-	return e.print(view, func(w *tabwriter.Writer) {
-		if view.Steered == nil {
-			fmt.Fprintf(w, "set by operators\tnothing: each dispatcher's RAVEN_MAX_RATE and RAVEN_MAX_INFLIGHT\n")
-		} else {
-			fmt.Fprintf(w, "set by operators\t%s (by %s at %s)\n", view.Steered, printable(view.Steered.By), view.Steered.UpdatedAt.Format(time.RFC3339))
+	return e.print(view, func(w *tabwriter.Writer) { printBudget(w, view, time.Now()) })
+}
+
+// printBudget writes raven's budget and how each dispatcher holds it at now. A limit of
+// 0 is written "no limit", never a 0 or "none" that would read as "nothing is sent".
+func printBudget(w io.Writer, view admin.BudgetView, now time.Time) {
+	if view.Steered == nil {
+		fmt.Fprintf(w, "set by operators\tnothing: each dispatcher's RAVEN_MAX_RATE and RAVEN_MAX_INFLIGHT\n")
+	} else {
+		fmt.Fprintf(w, "set by operators\t%s (by %s at %s)\n", steeredText(view.Steered), printable(view.Steered.By), view.Steered.UpdatedAt.Format(time.RFC3339))
+	}
+	if view.Applied != nil && !*view.Applied {
+		fmt.Fprintf(w, "not yet in force\ton every dispatcher after 2s: see below which still holds the old budget\n")
+	}
+	if len(view.Instances) == 0 {
+		fmt.Fprintf(w, "dispatchers\tnone answered\n")
+		return
+	}
+	share, effective := perSecond(view.ShareRate), perSecond(view.EffectiveRate)
+	for _, in := range view.Instances {
+		if in.MaxRate <= 0 && in.Owned > 0 {
+			share = "no limit"
 		}
-		if view.Applied != nil && !*view.Applied {
-			fmt.Fprintf(w, "not yet in force\ton every dispatcher after 2s: see below which still holds the old budget\n")
+	}
+	if view.RateUnlimited() {
+		effective = "no limit"
+	}
+	fmt.Fprintf(w, "total\tshares %s, effective %s, %s waiting for the budget\n", share, effective, admin.Count(view.Waiting, "lane", "lanes"))
+	fmt.Fprintf(w, "\nINSTANCE\tBUDGET\tPARTITIONS\tSHARE\tEFFECTIVE\tIN FLIGHT\tWAITING\tWHY (LAST CHANGE)\n")
+	for _, in := range view.Instances {
+		b := "rate " + rateLimit(in.MaxRate) + ", in flight " + inFlightLimit(in.MaxInFlight)
+		if in.MaxRate <= 0 && in.MaxInFlight <= 0 {
+			b = "no limit"
 		}
-		if len(view.Instances) == 0 {
-			fmt.Fprintf(w, "dispatchers\tnone answered\n")
-			return
+		if in.Adaptive {
+			b += ", adaptive"
 		}
-		fmt.Fprintf(w, "total\tshares %s, effective %s, %d lanes waiting for the budget\n",
-			request.FormatRate(view.ShareRate), request.FormatRate(view.EffectiveRate), view.Waiting)
-		fmt.Fprintf(w, "\nINSTANCE\tBUDGET\tPARTITIONS\tSHARE\tEFFECTIVE\tIN FLIGHT\tWAITING\tWHY (LAST CHANGE)\n")
-		for _, in := range view.Instances {
-			b := "rate " + request.FormatRate(in.MaxRate) + ", in flight " + request.FormatInFlight(in.MaxInFlight)
-			if in.Adaptive {
-				b += ", adaptive"
-			}
-			share := request.FormatRate(in.ShareRate)
-			if in.ShareInFlight > 0 {
-				share += fmt.Sprintf(", %d in flight", in.ShareInFlight)
-			}
-			why := in.Why
-			if !in.Changed.IsZero() {
-				why += fmt.Sprintf(" (%s ago)", time.Since(in.Changed).Round(time.Second))
-			}
-			if in.PausedUntil.After(time.Now()) {
-				why = fmt.Sprintf("PAUSED for %s by raven; ", time.Until(in.PausedUntil).Round(100*time.Millisecond)) + why
-			}
-			fmt.Fprintf(w, "%s\t%s\t%d/%d\t%s\t%s\t%d\t%d\t%s\n", in.Instance, b, in.Owned, in.Partitions, share,
-				request.FormatRate(in.EffectiveRate), in.InFlight, in.Waiting, printable(why))
+		share := perSecond(in.ShareRate)
+		switch {
+		case in.MaxRate <= 0 && in.ShareInFlight > 0:
+			share = fmt.Sprintf("no rate limit, %d in flight", in.ShareInFlight)
+		case in.MaxRate <= 0:
+			share = "no limit"
+		case in.ShareInFlight > 0:
+			share += fmt.Sprintf(", %d in flight", in.ShareInFlight)
 		}
-	})
+		effective := perSecond(in.EffectiveRate)
+		switch {
+		case in.RateUnlimited():
+			effective = "no limit"
+		case in.Owned == 0:
+			effective = "0/s (no partition)"
+		}
+		why := in.Why
+		if !in.Changed.IsZero() {
+			why += fmt.Sprintf(" (%s ago)", admin.Age(now.Sub(in.Changed)))
+		}
+		if in.PausedUntil.After(now) {
+			why = fmt.Sprintf("PAUSED for %s by raven; ", admin.Age(in.PausedUntil.Sub(now))) + why
+		}
+		fmt.Fprintf(w, "%s\t%s\t%d/%d\t%s\t%s\t%d\t%d\t%s\n", in.Instance, b, in.Owned, in.Partitions, share,
+			effective, in.InFlight, in.Waiting, dash(printable(why)))
+	}
+}
+
+// steeredText writes what operators set of the budget, as request.Budget's String
+// does, with "no limit" for a limit of 0.
+func steeredText(b *request.Budget) string {
+	rate, inflight := "configured", "configured"
+	if b.MaxRate != nil {
+		rate = rateLimit(*b.MaxRate)
+	}
+	if b.MaxInFlight != nil {
+		inflight = inFlightLimit(*b.MaxInFlight)
+	}
+	return "rate " + rate + ", in flight " + inflight
+}
+
+// rateLimit and inFlightLimit write a budget's limit: "no limit" for 0.
+func rateLimit(r float64) string {
+	if r <= 0 {
+		return "no limit"
+	}
+	return request.FormatRate(r)
+}
+
+func inFlightLimit(n int) string {
+	if n <= 0 {
+		return "no limit"
+	}
+	return request.FormatInFlight(n)
+}
+
+// perSecond writes a rate that is not a limit: "0/s" for 0.
+func perSecond(r float64) string {
+	if r <= 0 {
+		return "0/s"
+	}
+	return request.FormatRate(r)
 }

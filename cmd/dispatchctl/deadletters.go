@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"slices"
 	"strings"
@@ -54,8 +55,8 @@ func deadLetterBodies(ctx context.Context, e *env, f queue.DeadFilter) error {
 	}
 	w := e.stdout // not a tabwriter: a body's own tabs stay as they are
 	for _, d := range list {
-		fmt.Fprintf(w, "== dead letter %d: request %s of %s, %s, %d attempts, last status %d, dead at %s\n",
-			d.Seq, d.ID, quote(d.ClientID), d.Reason, d.Attempts, d.LastStatus, d.DeadAt.Format(time.RFC3339))
+		fmt.Fprintf(w, "== dead letter %d: request %s of %s, %s, %s, last status %d, dead at %s\n",
+			d.Seq, d.ID, quote(d.ClientID), d.Reason, admin.Count(d.Attempts, "attempt", "attempts"), d.LastStatus, d.DeadAt.Format(time.RFC3339))
 		names := slices.Sorted(maps.Keys(d.Headers))
 		for _, k := range names {
 			for _, v := range d.Headers[k] {
@@ -87,6 +88,8 @@ func printable(s string) string {
 	return b.String()
 }
 
+// replay puts dead letters back, or with -dry-run says which it would: a table of
+// them, as deadletters prints, then the count.
 func replay(ctx context.Context, e *env, _ []string) error {
 	f, err := e.filter()
 	if err != nil {
@@ -96,23 +99,9 @@ func replay(ctx context.Context, e *env, _ []string) error {
 		return fmt.Errorf("%w: replaying every dead letter needs -all; or select them with -id, -client, -reason, -since or -until", admin.ErrInvalid)
 	}
 	var items []admin.ReplayItem
-	rep, err := e.svc.Replay(ctx, f, e.o.all, e.o.dryRun, func(it admin.ReplayItem) {
-		if e.o.json {
-			items = append(items, it)
-			return
-		}
-		fmt.Fprintf(e.stdout, "%s\t%s\t%s\t%s\n", it.Outcome, it.ID, quote(it.ClientID), it.Why)
-	})
-	if e.o.json {
-		if perr := e.print(map[string]any{"report": rep, "items": items}, nil); perr != nil {
-			return perr
-		}
-	} else {
-		n, verb := rep.Requeued, "requeued"
-		if rep.DryRun {
-			n, verb = rep.Matched, "would be requeued"
-		}
-		fmt.Fprintf(e.stdout, "%d matched, %d %s, %d skipped\n", rep.Matched, n, verb, rep.Skipped)
+	rep, err := e.svc.Replay(ctx, f, e.o.all, e.o.dryRun, func(it admin.ReplayItem) { items = append(items, it) })
+	if perr := e.print(map[string]any{"report": rep, "items": items}, func(w *tabwriter.Writer) { printReplay(w, rep, items) }); perr != nil {
+		return perr
 	}
 	if errors.Is(err, admin.ErrInvalid) {
 		return err
@@ -121,4 +110,19 @@ func replay(ctx context.Context, e *env, _ []string) error {
 		return fmt.Errorf("stopped after %d of the matches (running it again is safe): %w", rep.Matched, err)
 	}
 	return nil
+}
+
+// printReplay writes what a replay did to each dead letter as a table, and sums it up.
+func printReplay(w io.Writer, rep admin.ReplayReport, items []admin.ReplayItem) {
+	if len(items) > 0 {
+		fmt.Fprintf(w, "OUTCOME\tID\tCLIENT\tREASON\tDEAD AT\tWHY\n")
+		for _, it := range items {
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", it.Outcome, it.ID, quote(it.ClientID), it.Reason, it.DeadAt.Format(time.RFC3339), dash(printable(it.Why)))
+		}
+	}
+	n, verb := rep.Requeued, "requeued"
+	if rep.DryRun {
+		n, verb = rep.Matched, "would be requeued"
+	}
+	fmt.Fprintf(w, "%d matched, %d %s, %d skipped\n", rep.Matched, n, verb, rep.Skipped)
 }

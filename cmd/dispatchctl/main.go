@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/signal"
 	"os/user"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -126,49 +127,102 @@ func filterFlags(f *flag.FlagSet, o *opts) {
 }
 
 func usage(w io.Writer) {
-	fmt.Fprintln(w, "Usage: dispatchctl <command> [flags] [arguments]")
+	fmt.Fprintln(w, "Usage: dispatchctl [flags] <command> [flags] [arguments]")
 	fmt.Fprintln(w, "\nCommands:")
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	for _, c := range commands {
 		fmt.Fprintf(tw, "  %s %s\t%s\n", c.name, c.args, c.summary)
 	}
 	tw.Flush()
-	fmt.Fprintln(w, "\nEvery command takes -nats-url [NATS_URL] and -json; dispatchctl <command> -h shows its flags.")
+	fmt.Fprintln(w, "\nEvery command takes -nats-url [NATS_URL], -timeout and -json, before or after its name;")
+	fmt.Fprintln(w, "a command's own flags go after its name. dispatchctl <command> -h shows its flags.")
 	fmt.Fprintln(w, "Exit status: 0 done, 1 the command failed, 2 the command line is wrong.")
 }
 
+// globals are the settings every command takes, before its name or after it.
+type globals struct {
+	logs              *cli.Log
+	nats              *cli.NATS
+	timeout, laneWait time.Duration
+}
+
+// globalSettings registers the settings every command takes on s.
+func globalSettings(s *cli.Settings, o *opts) *globals {
+	g := &globals{logs: cli.LogSettings(s), nats: cli.NATSSettings(s)}
+	s.Flags().DurationVar(&g.timeout, "timeout", time.Minute, "bound on the whole command")
+	cli.LaneWaitSetting(s, &g.laneWait, admin.DefaultLaneWait)
+	s.Flags().BoolVar(&o.json, "json", false, "print JSON instead of a table")
+	return g
+}
+
+// commandFirst moves the flags given before the command's name (dispatchctl -nats-url
+// URL status) to just after it, where the command reads them with its own flags: it
+// returns the command's name and what follows it. Only the flags every command takes may
+// come first; each takes the next argument as its value unless it is boolean or written
+// -flag=value. -h among them asks for the usage (flag.ErrHelp).
+func commandFirst(args []string) (name string, rest []string, err error) {
+	s := cli.NewSettings("dispatchctl", func(string) string { return "" }, io.Discard)
+	globalSettings(s, &opts{})
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if !strings.HasPrefix(a, "-") || a == "-" {
+			return a, append(slices.Clone(args[:i]), args[i+1:]...), nil
+		}
+		fname, _, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if fname == "h" || fname == "help" {
+			return "", nil, flag.ErrHelp
+		}
+		f := s.Flags().Lookup(fname)
+		if f == nil {
+			return "", nil, fmt.Errorf("%s before the command is not a flag every command takes (give a command's own flags after its name)", a)
+		}
+		if b, ok := f.Value.(interface{ IsBoolFlag() bool }); !hasValue && !(ok && b.IsBoolFlag()) {
+			if i++; i == len(args) { // its value
+				return "", nil, fmt.Errorf("%s needs a value", a)
+			}
+		}
+	}
+	return "", nil, errors.New("no command given after the flags")
+}
+
 func run(ctx context.Context, args []string, getenv func(string) string, stdin io.Reader, stdout, stderr io.Writer) int {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "-help" || args[0] == "help" {
 		usage(stdout)
 		if len(args) == 0 {
 			return exitUsage
 		}
 		return exitOK
 	}
+	name, args, err := commandFirst(args)
+	if errors.Is(err, flag.ErrHelp) {
+		usage(stdout)
+		return exitOK
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "dispatchctl: %v\n\n", err)
+		usage(stderr)
+		return exitUsage
+	}
 	var cmd *command
 	for i := range commands {
-		if commands[i].name == args[0] {
+		if commands[i].name == name {
 			cmd = &commands[i]
 		}
 	}
 	if cmd == nil {
-		fmt.Fprintf(stderr, "dispatchctl: unknown command %q\n\n", args[0])
+		fmt.Fprintf(stderr, "dispatchctl: unknown command %q\n\n", name)
 		usage(stderr)
 		return exitUsage
 	}
 	o := &opts{}
 	s := cli.NewSettings("dispatchctl "+cmd.name, getenv, stderr)
 	s.SetUsage(stderr, fmt.Sprintf("Usage: dispatchctl %s [flags] %s\n\n%s.", cmd.name, cmd.args, cmd.summary))
-	logs := cli.LogSettings(s)
-	natsCfg := cli.NATSSettings(s)
-	var timeout, laneWait time.Duration
-	s.Flags().DurationVar(&timeout, "timeout", time.Minute, "bound on the whole command")
-	cli.LaneWaitSetting(s, &laneWait, admin.DefaultLaneWait)
-	s.Flags().BoolVar(&o.json, "json", false, "print JSON instead of a table")
+	g := globalSettings(s, o)
+	logs, natsCfg := g.logs, g.nats
 	if cmd.flags != nil {
 		cmd.flags(s.Flags(), o)
 	}
-	rest, err := s.ParseWithArgs(args[1:], cmd.minArgs, cmd.maxArgs, "arguments "+cmd.args)
+	rest, err := s.ParseWithArgs(args, cmd.minArgs, cmd.maxArgs, "arguments "+cmd.args)
 	if errors.Is(err, flag.ErrHelp) {
 		return exitOK
 	}
@@ -180,7 +234,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 	if logs.Level == "debug" {
 		log = logs.Logger(stderr, "dispatchctl")
 	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
+	ctx, cancel := context.WithTimeout(ctx, g.timeout)
 	defer cancel()
 	nc, err := natsCfg.ConnectOnce("dispatchctl")
 	if err != nil {
@@ -201,7 +255,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		fmt.Fprintln(stderr, "dispatchctl:", err)
 		return exitFailed
 	}
-	svc, err := admin.New(admin.Config{Queue: q, Control: ctl, Log: log, LaneWait: laneWait})
+	svc, err := admin.New(admin.Config{Queue: q, Control: ctl, Log: log, LaneWait: g.laneWait})
 	if err != nil {
 		fmt.Fprintln(stderr, "dispatchctl:", err)
 		return exitFailed
@@ -231,6 +285,7 @@ func (e *env) print(v any, table func(w *tabwriter.Writer)) error {
 	if e.o.json {
 		enc := json.NewEncoder(e.stdout)
 		enc.SetIndent("", "  ")
+		enc.SetEscapeHTML(false) // a detail's <token> stays <token>, as the APIs answer it
 		return enc.Encode(v)
 	}
 	tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
@@ -243,14 +298,30 @@ func clients(ctx context.Context, e *env, _ []string) error {
 	if err != nil {
 		return err
 	}
-	return e.print(page, func(w *tabwriter.Writer) {
+	return e.print(page, func(w *tabwriter.Writer) { printClients(w, page) })
+}
+
+// printClients writes a page of clients as a table, and says which page of how many it
+// is; with no client to show, it says so instead.
+func printClients(w io.Writer, page admin.ClientsPage) {
+	matching := ""
+	if page.Search != "" {
+		matching = fmt.Sprintf(" whose id contains %s", quote(page.Search))
+	}
+	if page.Total == 0 {
+		fmt.Fprintf(w, "no client%s has a backlog\n", matching)
+		return
+	}
+	if len(page.Clients) > 0 {
 		fmt.Fprintf(w, "CLIENT\tBACKLOG\tOLDEST AGE\tLANE\tNEXT SEND\tATTEMPTS\tINTERVAL\tSTEERING\n")
 		for _, c := range page.Clients {
 			fmt.Fprintf(w, "%s\t%d\t%s\t%s\t%s\t%d\t%s\t%s\n", quote(c.ClientID), c.Backlog, dash(c.OldestAge), c.Lane,
 				relative(c.NextSend), c.Attempts, dash(c.Interval), steerText(c.Steering))
 		}
-		fmt.Fprintf(w, "page %d of %d clients with a backlog, %d per page, by %s\n", page.Page, page.Total, page.Limit, page.Sort)
-	})
+	}
+	pages := (page.Total + page.Limit - 1) / max(page.Limit, 1)
+	fmt.Fprintf(w, "%s%s with a backlog (page %d of %d, %d per page, by %s)\n",
+		admin.Count(page.Total, "client", "clients"), matching, page.Page, pages, page.Limit, page.Sort)
 }
 
 func requestState(ctx context.Context, e *env, args []string) error {
@@ -258,47 +329,54 @@ func requestState(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	return e.print(rs, func(w *tabwriter.Writer) {
-		fmt.Fprintf(w, "id\t%s\nstate\t%s\ndetail\t%s\n", printable(rs.ID), rs.State, printable(rs.Detail))
-		if rs.ClientID != "" {
-			fmt.Fprintf(w, "client\t%s\n", quote(rs.ClientID))
-		}
-		if !rs.AcceptedAt.IsZero() {
-			fmt.Fprintf(w, "accepted at\t%s\n", rs.AcceptedAt.Format(time.RFC3339Nano))
-		}
-		if rs.Position != nil {
-			fmt.Fprintf(w, "requests ahead\t%d\n", *rs.Position)
-		}
-		if rs.Lane != nil {
-			fmt.Fprintf(w, "lane\t%s on %s, next send %s, %d failed attempts, interval %s\n", rs.Lane.State, rs.Dispatcher, relative(rs.Lane.NextSend), rs.Lane.Attempts, rs.Lane.Interval)
-		}
-		if d := rs.Delivery; d != nil {
-			fmt.Fprintf(w, "delivered at\t%s on %s, attempt %d\n", d.Delivered.Format(time.RFC3339Nano), rs.Dispatcher, d.Attempt)
-		}
-		if d := rs.DeadLetter; d != nil {
-			fmt.Fprintf(w, "reason\t%s\nattempts\t%d\nlast status\t%d\nlast error\t%s\ndead at\t%s\n", d.Reason, d.Attempts, d.LastStatus, dash(printable(d.LastError)), d.DeadAt.Format(time.RFC3339Nano))
-		}
-		if r := rs.Record; r != nil {
-			fmt.Fprintf(w, "record\t%s, %d attempts, %d replays, updated %s\n", r.State, r.Attempts, r.Replays, r.UpdatedAt.Format(time.RFC3339Nano))
-			if a := r.LastAttempt; a != nil {
-				fmt.Fprintf(w, "last attempt\t%s, status %d %s\n", a.At.Format(time.RFC3339Nano), a.Status, printable(a.Error))
-			}
-			if !r.NotBefore.IsZero() {
-				fmt.Fprintf(w, "not before\t%s\n", r.NotBefore.Format(time.RFC3339Nano))
-			}
-		}
-	})
+	return e.print(rs, func(w *tabwriter.Writer) { printRequest(w, rs) })
 }
 
+// printRequest writes where a request is, a line for each fact known.
+func printRequest(w io.Writer, rs admin.RequestState) {
+	fmt.Fprintf(w, "id\t%s\nstate\t%s\ndetail\t%s\n", printable(rs.ID), rs.State, printable(rs.Detail))
+	if rs.ClientID != "" {
+		fmt.Fprintf(w, "client\t%s\n", quote(rs.ClientID))
+	}
+	if !rs.AcceptedAt.IsZero() {
+		fmt.Fprintf(w, "accepted at\t%s\n", rs.AcceptedAt.Format(time.RFC3339Nano))
+	}
+	if rs.Position != nil {
+		fmt.Fprintf(w, "requests ahead\t%d\n", *rs.Position)
+	}
+	if rs.Lane != nil {
+		fmt.Fprintf(w, "lane\t%s on %s, next send %s, %s, interval %s\n", rs.Lane.State, rs.Dispatcher, relative(rs.Lane.NextSend),
+			admin.Count(rs.Lane.Attempts, "failed attempt", "failed attempts"), rs.Lane.Interval)
+	}
+	if d := rs.Delivery; d != nil {
+		fmt.Fprintf(w, "delivered at\t%s on %s, attempt %d\n", d.Delivered.Format(time.RFC3339Nano), rs.Dispatcher, d.Attempt)
+	}
+	if d := rs.DeadLetter; d != nil {
+		fmt.Fprintf(w, "reason\t%s\nattempts\t%d\nlast status\t%d\nlast error\t%s\ndead at\t%s\n", d.Reason, d.Attempts, d.LastStatus, dash(printable(d.LastError)), d.DeadAt.Format(time.RFC3339Nano))
+	}
+	if r := rs.Record; r != nil {
+		fmt.Fprintf(w, "record\t%s, %s, %s, updated %s\n", r.State, admin.Count(r.Attempts, "attempt", "attempts"),
+			admin.Count(r.Replays, "replay", "replays"), r.UpdatedAt.Format(time.RFC3339Nano))
+		if a := r.LastAttempt; a != nil {
+			fmt.Fprintf(w, "last attempt\t%s, status %d %s\n", a.At.Format(time.RFC3339Nano), a.Status, printable(a.Error))
+		}
+		if !r.NotBefore.IsZero() {
+			fmt.Fprintf(w, "not before\t%s\n", r.NotBefore.Format(time.RFC3339Nano))
+		}
+	}
+}
+
+// relative says how soon t is, rounded as a person reads it ("in 59s"); "now" once it
+// has passed.
 func relative(t time.Time) string {
 	if t.IsZero() {
 		return "-"
 	}
-	d := time.Until(t).Round(time.Millisecond)
+	d := time.Until(t)
 	if d <= 0 {
 		return "now"
 	}
-	return "in " + d.String()
+	return "in " + admin.Age(d)
 }
 
 // quote shows an id (a clientId, an instance) safely: quoted when it holds spaces or

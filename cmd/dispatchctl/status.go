@@ -20,15 +20,21 @@ func status(ctx context.Context, e *env, _ []string) error {
 	}
 	return e.print(st, func(w *tabwriter.Writer) {
 		q := st.Queue
-		fmt.Fprintf(w, "QUEUE\t%d requests for %d clients, oldest %s; %d dead letters\n", q.Requests, q.Clients, orText(ago(q.Oldest), "none"), q.DeadLetters)
+		fmt.Fprintf(w, "QUEUE\t%s for %s, oldest %s; %s\n", admin.Count(q.Requests, "request", "requests"), admin.Count(q.Clients, "client", "clients"),
+			orText(ago(q.Oldest), "none"), admin.Count(q.DeadLetters, "dead letter", "dead letters"))
 		fmt.Fprintln(w)
 		printLeases(w, st)
 		fmt.Fprintln(w)
 		n := st.NATS
 		fmt.Fprintf(w, "NATS\tconnected to %s; servers answering: %s\n", n.Connected, orText(strings.Join(n.Servers, ", "), "none"))
-		if n.Meta != nil {
+		switch {
+		case n.Meta != nil:
 			fmt.Fprintf(w, "meta group\tleader %s; %s\n", orText(n.Meta.Leader, "NONE"), replicasText(n.Meta.Replicas))
-		} else {
+		case st.NoLeases:
+			// As on a standalone: its NATS is one server, with no meta group to show, and
+			// the note's advice on a cluster's configuration does not apply.
+			fmt.Fprintf(w, "meta group\tnone shown (a standalone dispatcher's NATS is a single server inside it, with no meta group)\n")
+		default:
 			fmt.Fprintf(w, "meta group\t%s\n", n.MetaNote)
 		}
 		fmt.Fprintf(w, "\nSTREAM\tMESSAGES\tREPLICAS\tLEADER\tFOLLOWERS\n")
@@ -48,7 +54,11 @@ func status(ctx context.Context, e *env, _ []string) error {
 func printLeases(w io.Writer, st admin.Status) {
 	l := st.Leases
 	if l == nil {
-		fmt.Fprintf(w, "DISPATCHERS\t%s\n", st.LeasesNote)
+		note := st.LeasesNote
+		if st.NoLeases {
+			note = noLeasesNote
+		}
+		fmt.Fprintf(w, "DISPATCHERS\t%s\n", note)
 		return
 	}
 	fmt.Fprintf(w, "DISPATCHERS\t%d instances, %d partitions, lease TTL %s\n", len(l.Instances), l.Partitions, l.TTL)
@@ -79,6 +89,12 @@ func printLeases(w io.Writer, st admin.Status) {
 		fmt.Fprintf(w, "unowned partitions\t%d: %s (nothing is sent for their clients until a dispatcher takes them)\n", len(l.Unowned), ranges(l.Unowned))
 	}
 }
+
+// noLeasesNote is what status says when the lease bucket does not exist: what a
+// standalone user needs, whose dispatcher holds no lease to show.
+const noLeasesNote = "none with leases. A standalone dispatcher owns every partition without them, so whether it runs does not show here: " +
+	"ask its operators' listener (curl -s http://127.0.0.1:9091/readyz, or at its OPS_ADDR) or open its console there (/console/). " +
+	"On a cluster: no dispatcher has run yet."
 
 func later(a, b time.Time) time.Time {
 	if b.After(a) {
@@ -120,17 +136,18 @@ func replicasText(rs []queue.ReplicaStatus) string {
 		}
 		seen := "not seen"
 		if r.Active > 0 {
-			seen = "seen " + r.Active.Round(time.Millisecond).String() + " ago"
+			seen = "seen " + admin.Age(r.Active) + " ago"
 		}
 		parts = append(parts, fmt.Sprintf("%s %s (lag %d, %s)", r.Name, state, r.Lag, seen))
 	}
 	return strings.Join(parts, "; ")
 }
 
-// ago says how long before now t was: "3s ago"; "" for the zero time.
+// ago says how long before now t was, rounded as a person reads it: "3.2s ago", "59s
+// ago", "1m1s ago"; "" for the zero time.
 func ago(t time.Time) string {
 	if t.IsZero() {
 		return ""
 	}
-	return time.Since(t).Round(time.Second).String() + " ago"
+	return admin.Age(time.Since(t)) + " ago"
 }

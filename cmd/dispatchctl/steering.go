@@ -82,7 +82,7 @@ func pause(ctx context.Context, e *env, args []string) error {
 		case *res.Queued == 0:
 			fmt.Fprintf(w, "paused %s: nothing is queued for it now; what is accepted for it waits until resume\n", c)
 		default:
-			fmt.Fprintf(w, "paused %s: its %d queued requests wait (an attempt in flight ends first); new ones are still accepted\n", c, *res.Queued)
+			fmt.Fprintf(w, "paused %s: its %s wait (an attempt in flight ends first); new ones are still accepted\n", c, admin.Count(*res.Queued, "queued request", "queued requests"))
 		}
 	})
 }
@@ -98,7 +98,7 @@ func resume(ctx context.Context, e *env, args []string) error {
 		case *res.Queued == 0:
 			fmt.Fprintf(w, "resumed %s: nothing is queued for it\n", c)
 		default:
-			fmt.Fprintf(w, "resumed %s: its %d queued requests go out, spaced as usual\n", c, *res.Queued)
+			fmt.Fprintf(w, "resumed %s: its %s go out, spaced as usual\n", c, admin.Count(*res.Queued, "queued request", "queued requests"))
 		}
 	})
 }
@@ -137,9 +137,9 @@ func purge(ctx context.Context, e *env, args []string) error {
 		case res.Requests == 0:
 			fmt.Fprintf(w, "%s has nothing queued; nothing to purge\n", quote(client))
 		case res.Remaining == 0:
-			fmt.Fprintf(w, "%s: %d requests moved to the dead-letter stream (reason purged); replay brings them back\n", quote(client), res.Requests)
+			fmt.Fprintf(w, "%s: %s moved to the dead-letter stream (reason purged); replay brings them back\n", quote(client), admin.Count(res.Requests, "request", "requests"))
 		default:
-			fmt.Fprintf(w, "%s: purge of %d requests asked for, %d still queued: the dispatcher owning the client moves them (is one running?)\n", quote(client), res.Requests, res.Remaining)
+			fmt.Fprintf(w, "%s: purge of %s asked for, %d still queued: the dispatcher owning the client moves them (is one running?)\n", quote(client), admin.Count(res.Requests, "request", "requests"), res.Remaining)
 		}
 	})
 }

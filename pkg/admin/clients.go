@@ -282,7 +282,7 @@ func (s *Service) describe(ctx context.Context, cs []Client) {
 	for i := range cs {
 		c := &cs[i]
 		if !c.OldestAt.IsZero() {
-			c.OldestAge = now.Sub(c.OldestAt).Round(time.Millisecond).String()
+			c.OldestAge = Age(now.Sub(c.OldestAt))
 		}
 		c.Lane = "none"
 		if l, ok := lanes[c.subject]; ok {

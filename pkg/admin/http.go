@@ -9,7 +9,6 @@ import (
 	"io"
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -19,8 +18,9 @@ import (
 )
 
 // Handler serves the admin API, to be mounted at /admin, each call authorized by
-// "Authorization: Bearer <token>". An empty token turns the API off: every call gets 403
-// saying how to turn it on.
+// "Authorization: Bearer <token>" (the scheme's name in any case). An empty token turns
+// the API off: every call gets 403 saying how to turn it on. A method a route does not
+// take gets 405 with the Allow header naming those it does.
 func (s *Service) Handler(token string) http.Handler {
 	r := chi.NewRouter()
 	r.Use(authorize(token))
@@ -41,9 +41,7 @@ func (s *Service) Handler(token string) http.Handler {
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
 		httpapi.WriteProblem(w, httpapi.Problem{Status: http.StatusNotFound, Code: "not_found", Detail: fmt.Sprintf("no admin route %s %s", r.Method, r.URL.Path)})
 	})
-	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
-		httpapi.WriteProblem(w, httpapi.Problem{Status: http.StatusMethodNotAllowed, Code: "method_not_allowed", Detail: fmt.Sprintf("%s is not allowed on %s", r.Method, r.URL.Path)})
-	})
+	r.MethodNotAllowed(httpapi.MethodNotAllowed(r))
 	return r
 }
 
@@ -56,7 +54,7 @@ func authorize(token string) func(http.Handler) http.Handler {
 					Detail: "the admin API is off: set ADMIN_TOKEN on the dispatcher to turn it on"})
 				return
 			}
-			got, ok := strings.CutPrefix(req.Header.Get("Authorization"), "Bearer ")
+			got, ok := httpapi.BearerToken(req) // "bearer" too: the scheme's case does not matter
 			if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(token)) != 1 {
 				w.Header().Set("WWW-Authenticate", `Bearer realm="dispatch-admin"`)
 				httpapi.WriteProblem(w, httpapi.Problem{Status: http.StatusUnauthorized, Code: "unauthorized",

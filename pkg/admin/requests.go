@@ -88,7 +88,7 @@ func (s *Service) where(ctx context.Context, id, clientID string, rec *request.S
 		rs := RequestState{ID: id, State: rec.State, ClientID: rec.ClientID, AcceptedAt: rec.AcceptedAt, Detail: "as its status record says"}
 		switch rec.State {
 		case request.StateDelivered:
-			rs.Detail = fmt.Sprintf("raven accepted it at %s, after %d attempts (status %d)", rec.DeliveredAt.UTC().Format(time.RFC3339Nano), rec.Attempts, rec.RavenStatus)
+			rs.Detail = fmt.Sprintf("raven accepted it at %s, after %s (status %d)", rec.DeliveredAt.UTC().Format(time.RFC3339Nano), Count(rec.Attempts, "attempt", "attempts"), rec.RavenStatus)
 		case request.StateDeadLettered:
 			rs.Detail = "dead-lettered (" + rec.DeadLetter.Reason + "), and no longer in the dead-letter stream: replayed, or removed"
 		}

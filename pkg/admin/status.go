@@ -13,10 +13,15 @@ import (
 type Status struct {
 	Queue QueueSummary `json:"queue"`
 	// Leases is nil when no dispatcher has used leases (LeasesNote says why).
-	Leases     *queue.LeaseStatus  `json:"leases,omitempty"`
-	LeasesNote string              `json:"leases_note,omitempty"`
-	NATS       queue.ClusterStatus `json:"nats"`
-	At         time.Time           `json:"at"`
+	Leases     *queue.LeaseStatus `json:"leases,omitempty"`
+	LeasesNote string             `json:"leases_note,omitempty"`
+	// NoLeases says the lease bucket does not exist: no dispatcher has run with leases
+	// on this queue, as on a standalone, whose dispatcher owns every partition without
+	// them (so whether it runs does not show here). For the tools' wording; LeasesNote
+	// says it in the answer.
+	NoLeases bool                `json:"-"`
+	NATS     queue.ClusterStatus `json:"nats"`
+	At       time.Time           `json:"at"`
 }
 
 // QueueSummary is how much is queued and dead.
@@ -57,7 +62,7 @@ func (s *Service) status(ctx context.Context) (Status, error) {
 	cancel()
 	switch {
 	case errors.Is(err, queue.ErrNoLeases):
-		out.LeasesNote = err.Error()
+		out.LeasesNote, out.NoLeases = err.Error(), true
 	case err != nil:
 		out.LeasesNote = "the lease bucket cannot be read: " + err.Error()
 	default:

@@ -150,14 +150,15 @@ func roundDur(d time.Duration) time.Duration {
 }
 
 var funcs = template.FuncMap{
-	// ago is how long before now t was; "never" for the zero time.
+	// ago is how long before now t was, rounded as a person reads it (admin.Age: "59s",
+	// "1m1s", not "1m0.975s"); "never" for the zero time.
 	"ago": func(now, t time.Time) string {
 		if t.IsZero() {
 			return "never"
 		}
-		return roundDur(now.Sub(t)).String() + " ago"
+		return admin.Age(now.Sub(t)) + " ago"
 	},
-	// until is how long after now t is; "now" once it has passed.
+	// until is how long after now t is, rounded alike; "now" once it has passed.
 	"until": func(now, t time.Time) string {
 		if t.IsZero() {
 			return "—"
@@ -165,7 +166,7 @@ var funcs = template.FuncMap{
 		if !t.After(now) {
 			return "now"
 		}
-		return "in " + roundDur(t.Sub(now)).String()
+		return "in " + admin.Age(t.Sub(now))
 	},
 	"ts": func(t time.Time) string {
 		if t.IsZero() {
@@ -179,6 +180,30 @@ var funcs = template.FuncMap{
 			return "0"
 		}
 		return fmt.Sprintf("%.2f", f)
+	},
+	// rateLimit and inFlightLimit write a budget's limits, where 0 is no limit (not
+	// "nothing is sent").
+	"rateLimit": func(f float64) string {
+		if f <= 0 {
+			return "no limit"
+		}
+		return fmt.Sprintf("%.2f/s", f)
+	},
+	"inFlightLimit": func(n int) string {
+		if n <= 0 {
+			return "no limit"
+		}
+		return fmt.Sprint(n)
+	},
+	// count writes n with its noun in the right number: "1 attempt", "2 attempts".
+	"count": func(n any, one, many string) (string, error) {
+		switch n := n.(type) {
+		case int:
+			return admin.Count(n, one, many), nil
+		case uint64:
+			return admin.Count(n, one, many), nil
+		}
+		return "", fmt.Errorf("count: %T is not a count", n)
 	},
 	"quantile": func(a dispatch.Activity, q float64) string {
 		switch v := a.Quantile(q); v {

@@ -266,9 +266,9 @@ func flashText(q url.Values) string {
 		n, _ := strconv.ParseUint(q.Get("n"), 10, 64)
 		left, _ := strconv.ParseUint(q.Get("left"), 10, 64)
 		if left > 0 {
-			return fmt.Sprintf("Purge asked for: %d requests, of which %d are still being moved to the dead letters.", n, left)
+			return fmt.Sprintf("Purge asked for: %s; %d still being moved to the dead letters.", admin.Count(n, "request", "requests"), left)
 		}
-		return fmt.Sprintf("Purged: %d requests moved to the dead letters (reason purged).", n)
+		return fmt.Sprintf("Purged: %s moved to the dead letters (reason purged).", admin.Count(n, "request", "requests"))
 	case "global":
 		return "Global interval set."
 	}

@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+
+	"github.com/penguinhq/dispatcher/pkg/httpapi"
 )
 
 // Tokens is the set of bearer tokens ingest accepts, kept as SHA-256 hashes: from a file
@@ -142,14 +144,14 @@ func (t *Tokens) Watch(ctx context.Context, every time.Duration, log zerolog.Log
 	}
 }
 
-// authorize refuses requests without a valid bearer token. The answer never says why a
-// token was refused.
+// authorize refuses requests without a valid bearer token (the scheme's name in any
+// case: "bearer" is Bearer). The answer never says why a token was refused.
 func (a *API) authorize(next http.Handler) http.Handler {
 	if a.cfg.Tokens == nil {
 		return next
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		token, ok := httpapi.BearerToken(r)
 		if !ok || !a.cfg.Tokens.Valid(token) {
 			a.cfg.Metrics.outcome("unauthorized")
 			w.Header().Set("WWW-Authenticate", `Bearer realm="ingest"`)

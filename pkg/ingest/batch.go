@@ -237,8 +237,8 @@ func (a *API) readBatch(w http.ResponseWriter, r *http.Request, mt string) ([]js
 			return nil, p
 		}
 	}
-	if len(items) == 0 {
-		return nil, badRequest("malformed_json", "the batch has no items")
+	if len(items) == 0 { // valid JSON (or NDJSON of blank lines) that asks for nothing
+		return nil, badRequest("batch_empty", "the batch has no items: send at least one; nothing was stored")
 	}
 	return items, nil
 }

@@ -274,9 +274,7 @@ func (a *API) Handler() http.Handler {
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, problem{Status: http.StatusNotFound, Code: "not_found", Detail: fmt.Sprintf("no route %s %s; requests go to POST /v1/requests", r.Method, r.URL.Path)})
 	})
-	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
-		writeProblem(w, problem{Status: http.StatusMethodNotAllowed, Code: "method_not_allowed", Detail: fmt.Sprintf("%s is not allowed on %s", r.Method, r.URL.Path)})
-	})
+	r.MethodNotAllowed(httpapi.MethodNotAllowed(r)) // with the Allow header RFC 9110 requires
 	return router{Mux: r, single: single}
 }
 

@@ -14,7 +14,10 @@ import (
 
 // status answers GET /v1/requests/{id}: the request's status from its events. With
 // ?wait=30s it holds the answer until the request reaches a final state (delivered,
-// dead_lettered) or the wait ends, and answers with the status as it is then.
+// dead_lettered) or the wait ends, and answers with the status as it is then. A wait
+// over MaxStatusWait is cut to it, and the answer says so in WaitCappedHeader: a long
+// poll that asks for more is still answered, and its caller can tell why it came back
+// sooner than asked.
 func (a *API) status(w http.ResponseWriter, r *http.Request) {
 	if a.cfg.Status == nil {
 		writeProblem(w, problem{Status: http.StatusNotImplemented, Code: "status_disabled",
@@ -33,7 +36,11 @@ func (a *API) status(w http.ResponseWriter, r *http.Request) {
 			writeProblem(w, *badRequest("wait_invalid", fmt.Sprintf("wait %q: give a duration such as 30s (at most %s)", truncate(v, 32), a.cfg.MaxStatusWait)))
 			return
 		}
-		wait = min(d, a.cfg.MaxStatusWait)
+		wait = d
+		if d > a.cfg.MaxStatusWait {
+			wait = a.cfg.MaxStatusWait
+			w.Header().Set(WaitCappedHeader, wait.String())
+		}
 	}
 	if wait > 0 {
 		select {
@@ -57,6 +64,10 @@ func (a *API) status(w http.ResponseWriter, r *http.Request) {
 	}
 	writeJSON(w, http.StatusOK, st)
 }
+
+// WaitCappedHeader is on a status answer whose ?wait was over MaxStatusWait
+// (MAX_STATUS_WAIT): the wait it was held for at most, as a Go duration ("1m0s").
+const WaitCappedHeader = "Wait-Capped"
 
 // readStatus reads id's status; with wait, again at each of its events until it is
 // final or the wait ends. The watch starts before the first read, so that no event falls

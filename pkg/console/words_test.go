@@ -1,0 +1,83 @@
+package console
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/penguinhq/dispatcher/pkg/admin"
+	"github.com/penguinhq/dispatcher/pkg/dispatch"
+	"github.com/penguinhq/dispatcher/pkg/request"
+)
+
+// renderPage executes page name's template with data, as Console.render does.
+func renderPage(t *testing.T, name string, now time.Time, data any) string {
+	t.Helper()
+	pages, err := parsePages()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	if err := pages[name].ExecuteTemplate(&buf, "layout", view{Title: name, Now: now, Data: data}); err != nil {
+		t.Fatal(err)
+	}
+	return buf.String()
+}
+
+// A budget of 0 is no limit: the budget table says "no limit" where the rate is not
+// limited, never an effective rate of 0, which reads as "nothing is sent".
+func TestTheBudgetSaysNoLimitRatherThanZero(t *testing.T) {
+	t.Parallel()
+	zero := 0.0
+	bv := &admin.BudgetView{
+		Steered: &request.Budget{MaxRate: &zero, By: "ops"},
+		Instances: []admin.InstanceBudget{
+			{Instance: "free", BudgetState: dispatch.BudgetState{Owned: 4, Partitions: 8}},
+			{Instance: "idle", BudgetState: dispatch.BudgetState{MaxRate: 100, Owned: 0, Partitions: 8}},
+		},
+	}
+	page := renderPage(t, "overview", time.Now(), overviewData{Overview: admin.Overview{Budget: bv}})
+	for _, want := range []string{
+		`<td>free</td><td class="num">no limit</td><td class="num">no limit</td><td class="num">no limit</td>`,
+		`<td>idle</td><td class="num">100.00/s</td><td class="num">0/s</td><td class="num">0/s (no partition)</td>`,
+		"Effective rate, all instances: no limit;",
+		": rate no limit, in flight as configured.",
+	} {
+		if !strings.Contains(page, want) {
+			t.Errorf("the overview's budget does not say %q:\n%s", want, page[strings.Index(page, `id="h-budget"`):])
+		}
+	}
+}
+
+// Ages are rounded as a person reads them, not to the millisecond.
+func TestAgesReadAsAPersonReadsThem(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	ago := funcs["ago"].(func(now, t time.Time) string)
+	until := funcs["until"].(func(now, t time.Time) string)
+	for d, want := range map[time.Duration]string{
+		60975 * time.Millisecond: "1m1s ago", 59294 * time.Millisecond: "59s ago", 3240 * time.Millisecond: "3.2s ago",
+		2*time.Hour + 5*time.Minute + 10*time.Second: "2h5m ago",
+	} {
+		if got := ago(now, now.Add(-d)); got != want {
+			t.Errorf("ago %s: %q, want %q", d, got, want)
+		}
+	}
+	if got := until(now, now.Add(59294*time.Millisecond)); got != "in 59s" {
+		t.Errorf("until 59.294s: %q, want \"in 59s\"", got)
+	}
+}
+
+// One attempt is "1 attempt".
+func TestOneIsSingular(t *testing.T) {
+	t.Parallel()
+	dl := &request.DeadLetter{Verdict: request.Verdict{Reason: request.ReasonPermanent, Attempts: 1}}
+	page := renderPage(t, "request", time.Now(), requestData{ID: "r1", State: &admin.RequestState{ID: "r1", State: "dead_lettered", DeadLetter: dl}})
+	if !strings.Contains(page, "after 1 attempt</dd>") {
+		t.Errorf("a dead letter after one attempt does not say \"after 1 attempt\":\n%s", page)
+	}
+	if got := flashText(map[string][]string{"flash": {"purged"}, "n": {"1"}}); !strings.Contains(got, "Purged: 1 request moved") {
+		t.Errorf("a purge of one request says %q, want \"Purged: 1 request moved ...\"", got)
+	}
+}
