@@ -388,6 +388,11 @@ func TestPurgeMovesTheBacklogToDeadLettersNeverDeletes(t *testing.T) {
 	t.Parallel()
 	s := newStack(t, options{})
 	s.ctl(0, "", "pause", "ivan")
+	// The pause reaches the dispatcher through its watch of the control bucket: ivan posts
+	// once it has (on a loaded machine his first request once went out before it).
+	waitFor(t, time.Minute, "the dispatcher to apply ivan's pause", func() bool {
+		return len(logLines(s.dispatchLog.String(), "client steering changed")) >= 1
+	})
 	var ids []string
 	for i := range 5 {
 		ids = append(ids, s.post("ivan", i))
