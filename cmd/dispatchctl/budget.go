@@ -31,7 +31,7 @@ func printBudget(w io.Writer, view admin.BudgetView, now time.Time) {
 	if view.Steered == nil {
 		fmt.Fprintf(w, "set by operators\tnothing: each dispatcher's RAVEN_MAX_RATE and RAVEN_MAX_INFLIGHT\n")
 	} else {
-		fmt.Fprintf(w, "set by operators\t%s (by %s at %s)\n", steeredText(view.Steered), printable(view.Steered.By), view.Steered.UpdatedAt.Format(time.RFC3339))
+		fmt.Fprintf(w, "set by operators\t%s (by %s at %s)\n", view.Steered.String(), printable(view.Steered.By), view.Steered.UpdatedAt.Format(time.RFC3339))
 	}
 	if view.Applied != nil && !*view.Applied {
 		fmt.Fprintf(w, "not yet in force\ton every dispatcher after 2s: see below which still holds the old budget\n")
@@ -52,7 +52,7 @@ func printBudget(w io.Writer, view admin.BudgetView, now time.Time) {
 	fmt.Fprintf(w, "total\tshares %s, effective %s, %s waiting for the budget\n", share, effective, admin.Count(view.Waiting, "lane", "lanes"))
 	fmt.Fprintf(w, "\nINSTANCE\tBUDGET\tPARTITIONS\tSHARE\tEFFECTIVE\tIN FLIGHT\tWAITING\tWHY (LAST CHANGE)\n")
 	for _, in := range view.Instances {
-		b := "rate " + rateLimit(in.MaxRate) + ", in flight " + inFlightLimit(in.MaxInFlight)
+		b := "rate " + request.FormatRate(in.MaxRate) + ", in flight " + request.FormatInFlight(in.MaxInFlight)
 		if in.MaxRate <= 0 && in.MaxInFlight <= 0 {
 			b = "no limit"
 		}
@@ -85,34 +85,6 @@ func printBudget(w io.Writer, view admin.BudgetView, now time.Time) {
 		fmt.Fprintf(w, "%s\t%s\t%d/%d\t%s\t%s\t%d\t%d\t%s\n", in.Instance, b, in.Owned, in.Partitions, share,
 			effective, in.InFlight, in.Waiting, dash(printable(why)))
 	}
-}
-
-// steeredText writes what operators set of the budget, as request.Budget's String
-// does, with "no limit" for a limit of 0.
-func steeredText(b *request.Budget) string {
-	rate, inflight := "configured", "configured"
-	if b.MaxRate != nil {
-		rate = rateLimit(*b.MaxRate)
-	}
-	if b.MaxInFlight != nil {
-		inflight = inFlightLimit(*b.MaxInFlight)
-	}
-	return "rate " + rate + ", in flight " + inflight
-}
-
-// rateLimit and inFlightLimit write a budget's limit: "no limit" for 0.
-func rateLimit(r float64) string {
-	if r <= 0 {
-		return "no limit"
-	}
-	return request.FormatRate(r)
-}
-
-func inFlightLimit(n int) string {
-	if n <= 0 {
-		return "no limit"
-	}
-	return request.FormatInFlight(n)
 }
 
 // perSecond writes a rate that is not a limit: "0/s" for 0.

@@ -43,18 +43,19 @@ func (b Budget) String() string {
 	return "rate " + rate + ", in flight " + inflight
 }
 
-// FormatRate writes a budget rate for people: "500/s", or "none" for 0.
+// FormatRate writes a budget rate for people: "500/s", or "no limit" for 0 (a limit of
+// 0 limits nothing; "none" read as "nothing is sent").
 func FormatRate(r float64) string {
 	if r <= 0 {
-		return "none"
+		return "no limit"
 	}
 	return strconv.FormatFloat(r, 'f', -1, 64) + "/s"
 }
 
-// FormatInFlight writes an in-flight budget for people: "64", or "none" for 0.
+// FormatInFlight writes an in-flight budget for people: "64", or "no limit" for 0.
 func FormatInFlight(n int) string {
 	if n <= 0 {
-		return "none"
+		return "no limit"
 	}
 	return strconv.Itoa(n)
 }
