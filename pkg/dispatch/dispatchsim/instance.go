@@ -46,6 +46,7 @@ type Instance struct {
 
 	cancel context.CancelFunc
 	done   chan struct{} // Run returned
+	d      *dispatch.Dispatcher
 }
 
 // span is an interval of simulated time.
@@ -74,7 +75,7 @@ func (in *Instance) start() error {
 		return err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	in.cancel = cancel
+	in.cancel, in.d = cancel, d
 	go func() {
 		defer close(in.done)
 		if err := d.Run(ctx); err != nil && ctx.Err() == nil {

@@ -22,6 +22,9 @@ type Report struct {
 	Requests   int
 	Attempts   int
 	Violations []string
+	// Overdue is the lanes the live instances counted overdue at the end (their
+	// dispatch_lanes_overdue): a stall the metric shows.
+	Overdue int
 	// Detail says, when something broke, what the run was, the timeline of the client
 	// that broke and the end of what the instances logged about leases.
 	Detail string
@@ -133,11 +136,17 @@ func Run(seed uint64) *Report {
 	w.note("faults over")
 	time.Sleep(time.Until(w.start.Add(set.Faults + set.Bound)))
 	left := w.queue.Queued()
+	overdue := 0 // what the instances' dispatch_lanes_overdue says of a stall, at the end
+	for _, in := range w.liveNow() {
+		overdue += in.d.Stats().Overdue
+	}
 	for _, in := range w.liveNow() {
 		in.kill()
 	}
 	end()
-	return w.check(left)
+	rep := w.check(left)
+	rep.Overdue = overdue
+	return rep
 }
 
 func (w *World) newID() string {

@@ -47,8 +47,8 @@ func TestSimulation(t *testing.T) {
 				mu.Unlock()
 				if len(rep.Violations) > 0 {
 					violations.Add(int64(len(rep.Violations)))
-					t.Errorf("seed %d broke a guarantee:\n  %s\n\n%s\nreplay it: SIM_SEED=%d go test ./pkg/dispatch/dispatchsim -run 'TestSimulation$' -v",
-						seed, joinLines(rep.Violations), rep.Detail, seed)
+					t.Errorf("seed %d broke a guarantee:\n  %s\n(lanes overdue at the end, by the instances' metric: %d)\n\n%s\nreplay it: SIM_SEED=%d go test ./pkg/dispatch/dispatchsim -run 'TestSimulation$' -v",
+						seed, joinLines(rep.Violations), rep.Overdue, rep.Detail, seed)
 				}
 			})
 		}
