@@ -58,21 +58,33 @@ func encoder(w http.ResponseWriter) *json.Encoder {
 // ReadyTimeout bounds every readiness answer. A check that needs NATS (is the queue
 // reachable, are its streams in place) can wait on a server that is electing a leader or
 // does not answer at all; a probe must not wait with it, or its own timeout (often 1 to
-// 3 s) takes the silence for a dead process. Past the bound, readiness is "cannot tell",
-// answered as not ready.
+// 3 s) takes the silence for a dead process. Past the bound, readiness is the last
+// check's answer if that is at most ReadyStale old, else "cannot tell", answered as not
+// ready.
 const ReadyTimeout = 500 * time.Millisecond
+
+// ReadyCheckTimeout is how long a readiness check itself may take. It is longer than the
+// answer's bound: on a loaded machine a check slower than ReadyTimeout still finishes and
+// its answer counts, so that readiness does not flap to "cannot tell" (and a Kubernetes
+// Service drop the instance) whenever NATS is slow.
+const ReadyCheckTimeout = 5 * time.Second
+
+// ReadyStale is how old the last check's answer may be and still be given while the next
+// check is late: beyond it, readiness cannot tell.
+const ReadyStale = 3 * time.Second
 
 // ErrCannotTell is the cause of a bounded check (Bounded) that did not finish within its
 // bound: whether the service is ready is not known, and it says it is not.
 var ErrCannotTell = errors.New("cannot tell")
 
-// Bounded returns check bounded to answer within d. The check runs with a deadline of d,
-// in a goroutine of its own, so that even a check that overlooks its context is answered
-// within d; a call that comes while a check runs waits for that one (at most d too)
-// instead of starting another, so that probes that pile up against a silent NATS start
-// one check at a time. A check that has not finished within d, or that failed once its
-// deadline had passed, is an error wrapping ErrCannotTell. A caller whose ctx ends
-// first gets ctx's error.
+// Bounded returns check bounded to answer within d. The check runs in a goroutine of its
+// own with a deadline of ReadyCheckTimeout, so that even a check that overlooks its
+// context is answered within d; a call that comes while a check runs waits for that one
+// (at most d too) instead of starting another, so that probes that pile up against a
+// silent NATS start one check at a time. When the check has not finished within d, the
+// answer is that of the last check that finished, if it finished at most ReadyStale ago;
+// otherwise, and when the check failed once its deadline had passed, an error wrapping
+// ErrCannotTell. A caller whose ctx ends first gets ctx's error.
 //
 // The check's context carries none of the caller's values: it is shared by the callers
 // that come while it runs.
@@ -81,8 +93,12 @@ func Bounded(check func(ctx context.Context) error, d time.Duration) func(ctx co
 		done chan struct{} // closed once err is set
 		err  error
 	}
-	var mu sync.Mutex
-	var running *run // the check in flight; nil when none
+	var (
+		mu      sync.Mutex
+		running *run // the check in flight; nil when none
+		last    error
+		lastAt  time.Time // when the last check finished; zero before the first
+	)
 	return func(ctx context.Context) error {
 		mu.Lock()
 		c := running
@@ -90,16 +106,16 @@ func Bounded(check func(ctx context.Context) error, d time.Duration) func(ctx co
 			c = &run{done: make(chan struct{})}
 			running = c
 			go func() {
-				cctx, cancel := context.WithTimeout(context.Background(), d)
+				cctx, cancel := context.WithTimeout(context.Background(), max(d, ReadyCheckTimeout))
 				defer cancel()
 				err := check(cctx)
 				if err != nil && cctx.Err() != nil {
 					// Failed once its deadline passed: for that, whatever error
 					// the client library made of it (a context error, a timeout).
-					err = fmt.Errorf("%w: no answer within %s: %w", ErrCannotTell, d, err)
+					err = fmt.Errorf("%w: no answer within %s: %w", ErrCannotTell, max(d, ReadyCheckTimeout), err)
 				}
 				mu.Lock()
-				running = nil
+				running, last, lastAt = nil, err, time.Now()
 				mu.Unlock()
 				c.err = err
 				close(c.done)
@@ -112,6 +128,12 @@ func Bounded(check func(ctx context.Context) error, d time.Duration) func(ctx co
 		case <-c.done:
 			return c.err
 		case <-t.C:
+			mu.Lock()
+			err, at := last, lastAt
+			mu.Unlock()
+			if !at.IsZero() && time.Since(at) <= ReadyStale {
+				return err // the last answer, while the next one is late
+			}
 			return fmt.Errorf("%w: the check did not finish within %s", ErrCannotTell, d)
 		case <-ctx.Done():
 			return ctx.Err()

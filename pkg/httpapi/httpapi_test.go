@@ -71,6 +71,7 @@ func TestReadyAnswersWithinItsBound(t *testing.T) {
 			if code != http.StatusServiceUnavailable || !strings.HasPrefix(detail, "cannot tell:") || took > ReadyTimeout {
 				t.Fatalf("answered %d %q after %s; want 503 \"cannot tell: ...\" within %s", code, detail, took, ReadyTimeout)
 			}
+			time.Sleep(ReadyCheckTimeout) // the check gives up by its own deadline
 		})
 	})
 	t.Run("CheckOverlooksItsContext", func(t *testing.T) {
@@ -93,5 +94,32 @@ func TestReadyAnswersWithinItsBound(t *testing.T) {
 				t.Fatalf("answered %d once the check passes again, want 200", code)
 			}
 		})
+	})
+}
+
+// A check slower than the answer's bound (NATS slow on a loaded machine) does not make
+// readiness flap: while the next check is late, the last one's answer stands for
+// ReadyStale; only after that, or with no answer yet, does readiness say it cannot tell.
+func TestReadyDoesNotFlapWhileChecksAreSlow(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := Ready(func(ctx context.Context) error {
+			time.Sleep(800 * time.Millisecond) // slower than ReadyTimeout, well inside ReadyCheckTimeout
+			return nil
+		}, "not ready", zerolog.Nop())
+		call := func() int {
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/readyz", nil))
+			return rec.Code
+		}
+		if code := call(); code != http.StatusServiceUnavailable {
+			t.Fatalf("first probe, no check finished yet: %d, want 503 (cannot tell)", code)
+		}
+		time.Sleep(time.Second) // the first check finishes, ready
+		for i := range 3 {
+			if code := call(); code != http.StatusOK {
+				t.Fatalf("probe %d while a slow check runs, the last one ready a moment ago: %d, want 200", i, code)
+			}
+			time.Sleep(time.Second)
+		}
 	})
 }

@@ -63,14 +63,24 @@ func TestReadyAnswersWhileNATSIsSilent(t *testing.T) {
 	}
 
 	proxy.Blackhole()
+	// Each answer comes within the bound (2 s allows a busy machine); the last answer
+	// (ready) may stand for ReadyStale while the check is late, then it cannot tell.
 	const within = 2 * time.Second
-	for range 3 {
+	deadline := time.Now().Add(httpapi.ReadyStale + 10*time.Second)
+	for cannotTell := 0; cannotTell < 2; {
 		code, detail, took := get("/readyz")
-		if code != http.StatusServiceUnavailable || !strings.HasPrefix(detail, "cannot tell:") {
-			t.Fatalf("/readyz answered %d %q after %s with NATS silent, want 503 \"cannot tell: ...\"", code, detail, took)
-		}
-		if took > within {
+		switch {
+		case took > within:
 			t.Fatalf("/readyz answered after %s with NATS silent, want within %s (bound %s)", took, within, httpapi.ReadyTimeout)
+		case code == http.StatusServiceUnavailable && strings.HasPrefix(detail, "cannot tell:"):
+			cannotTell++
+		case code == http.StatusOK && cannotTell == 0:
+			// the last check's answer, while the next one is late
+		default:
+			t.Fatalf("/readyz answered %d %q after %s with NATS silent, want 503 \"cannot tell: ...\" (or, for %s, the last answer)", code, detail, took, httpapi.ReadyStale)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/readyz still did not say it cannot tell %s after NATS fell silent", httpapi.ReadyStale+10*time.Second)
 		}
 	}
 	if code, _, took := get("/healthz"); code != http.StatusOK || took > within {
@@ -78,7 +88,7 @@ func TestReadyAnswersWhileNATSIsSilent(t *testing.T) {
 	}
 
 	proxy.Heal()
-	deadline := time.Now().Add(20 * time.Second)
+	deadline = time.Now().Add(20 * time.Second)
 	for {
 		code, _, _ := get("/readyz")
 		if code == http.StatusOK {
