@@ -134,12 +134,16 @@ const listTimeout = 5 * time.Second
 // the keys for ever: so there is always one, and a listing cut short is an error, not a
 // shorter list.
 func (l *Leases) listKeys(ctx context.Context, filter string) ([]string, error) {
+	return listKeys(ctx, l.kv, filter)
+}
+
+func listKeys(ctx context.Context, kv jetstream.KeyValue, filter string) ([]string, error) {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, listTimeout)
 		defer cancel()
 	}
-	lister, err := l.kv.ListKeysFiltered(ctx, filter)
+	lister, err := kv.ListKeysFiltered(ctx, filter)
 	if err != nil {
 		return nil, err
 	}
@@ -151,6 +155,36 @@ func (l *Leases) listKeys(ctx context.Context, filter string) ([]string, error) 
 		return nil, fmt.Errorf("the listing did not end: %w", err)
 	}
 	return keys, nil
+}
+
+// getAll reads keys together, one round trip to the bucket's leader for all of them
+// rather than one each (64 in a row outlasted a loaded cluster's deadlines): those read,
+// in order, without the ones gone meanwhile, and why any others were not.
+func getAll(ctx context.Context, kv jetstream.KeyValue, keys []string) ([]jetstream.KeyValueEntry, error) {
+	entries := make([]jetstream.KeyValueEntry, len(keys))
+	errs := make([]error, len(keys))
+	var wg sync.WaitGroup
+	for i, k := range keys {
+		wg.Go(func() {
+			e, err := kv.Get(ctx, k)
+			if errors.Is(err, jetstream.ErrKeyNotFound) {
+				return
+			}
+			if err != nil {
+				errs[i] = fmt.Errorf("reading %s: %w", k, err)
+				return
+			}
+			entries[i] = e
+		})
+	}
+	wg.Wait()
+	var out []jetstream.KeyValueEntry
+	for _, e := range entries {
+		if e != nil {
+			out = append(out, e)
+		}
+	}
+	return out, errors.Join(errs...)
 }
 
 // Acquire takes partition p for owner if nobody holds it. ok is false when another
@@ -314,30 +348,5 @@ func (l *Leases) leases(ctx context.Context) ([]jetstream.KeyValueEntry, error) 
 	if err != nil {
 		return nil, fmt.Errorf("listing leases: %w", err)
 	}
-	// Read together for the same reason as ReleaseAll deletes together: one round trip to
-	// the lease bucket's leader for all of them, not one each.
-	entries := make([]jetstream.KeyValueEntry, len(keys))
-	errs := make([]error, len(keys))
-	var wg sync.WaitGroup
-	for i, k := range keys {
-		wg.Go(func() {
-			e, err := l.kv.Get(ctx, k)
-			if errors.Is(err, jetstream.ErrKeyNotFound) {
-				return
-			}
-			if err != nil {
-				errs[i] = fmt.Errorf("reading lease %s: %w", k, err)
-				return
-			}
-			entries[i] = e
-		})
-	}
-	wg.Wait()
-	var out []jetstream.KeyValueEntry
-	for _, e := range entries {
-		if e != nil {
-			out = append(out, e)
-		}
-	}
-	return out, errors.Join(errs...) // those read, and why the others were not
+	return getAll(ctx, l.kv, keys)
 }

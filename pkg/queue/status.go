@@ -79,13 +79,9 @@ func (q *Queue) LeaseStatus(ctx context.Context) (LeaseStatus, error) {
 		return LeaseStatus{}, fmt.Errorf("lease bucket: %w", err)
 	}
 	out := LeaseStatus{TTL: st.TTL(), Partitions: q.cfg.Partitions}
-	lister, err := kv.ListKeys(ctx)
+	keys, err := listKeys(ctx, kv, ">")
 	if err != nil {
 		return out, fmt.Errorf("listing leases: %w", err)
-	}
-	var keys []string
-	for k := range lister.Keys() {
-		keys = append(keys, k)
 	}
 	byID := map[string]*InstanceStatus{}
 	instance := func(id string) *InstanceStatus {
@@ -95,14 +91,12 @@ func (q *Queue) LeaseStatus(ctx context.Context) (LeaseStatus, error) {
 		return byID[id]
 	}
 	owned := map[int]bool{}
-	for _, k := range keys {
-		e, err := kv.Get(ctx, k)
-		if errors.Is(err, jetstream.ErrKeyNotFound) {
-			continue // expired between the listing and now
-		}
-		if err != nil {
-			return out, fmt.Errorf("reading %s: %w", k, err)
-		}
+	entries, err := getAll(ctx, kv, keys)
+	if err != nil {
+		return out, err
+	}
+	for _, e := range entries {
+		k := e.Key()
 		if id, ok := strings.CutPrefix(k, memberKeyPrefix); ok {
 			instance(id).Heartbeat = e.Created()
 			continue
