@@ -106,3 +106,36 @@ func TestTheFinalEventsWaitEndsInsideTheLease(t *testing.T) {
 		t.Fatalf("without a lease the final event is waited for %s, want the 2 s of eventWait", ev.left)
 	}
 }
+
+// releases records what a graceful stop hands back.
+type releases struct {
+	watchOnly
+	released []int
+	all      bool
+}
+
+func (r *releases) Leave(context.Context, string) error { return nil }
+func (r *releases) Release(_ context.Context, p int, _ uint64) error {
+	r.released = append(r.released, p)
+	return nil
+}
+func (r *releases) ReleaseAll(context.Context, string) (int, error) { r.all = true; return 0, nil }
+
+// A graceful stop hands back a lease only once its fence has passed: a release tells a
+// newcomer that every earlier holder has stopped, and one inside its fence (an earlier
+// holder may still send there) is left to expire instead.
+func TestAStopReleasesNoLeaseInsideItsFence(t *testing.T) {
+	t.Parallel()
+	store := &releases{watchOnly: watchOnly{written: true}}
+	m, b := watchingLeaser(t, store, false)
+	now := b.clock.now()
+	m.held[1] = &holding{rev: 1, fence: now.Add(-time.Second)} // past its fence
+	m.held[2] = &holding{rev: 2, fence: now.Add(time.Second)}  // an earlier holder may still send
+	m.releaseAll(context.Background())
+	if store.all || len(store.released) != 1 || store.released[0] != 1 {
+		t.Fatalf("released %v (all: %v), want partition 1 alone", store.released, store.all)
+	}
+	if len(m.held) != 0 {
+		t.Fatalf("still holding %d after the stop", len(m.held))
+	}
+}

@@ -71,8 +71,7 @@ type leaser struct {
 
 	seenMu     sync.Mutex
 	seen       map[int]map[string]time.Time // when each other instance's lease on a partition was last seen written
-	holder     map[int]string               // who wrote each partition's lease last: the one a release is by
-	holderRev  map[int]uint64               // and at which revision
+	holder     map[int]write                // who wrote each partition's lease last, and at which revision: a release is by them
 	clean      map[int]bool                 // released while this watch ran: every earlier holder had stopped
 	beats      map[string]time.Time         // when each instance's heartbeat was last seen
 	seenRev    uint64                       // the store revision the watch has reached
@@ -98,13 +97,12 @@ func (m *leaser) saw(p int, owner string, released bool, rev uint64) {
 		// and every holder before it had stopped. Anyone else's renewal seen stays. From
 		// now on this watch sees every write of p: no renewal of it can go unseen.
 		if h, ok := m.holder[p]; ok {
-			delete(m.seen[p], h)
+			delete(m.seen[p], h.owner)
 			delete(m.holder, p)
-			delete(m.holderRev, p)
 		}
 		m.clean[p] = true
 	default:
-		m.holder[p], m.holderRev[p] = owner, rev
+		m.holder[p] = write{owner, rev}
 		if owner == m.id {
 			return
 		}
@@ -223,6 +221,12 @@ func (m *leaser) membersSeen() []string {
 	return ids
 }
 
+// write is a lease write the watch saw: by whom, at which revision.
+type write struct {
+	owner string
+	rev   uint64
+}
+
 // holding is one acquisition of a partition's lease, until it is lost or handed back.
 type holding struct {
 	rev        uint64    // the lease's current revision
@@ -242,7 +246,7 @@ func newLeaser(d *Dispatcher, events chan<- ownEvent) *leaser {
 	return &leaser{store: d.cfg.Leases, id: d.cfg.InstanceID, partitions: d.src.Partitions(),
 		ttl: d.cfg.LeaseTTL, margin: d.cfg.leaseMargin(), every: d.cfg.leaseEvery(), now: d.now,
 		events: events, log: d.log, held: map[int]*holding{}, drained: make(chan drained, d.src.Partitions()),
-		seen: map[int]map[string]time.Time{}, holder: map[int]string{}, holderRev: map[int]uint64{}, clean: map[int]bool{},
+		seen: map[int]map[string]time.Time{}, holder: map[int]write{}, clean: map[int]bool{},
 		beats: map[string]time.Time{}}
 }
 
@@ -458,17 +462,20 @@ func (m *leaser) renewAll(ctx context.Context) {
 // that instances do not all race for the same ones.
 func (m *leaser) acquire(ctx context.Context, share, instances int) {
 	start := int(hashOf(m.id) % uint32(m.partitions))
-	var candidates []int
-	for i := range m.partitions {
-		p := (start + i) % m.partitions
-		if m.held[p] == nil {
-			candidates = append(candidates, p)
-		}
-	}
 	// Those the watch shows held by another instance last: with a slow store a round
 	// may try one batch only, and trying the same held ones first every round would never
 	// reach a free one (seen: a partition left free for a minute).
-	slices.SortStableFunc(candidates, func(a, b int) int { return cmpBool(m.looksHeld(a), m.looksHeld(b)) })
+	var candidates, heldByOthers []int
+	for i := range m.partitions {
+		switch p := (start + i) % m.partitions; {
+		case m.held[p] != nil:
+		case m.looksHeld(p):
+			heldByOthers = append(heldByOthers, p)
+		default:
+			candidates = append(candidates, p)
+		}
+	}
+	candidates = append(candidates, heldByOthers...)
 	type got struct {
 		p    int
 		sent time.Time
@@ -555,10 +562,8 @@ func (m *leaser) acquire(ctx context.Context, share, instances int) {
 func (m *leaser) ownLease(p int) (bool, uint64) {
 	m.seenMu.Lock()
 	defer m.seenMu.Unlock()
-	if m.holder[p] != m.id {
-		return false, 0
-	}
-	return true, m.holderRev[p]
+	h := m.holder[p]
+	return h.owner == m.id, h.rev
 }
 
 // looksHeld says whether the watch saw another instance write partition p's lease within
@@ -567,22 +572,11 @@ func (m *leaser) looksHeld(p int) bool {
 	m.seenMu.Lock()
 	defer m.seenMu.Unlock()
 	h, ok := m.holder[p]
-	if !ok || h == m.id {
+	if !ok || h.owner == m.id {
 		return false
 	}
-	at, ok := m.seen[p][h]
+	at, ok := m.seen[p][h.owner]
 	return ok && m.now().Sub(at) < m.ttl
-}
-
-func cmpBool(a, b bool) int {
-	switch {
-	case a == b:
-		return 0
-	case a:
-		return 1
-	default:
-		return -1
-	}
 }
 
 // releaseAll leaves and hands every lease back; the dispatcher has drained by then. It
@@ -595,26 +589,26 @@ func (m *leaser) releaseAll(ctx context.Context) {
 	}
 	now := m.now()
 	var fenced []int
+	clean := map[int]*holding{}
 	for p, h := range m.held {
 		if now.Before(h.fence) {
 			fenced = append(fenced, p)
+		} else {
+			clean[p] = h
 		}
 	}
+	defer clear(m.held)
 	if len(fenced) == 0 {
 		n, err := m.store.ReleaseAll(ctx, m.id)
 		if err != nil {
 			m.log.Warn().Err(err).Msg("releasing leases failed; they will expire instead")
 		}
 		m.log.Info().Int("partitions", n).Msg("leases handed back")
-		clear(m.held)
 		return
 	}
 	slices.Sort(fenced)
 	n := 0
-	for p, h := range m.held {
-		if now.Before(h.fence) {
-			continue
-		}
+	for p, h := range clean {
 		if err := m.store.Release(ctx, p, h.rev); err != nil {
 			m.log.Warn().Err(err).Int("partition", p).Msg("releasing lease failed; it will expire instead")
 			continue
@@ -622,7 +616,6 @@ func (m *leaser) releaseAll(ctx context.Context) {
 		n++
 	}
 	m.log.Info().Int("partitions", n).Ints("left_to_expire", fenced).Msg("leases handed back, but for those still inside their fence")
-	clear(m.held)
 }
 
 func hashOf(s string) uint32 {
