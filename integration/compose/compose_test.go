@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -101,7 +102,8 @@ func (c *composeStack) healthy(service string) bool {
 }
 
 // removeStaleStacks takes down what an earlier run of this test left behind (a run
-// killed by a timeout does not clean up).
+// killed by a timeout does not clean up). A stack whose test process still runs is not
+// stale: two CI runs side by side each keep their own.
 func removeStaleStacks(t testing.TB, c *composeStack) {
 	out, err := exec.Command("docker", "ps", "-a", "--format", `{{.Label "com.docker.compose.project"}}`).Output()
 	if err != nil {
@@ -109,7 +111,7 @@ func removeStaleStacks(t testing.TB, c *composeStack) {
 	}
 	seen := map[string]bool{}
 	for _, p := range strings.Fields(string(out)) {
-		if strings.HasPrefix(p, "dispatche2e") && p != c.project && !seen[p] {
+		if strings.HasPrefix(p, "dispatche2e") && p != c.project && !seen[p] && !processRuns(strings.TrimPrefix(p, "dispatche2e")) {
 			seen[p] = true
 			stale := *c
 			stale.project = p
@@ -118,6 +120,15 @@ func removeStaleStacks(t testing.TB, c *composeStack) {
 			}
 		}
 	}
+}
+
+// processRuns reports whether the process with this id (a decimal pid) is alive here.
+func processRuns(pid string) bool {
+	if _, err := strconv.Atoi(pid); err != nil {
+		return false
+	}
+	_, err := os.Stat("/proc/" + pid)
+	return err == nil
 }
 
 func (c *composeStack) url(port, path string) string {
