@@ -22,8 +22,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/penguinhq/dispatcher/integration/itest"
+	"github.com/penguinhq/dispatcher/pkg/dispatch"
 	"github.com/penguinhq/dispatcher/pkg/ingest"
+	"github.com/penguinhq/dispatcher/pkg/queue"
 	"github.com/penguinhq/dispatcher/pkg/queue/queuetest"
+	"github.com/penguinhq/dispatcher/pkg/raven"
 	"github.com/penguinhq/dispatcher/pkg/request"
 )
 
@@ -371,5 +375,58 @@ func TestPublishesInFlightAreBounded(t *testing.T) {
 	}
 	if n := s.queued(); n != 3 {
 		t.Fatalf("%d queued, want the 3 accepted", n)
+	}
+}
+
+// Raven's URL stays private when raven cannot be reached (issue 35, finding 4): with
+// credentials and a key in RAVEN_URL and nothing listening there, the status penguin
+// reads, the events, the dead letter's headers and the dispatcher's log lines say
+// "connection_refused" and never carry the URL, its user, password or key.
+func TestRavenURLStaysPrivate(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, options{interval: 50 * time.Millisecond, noStart: true, policy: dispatch.Policy{MaxAttempts: 2}})
+	closed := freeAddr(t)
+	s.ravenURL = "http://svcuser:s3cret-pw@" + closed + "/hook?api_key=SECRET"
+	s.startDispatcher()
+	id := s.post("bob", 0)
+	itest.WaitFor(t, time.Minute, "bob's request dead-lettered", func() bool { return len(s.dead()) == 1 })
+	leaks := func(where, text string) {
+		t.Helper()
+		for _, secret := range []string{"SECRET", "s3cret", "svcuser", "/hook", "api_key"} {
+			if strings.Contains(text, secret) {
+				t.Errorf("%s carries raven's URL (%q): %s", where, secret, text)
+			}
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	st, err := s.q.Status(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.DeadLetter == nil || !strings.Contains(st.DeadLetter.LastError, raven.NoAnswerRefused) {
+		t.Errorf("the status's dead letter: %+v, want its last error to say %s", st.DeadLetter, raven.NoAnswerRefused)
+	}
+	b, _ := json.Marshal(st)
+	leaks("the status", string(b))
+	events, err := s.q.Events(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ = json.Marshal(events)
+	leaks("the events", string(b))
+	for d, err := range s.q.DeadLetters(ctx, queue.DeadFilter{ID: id}) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ = json.Marshal(d.Headers)
+		leaks("the dead letter's headers", string(b))
+		b, _ = json.Marshal(d)
+		leaks("the dead letter", string(b))
+	}
+	s.stopDispatcher()
+	leaks("the dispatcher's log", s.dispatchLog.String())
+	if !strings.Contains(s.dispatchLog.String(), raven.NoAnswerRefused) {
+		t.Errorf("the dispatcher's log does not say %s:\n%s", raven.NoAnswerRefused, s.dispatchLog.String())
 	}
 }

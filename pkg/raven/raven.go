@@ -7,12 +7,17 @@ package raven
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
+	"syscall"
 	"time"
 
 	"go.opentelemetry.io/otel/propagation"
@@ -123,7 +128,7 @@ func (c *Client) Send(ctx context.Context, st request.Stored, attempt int) error
 func (c *Client) SendStatus(ctx context.Context, st request.Stored, attempt int) (int, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.cfg.URL, bytes.NewReader(st.Body))
 	if err != nil {
-		return 0, &PermanentError{Err: fmt.Errorf("building request: %w", err)}
+		return 0, &PermanentError{Err: errors.New("building the request failed (is RAVEN_URL a valid URL?)")}
 	}
 	// One attempt is one exchange on the wire. With GetBody set (NewRequest sets it for a
 	// bytes reader), net/http takes a POST carrying an Idempotency-Key for replayable and
@@ -149,7 +154,7 @@ func (c *Client) SendStatus(ctx context.Context, st request.Stored, attempt int)
 	tracing.Propagator.Inject(ctx, propagation.HeaderCarrier(req.Header))
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return 0, &TransientError{Err: err}
+		return 0, &TransientError{Err: noAnswer(err)}
 	}
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxResponseBodyBytes))
 	_ = resp.Body.Close()
@@ -235,3 +240,79 @@ func (e *TransientError) RetryAfter() time.Duration { return e.After }
 
 // StatusCode is raven's HTTP status, 0 when there was none.
 func (e *TransientError) StatusCode() int { return e.Status }
+
+// The words for an exchange with raven that got no answer (SendError.Kind).
+const (
+	NoAnswerTimeout     = "timeout"            // no answer within RAVEN_TIMEOUT
+	NoAnswerRefused     = "connection_refused" // nothing listens at raven's address
+	NoAnswerReset       = "reset"              // the connection was reset or closed mid-exchange
+	NoAnswerUnreachable = "unreachable"        // no route to raven's host or network
+	NoAnswerDNS         = "dns"                // raven's host name did not resolve
+	NoAnswerTLS         = "tls"                // the TLS handshake or raven's certificate failed
+	NoAnswerProtocol    = "protocol"           // raven answered what is not HTTP
+	NoAnswerCanceled    = "canceled"           // the dispatcher gave the attempt up (stopping)
+	NoAnswerOther       = "other"
+)
+
+// SendError is an exchange with raven that got no answer. Its text is a word from a fixed
+// vocabulary (the NoAnswer constants), never raven's URL: the URL may carry credentials
+// or a key (user:password@, ?api_key=), and this text reaches the events, penguin's
+// status reads, dead letters and logs. Unwrap gives the cause without the URL, for
+// errors.Is.
+type SendError struct {
+	Kind  string
+	cause error
+}
+
+func (e *SendError) Error() string { return "no answer from raven: " + e.Kind }
+
+// Unwrap returns the cause, without raven's URL.
+func (e *SendError) Unwrap() error { return e.cause }
+
+// Timeout says whether raven did not answer in time (what the adaptive budget counts as
+// raven overloaded).
+func (e *SendError) Timeout() bool { return e.Kind == NoAnswerTimeout }
+
+// noAnswer turns what net/http returned for an exchange without an answer into a
+// SendError.
+func noAnswer(err error) *SendError {
+	cause := err
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		cause = ue.Err // url.Error's text is the method and the whole URL
+	}
+	return &SendError{Kind: noAnswerKind(cause), cause: cause}
+}
+
+func noAnswerKind(err error) string {
+	var dns *net.DNSError
+	var netErr net.Error
+	var certErr *tls.CertificateVerificationError
+	var unknownAuth x509.UnknownAuthorityError
+	var hostErr x509.HostnameError
+	var recordErr tls.RecordHeaderError
+	var alert tls.AlertError
+	switch {
+	case errors.Is(err, context.Canceled):
+		return NoAnswerCanceled
+	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &netErr) && netErr.Timeout():
+		return NoAnswerTimeout
+	case errors.As(err, &dns):
+		return NoAnswerDNS
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return NoAnswerRefused
+	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE), errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
+		errors.Is(err, syscall.ECONNABORTED), errors.Is(err, net.ErrClosed):
+		return NoAnswerReset
+	case errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.ENETUNREACH), errors.Is(err, syscall.EHOSTDOWN), errors.Is(err, syscall.ENETDOWN):
+		return NoAnswerUnreachable
+	case errors.As(err, &certErr), errors.As(err, &unknownAuth), errors.As(err, &hostErr), errors.As(err, &recordErr), errors.As(err, &alert):
+		return NoAnswerTLS
+	}
+	if msg := err.Error(); strings.Contains(msg, "tls:") || strings.Contains(msg, "x509:") {
+		return NoAnswerTLS
+	} else if strings.Contains(msg, "malformed HTTP") || strings.Contains(msg, "HTTP/1.x transport connection broken") {
+		return NoAnswerProtocol
+	}
+	return NoAnswerOther
+}

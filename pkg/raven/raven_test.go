@@ -3,6 +3,7 @@ package raven_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -281,5 +282,90 @@ func TestEmptyBodyIsOneAttemptToo(t *testing.T) {
 	}
 	if got := arrivals.Load(); got != 2 {
 		t.Fatalf("raven saw %d requests for 2 attempts", got)
+	}
+}
+
+// An exchange without an answer is recorded as a word from a fixed vocabulary, never
+// with raven's URL: the URL may carry credentials and a key, and the error's text reaches
+// penguin's status reads, the events, dead letters and logs (issue 35, finding 4). Each
+// failure is made for real: nothing listening, a connection reset mid-exchange, an answer
+// that is not HTTP, no answer in time, a TLS server with a certificate nobody trusts.
+func TestNoAnswerIsAWordNeverTheURL(t *testing.T) {
+	t.Parallel()
+	const secrets = "svcuser:s3cret-pw@"
+	closed, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closedAddr := closed.Addr().String()
+	closed.Close()
+	// A listener that takes each connection and answers as told.
+	serve := func(answer func(net.Conn)) string {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { ln.Close() })
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				go answer(c)
+			}
+		}()
+		return ln.Addr().String()
+	}
+	readRequest := func(c net.Conn) { _, _ = c.Read(make([]byte, 4096)) }
+	reset := serve(func(c net.Conn) {
+		readRequest(c)
+		_ = c.(*net.TCPConn).SetLinger(0)
+		c.Close()
+	})
+	garbage := serve(func(c net.Conn) {
+		readRequest(c)
+		_, _ = c.Write([]byte("SSH-2.0-OpenSSH_9.6\r\n\r\n"))
+		c.Close()
+	})
+	hold := make(chan struct{})
+	t.Cleanup(func() { close(hold) })
+	silent := serve(func(c net.Conn) {
+		readRequest(c)
+		<-hold
+		c.Close()
+	})
+	untrusted := httptest.NewTLSServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	t.Cleanup(untrusted.Close)
+
+	cases := []struct {
+		url, kind string
+		timeout   time.Duration
+	}{
+		{"http://" + secrets + closedAddr + "/hook?api_key=SECRET", raven.NoAnswerRefused, 5 * time.Second},
+		{"http://" + secrets + reset + "/hook?api_key=SECRET", raven.NoAnswerReset, 5 * time.Second},
+		{"http://" + secrets + garbage + "/hook?api_key=SECRET", raven.NoAnswerProtocol, 5 * time.Second},
+		{"http://" + secrets + silent + "/hook?api_key=SECRET", raven.NoAnswerTimeout, 300 * time.Millisecond},
+		{strings.Replace(untrusted.URL, "https://", "https://"+secrets, 1) + "/hook?api_key=SECRET", raven.NoAnswerTLS, 5 * time.Second},
+	}
+	for _, c := range cases {
+		rc, err := raven.New(raven.Config{URL: c.url, Timeout: c.timeout})
+		if err != nil {
+			t.Fatal(err)
+		}
+		status, err := rc.SendStatus(context.Background(), request.Stored{Request: request.Request{ID: "r1", ClientID: "bob", Body: []byte("{}")}}, 1)
+		var se *raven.SendError
+		if status != 0 || !errors.As(err, &se) {
+			t.Errorf("%s: %d %v, want no answer", c.kind, status, err)
+			continue
+		}
+		if se.Kind != c.kind {
+			t.Errorf("recorded %q, want %q (cause: %v)", se.Kind, c.kind, errors.Unwrap(se))
+		}
+		for _, text := range []string{err.Error(), fmt.Sprint(errors.Unwrap(se)), fmt.Sprintf("%+v", err)} {
+			if strings.Contains(text, "SECRET") || strings.Contains(text, "s3cret") || strings.Contains(text, "svcuser") || strings.Contains(text, "/hook") {
+				t.Errorf("%s: the error's text carries the URL: %s", c.kind, text)
+			}
+		}
 	}
 }
