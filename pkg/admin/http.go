@@ -2,6 +2,7 @@ package admin
 
 import (
 	"context"
+	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
@@ -23,7 +24,7 @@ import (
 // take gets 405 with the Allow header naming those it does.
 func (s *Service) Handler(token string) http.Handler {
 	r := chi.NewRouter()
-	r.Use(authorize(token))
+	r.Use(s.authorize(token))
 	r.Get("/v1/clients", s.handle(s.getClients))                      // ?sort=backlog|age|next&limit=&page=&search=
 	r.Get("/v1/requests/{id}", s.handle(s.getRequest))                // ?client=
 	r.Get("/v1/deadletters", s.handle(s.getDeadLetters))              // ?client=&id=&reason=&since=&until=&limit=
@@ -45,8 +46,13 @@ func (s *Service) Handler(token string) http.Handler {
 	return r
 }
 
-// authorize lets through only calls that carry token; with no token, none.
-func authorize(token string) func(http.Handler) http.Handler {
+// authorize lets through only calls that carry token; with no token, none. Tokens are
+// compared by their SHA-256 digests (equal lengths whatever was sent: a comparison of
+// the raw strings returns at once on a length that differs, telling the token's length).
+// Every refusal is logged and counted; an address that keeps sending wrong tokens is
+// held back (429 with Retry-After) as the console's sign-in is.
+func (s *Service) authorize(token string) func(http.Handler) http.Handler {
+	want := sha256.Sum256([]byte(token))
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 			if token == "" {
@@ -54,15 +60,34 @@ func authorize(token string) func(http.Handler) http.Handler {
 					Detail: "the admin API is off: set ADMIN_TOKEN on the dispatcher to turn it on"})
 				return
 			}
+			addr := httpapi.ThrottleKey(req)
+			if wait := s.throttle.Wait(addr, s.now()); wait > 0 {
+				s.countRefusal()
+				s.log.Warn().Str("remote", req.RemoteAddr).Str("path", req.URL.Path).Msg("admin API call held back: too many wrong tokens from this address")
+				httpapi.WriteProblem(w, httpapi.Problem{Status: http.StatusTooManyRequests, Code: "throttled", RetryAfter: wait,
+					Detail: "too many calls with a wrong token from this address; retry after the Retry-After delay"})
+				return
+			}
 			got, ok := httpapi.BearerToken(req) // "bearer" too: the scheme's case does not matter
-			if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(token)) != 1 {
+			sum := sha256.Sum256([]byte(got))
+			if !ok || subtle.ConstantTimeCompare(sum[:], want[:]) != 1 {
+				s.throttle.Refused(addr, s.now())
+				s.countRefusal()
+				s.log.Warn().Str("remote", req.RemoteAddr).Str("path", req.URL.Path).Bool("token_sent", ok).Msg("admin API call refused: wrong or missing token")
 				w.Header().Set("WWW-Authenticate", `Bearer realm="dispatch-admin"`)
 				httpapi.WriteProblem(w, httpapi.Problem{Status: http.StatusUnauthorized, Code: "unauthorized",
 					Detail: "send the admin token as Authorization: Bearer <ADMIN_TOKEN>"})
 				return
 			}
+			s.throttle.Forget(addr)
 			next.ServeHTTP(w, req)
 		})
+	}
+}
+
+func (s *Service) countRefusal() {
+	if s.refused != nil {
+		s.refused.Inc()
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/rs/zerolog"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/penguinhq/dispatcher/pkg/httpapi"
 	"github.com/penguinhq/dispatcher/pkg/queue"
 	"github.com/penguinhq/dispatcher/pkg/tracing"
 )
@@ -80,6 +81,11 @@ type Service struct {
 	interval time.Duration
 	instance string
 	replayed prometheus.Counter // nil: not counted
+	// refused counts calls with a wrong or missing token (nil: not counted); throttle
+	// holds back an address that keeps guessing, as the console's sign-in does.
+	refused  prometheus.Counter
+	throttle *httpapi.Throttle
+	now      func() time.Time
 	// oldestRead is the most requests the oldest-first page reads in the queue's order
 	// before it reads every client's head instead.
 	oldestRead int
@@ -94,7 +100,8 @@ func New(cfg Config) (*Service, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Service{q: cfg.Queue, ctl: cfg.Control, log: cfg.Log.With().Str("component", "admin").Logger(), laneWait: cfg.LaneWait, interval: cfg.Interval, instance: cfg.Instance, oldestRead: oldestRead}
+	s := &Service{q: cfg.Queue, ctl: cfg.Control, log: cfg.Log.With().Str("component", "admin").Logger(), laneWait: cfg.LaneWait, interval: cfg.Interval, instance: cfg.Instance, oldestRead: oldestRead,
+		throttle: httpapi.NewThrottle(0), now: time.Now}
 	if cfg.Tracing != nil {
 		s.tracer = cfg.Tracing.Tracer(tracing.Name)
 	}
@@ -103,8 +110,14 @@ func New(cfg Config) (*Service, error) {
 			Name: "dispatch_replayed_total",
 			Help: "Dead letters put back in their client's queue by a replay through this process.",
 		})
-		if err := cfg.Registerer.Register(s.replayed); err != nil {
-			return nil, fmt.Errorf("admin: %w", err)
+		s.refused = prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "dispatch_admin_refused_total",
+			Help: "Admin API calls refused for a missing or wrong token (401), or held back after too many (429).",
+		})
+		for _, c := range []prometheus.Collector{s.replayed, s.refused} {
+			if err := cfg.Registerer.Register(c); err != nil {
+				return nil, fmt.Errorf("admin: %w", err)
+			}
 		}
 	}
 	return s, nil

@@ -26,7 +26,6 @@ import (
 	"fmt"
 	"html/template"
 	"io/fs"
-	"net"
 	"net/http"
 	"net/url"
 	"path"
@@ -39,6 +38,7 @@ import (
 	"golang.org/x/crypto/scrypt"
 
 	"github.com/penguinhq/dispatcher/pkg/admin"
+	"github.com/penguinhq/dispatcher/pkg/httpapi"
 )
 
 //go:embed templates/*.html static/*
@@ -65,7 +65,7 @@ type Console struct {
 	cfg      Config
 	key      []byte
 	tokenSum [sha256.Size]byte // compared by digest: equal lengths, whatever was typed
-	refusals *refusals
+	refusals *httpapi.Throttle // wrong tokens, per address
 	pages    map[string]*template.Template
 	now      func() time.Time
 	cop      *http.CrossOriginProtection
@@ -93,7 +93,7 @@ func New(cfg Config) (*Console, error) {
 		return nil, err
 	}
 	tokenSum := sha256.Sum256([]byte(cfg.Token))
-	c := &Console{cfg: cfg, key: key, tokenSum: tokenSum, now: time.Now, cop: http.NewCrossOriginProtection(), refusals: newRefusals()}
+	c := &Console{cfg: cfg, key: key, tokenSum: tokenSum, now: time.Now, cop: http.NewCrossOriginProtection(), refusals: httpapi.NewThrottle(0)}
 	if c.pages, err = parsePages(); err != nil {
 		return nil, err
 	}
@@ -223,8 +223,8 @@ func (c *Console) signin(w http.ResponseWriter, r *http.Request) {
 	r.Body = http.MaxBytesReader(w, r.Body, 8<<10)
 	token := r.PostFormValue("token")
 	next := safeNext(r.PostFormValue("next"))
-	addr := remoteHost(r)
-	if wait := c.refusals.wait(addr, c.now()); wait > 0 {
+	addr := httpapi.ThrottleKey(r)
+	if wait := c.refusals.Wait(addr, c.now()); wait > 0 {
 		w.Header().Set("Retry-After", strconv.Itoa(int(wait.Seconds()+1)))
 		c.cfg.Log.Warn().Str("remote", r.RemoteAddr).Msg("console sign-in throttled: too many wrong tokens from this address")
 		c.render(w, r, http.StatusTooManyRequests, "signin", view{Title: "Sign in", Data: signinData{Off: c.cfg.Token == "", Throttled: int(wait.Seconds() + 1), Next: next}})
@@ -232,12 +232,12 @@ func (c *Console) signin(w http.ResponseWriter, r *http.Request) {
 	}
 	typed := sha256.Sum256([]byte(token))
 	if c.cfg.Token == "" || subtle.ConstantTimeCompare(typed[:], c.tokenSum[:]) != 1 {
-		c.refusals.refused(addr, c.now())
+		c.refusals.Refused(addr, c.now())
 		c.cfg.Log.Warn().Str("remote", r.RemoteAddr).Msg("console sign-in refused")
 		c.render(w, r, http.StatusUnauthorized, "signin", view{Title: "Sign in", Data: signinData{Off: c.cfg.Token == "", Refused: true, Next: next}})
 		return
 	}
-	c.refusals.forget(addr)
+	c.refusals.Forget(addr)
 	nonce := make([]byte, 16)
 	_, _ = rand.Read(nonce) // never fails (crypto/rand)
 	claim := hex.EncodeToString(nonce) + "-" + strconv.FormatInt(c.now().Add(c.cfg.Session).Unix(), 10)
@@ -399,74 +399,4 @@ func parsePages() (map[string]*template.Template, error) {
 		pages[name] = t
 	}
 	return pages, nil
-}
-
-// Wrong tokens, throttled per address: freeTries are let through; after them each try
-// waits twice as long as the last, from a second up to maxWait; an address is forgotten
-// forgetAfter its last refusal, or when it signs in.
-const (
-	freeTries       = 5
-	maxWait         = 5 * time.Minute
-	forgetAfter     = 15 * time.Minute
-	maxAddressesSet = 10_000
-)
-
-type refusals struct {
-	mu    sync.Mutex
-	by    map[string]refusal
-	limit int // addresses kept at most
-}
-
-type refusal struct {
-	n    int
-	last time.Time
-}
-
-func newRefusals() *refusals { return &refusals{by: map[string]refusal{}, limit: maxAddressesSet} }
-
-// wait is how long addr must wait before its next try; 0: it may try now.
-func (rs *refusals) wait(addr string, now time.Time) time.Duration {
-	rs.mu.Lock()
-	defer rs.mu.Unlock()
-	r, ok := rs.by[addr]
-	if !ok || r.n < freeTries || now.Sub(r.last) >= forgetAfter {
-		return 0
-	}
-	d := min(time.Second<<min(r.n-freeTries, 16), maxWait)
-	return max(0, r.last.Add(d).Sub(now))
-}
-
-// refused counts a wrong token from addr.
-func (rs *refusals) refused(addr string, now time.Time) {
-	rs.mu.Lock()
-	defer rs.mu.Unlock()
-	if _, ok := rs.by[addr]; !ok && len(rs.by) >= rs.limit {
-		for a, r := range rs.by {
-			if now.Sub(r.last) >= forgetAfter {
-				delete(rs.by, a)
-			}
-		}
-		if len(rs.by) >= rs.limit {
-			rs.by = map[string]refusal{} // many addresses at once: start over rather than grow
-		}
-	}
-	r := rs.by[addr]
-	if now.Sub(r.last) >= forgetAfter {
-		r.n = 0
-	}
-	rs.by[addr] = refusal{n: r.n + 1, last: now}
-}
-
-func (rs *refusals) forget(addr string) {
-	rs.mu.Lock()
-	defer rs.mu.Unlock()
-	delete(rs.by, addr)
-}
-
-// remoteHost is the address a request came from, without its port.
-func remoteHost(r *http.Request) string {
-	if host, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
-		return host
-	}
-	return r.RemoteAddr
 }
