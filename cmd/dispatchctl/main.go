@@ -148,7 +148,7 @@ type globals struct {
 
 // globalSettings registers the settings every command takes on s.
 func globalSettings(s *cli.Settings, o *opts) *globals {
-	g := &globals{logs: cli.LogSettings(s), nats: cli.NATSSettings(s)}
+	g := &globals{logs: cli.LogSettings(s), nats: cli.NATSSettings(s, queue.RoleOps)}
 	s.Flags().DurationVar(&g.timeout, "timeout", time.Minute, "bound on the whole command")
 	cli.LaneWaitSetting(s, &g.laneWait, admin.DefaultLaneWait)
 	s.Flags().BoolVar(&o.json, "json", false, "print JSON instead of a table")

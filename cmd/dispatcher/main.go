@@ -12,9 +12,12 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -50,17 +53,20 @@ type settings struct {
 	standalone bool
 	dataDir    string
 	natsListen string
-	natsSync   string
-	demoAddr   string
-	demoFail   string
-	logs       *cli.Log
-	nats       *cli.NATS
-	queue      *queue.Config
-	ingest     *cli.Ingest
-	dispatch   *cli.Dispatch
-	ops        *cli.Ops
-	events     bool
-	laneWait   time.Duration
+	// the embedded NATS's users, for clients at NATS_LISTEN: role → password
+	listenUsers  map[queue.Role]string
+	listenNoAuth bool
+	natsSync     string
+	demoAddr     string
+	demoFail     string
+	logs         *cli.Log
+	nats         *cli.NATS
+	queue        *queue.Config
+	ingest       *cli.Ingest
+	dispatch     *cli.Dispatch
+	ops          *cli.Ops
+	events       bool
+	laneWait     time.Duration
 }
 
 func parse(args []string, getenv func(string) string, stderr io.Writer) (*settings, error) {
@@ -69,11 +75,15 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (*settin
 	s.Bool(&c.standalone, "STANDALONE", "run everything in one process on an embedded JetStream server")
 	s.String(&c.dataDir, "DATA_DIR", "./data", "standalone: where the embedded JetStream server keeps its files")
 	s.String(&c.natsListen, "NATS_LISTEN", "", "standalone: host:port where the embedded NATS also takes outside clients; empty for in-process only")
+	var ingestPW, opsPW string
+	s.Secret(&ingestPW, "INGEST_NATS_PASSWORD", "standalone with NATS_LISTEN: the embedded NATS takes a user ingest with this password, allowed only ingest's job (an ingest elsewhere connects as it)")
+	s.Secret(&opsPW, "OPS_NATS_PASSWORD", "standalone with NATS_LISTEN: the embedded NATS takes a user ops with this password, allowed only the operators' job (dispatchctl connects as it)")
+	s.Bool(&c.listenNoAuth, "NATS_LISTEN_NO_AUTH", "standalone: let NATS_LISTEN take clients without authentication on an address other than loopback (anyone who reaches it can read and change everything)")
 	s.OneOf(&c.natsSync, "NATS_SYNC", "always", "standalone: fsync every write before acknowledging (always), or every 2 minutes (interval)", "always", "interval")
 	s.String(&c.demoAddr, "DEMO_RAVEN_ADDR", "127.0.0.1:8081", "standalone without RAVEN_URL: where the demo raven listens")
 	cli.DemoFailSetting(s, &c.demoFail)
 	c.logs = cli.LogSettings(s)
-	c.nats = cli.NATSSettings(s)
+	c.nats = cli.NATSSettings(s, queue.RoleDispatcher)
 	c.queue = cli.QueueSettings(s)
 	c.ingest = cli.IngestSettings(s)
 	c.dispatch = cli.DispatchSettings(s)
@@ -82,6 +92,19 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (*settin
 	cli.LaneWaitSetting(s, &c.laneWait, admin.DefaultLaneWait)
 	if err := s.Parse(args); err != nil {
 		return nil, err
+	}
+	if ingestPW != "" || opsPW != "" {
+		c.listenUsers = map[queue.Role]string{}
+		if ingestPW != "" {
+			c.listenUsers[queue.RoleIngest] = ingestPW
+		}
+		if opsPW != "" {
+			c.listenUsers[queue.RoleOps] = opsPW
+		}
+	}
+	if c.standalone && c.natsListen != "" && c.listenUsers == nil && !c.listenNoAuth && !loopback(c.natsListen) {
+		return nil, fmt.Errorf("NATS_LISTEN=%s takes clients from the network without authentication, and anyone who reaches it could read and change everything: "+
+			"set INGEST_NATS_PASSWORD and/or OPS_NATS_PASSWORD (users allowed only their own jobs), listen on 127.0.0.1, or set NATS_LISTEN_NO_AUTH=true", c.natsListen)
 	}
 	if c.standalone && !s.Given("INGEST_ADDR") {
 		c.ingest.Addr = standaloneIngestAddr
@@ -236,7 +259,7 @@ func runStandalone(ctx context.Context, c *settings, log zerolog.Logger) error {
 	}
 	defer st.stop()
 	ns := st.ns
-	nc, err := queue.ConnectInProcess(ns, "dispatcher-standalone", log)
+	nc, err := queue.ConnectInProcess(ns, "dispatcher-standalone", log, st.self)
 	if err != nil {
 		return err
 	}
@@ -343,10 +366,24 @@ func (g *parts) wait() error {
 	return errors.Join(errs...)
 }
 
+// loopback says whether a host:port listens on loopback only.
+func loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
 // store is the embedded JetStream server and its store guard, which brings the store
 // back by itself after its disk was full (restarting the server in place).
 type store struct {
 	ns        *queue.Node
+	self      queue.Security // how this process connects to it
 	stopGuard func()
 }
 
@@ -356,18 +393,38 @@ func startStore(c *settings, log zerolog.Logger) (*store, error) {
 	if err := os.MkdirAll(storeDir, 0o750); err != nil {
 		return nil, fmt.Errorf("DATA_DIR=%q: %w", c.dataDir, err)
 	}
-	ns, err := queue.StartEmbedded(queue.EmbeddedConfig{StoreDir: storeDir, Listen: c.natsListen, SyncAlways: c.natsSync == "always"}, log)
+	cfg := queue.EmbeddedConfig{StoreDir: storeDir, Listen: c.natsListen, SyncAlways: c.natsSync == "always"}
+	// The process's own connection: unauthenticated in process, unless NATS_LISTEN has
+	// users; then as the dispatcher, with a password no one else knows.
+	st := &store{self: queue.Security{InboxPrefix: queue.InboxPrefix(queue.RoleDispatcher)}}
+	if c.natsListen != "" && c.listenUsers != nil {
+		cfg.Users = maps.Clone(c.listenUsers)
+		st.self.User, st.self.Password = string(queue.RoleDispatcher), rand.Text()
+		cfg.Users[queue.RoleDispatcher] = st.self.Password
+	}
+	ns, err := queue.StartEmbedded(cfg, log)
 	if err != nil {
 		return nil, err
 	}
-	st := &store{ns: ns}
+	st.ns = ns
 	st.runGuard()
 	if c.nats.User != "" || c.nats.CredsFile != "" || c.nats.NKeySeedFile != "" || c.nats.CAFile != "" || c.nats.CertFile != "" {
-		log.Warn().Msg("standalone uses its embedded NATS in process: the NATS_USER / NATS_*_FILE / NATS_TLS_* settings are ignored, and NATS_LISTEN (if set) takes clients without authentication")
+		log.Warn().Msg("standalone uses its embedded NATS in process: the NATS_USER / NATS_*_FILE / NATS_TLS_* settings are ignored (INGEST_NATS_PASSWORD and OPS_NATS_PASSWORD give NATS_LISTEN its users)")
 	}
 	ev := log.Info().Str("data_dir", c.dataDir).Str("sync", c.natsSync)
 	if c.natsListen != "" {
 		ev = ev.Str("nats_url", ns.ClientURL())
+		if c.listenUsers != nil {
+			users := []string{}
+			for _, r := range queue.Roles {
+				if _, ok := c.listenUsers[r]; ok {
+					users = append(users, string(r))
+				}
+			}
+			ev = ev.Strs("nats_users", users)
+		} else {
+			log.Warn().Str("nats_listen", c.natsListen).Msg("the embedded NATS takes clients at NATS_LISTEN without authentication: anyone who reaches it can read every queued body and change everything; set INGEST_NATS_PASSWORD and/or OPS_NATS_PASSWORD")
+		}
 	}
 	ev.Msg("embedded JetStream started")
 	return st, nil

@@ -49,6 +49,23 @@ func TestSettings(t *testing.T) {
 				t.Fatalf("ingest %q, ops %q; want the addresses given", c.ingest.Addr, c.ops.Addr)
 			}
 		}},
+		// NATS_LISTEN without users: loopback only, unless asked for by name (issue 35,
+		// finding 8); with a password, the embedded server has that role's user.
+		{name: "NATSListenOpenRefused", args: []string{"-standalone"}, env: map[string]string{"NATS_LISTEN": ":4222"},
+			wantErr: []string{"NATS_LISTEN=:4222", "without authentication", "INGEST_NATS_PASSWORD", "NATS_LISTEN_NO_AUTH=true"}},
+		{name: "NATSListenAnyIPRefused", args: []string{"-standalone"}, env: map[string]string{"NATS_LISTEN": "0.0.0.0:4222"},
+			wantErr: []string{"NATS_LISTEN=0.0.0.0:4222"}},
+		{name: "NATSListenOpenAskedFor", args: []string{"-standalone"}, env: map[string]string{"NATS_LISTEN": ":4222", "NATS_LISTEN_NO_AUTH": "true"}, check: func(t *testing.T, c *settings) {}},
+		{name: "NATSListenLoopback", args: []string{"-standalone"}, env: map[string]string{"NATS_LISTEN": "127.0.0.1:4222"}, check: func(t *testing.T, c *settings) {
+			if c.listenUsers != nil {
+				t.Fatalf("users %v without a password given", c.listenUsers)
+			}
+		}},
+		{name: "NATSListenWithUsers", args: []string{"-standalone"}, env: map[string]string{"NATS_LISTEN": ":4222", "OPS_NATS_PASSWORD": "pw-o"}, check: func(t *testing.T, c *settings) {
+			if len(c.listenUsers) != 1 || c.listenUsers["ops"] != "pw-o" {
+				t.Fatalf("users %v, want ops alone", c.listenUsers)
+			}
+		}},
 		{name: "DispatcherListensEverywhere", env: map[string]string{"RAVEN_URL": "http://raven:8081/"}, check: func(t *testing.T, c *settings) {
 			if c.ops.Addr != ":9091" {
 				t.Fatalf("ops %q; want a container's :9091", c.ops.Addr)

@@ -24,7 +24,7 @@ func main() {
 func run(ctx context.Context, args []string, getenv func(string) string, _ io.Writer, stderr io.Writer) error {
 	s := cli.NewSettings("ingest", getenv, stderr)
 	logs := cli.LogSettings(s)
-	natsCfg := cli.NATSSettings(s)
+	natsCfg := cli.NATSSettings(s, queue.RoleIngest)
 	queueCfg := cli.QueueSettings(s)
 	ingestCfg := cli.IngestSettings(s)
 	ops := cli.OpsSettings(s, ":9090", false)
@@ -46,6 +46,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, _ io.Wr
 	// no sooner.
 	queueCfg.AckTimeout = ingestCfg.PublishTimeout
 	queueCfg.NoEvents = !events
+	// Ingest's NATS user may not read queued requests (queue.RoleIngest).
+	queueCfg.NoBodyReads = true
 
 	nc, err := natsCfg.Connect("ingest", log)
 	if err != nil {

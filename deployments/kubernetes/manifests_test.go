@@ -14,6 +14,8 @@ import (
 	"testing"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/penguinhq/dispatcher/pkg/queue"
 )
 
 type obj = map[string]any
@@ -214,6 +216,38 @@ func TestManifests(t *testing.T) {
 	if at(v, "config", "cluster", "enabled") != true || at(v, "config", "cluster", "replicas") != 3.0 ||
 		at(v, "config", "jetstream", "fileStore", "pvc", "enabled") != true {
 		t.Errorf("nats-values.yaml does not ask for a 3-node JetStream cluster with file storage on PVCs: %v", v["config"])
+	}
+
+	// Each user of the services' account has its role's allow-list, as nats.conf does.
+	seen := map[string]bool{}
+	for _, u := range list(v, "config", "merge", "accounts", "DISPATCH", "users") {
+		name := str(u, "user")
+		seen[name] = true
+		want := queue.RolePermissions(queue.Role(name))
+		strs := func(path ...string) []string {
+			var out []string
+			for _, x := range list(u, path...) {
+				out = append(out, x.(string))
+			}
+			return slices.Sorted(slices.Values(out))
+		}
+		if got := strs("permissions", "publish", "allow"); !slices.Equal(got, slices.Sorted(slices.Values(want.Publish))) {
+			t.Errorf("nats-values.yaml: user %s may publish to %q, its role to %q", name, got, want.Publish)
+		}
+		if got := strs("permissions", "subscribe", "allow"); !slices.Equal(got, slices.Sorted(slices.Values(want.Subscribe))) {
+			t.Errorf("nats-values.yaml: user %s may subscribe to %q, its role to %q", name, got, want.Subscribe)
+		}
+		if got := at(u, "permissions", "allow_responses") == true; got != want.Responses {
+			t.Errorf("nats-values.yaml: user %s allow_responses %v, its role %v", name, got, want.Responses)
+		}
+		if at(u, "permissions", "publish", "deny") != nil || at(u, "permissions", "subscribe", "deny") != nil {
+			t.Errorf("nats-values.yaml: user %s has a deny-list: roles are allow-lists", name)
+		}
+	}
+	for _, r := range queue.Roles {
+		if !seen[string(r)] {
+			t.Errorf("nats-values.yaml has no user %s", r)
+		}
 	}
 }
 

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
+	"strings"
 	"testing"
 	"unicode/utf8"
 
@@ -112,5 +114,37 @@ func TestClientIDScannerAllocations(t *testing.T) {
 	body := []byte(`{"clientId":"alice","pad":"` + string(bytes.Repeat([]byte("x"), 400)) + `","n":[1,{"a":"b"}]}`)
 	if n := testing.AllocsPerRun(100, func() { _, _ = clientIDFromBody(body) }); n > 1 {
 		t.Fatalf("%v allocations per body; want at most 1", n)
+	}
+}
+
+// An X-Client-Id header and a body's "clientId" that disagree are refused, naming both
+// (issue 35, finding 9): taking the header silently let three requests of one body
+// client reach raven 0 ms apart under three header clients, and a raven that reads the
+// body's clientId saw bob's spacing broken. Agreeing, or either alone, is taken.
+func TestHeaderAndBodyClientIDMustAgree(t *testing.T) {
+	t.Parallel()
+	header := func(id string) http.Header {
+		h := http.Header{}
+		h.Set(request.HeaderClientID, id)
+		return h
+	}
+	if _, p := clientIDOf(header("mallory"), []byte(`{"clientId":"bob","n":1}`)); p == nil || p.Code != "client_id_mismatch" ||
+		p.Status != http.StatusBadRequest || !strings.Contains(p.Detail, `"mallory"`) || !strings.Contains(p.Detail, `"bob"`) {
+		t.Errorf("header mallory, body bob: %+v, want 400 client_id_mismatch naming both", p)
+	}
+	for _, c := range []struct {
+		h    http.Header
+		body string
+		want string
+	}{
+		{header("bob"), `{"clientId":"bob"}`, "bob"},
+		{header("bob"), `{"n":1}`, "bob"},
+		{header("bob"), `[1,2]`, "bob"},
+		{header("bob"), `{"clientId":7}`, "bob"}, // not a clientId at all: the header's stands
+		{http.Header{}, `{"clientId":"bob"}`, "bob"},
+	} {
+		if got, p := clientIDOf(c.h, []byte(c.body)); p != nil || got != c.want {
+			t.Errorf("header %q, body %s: %q %+v, want %q", c.h.Get(request.HeaderClientID), c.body, got, p, c.want)
+		}
 	}
 }

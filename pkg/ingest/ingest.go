@@ -75,6 +75,7 @@ const (
 	DefaultBatchMaxBytes  = 10 << 20
 	DefaultMaxStatusWait  = 60 * time.Second
 	DefaultMaxStatusWaits = 1000
+	DefaultMaxStatusReads = 500
 	DefaultBatchInFlight  = 64 << 20
 )
 
@@ -117,6 +118,10 @@ type Config struct {
 	// watch on the events; past it a read that asks to wait gets 503 at once. Defaults to
 	// 1000.
 	MaxStatusWaits int
+	// MaxStatusReads bounds the status reads without ?wait being read at once (each
+	// holds its connection and a read of the store, up to 5 s when NATS is slow); past it
+	// a read gets 503 overloaded at once. Defaults to 500.
+	MaxStatusReads int
 	// BatchInFlightBytes bounds the bytes of the batches being read and stored at once
 	// (a batch without Content-Length counts as BatchMaxBytes); past it a batch gets 503
 	// before its body is read. Defaults to 64 MiB; at least BatchMaxBytes.
@@ -162,6 +167,9 @@ func (c Config) WithDefaults() Config {
 	if c.MaxStatusWaits == 0 {
 		c.MaxStatusWaits = DefaultMaxStatusWaits
 	}
+	if c.MaxStatusReads == 0 {
+		c.MaxStatusReads = DefaultMaxStatusReads
+	}
 	if c.BatchInFlightBytes == 0 {
 		c.BatchInFlightBytes = max(DefaultBatchInFlight, c.BatchMaxBytes)
 	}
@@ -201,6 +209,9 @@ func (c Config) Validate() error {
 	if c.MaxStatusWaits < 1 {
 		errs = append(errs, fmt.Errorf("max status waits %d: must be at least 1", c.MaxStatusWaits))
 	}
+	if c.MaxStatusReads < 1 {
+		errs = append(errs, fmt.Errorf("max status reads %d: must be at least 1", c.MaxStatusReads))
+	}
 	if c.BatchInFlightBytes < c.BatchMaxBytes {
 		errs = append(errs, fmt.Errorf("batch in-flight bytes %d: must be at least the batch max bytes (%d), or no batch of the largest size could ever be taken", c.BatchInFlightBytes, c.BatchMaxBytes))
 	}
@@ -215,6 +226,7 @@ type API struct {
 	log        zerolog.Logger
 	publishing chan struct{} // a slot per publish waiting for JetStream
 	waits      chan struct{} // a slot per status read waiting for a final state
+	reads      chan struct{} // a slot per status read not waiting
 	batchBytes atomic.Int64  // bytes of the batches being read and stored
 	tracer     trace.Tracer  // nil: tracing is off
 }
@@ -226,7 +238,8 @@ func New(cfg Config, pub Publisher, ready Readiness, log zerolog.Logger) (*API, 
 		return nil, err
 	}
 	a := &API{cfg: cfg, pub: pub, ready: ready, log: log.With().Str("component", "ingest").Logger(),
-		publishing: make(chan struct{}, cfg.MaxPublishing), waits: make(chan struct{}, cfg.MaxStatusWaits)}
+		publishing: make(chan struct{}, cfg.MaxPublishing), waits: make(chan struct{}, cfg.MaxStatusWaits),
+		reads: make(chan struct{}, cfg.MaxStatusReads)}
 	if cfg.Tracing != nil {
 		a.tracer = cfg.Tracing.Tracer(tracing.Name)
 	}

@@ -164,11 +164,16 @@ func isJSON(ct string) bool {
 }
 
 // clientIDOf takes the clientId from the X-Client-Id header when there is one, else from
-// the body's top-level string field "clientId". It does not validate the id itself.
+// the body's top-level string field "clientId". When both are there they must agree: a
+// raven that reads the body's would otherwise see requests of one client spaced as
+// another's. It does not validate the id itself.
 func clientIDOf(h http.Header, body []byte) (string, *problem) {
 	switch vs := h.Values(request.HeaderClientID); len(vs) {
 	case 0:
 	case 1:
+		if inBody, err := clientIDFromBody(body); err == nil && inBody != vs[0] {
+			return "", badRequest("client_id_mismatch", fmt.Sprintf("the X-Client-Id header says %q and the body's \"clientId\" says %q: send one, or the same in both", vs[0], inBody))
+		}
 		return vs[0], nil
 	default:
 		return "", badRequest("client_id_invalid", "send one X-Client-Id header, not several")

@@ -51,6 +51,15 @@ func (a *API) status(w http.ResponseWriter, r *http.Request) {
 				Detail: fmt.Sprintf("%d status reads are waiting already (MAX_STATUS_WAITS); read without ?wait, or retry after the Retry-After delay", a.cfg.MaxStatusWaits)})
 			return
 		}
+	} else {
+		select {
+		case a.reads <- struct{}{}:
+			defer func() { <-a.reads }()
+		default:
+			writeProblem(w, problem{Status: http.StatusServiceUnavailable, Code: "overloaded", RetryAfter: time.Second,
+				Detail: fmt.Sprintf("%d status reads are being read already (MAX_STATUS_READS); retry after the Retry-After delay", a.cfg.MaxStatusReads)})
+			return
+		}
 	}
 	st, err := a.readStatus(r.Context(), w, id, wait)
 	if err != nil {

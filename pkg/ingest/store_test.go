@@ -188,6 +188,79 @@ func TestStatusWaitsAreBounded(t *testing.T) {
 	}
 }
 
+// heldReads is the queue's status reads, the first of which is held until release is
+// closed: a read in progress, holding its slot.
+type heldReads struct {
+	*queue.Queue
+	held    chan struct{} // closed once the first read is being held
+	release chan struct{}
+	once    sync.Once
+}
+
+func (h *heldReads) Events(ctx context.Context, id string) ([]request.Event, error) {
+	first := false
+	h.once.Do(func() { first = true })
+	if first {
+		close(h.held)
+		select {
+		case <-h.release:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	return h.Queue.Events(ctx, id)
+}
+
+// Status reads without ?wait are bounded too (issue 35, finding 3: 1,000 keep-alive
+// readers took an ingest to 1.57 GB): while one is being read with room for one, another
+// gets 503 overloaded at once with Retry-After; once the first answered, its slot is free.
+func TestStatusReadsAreBounded(t *testing.T) {
+	_, q := embeddedQueue(t)
+	h := &heldReads{Queue: q, held: make(chan struct{}), release: make(chan struct{})}
+	api, err := ingest.New(ingest.Config{Status: h, MaxStatusReads: 1}, q, q, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(api.Handler())
+	released := sync.OnceFunc(func() { close(h.release) })
+	t.Cleanup(srv.Close)
+	t.Cleanup(released) // runs before srv.Close: the held read ends
+	url := srv.URL + "/v1/requests/" + request.NewID(time.Now())
+	first := make(chan int, 1)
+	go func() {
+		resp, err := http.Get(url)
+		if err != nil {
+			first <- 0
+			return
+		}
+		resp.Body.Close()
+		first <- resp.StatusCode
+	}()
+	<-h.held
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(body), `"overloaded"`) || !strings.Contains(string(body), "MAX_STATUS_READS") ||
+		resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("a read while the only slot is taken: %d %s (Retry-After %q), want 503 overloaded naming MAX_STATUS_READS", resp.StatusCode, body, resp.Header.Get("Retry-After"))
+	}
+	released()
+	if code := <-first; code != http.StatusOK {
+		t.Fatalf("the held read answered %d, want 200", code)
+	}
+	resp, err = http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("a read once the slot was free again: %d, want 200", resp.StatusCode)
+	}
+}
+
 // Batches in memory at once are bounded by their bytes: while one batch is being read,
 // another that would pass the bound is refused with 503 overloaded before it is read;
 // once the first is done, the same batch is taken.

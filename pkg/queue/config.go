@@ -52,6 +52,11 @@ type Config struct {
 	// Open leaves the events stream alone (neither creates nor updates it) and Ready does
 	// not need it. Defaults to false: events on.
 	NoEvents bool
+	// NoBodyReads says this process's NATS user may not read queued requests (the ingest
+	// role, RoleIngest): Place then tells a request at the head of its client's queue only
+	// when it is the client's only one, and never asks for the head (the read would be
+	// refused, and would wait out its deadline for an answer). Defaults to false.
+	NoBodyReads bool
 	// AckTimeout bounds the wait for JetStream's acknowledgement of a publish made without
 	// waiting for it (batches, events): past it the publish fails as ErrUnavailable, and
 	// stops holding one of the connection's slots for pending publishes. An acknowledgement

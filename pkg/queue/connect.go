@@ -31,6 +31,9 @@ type Security struct {
 	CAFile string
 	// CertFile and KeyFile are a client certificate, for servers that verify clients.
 	CertFile, KeyFile string
+	// InboxPrefix is the subject prefix of the connection's reply inboxes (InboxPrefix
+	// of the service's role); empty is NATS's shared default, _INBOX.
+	InboxPrefix string
 }
 
 func (s Security) options() ([]nats.Option, error) {
@@ -71,6 +74,9 @@ func (s Security) options() ([]nats.Option, error) {
 	}
 	if s.CAFile != "" || s.CertFile != "" {
 		opts = append(opts, nats.Secure())
+	}
+	if s.InboxPrefix != "" {
+		opts = append(opts, nats.CustomInboxPrefix(s.InboxPrefix))
 	}
 	return opts, nil
 }
@@ -200,8 +206,16 @@ func RedactURLs(urls string) string {
 
 // ConnectInProcess connects to an embedded server without a network socket. Given a
 // Node, the connection follows the node's restarts.
-func ConnectInProcess(s nats.InProcessConnProvider, name string, log zerolog.Logger) (*Conn, error) {
-	nc, err := nats.Connect("", append(connectOptions(name, log), nats.InProcessServer(s))...)
+func ConnectInProcess(s nats.InProcessConnProvider, name string, log zerolog.Logger, sec ...Security) (*Conn, error) {
+	opts := append(connectOptions(name, log), nats.InProcessServer(s))
+	for _, sc := range sec {
+		more, err := sc.options()
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts, more...)
+	}
+	nc, err := nats.Connect("", opts...)
 	if err != nil {
 		return nil, fmt.Errorf("connecting to embedded NATS: %w", err)
 	}

@@ -22,6 +22,10 @@ type EmbeddedConfig struct {
 	SyncAlways bool
 	// MaxPayload is the largest message the server takes. Defaults to 8 MiB.
 	MaxPayload int32
+	// Users, when not empty, are the only users the server takes: each role's user (named
+	// as the role) with this password and that role's permissions (RolePermissions).
+	// Empty: no authentication.
+	Users map[Role]string
 	// Configure, if not nil, changes the server options last (tests use it for users and
 	// TLS).
 	Configure func(*server.Options)
@@ -64,6 +68,11 @@ func StartEmbedded(cfg EmbeddedConfig, log zerolog.Logger) (*Node, error) {
 			DontListen: cfg.Listen == "",
 			Host:       host,
 			Port:       port,
+		}
+		for _, r := range Roles {
+			if pw, ok := cfg.Users[r]; ok {
+				opts.Users = append(opts.Users, &server.User{Username: string(r), Password: pw, Permissions: RolePermissions(r).Server()})
+			}
 		}
 		if cfg.Configure != nil {
 			cfg.Configure(opts)

@@ -70,12 +70,18 @@ func (q *Queue) Events(ctx context.Context, id string) ([]request.Event, error) 
 		ctx, cancel = context.WithTimeout(ctx, EventReadTimeout)
 		defer cancel()
 	}
+	batch := 4 * len(request.EventTypes)
 	body, _ := json.Marshal(struct {
 		MultiLast []string `json:"multi_last"`
 		Batch     int      `json:"batch"`
-	}{[]string{request.EventFilter(id)}, 4 * len(request.EventTypes)})
+	}{[]string{request.EventFilter(id)}, batch})
 	inbox := q.nc.NewRespInbox()
-	sub, err := q.nc.SubscribeSync(inbox)
+	// The answers land in a channel of the batch's size (and its end marker): a
+	// SubscribeSync would allocate nats.go's default of 65,536 slots, 512 KiB for every
+	// read, and concurrent status reads would take an ingest's memory (issue 35). The
+	// server sends no more than the batch.
+	msgs := make(chan *nats.Msg, batch+4)
+	sub, err := q.nc.ChanSubscribe(inbox, msgs)
 	if err != nil {
 		return nil, fmt.Errorf("reading events of %s: %w", id, err)
 	}
@@ -85,9 +91,11 @@ func (q *Queue) Events(ctx context.Context, id string) ([]request.Event, error) 
 	}
 	var out []request.Event
 	for {
-		m, err := sub.NextMsgWithContext(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("reading events of %s: %w: %w", id, ErrUnavailable, err)
+		var m *nats.Msg
+		select {
+		case m = <-msgs:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("reading events of %s: %w: %w", id, ErrUnavailable, ctx.Err())
 		}
 		switch status := m.Header.Get("Status"); status {
 		case "":
@@ -132,7 +140,9 @@ func (q *Queue) Place(ctx context.Context, st request.Status) *request.QueuePlac
 		return nil
 	}
 	place := &request.QueuePlace{Backlog: n}
-	if head, ok, err := q.Head(ctx, subject); err == nil && ok {
+	if q.cfg.NoBodyReads {
+		place.AtHead = n == 1
+	} else if head, ok, err := q.Head(ctx, subject); err == nil && ok {
 		place.AtHead = head.Seq == st.Seq
 	}
 	return place

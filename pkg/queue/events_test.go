@@ -2,6 +2,7 @@ package queue_test
 
 import (
 	"context"
+	"runtime"
 	"slices"
 	"testing"
 	"time"
@@ -188,5 +189,48 @@ func TestEventWriterFlushesWhenStopped(t *testing.T) {
 	info, err := stream.Info(ctx)
 	if err != nil || info.State.Msgs != n {
 		t.Fatalf("events stream holds %d (%v), want the %d recorded before the stop", info.State.Msgs, err, n)
+	}
+}
+
+// A status read costs kilobytes, not the 512 KiB of a SubscribeSync's 65,536-slot
+// channel (issue 35, finding 3: 200 keep-alive readers took an ingest from 23 MB to
+// 381 MB). Measured as bytes allocated per read, over reads of a request with events and
+// of one without: a count of the reads' own allocations, not a time.
+func TestEventReadsCostKilobytes(t *testing.T) {
+	t.Parallel()
+	srv := queuetest.Server(t)
+	nc := queuetest.Conn(t, srv)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	q, err := queue.Open(ctx, nc, queue.Config{}, queue.CreateOrUpdate)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := runWriter(t, q, nil)
+	id := request.NewID(time.Now())
+	w.Record(request.Event{Type: request.EventAccepted, ID: id, ClientID: "bob", At: time.Now()})
+	w.WriteNow(ctx, request.Event{Type: request.EventDelivered, ID: id, ClientID: "bob", Attempt: 1, At: time.Now()})
+	if err := w.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	missing := request.NewID(time.Now())
+	const reads = 50
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	for range reads {
+		for _, read := range []string{id, missing} {
+			if _, err := q.Events(ctx, read); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	runtime.ReadMemStats(&after)
+	// Other goroutines (the server's, the writer's) allocate too: the bound is far above
+	// a read's few kilobytes and far below 512 KiB.
+	perRead := (after.TotalAlloc - before.TotalAlloc) / (2 * reads)
+	t.Logf("%d bytes allocated per status read", perRead)
+	if perRead > 64<<10 {
+		t.Errorf("a status read allocates %d bytes, want kilobytes", perRead)
 	}
 }

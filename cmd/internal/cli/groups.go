@@ -53,9 +53,12 @@ type NATS struct {
 	queue.Security
 }
 
-// NATSSettings registers NATS_URL and the NATS credential and TLS settings.
-func NATSSettings(s *Settings) *NATS {
+// NATSSettings registers NATS_URL and the NATS credential and TLS settings, for a
+// service connecting in role (its replies arrive under that role's inbox prefix, where
+// the deployments' permissions let that user alone subscribe).
+func NATSSettings(s *Settings, role queue.Role) *NATS {
 	n := &NATS{}
+	s.String(&n.InboxPrefix, "NATS_INBOX_PREFIX", queue.InboxPrefix(role), "subject prefix of this service's reply inboxes; its NATS user must be allowed to subscribe to <prefix>.>")
 	s.URLs(&n.URL, "NATS_URL", "nats://127.0.0.1:4222", "NATS server URL, or a comma-separated list of a cluster's servers; a user and password may be given in it (nats://user:password@host:4222)", "nats", "tls")
 	s.String(&n.User, "NATS_USER", "", "NATS user name (instead of one in NATS_URL)")
 	s.Secret(&n.Password, "NATS_PASSWORD", "NATS user's password (instead of one in NATS_URL)")
@@ -105,7 +108,7 @@ type Ingest struct {
 // IngestSettings registers the ingest API settings.
 func IngestSettings(s *Settings) *Ingest {
 	c := &Ingest{}
-	var publishing, batchItems, waits int64
+	var publishing, batchItems, waits, reads int64
 	s.String(&c.Addr, "INGEST_ADDR", ":8080", "address the ingest API listens on (:port is every interface); the standalone dispatcher binds 127.0.0.1:8080 unless this is set")
 	s.Int(&c.MaxBodyBytes, "MAX_BODY_BYTES", ingest.DefaultMaxBodyBytes, 1, 64<<20, "largest request body accepted, in bytes")
 	s.Duration(&c.PublishTimeout, "PUBLISH_TIMEOUT", ingest.DefaultPublishTimeout, time.Millisecond, "how long ingest waits for JetStream to acknowledge a request")
@@ -116,6 +119,7 @@ func IngestSettings(s *Settings) *Ingest {
 	s.Int(&c.BatchMaxBytes, "BATCH_MAX_BYTES", ingest.DefaultBatchMaxBytes, 1, 1<<30, "largest batch body, in bytes; larger is a 413")
 	s.Duration(&c.MaxStatusWait, "MAX_STATUS_WAIT", ingest.DefaultMaxStatusWait, time.Second, "cap on a status read's ?wait")
 	s.Int(&waits, "MAX_STATUS_WAITS", ingest.DefaultMaxStatusWaits, 1, 1_000_000, "status reads waiting (?wait) at once; past it such a read gets 503 overloaded")
+	s.Int(&reads, "MAX_STATUS_READS", ingest.DefaultMaxStatusReads, 1, 1_000_000, "status reads without ?wait being read at once; past it a read gets 503 overloaded")
 	s.Int(&c.BatchInFlightBytes, "BATCH_INFLIGHT_BYTES", 0, 0, 1<<40, "bytes of batches read and stored at once (at least BATCH_MAX_BYTES); past it a batch gets 503 overloaded before it is read; 0: 64 MiB, or BATCH_MAX_BYTES when that is more")
 	s.String(&c.TokensFile, "INGEST_TOKENS_FILE", "", "file of accepted bearer tokens, as hex SHA-256 hashes, one per line; re-read when it changes")
 	s.Secret(&c.Tokens, "INGEST_TOKEN", "accepted bearer token(s), comma-separated; with neither this nor INGEST_TOKENS_FILE, ingest accepts anyone")
@@ -123,7 +127,7 @@ func IngestSettings(s *Settings) *Ingest {
 	s.String(&c.TLSKey, "INGEST_TLS_KEY", "", "the certificate's private key (PEM)")
 	s.String(&c.ClientCA, "INGEST_TLS_CLIENT_CA", "", "CA certificates (PEM) client certificates must chain to: turns mutual TLS on")
 	s.afterParse(func() {
-		c.MaxPublishing, c.BatchMaxItems, c.MaxStatusWaits = int(publishing), int(batchItems), int(waits)
+		c.MaxPublishing, c.BatchMaxItems, c.MaxStatusWaits, c.MaxStatusReads = int(publishing), int(batchItems), int(waits), int(reads)
 	})
 	return c
 }

@@ -1,0 +1,201 @@
+package queue
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/penguinhq/dispatcher/pkg/request"
+)
+
+// Role is a NATS user's job. Each service connects as its own user, and each user may do
+// only what its job needs (RolePermissions): deployments/nats/nats.conf, the Kubernetes
+// values and the standalone's listening server give each user exactly these.
+type Role string
+
+// The roles.
+const (
+	// RoleIngest takes requests: it publishes them and their accepted events, creates the
+	// streams if they are missing, and reads the events for statuses. It cannot read a
+	// queued body or a dead letter, nor touch leases or steering. It may remove a message
+	// from the request stream: its test write (WatchWrites, every 2 s) is the removal of
+	// one that does not exist, the only write that tells it the store failed, and came
+	// back, while no request arrives. So a stolen ingest password could remove queued
+	// requests by sequence, unread (SECURITY.md, Known limits).
+	RoleIngest Role = "ingest"
+	// RoleDispatcher reads and removes requests, writes dead letters, events and its
+	// leases, reads steering, answers lane queries, and serves the admin API and the
+	// console (so it also steers, replays and purges for the operators signed in there,
+	// and asks for the servers' JetStream report for their status page).
+	RoleDispatcher Role = "dispatcher"
+	// RoleOps is dispatchctl: steering, dead letters (read, replay: it puts a request back
+	// and writes its replayed event), purge (asked of the dispatchers through steering),
+	// inspection, and the servers' JetStream report. It reads leases but cannot write
+	// them; it cannot remove a queued request, write a dead letter or another event, nor
+	// create, change or delete streams.
+	RoleOps Role = "ops"
+)
+
+// Roles lists the roles, in the order the deployments list their users.
+var Roles = []Role{RoleIngest, RoleDispatcher, RoleOps}
+
+// InboxPrefix is where the replies to a role's requests arrive. Each role has its own,
+// and may subscribe only there: with the shared default (_INBOX) any user could
+// subscribe to every reply, the bodies other users read among them.
+func InboxPrefix(r Role) string { return "_INBOX_" + string(r) }
+
+// Permissions is what a NATS user may publish and subscribe to. Responses lets it answer
+// the requests it received (the reply subjects of messages it was delivered).
+type Permissions struct {
+	Publish   []string
+	Subscribe []string
+	Responses bool
+}
+
+// The streams, as the JetStream API names them.
+var (
+	kvLeases  = "KV_" + LeaseBucket
+	kvControl = "KV_" + ControlBucket
+)
+
+// RolePermissions is the allow-list of a role. Anything not listed is refused by the
+// server (a publish is dropped, a subscription refused, both reported to the client).
+func RolePermissions(r Role) Permissions {
+	switch r {
+	case RoleIngest:
+		return Permissions{
+			Publish: join(
+				[]string{request.RequestPrefix + "*", request.EventPrefix + "*.*." + request.EventAccepted, "$JS.API.INFO"},
+				api(RequestStream, "STREAM.INFO", "STREAM.CREATE", "STREAM.MSG.DELETE"),
+				api(DeadLetterStream, "STREAM.INFO", "STREAM.CREATE"),
+				api(EventStream, "STREAM.INFO", "STREAM.CREATE", "DIRECT.GET"),
+			),
+			Subscribe: []string{InboxPrefix(r) + ".>", request.EventPrefix + ">"},
+		}
+	case RoleDispatcher:
+		return Permissions{
+			Publish: join(
+				[]string{request.RequestPrefix + "*", request.DeadLetterPrefix + "*", request.EventPrefix + ">", "$JS.API.INFO",
+					"$KV." + LeaseBucket + ".>", "$KV." + ControlBucket + ".>", "$SYS.REQ.ACCOUNT.PING.STATZ", laneQuerySubject,
+					MetaSubject},
+				api(RequestStream, managed...), api(RequestStream, reads...), api(RequestStream, "STREAM.MSG.DELETE"),
+				api(DeadLetterStream, managed...), api(DeadLetterStream, reads...), api(DeadLetterStream, "STREAM.MSG.DELETE"),
+				api(EventStream, managed...), api(EventStream, reads...),
+				api(kvLeases, managed...), api(kvLeases, reads...),
+				api(kvControl, managed...), api(kvControl, reads...),
+			),
+			Subscribe: []string{InboxPrefix(r) + ".>", request.EventPrefix + ">", laneQuerySubject},
+			Responses: true,
+		}
+	case RoleOps:
+		return Permissions{
+			Publish: join(
+				[]string{request.RequestPrefix + "*", request.EventPrefix + "*.*." + request.EventReplayed,
+					"$KV." + ControlBucket + ".>", "$SYS.REQ.ACCOUNT.PING.STATZ", MetaSubject, laneQuerySubject},
+				api(RequestStream, "STREAM.INFO"), api(RequestStream, reads...),
+				api(DeadLetterStream, "STREAM.INFO"), api(DeadLetterStream, reads...), api(DeadLetterStream, "STREAM.MSG.DELETE"),
+				api(EventStream, "STREAM.INFO"), api(EventStream, reads...),
+				api(kvLeases, "STREAM.INFO"), api(kvLeases, reads...),
+				api(kvControl, "STREAM.INFO"), api(kvControl, reads...),
+			),
+			Subscribe: []string{InboxPrefix(r) + ".>", request.EventPrefix + ">"},
+		}
+	}
+	return Permissions{}
+}
+
+// PenguinPermissions is a read-only user for a producer that follows its own clients'
+// events (docs/producers.md): it may subscribe to those clients' events and nothing
+// else, and publish nothing.
+func PenguinPermissions(clientIDs ...string) Permissions {
+	p := Permissions{Publish: []string{}}
+	for _, id := range clientIDs {
+		p.Subscribe = append(p.Subscribe, request.EventPrefix+request.EncodeClientID(id)+".>")
+	}
+	return p
+}
+
+// managed is what creating and keeping a stream in line with the config takes; reads is
+// what reading it takes (stream info, gets, consumers and their messages, acks and flow
+// control).
+var (
+	managed = []string{"STREAM.INFO", "STREAM.CREATE", "STREAM.UPDATE"}
+	reads   = []string{"STREAM.INFO", "STREAM.MSG.GET", "DIRECT.GET", "CONSUMER"}
+)
+
+// api turns JetStream operations on stream into the subjects that ask for them.
+func api(stream string, ops ...string) []string {
+	var out []string
+	for _, op := range ops {
+		switch op {
+		case "DIRECT.GET":
+			// a get by sequence, and one by subject (the subject follows the stream name)
+			out = append(out, "$JS.API.DIRECT.GET."+stream, "$JS.API.DIRECT.GET."+stream+".>")
+		case "CONSUMER":
+			// create (named, with its filter), info, delete, next message (pull
+			// consumers); and the flow-control replies of push ones (KV watches)
+			for _, c := range []string{"CREATE", "INFO", "DELETE", "MSG.NEXT"} {
+				out = append(out, "$JS.API.CONSUMER."+c+"."+stream+".>")
+			}
+			out = append(out, "$JS.FC."+stream+".>")
+		default:
+			out = append(out, "$JS.API."+op+"."+stream)
+		}
+	}
+	return out
+}
+
+// join is the subjects of every list, each once, in the order first seen.
+func join(lists ...[]string) []string {
+	var out []string
+	for _, l := range lists {
+		for _, s := range l {
+			if !slices.Contains(out, s) {
+				out = append(out, s)
+			}
+		}
+	}
+	return out
+}
+
+// Server is p as the embedded server's options take it.
+func (p Permissions) Server() *server.Permissions {
+	sp := &server.Permissions{
+		Publish:   &server.SubjectPermission{Allow: slices.Clone(p.Publish)},
+		Subscribe: &server.SubjectPermission{Allow: slices.Clone(p.Subscribe)},
+	}
+	if len(p.Publish) == 0 {
+		sp.Publish = &server.SubjectPermission{Deny: []string{">"}}
+	}
+	if len(p.Subscribe) == 0 {
+		sp.Subscribe = &server.SubjectPermission{Deny: []string{">"}}
+	}
+	if p.Responses {
+		sp.Response = &server.ResponsePermission{MaxMsgs: server.DEFAULT_ALLOW_RESPONSE_MAX_MSGS, Expires: server.DEFAULT_ALLOW_RESPONSE_EXPIRATION}
+	}
+	return sp
+}
+
+// Conf is p in nats.conf's syntax, as the value of a user's permissions.
+func (p Permissions) Conf(indent string) string {
+	var b strings.Builder
+	list := func(name string, subjects []string) {
+		if len(subjects) == 0 {
+			fmt.Fprintf(&b, "%s%s: { deny: [\">\"] }\n", indent, name)
+			return
+		}
+		fmt.Fprintf(&b, "%s%s: { allow: [\n", indent, name)
+		for _, s := range subjects {
+			fmt.Fprintf(&b, "%s  %q\n", indent, s)
+		}
+		fmt.Fprintf(&b, "%s] }\n", indent)
+	}
+	list("publish", p.Publish)
+	list("subscribe", p.Subscribe)
+	if p.Responses {
+		fmt.Fprintf(&b, "%sallow_responses: true\n", indent)
+	}
+	return b.String()
+}
