@@ -10,13 +10,8 @@ import (
 
 // bucket opens a KV bucket, creating it as cfg says (file storage, replicated like the
 // streams) when it is missing; another instance creating it at the same moment is fine.
-// A queue opened as it is (Existing: a tool, whose NATS user may not create streams)
-// does not create it: a missing bucket is an error saying who creates it.
 func (q *Queue) bucket(ctx context.Context, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
 	kv, err := q.js.KeyValue(ctx, cfg.Bucket)
-	if errors.Is(err, jetstream.ErrBucketNotFound) && q.existing {
-		return nil, fmt.Errorf("bucket %s does not exist yet: a dispatcher creates it when it starts", cfg.Bucket)
-	}
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
 		cfg.Storage, cfg.Replicas = jetstream.FileStorage, q.cfg.Replicas
 		kv, err = q.js.CreateKeyValue(ctx, cfg)

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
@@ -15,6 +16,19 @@ import (
 	"github.com/penguinhq/dispatcher/pkg/queue/queuetest"
 	"github.com/penguinhq/dispatcher/pkg/request"
 )
+
+// openOnServer opens the queue on a server of its own, with the defaults.
+func openOnServer(t *testing.T) (*nats.Conn, *queue.Queue) {
+	t.Helper()
+	nc := queuetest.Conn(t, queuetest.Server(t))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	q, err := queue.Open(ctx, nc, queue.Config{}, queue.CreateOrUpdate)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return nc, q
+}
 
 // runWriter runs an event writer on q until the test ends.
 func runWriter(t *testing.T, q *queue.Queue, reg prometheus.Registerer) *queue.EventWriter {
@@ -99,14 +113,9 @@ func TestEventWriterKeepsOrder(t *testing.T) {
 // for a while (deleted), and the events recorded meanwhile are written once it is back.
 func TestEventWriterRetriesUntilWritten(t *testing.T) {
 	t.Parallel()
-	srv := queuetest.Server(t)
-	nc := queuetest.Conn(t, srv)
+	nc, q := openOnServer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	q, err := queue.Open(ctx, nc, queue.Config{}, queue.CreateOrUpdate)
-	if err != nil {
-		t.Fatal(err)
-	}
 	reg := prometheus.NewRegistry()
 	w := runWriter(t, q, reg)
 	js, _ := jetstream.New(nc)
@@ -197,15 +206,11 @@ func TestEventWriterFlushesWhenStopped(t *testing.T) {
 // 381 MB). Measured as bytes allocated per read, over reads of a request with events and
 // of one without: a count of the reads' own allocations, not a time.
 func TestEventReadsCostKilobytes(t *testing.T) {
-	t.Parallel()
-	srv := queuetest.Server(t)
-	nc := queuetest.Conn(t, srv)
+	// Not parallel: the count is of the whole process's allocations, and the parallel
+	// tests wait while this one runs.
+	_, q := openOnServer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	q, err := queue.Open(ctx, nc, queue.Config{}, queue.CreateOrUpdate)
-	if err != nil {
-		t.Fatal(err)
-	}
 	w := runWriter(t, q, nil)
 	id := request.NewID(time.Now())
 	w.Record(request.Event{Type: request.EventAccepted, ID: id, ClientID: "bob", At: time.Now()})

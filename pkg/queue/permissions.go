@@ -34,7 +34,8 @@ const (
 	// and writes its replayed event), purge (asked of the dispatchers through steering),
 	// inspection, and the servers' JetStream report. It reads leases but cannot write
 	// them; it cannot remove a queued request, write a dead letter or another event, nor
-	// create, change or delete streams.
+	// create, change or delete streams (but for the steering bucket, which it creates if
+	// no dispatcher has yet).
 	RoleOps Role = "ops"
 )
 
@@ -92,13 +93,14 @@ func RolePermissions(r Role) Permissions {
 	case RoleOps:
 		return Permissions{
 			Publish: join(
-				[]string{request.RequestPrefix + "*", request.EventPrefix + "*.*." + request.EventReplayed,
+				[]string{request.RequestPrefix + "*", request.EventPrefix + "*.*." + request.EventReplayed, "$JS.API.INFO",
 					"$KV." + ControlBucket + ".>", "$SYS.REQ.ACCOUNT.PING.STATZ", MetaSubject, laneQuerySubject},
 				api(RequestStream, "STREAM.INFO"), api(RequestStream, reads...),
 				api(DeadLetterStream, "STREAM.INFO"), api(DeadLetterStream, reads...), api(DeadLetterStream, "STREAM.MSG.DELETE"),
 				api(EventStream, "STREAM.INFO"), api(EventStream, reads...),
 				api(kvLeases, "STREAM.INFO"), api(kvLeases, reads...),
-				api(kvControl, "STREAM.INFO"), api(kvControl, reads...),
+				// the steering bucket, created if no dispatcher has yet (as it would be)
+				api(kvControl, "STREAM.INFO", "STREAM.CREATE"), api(kvControl, reads...),
 			),
 			Subscribe: []string{InboxPrefix(r) + ".>", request.EventPrefix + ">"},
 		}

@@ -21,8 +21,6 @@ type Queue struct {
 	dead   jetstream.Stream
 	writes writeHealth
 	guard  *StoreGuard // set by UseGuard when the server runs in this process
-	// existing: opened as it is (a tool): a missing bucket is an error, not created
-	existing bool
 }
 
 const maxPendingPublishes = 16384
@@ -56,7 +54,7 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config, ensure Ensure) (*Queue
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: %w", err)
 	}
-	q := &Queue{nc: nc, js: js, cfg: cfg, writes: writeHealth{log: zerolog.Nop()}, existing: ensure == Existing}
+	q := &Queue{nc: nc, js: js, cfg: cfg, writes: writeHealth{log: zerolog.Nop()}}
 	if ensure == Existing {
 		return q.openExisting(ctx)
 	}
