@@ -376,8 +376,12 @@ func TestStaticBudgetAcrossInstances(t *testing.T) {
 		if mean > 1.05*b {
 			t.Errorf("%s: %.1f attempts/s, over the budget %.0f by more than 5%%", what, mean, b)
 		}
-		if full && mean < 0.8*b {
-			t.Errorf("%s: %.1f attempts/s on average, want at least 80%% of the budget %.0f used", what, mean, b)
+		// The budget is used: some 2 s window reaches 80% of it (one instance of three
+		// idle, or shares that do not add up, would hold every window to two thirds), and
+		// the mean is not far behind. A loaded machine's dispatchers may take a few
+		// windows to get there (seen: 34.5 to 54.5 attempts/s of 60 beside a soak).
+		if best := slices.Max(append([]float64{0}, windows...)); full && (best < 0.8*b || mean < 0.5*b) {
+			t.Errorf("%s: %.1f attempts/s on average, at best %.1f in a 2 s window; want a window at 80%% of the budget %.0f and the mean at half of it", what, mean, best, b)
 		}
 	}
 	check("three instances", shared.Add(time.Second), killed, budget, true)
