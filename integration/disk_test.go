@@ -14,6 +14,7 @@ import (
 	"github.com/penguinhq/dispatcher/pkg/ledger"
 	"github.com/penguinhq/dispatcher/pkg/queue"
 	"github.com/penguinhq/dispatcher/pkg/queue/queuetest"
+	"github.com/penguinhq/dispatcher/pkg/raven"
 )
 
 // status is the HTTP status of a GET, 0 when there was no answer.
@@ -47,7 +48,7 @@ func (s *stack) explained(logs ...string) map[string]bool {
 				if msg == dispatch.LogAttemptFailed {
 					cause, _ := l["error"].(string)
 					attempt, _ := l["attempt"].(float64)
-					timedOut := strings.Contains(cause, "Timeout") || strings.Contains(cause, "deadline")
+					timedOut := raven.TimedOutText(cause)
 					if !timedOut || !accepted[id][int(attempt)] {
 						continue
 					}

@@ -36,6 +36,7 @@ import (
 	"github.com/penguinhq/dispatcher/pkg/fault"
 	"github.com/penguinhq/dispatcher/pkg/ledger"
 	"github.com/penguinhq/dispatcher/pkg/queue"
+	"github.com/penguinhq/dispatcher/pkg/raven"
 )
 
 func main() {
@@ -383,7 +384,7 @@ func (s *soak) explain() map[string]string {
 				causes[id] = "removal failed at first (store or link down)"
 			case msg == dispatch.LogRemovalLate:
 				causes[id] = "removal landed after the lease could lapse (paused)"
-			case (strings.Contains(cause, "Timeout") || strings.Contains(cause, "deadline")) && accepted[id][int(attempt)]:
+			case raven.TimedOutText(cause) && accepted[id][int(attempt)]:
 				if _, ok := causes[id]; !ok {
 					causes[id] = "attempt timed out; raven accepted it all the same"
 				}

@@ -264,7 +264,16 @@ type SendError struct {
 	cause error
 }
 
-func (e *SendError) Error() string { return "no answer from raven: " + e.Kind }
+func (e *SendError) Error() string { return noAnswerText + e.Kind }
+
+const noAnswerText = "no answer from raven: "
+
+// TimedOutText says whether an attempt's error, as its text was logged or recorded, is
+// raven not answering in time: for readers of the logs that explain a duplicate delivery
+// (raven may have acted on an attempt the dispatcher gave up on).
+func TimedOutText(cause string) bool {
+	return strings.HasSuffix(cause, noAnswerText+NoAnswerTimeout)
+}
 
 // Unwrap returns the cause, without raven's URL.
 func (e *SendError) Unwrap() error { return e.cause }

@@ -362,6 +362,11 @@ func TestNoAnswerIsAWordNeverTheURL(t *testing.T) {
 		if se.Kind != c.kind {
 			t.Errorf("recorded %q, want %q (cause: %v)", se.Kind, c.kind, errors.Unwrap(se))
 		}
+		// What reads the logs to explain a duplicate (a timed-out attempt raven may
+		// have acted on) tells a timeout from the text alone.
+		if raven.TimedOutText(err.Error()) != (c.kind == raven.NoAnswerTimeout) {
+			t.Errorf("%s: TimedOutText(%q) = %v", c.kind, err.Error(), raven.TimedOutText(err.Error()))
+		}
 		for _, text := range []string{err.Error(), fmt.Sprint(errors.Unwrap(se)), fmt.Sprintf("%+v", err)} {
 			if strings.Contains(text, "SECRET") || strings.Contains(text, "s3cret") || strings.Contains(text, "svcuser") || strings.Contains(text, "/hook") {
 				t.Errorf("%s: the error's text carries the URL: %s", c.kind, text)
