@@ -197,8 +197,12 @@ func TestStandaloneLogsTheAddressesItBound(t *testing.T) {
 	logs := &logLines{}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
+	// The directory before the cleanup that stops the standalone: cleanups run last
+	// first, so it is removed only once the standalone stopped writing there (made in
+	// the goroutine, its removal could come first and find the store still writing).
+	dataDir := t.TempDir()
 	go func() {
-		done <- run(ctx, nil, env(map[string]string{"STANDALONE": "true", "DATA_DIR": t.TempDir(), "NATS_SYNC": "interval", "LOG_FORMAT": "json",
+		done <- run(ctx, nil, env(map[string]string{"STANDALONE": "true", "DATA_DIR": dataDir, "NATS_SYNC": "interval", "LOG_FORMAT": "json",
 			"INGEST_ADDR": "127.0.0.1:0", "OPS_ADDR": "127.0.0.1:0", "DEMO_RAVEN_ADDR": ":0", "INGEST_TOKEN": token, "DISPATCH_INTERVAL": "100ms"}), io.Discard, logs)
 	}()
 	t.Cleanup(func() {

@@ -276,24 +276,49 @@ func TestAdminRefusals(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			r := chi.NewRouter()
-			r.Mount("/admin", new(admin.Service).Handler(c.token))
-			srv := httptest.NewServer(r)
-			t.Cleanup(srv.Close)
 			client := &http.Client{Transport: openapitest.NewChecker(t, openapi.Admin()).Transport(t, nil)}
-			var xs []exchange
-			for i, route := range openapitest.Routes(t, openapi.Admin()) {
+			for _, route := range openapitest.Routes(t, openapi.Admin()) {
 				method, path, _ := strings.Cut(route, " ")
 				path = strings.ReplaceAll(path, "{id}", "some-id")
-				want := c.want
-				if want == http.StatusUnauthorized && i >= httpapi.FreeTries {
-					want = http.StatusTooManyRequests // the address is held back after a few wrong tries
-				}
-				xs = append(xs, exchange{route, method, path, "", map[string]string{"Authorization": c.auth}, want})
+				// A handler of its own for each route: every route's first refusal, not the
+				// throttle's 429 after a few (TestAdminThrottles).
+				r := chi.NewRouter()
+				r.Mount("/admin", new(admin.Service).Handler(c.token))
+				srv := httptest.NewServer(r)
+				run(t, client, srv.URL, []exchange{{route, method, path, "", map[string]string{"Authorization": c.auth}, c.want}})
+				srv.Close()
 			}
-			run(t, client, srv.URL, xs)
 		})
 	}
+}
+
+// An address that keeps sending wrong tokens is held back with 429, as the document says.
+func TestAdminThrottles(t *testing.T) {
+	t.Parallel()
+	r := chi.NewRouter()
+	r.Mount("/admin", new(admin.Service).Handler("s3cret"))
+	srv := httptest.NewServer(r)
+	t.Cleanup(srv.Close)
+	client := &http.Client{Transport: openapitest.NewChecker(t, openapi.Admin()).Transport(t, nil)}
+	wrong := exchange{"GET /v1/steering", "GET", "/admin/v1/steering", "", map[string]string{"Authorization": "Bearer wrong"}, http.StatusUnauthorized}
+	for range httpapi.FreeTries {
+		run(t, client, srv.URL, []exchange{wrong})
+	}
+	// Each wrong try after those doubles the wait (1 s, 2 s, 4 s, ...): however slow the
+	// machine between two calls, one of the next few finds the address held back.
+	for range 6 {
+		req, _ := http.NewRequest("GET", srv.URL+"/admin/v1/steering", nil)
+		req.Header.Set("Authorization", "Bearer wrong")
+		resp, err := client.Do(req) // the checker holds the answer to the document
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusTooManyRequests {
+			return
+		}
+	}
+	t.Fatal("six more wrong tokens after the free tries and never a 429")
 }
 
 // TestAdminExchanges holds the admin API's answers to the document, on a real queue
