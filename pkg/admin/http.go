@@ -53,10 +53,7 @@ func (s *Service) Handler(token string) http.Handler {
 // held back (429 with Retry-After) as the console's sign-in is.
 func (s *Service) authorize(token string) func(http.Handler) http.Handler {
 	want := sha256.Sum256([]byte(token))
-	throttle, now := s.throttle, s.now
-	if throttle == nil { // a Service not made by New: a throttle of the handler's own
-		throttle, now = httpapi.NewThrottle(0), time.Now
-	}
+	throttle := httpapi.NewThrottle(0) // the handler's own: one per listener
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 			if token == "" {
@@ -65,7 +62,7 @@ func (s *Service) authorize(token string) func(http.Handler) http.Handler {
 				return
 			}
 			addr := httpapi.ThrottleKey(req)
-			if wait := throttle.Wait(addr, now()); wait > 0 {
+			if wait := throttle.Wait(addr, time.Now()); wait > 0 {
 				s.countRefusal()
 				s.log.Warn().Str("remote", req.RemoteAddr).Str("path", req.URL.Path).Msg("admin API call held back: too many wrong tokens from this address")
 				httpapi.WriteProblem(w, httpapi.Problem{Status: http.StatusTooManyRequests, Code: "throttled", RetryAfter: wait,
@@ -75,7 +72,7 @@ func (s *Service) authorize(token string) func(http.Handler) http.Handler {
 			got, ok := httpapi.BearerToken(req) // "bearer" too: the scheme's case does not matter
 			sum := sha256.Sum256([]byte(got))
 			if !ok || subtle.ConstantTimeCompare(sum[:], want[:]) != 1 {
-				throttle.Refused(addr, now())
+				throttle.Refused(addr, time.Now())
 				s.countRefusal()
 				s.log.Warn().Str("remote", req.RemoteAddr).Str("path", req.URL.Path).Bool("token_sent", ok).Msg("admin API call refused: wrong or missing token")
 				w.Header().Set("WWW-Authenticate", `Bearer realm="dispatch-admin"`)

@@ -13,7 +13,6 @@ import (
 	"github.com/rs/zerolog"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/penguinhq/dispatcher/pkg/httpapi"
 	"github.com/penguinhq/dispatcher/pkg/queue"
 	"github.com/penguinhq/dispatcher/pkg/tracing"
 )
@@ -81,11 +80,8 @@ type Service struct {
 	interval time.Duration
 	instance string
 	replayed prometheus.Counter // nil: not counted
-	// refused counts calls with a wrong or missing token (nil: not counted); throttle
-	// holds back an address that keeps guessing, as the console's sign-in does.
-	refused  prometheus.Counter
-	throttle *httpapi.Throttle
-	now      func() time.Time
+	// refused counts calls with a wrong or missing token (nil: not counted)
+	refused prometheus.Counter
 	// oldestRead is the most requests the oldest-first page reads in the queue's order
 	// before it reads every client's head instead.
 	oldestRead int
@@ -100,8 +96,7 @@ func New(cfg Config) (*Service, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Service{q: cfg.Queue, ctl: cfg.Control, log: cfg.Log.With().Str("component", "admin").Logger(), laneWait: cfg.LaneWait, interval: cfg.Interval, instance: cfg.Instance, oldestRead: oldestRead,
-		throttle: httpapi.NewThrottle(0), now: time.Now}
+	s := &Service{q: cfg.Queue, ctl: cfg.Control, log: cfg.Log.With().Str("component", "admin").Logger(), laneWait: cfg.LaneWait, interval: cfg.Interval, instance: cfg.Instance, oldestRead: oldestRead}
 	if cfg.Tracing != nil {
 		s.tracer = cfg.Tracing.Tracer(tracing.Name)
 	}

@@ -42,24 +42,21 @@ func (a *API) status(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set(WaitCappedHeader, wait.String())
 		}
 	}
+	// A slot for the read: waiting reads and plain ones each have their bound.
+	slots := a.reads
 	if wait > 0 {
-		select {
-		case a.waits <- struct{}{}:
-			defer func() { <-a.waits }()
-		default:
-			writeProblem(w, problem{Status: http.StatusServiceUnavailable, Code: "overloaded", RetryAfter: time.Second,
-				Detail: fmt.Sprintf("%d status reads are waiting already (MAX_STATUS_WAITS); read without ?wait, or retry after the Retry-After delay", a.cfg.MaxStatusWaits)})
-			return
+		slots = a.waits
+	}
+	select {
+	case slots <- struct{}{}:
+		defer func() { <-slots }()
+	default:
+		detail := fmt.Sprintf("%d status reads are being read already (MAX_STATUS_READS); retry after the Retry-After delay", a.cfg.MaxStatusReads)
+		if wait > 0 {
+			detail = fmt.Sprintf("%d status reads are waiting already (MAX_STATUS_WAITS); read without ?wait, or retry after the Retry-After delay", a.cfg.MaxStatusWaits)
 		}
-	} else {
-		select {
-		case a.reads <- struct{}{}:
-			defer func() { <-a.reads }()
-		default:
-			writeProblem(w, problem{Status: http.StatusServiceUnavailable, Code: "overloaded", RetryAfter: time.Second,
-				Detail: fmt.Sprintf("%d status reads are being read already (MAX_STATUS_READS); retry after the Retry-After delay", a.cfg.MaxStatusReads)})
-			return
-		}
+		writeProblem(w, problem{Status: http.StatusServiceUnavailable, Code: "overloaded", RetryAfter: time.Second, Detail: detail})
+		return
 	}
 	st, err := a.readStatus(r.Context(), w, id, wait)
 	if err != nil {

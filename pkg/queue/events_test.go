@@ -239,3 +239,34 @@ func TestEventReadsCostKilobytes(t *testing.T) {
 		t.Errorf("a status read allocates %d bytes, want kilobytes", perRead)
 	}
 }
+
+// A queue whose NATS user may not read queued bodies (ingest's) never asks for the head
+// and says a request is at the head only when it is its client's only one: never true of
+// one with a request before it.
+func TestPlaceWithoutBodyReads(t *testing.T) {
+	t.Parallel()
+	nc := queuetest.Conn(t, queuetest.Server(t))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	q, err := queue.Open(ctx, nc, queue.Config{NoBodyReads: true}, queue.CreateOrUpdate)
+	if err != nil {
+		t.Fatal(err)
+	}
+	place := func(r request.Receipt) *request.QueuePlace {
+		return q.Place(ctx, request.Status{ID: "x", State: request.StateQueued, ClientID: "bob", Seq: r.Seq})
+	}
+	first, err := q.Publish(ctx, request.Request{ID: request.NewID(time.Now()), ClientID: "bob", Body: []byte(`{}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := place(first); p == nil || p.Backlog != 1 || !p.AtHead {
+		t.Fatalf("bob's only request: %+v, want backlog 1 at the head", p)
+	}
+	second, err := q.Publish(ctx, request.Request{ID: request.NewID(time.Now()), ClientID: "bob", Body: []byte(`{}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := place(second); p == nil || p.Backlog != 2 || p.AtHead {
+		t.Fatalf("bob's second request: %+v, want backlog 2 and not said at the head", p)
+	}
+}
