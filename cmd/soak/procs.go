@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -12,6 +11,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/penguinhq/dispatcher/pkg/freeport"
 )
 
 // proc is one of the service's processes, its output in a log file.
@@ -117,12 +118,6 @@ func httpStatus(url string) int {
 	return resp.StatusCode
 }
 
-// freeAddr returns a loopback address with a port that was free a moment ago.
-func freeAddr() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer ln.Close()
-	return ln.Addr().String(), nil
-}
+// freeAddr returns a loopback address with a port that was free a moment ago, below the
+// ephemeral range: a node restarted by a fault binds it again.
+func freeAddr() (string, error) { return freeport.Loopback() }

@@ -7,8 +7,6 @@ import (
 	"bufio"
 	"fmt"
 	"io"
-	"math/rand/v2"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -16,6 +14,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/penguinhq/dispatcher/pkg/freeport"
 )
 
 // WaitFor polls cond until it holds or the deadline passes. A deadline here bounds a
@@ -72,44 +72,15 @@ func WaitReady(t testing.TB, base string) {
 }
 
 // FreeAddr returns a loopback address with a port that was free a moment ago, chosen
-// below the kernel's ephemeral range. Tests stop and start servers on these addresses;
-// a port from the ephemeral range could meanwhile be handed to another test's listener on
-// port 0 or to an outgoing connection, and a sender would then reach a stranger (an
-// ingest answering 404 where raven was down, a permanent failure). Below the range only
-// another FreeAddr can pick the port, and it picks at random among thousands.
+// below the kernel's ephemeral range (package freeport says why): tests stop and start
+// servers on these addresses.
 func FreeAddr(t testing.TB) string {
 	t.Helper()
-	low := ephemeralLow()
-	for range 100 {
-		port := freeBase + rand.IntN(low-freeBase)
-		ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
-		if err != nil {
-			continue
-		}
-		addr := ln.Addr().String()
-		_ = ln.Close()
-		return addr
+	addr, err := freeport.Loopback()
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Fatalf("no free loopback port between %d and %d after 100 tries", freeBase, low)
-	return ""
-}
-
-// freeBase is the lowest port FreeAddr picks: above the well-known and common service
-// ports.
-const freeBase = 20000
-
-// ephemeralLow is the first port of the kernel's ephemeral range (32768, Linux's default,
-// when it cannot be read or leaves no room below it).
-func ephemeralLow() int {
-	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
-	if err == nil {
-		if f := strings.Fields(string(b)); len(f) == 2 {
-			if low, err := strconv.Atoi(f[0]); err == nil && low > freeBase+1000 {
-				return low
-			}
-		}
-	}
-	return 32768
+	return addr
 }
 
 // MustContain fails t unless out says want.

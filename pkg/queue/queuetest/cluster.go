@@ -13,6 +13,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/penguinhq/dispatcher/pkg/fault"
+	"github.com/penguinhq/dispatcher/pkg/freeport"
 	"github.com/penguinhq/dispatcher/pkg/queue"
 )
 
@@ -47,7 +48,8 @@ func NewCluster(t testing.TB, n int) *Cluster {
 // NewClusterWith is NewCluster with options.
 func NewClusterWith(t testing.TB, n int, o ClusterOptions) *Cluster {
 	t.Helper()
-	clientPorts, routePorts := freePorts(t, n), freePorts(t, n)
+	ports := freePorts(t, 2*n) // distinct: a client port is never another node's route port
+	clientPorts, routePorts := ports[:n], ports[n:]
 	base := t.TempDir()
 	c := &Cluster{t: t, Nodes: make([]*queue.Node, n), stops: make([]func(), n)}
 	var sink string
@@ -138,20 +140,18 @@ func gossipSink(t testing.TB) string {
 	return ln.Addr().String()
 }
 
+// freePorts picks n loopback ports below the ephemeral range: a node that is restarted
+// binds its ports again, and one from the range could have gone to a connection meanwhile
+// (package freeport).
 func freePorts(t testing.TB, n int) []int {
 	t.Helper()
-	var ports []int
-	var lns []net.Listener
-	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ports := make([]int, 0, n)
+	for len(ports) < n {
+		p, err := freeport.Port()
 		if err != nil {
 			t.Fatal(err)
 		}
-		lns = append(lns, ln)
-		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
-	}
-	for _, ln := range lns {
-		ln.Close()
+		ports = append(ports, p)
 	}
 	return ports
 }

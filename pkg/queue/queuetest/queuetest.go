@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 
+	"github.com/penguinhq/dispatcher/pkg/freeport"
 	"github.com/penguinhq/dispatcher/pkg/queue"
 )
 
@@ -49,7 +50,13 @@ func GuardedServerAt(t testing.TB, dir, listen string) *queue.Node {
 func start(t testing.TB, dir, listen string, configure func(*server.Options)) *queue.Node {
 	t.Helper()
 	if listen == "127.0.0.1:0" {
-		listen = "127.0.0.1:-1"
+		// A port below the ephemeral range: a restarted server binds its port again, and
+		// one from the range may have gone to a connection meanwhile (package freeport).
+		addr, err := freeport.Loopback()
+		if err != nil {
+			t.Fatal(err)
+		}
+		listen = addr
 	}
 	s, err := queue.StartEmbedded(queue.EmbeddedConfig{StoreDir: dir, Listen: listen, Configure: configure}, zerolog.Nop())
 	if err != nil {
