@@ -430,3 +430,105 @@ func TestRavenURLStaysPrivate(t *testing.T) {
 		t.Errorf("the dispatcher's log does not say %s:\n%s", raven.NoAnswerRefused, s.dispatchLog.String())
 	}
 }
+
+// Two tenants behind one ingest, each with a token scoped to its clients (issue 35,
+// findings 2 and 5): what the review did with token A to tenant B's clients is refused
+// (sending for them, taking over an Idempotency-Key, parking the head for a week, filling
+// the backlog, reading statuses), B's requests go on as if A did not exist, and one
+// tenant cannot hold more clients with a backlog than its share.
+func TestTenantsCannotReachEachOther(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, options{noStart: true})
+	file := filepath.Join(t.TempDir(), "tokens")
+	lines := hashLine("token-A") + " tenant=alpha clients=alpha-*\n" +
+		hashLine("token-B") + " tenant=beta clients=beta-*,bob-of-B backlogs=3\n"
+	if err := os.WriteFile(file, []byte(lines), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	addr, ops := freeAddr(t), freeAddr(t)
+	startBin(t, ingestBin, map[string]string{"NATS_URL": s.srv.ClientURL(), "INGEST_ADDR": addr, "OPS_ADDR": ops,
+		"INGEST_TOKENS_FILE": file})
+	waitReady(t, "http://"+addr)
+	base := "http://" + addr + "/v1/requests"
+	type answer struct {
+		Code             int
+		Problem, Detail  string
+		ID, State        string
+		Duplicate        bool
+		Failed, Accepted int
+	}
+	do := func(method, url, token, body string, header ...string) answer {
+		t.Helper()
+		req, _ := http.NewRequest(method, url, strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+token)
+		req.Header.Set("Content-Type", "application/json")
+		for i := 0; i+1 < len(header); i += 2 {
+			req.Header.Set(header[i], header[i+1])
+		}
+		resp, err := testHTTP.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var raw map[string]any
+		_ = json.NewDecoder(resp.Body).Decode(&raw)
+		a := answer{Code: resp.StatusCode}
+		a.Problem, _ = raw["code"].(string)
+		a.Detail, _ = raw["detail"].(string)
+		a.ID, _ = raw["id"].(string)
+		a.State, _ = raw["status"].(string)
+		a.Duplicate, _ = raw["duplicate"].(bool)
+		f, _ := raw["failed"].(float64)
+		ac, _ := raw["accepted"].(float64)
+		a.Failed, a.Accepted = int(f), int(ac)
+		return a
+	}
+	// A takes over B's key, with its own body: refused, nothing stored.
+	if a := do("POST", base, "token-A", `{"evil":1}`, "X-Client-Id", "bob-of-B", "Idempotency-Key", "order-1236"); a.Code != 403 || a.Problem != "client_not_allowed" {
+		t.Errorf("A sending for B's client with B's key: %d %s %s, want 403 client_not_allowed", a.Code, a.Problem, a.Detail)
+	}
+	// A parks B's client for as long as it may (a week in the review; MAX_NOT_BEFORE is a
+	// day now): refused.
+	if a := do("POST", base, "token-A", `{}`, "X-Client-Id", "bob-of-B", "Not-Before", "86000"); a.Code != 403 {
+		t.Errorf("A delaying B's client for a day: %d %s, want 403", a.Code, a.Problem)
+	}
+	// A fills B's backlog with a batch: every item refused.
+	var batch strings.Builder
+	for i := range 50 {
+		fmt.Fprintf(&batch, `{"clientId":"beta-%d","body":{}}`+"\n", i%2)
+	}
+	if a := do("POST", base+"/batch", "token-A", batch.String(), "Content-Type", "application/x-ndjson"); a.Code != 200 || a.Failed != 50 || a.Accepted != 0 {
+		t.Errorf("A's batch for B's clients: %d, %d failed and %d accepted, want all 50 failed", a.Code, a.Failed, a.Accepted)
+	}
+	if n := s.queued(); n != 0 {
+		t.Fatalf("%d requests queued after A's attempts on B's clients, want none", n)
+	}
+	// B's own request with its key is B's, not a duplicate of A's.
+	mine := do("POST", base, "token-B", `{"order":1236}`, "X-Client-Id", "bob-of-B", "Idempotency-Key", "order-1236")
+	if mine.Code != 202 || mine.Duplicate {
+		t.Fatalf("B's request after A's attempts: %d duplicate=%v %s, want 202 and not a duplicate", mine.Code, mine.Duplicate, mine.Detail)
+	}
+	// A reads B's status: as for an id never given. B reads it.
+	waitFor(t, time.Minute, "B's request to be readable as queued", func() bool {
+		return do("GET", base+"/"+mine.ID, "token-B", "").State == request.StateQueued
+	})
+	if a := do("GET", base+"/"+mine.ID, "token-A", ""); a.Code != 200 || a.State != request.StateUnknown {
+		t.Errorf("A reading B's request: %d %s, want 200 unknown", a.Code, a.State)
+	}
+	// B's key again with another body: 409; the first stands.
+	if a := do("POST", base, "token-B", `{"order":9999}`, "X-Client-Id", "bob-of-B", "Idempotency-Key", "order-1236"); a.Code != 409 || a.Problem != "idempotency_key_reused" {
+		t.Errorf("B's key again with another body: %d %s, want 409 idempotency_key_reused", a.Code, a.Problem)
+	}
+	// B's share of clients with a backlog is 3: bob-of-B and two more; a fourth waits.
+	for _, c := range []string{"beta-1", "beta-2"} {
+		if a := do("POST", base, "token-B", `{}`, "X-Client-Id", c); a.Code != 202 {
+			t.Fatalf("B's request for %s: %d %s", c, a.Code, a.Detail)
+		}
+	}
+	if a := do("POST", base, "token-B", `{}`, "X-Client-Id", "beta-3", "Not-Before", "86000"); a.Code != 429 || a.Problem != "tenant_backlogs_full" {
+		t.Errorf("B's fourth client with a backlog: %d %s, want 429 tenant_backlogs_full", a.Code, a.Problem)
+	}
+	if n := s.queued(); n != 3 {
+		t.Errorf("%d requests queued, want B's 3", n)
+	}
+}

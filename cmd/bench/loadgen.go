@@ -46,6 +46,9 @@ type load struct {
 	// Batch, when above 0, posts batches of that many items to Target (the batch
 	// endpoint) instead of single requests, and counts the items stored.
 	Batch int
+	// Reads, when set, reads Target (a status) instead of posting: an answer counts when
+	// it is 200, or 503 overloaded (the bound on reads at once, doing its job).
+	Reads bool
 }
 
 // loadResult is what the load generator prints: requests answered as expected, and the
@@ -69,7 +72,7 @@ func runLoad(ctx context.Context, l load) (loadResult, error) {
 	}
 	cmd := exec.CommandContext(ctx, exe, "loadgen", "-proto", l.Proto, "-target", l.Target,
 		"-workers", strconv.Itoa(l.Workers), "-for", l.For.String(),
-		"-rate", strconv.FormatFloat(l.Rate, 'f', 1, 64), "-token", l.Token, "-batch", strconv.Itoa(l.Batch))
+		"-rate", strconv.FormatFloat(l.Rate, 'f', 1, 64), "-token", l.Token, "-batch", strconv.Itoa(l.Batch), "-reads="+strconv.FormatBool(l.Reads))
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
@@ -98,6 +101,7 @@ func loadgenMain(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	fs.Float64Var(&l.Rate, "rate", 0, "requests per second in all; 0: as fast as answers come")
 	fs.StringVar(&l.Token, "token", "", "bearer token to send")
 	fs.IntVar(&l.Batch, "batch", 0, "items per batch, posted to the batch endpoint; 0: single requests")
+	fs.BoolVar(&l.Reads, "reads", false, "read the target (GET) instead of posting to it")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -202,6 +206,9 @@ func sender(l load) (func(ctx context.Context, w, i int) (int, error), func(), e
 	}
 	send := func(ctx context.Context, w, i int) (int, error) {
 		req, err := http.NewRequestWithContext(ctx, http.MethodPost, l.Target, bytes.NewReader(next(w, i)))
+		if l.Reads {
+			req, err = http.NewRequestWithContext(ctx, http.MethodGet, l.Target, nil)
+		}
 		if err != nil {
 			return 0, err
 		}
@@ -221,6 +228,9 @@ func sender(l load) (func(ctx context.Context, w, i int) (int, error), func(), e
 			return batchStored(resp)
 		}
 		_, _ = io.Copy(io.Discard, resp.Body)
+		if l.Reads && (resp.StatusCode == http.StatusOK || resp.StatusCode == http.StatusServiceUnavailable) {
+			return 1, nil
+		}
 		if resp.StatusCode != http.StatusAccepted {
 			return 0, fmt.Errorf("answered %d", resp.StatusCode)
 		}

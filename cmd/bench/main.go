@@ -69,7 +69,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	s := settings{}
 	fs.BoolVar(&s.quick, "quick", false, "a short smoke run: every row, small numbers")
-	fs.StringVar(&s.only, "only", "", "run only these scenarios, comma-separated: ingest, batch, dispatch, events, idle, memory, distinct, budget, console, tracing")
+	fs.StringVar(&s.only, "only", "", "run only these scenarios, comma-separated: ingest, batch, dispatch, events, idle, memory, distinct, budget, console, tracing, reads")
 	fs.IntVar(&s.distinct, "distinct", 1_000_000, "distinct clientIds sent through in the distinct scenario")
 	clients := fs.Int("clients", 0, "backlogged clients in the dispatch scenario (default: 1000 and 10000)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
@@ -131,6 +131,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		{"budget", func() ([]row, error) { return benchBudget(ctx, s, stderr) }},
 		{"console", func() ([]row, error) { return benchConsole(ctx, s, stderr) }},
 		{"tracing", func() ([]row, error) { return benchTracing(ctx, s, stderr) }},
+		{"reads", func() ([]row, error) { return benchReads(ctx, s, stderr) }},
 	}
 	for _, st := range steps {
 		if !want(st.name) {

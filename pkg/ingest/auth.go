@@ -25,21 +25,34 @@ import (
 // without a restart) and from tokens given directly. Safe for concurrent use.
 type Tokens struct {
 	file  string
-	fixed [][sha256.Size]byte
+	fixed []token
 
 	mu      sync.RWMutex
-	hashes  [][sha256.Size]byte
+	tokens  []token
+	keys    int               // distinct share keys: tenants, and unscoped tokens
 	content [sha256.Size]byte // of the file as last read
 }
 
-// NewTokens reads the hashes in file (if not empty) and adds the plain tokens given. It
-// fails if the file cannot be read or holds a line that is not a hash, or if no token
-// results.
+// token is one token's hash and what it may do.
+type token struct {
+	hash  [sha256.Size]byte
+	scope *Scope
+}
+
+// unscoped is the scope of a token that may send for every client: its shares are its own.
+func unscoped(hash [sha256.Size]byte) *Scope {
+	return &Scope{key: "token:" + hex.EncodeToString(hash[:8])}
+}
+
+// NewTokens reads the hashes in file (if not empty), each with its scope if the line
+// gives one (see Scope), and adds the plain tokens given, unscoped. It fails if the file
+// cannot be read or holds a line that is not a hash and a scope, or if no token results.
 func NewTokens(file string, plain []string) (*Tokens, error) {
 	t := &Tokens{file: file}
 	for _, p := range plain {
 		if p = strings.TrimSpace(p); p != "" {
-			t.fixed = append(t.fixed, sha256.Sum256([]byte(p)))
+			h := sha256.Sum256([]byte(p))
+			t.fixed = append(t.fixed, token{h, unscoped(h)})
 		}
 	}
 	if err := t.Reload(); err != nil {
@@ -51,13 +64,14 @@ func NewTokens(file string, plain []string) (*Tokens, error) {
 func (t *Tokens) count() int {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
-	return len(t.hashes)
+	return len(t.tokens)
 }
 
 // Reload reads the file again. On an error, or a file that leaves no token at all (a
 // half-written file, say), the tokens in force stay as they were.
 func (t *Tokens) Reload() error {
-	hashes := append([][sha256.Size]byte(nil), t.fixed...)
+	tokens := append([]token(nil), t.fixed...)
+	tenants := map[string]*Scope{}
 	var content [sha256.Size]byte
 	if t.file != "" {
 		raw, err := os.ReadFile(t.file)
@@ -81,35 +95,64 @@ func (t *Tokens) Reload() error {
 				// The line is not repeated: it might be a token pasted by mistake.
 				return fmt.Errorf(`tokens file %s, line %d: not "sha256:" and the hex SHA-256 of a token (make one with: printf 'sha256:%%s\n' "$(printf %%s "$TOKEN" | sha256sum | cut -d' ' -f1)")`, t.file, n)
 			}
-			hashes = append(hashes, [sha256.Size]byte(b))
+			scope, err := parseScope(fields[1:])
+			if err != nil {
+				return fmt.Errorf("tokens file %s, line %d: %w", t.file, n, err)
+			}
+			switch {
+			case scope == nil:
+				scope = unscoped([sha256.Size]byte(b))
+			case tenants[scope.Tenant] == nil:
+				tenants[scope.Tenant] = scope
+			case !sameScope(tenants[scope.Tenant], scope):
+				return fmt.Errorf("tokens file %s, line %d: tenant %s is given another scope on an earlier line; a tenant's tokens share one", t.file, n, scope.Tenant)
+			default:
+				scope = tenants[scope.Tenant] // one scope, so one share, per tenant
+			}
+			tokens = append(tokens, token{[sha256.Size]byte(b), scope})
 		}
 		if err := sc.Err(); err != nil {
 			return fmt.Errorf("tokens file: %w", err)
 		}
-		if len(hashes) == len(t.fixed) {
+		if len(tokens) == len(t.fixed) {
 			return fmt.Errorf("tokens file %s holds no token (half written?)", t.file)
 		}
 	}
-	if len(hashes) == 0 {
+	if len(tokens) == 0 {
 		return errors.New("no token given")
 	}
+	keys := map[string]bool{}
+	for _, tk := range tokens {
+		keys[tk.scope.key] = true
+	}
 	t.mu.Lock()
-	t.hashes, t.content = hashes, content
+	t.tokens, t.keys, t.content = tokens, len(keys), content
 	t.mu.Unlock()
 	return nil
 }
 
-// Valid says whether token is one of the tokens. It compares the token's hash with every
-// hash in constant time, so the time taken says nothing about which, if any, matched.
-func (t *Tokens) Valid(token string) bool {
-	sum := sha256.Sum256([]byte(token))
+// shareKeys is how many tenants and unscoped tokens there are: what ingest holds for
+// them at once (status reads) is shared among this many.
+func (t *Tokens) shareKeys() int {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
-	ok := 0
-	for i := range t.hashes {
-		ok |= subtle.ConstantTimeCompare(sum[:], t.hashes[i][:])
+	return t.keys
+}
+
+// Valid says whether tok is one of the tokens, and what it may do. It compares the token's
+// hash with every hash in constant time, so the time taken says nothing about which, if
+// any, matched.
+func (t *Tokens) Valid(tok string) (*Scope, bool) {
+	sum := sha256.Sum256([]byte(tok))
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	var scope *Scope
+	for i := range t.tokens {
+		if subtle.ConstantTimeCompare(sum[:], t.tokens[i].hash[:]) == 1 {
+			scope = t.tokens[i].scope
+		}
 	}
-	return ok == 1 && token != ""
+	return scope, scope != nil && tok != ""
 }
 
 // Watch re-reads the file whenever it changes, checking every interval, until ctx ends.
@@ -145,20 +188,25 @@ func (t *Tokens) Watch(ctx context.Context, every time.Duration, log zerolog.Log
 }
 
 // authorize refuses requests without a valid bearer token (the scheme's name in any
-// case: "bearer" is Bearer). The answer never says why a token was refused.
-func (a *API) authorize(next http.Handler) http.Handler {
+// case: "bearer" is Bearer), and hands next the token's scope: nil when ingest takes
+// requests without tokens. The answer never says why a token was refused.
+func (a *API) authorize(next func(http.ResponseWriter, *http.Request, *Scope)) http.Handler {
 	if a.cfg.Tokens == nil {
-		return next
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { next(w, r, nil) })
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		token, ok := httpapi.BearerToken(r)
-		if !ok || !a.cfg.Tokens.Valid(token) {
+		tok, ok := httpapi.BearerToken(r)
+		var scope *Scope
+		if ok {
+			scope, ok = a.cfg.Tokens.Valid(tok)
+		}
+		if !ok {
 			a.cfg.Metrics.outcome("unauthorized")
 			w.Header().Set("WWW-Authenticate", `Bearer realm="ingest"`)
 			writeProblem(w, problem{Status: http.StatusUnauthorized, Code: "unauthorized",
 				Detail: "a valid bearer token is required: send Authorization: Bearer <token>"})
 			return
 		}
-		next.ServeHTTP(w, r)
+		next(w, r, scope)
 	})
 }

@@ -61,7 +61,7 @@ const ndjson = "application/x-ndjson"
 
 // acceptBatch takes many requests in one call: every valid item is published at once,
 // the answer waits for all the acknowledgements and gives each item's result in order.
-func (a *API) acceptBatch(w http.ResponseWriter, r *http.Request) {
+func (a *API) acceptBatch(w http.ResponseWriter, r *http.Request, scope *Scope) {
 	mt, p := a.batchType(r)
 	if p != nil {
 		a.cfg.Metrics.outcome(p.Code)
@@ -94,7 +94,10 @@ func (a *API) acceptBatch(w http.ResponseWriter, r *http.Request) {
 	var at []int // reqs[k] is item at[k]
 	for i, raw := range items {
 		results[i].Index = i
-		req, p := a.parseItem(raw, now)
+		req, p := a.parseItem(raw, now, scope)
+		if p == nil {
+			p = a.admit(r.Context(), scope, req, now)
+		}
 		if p != nil {
 			results[i].fail(*p)
 			a.cfg.Metrics.outcome(p.Code)
@@ -120,6 +123,7 @@ func (a *API) acceptBatch(w http.ResponseWriter, r *http.Request) {
 		}
 	}()
 	for k := taken; k < len(reqs); k++ {
+		a.unadmit(scope, reqs[k])
 		a.cfg.Metrics.outcome("overloaded")
 		results[at[k]].fail(problem{Status: http.StatusServiceUnavailable, Code: "overloaded", RetryAfter: time.Second,
 			Detail: "too many requests are being stored at once; this item was not accepted; retry it after the Retry-After delay"})
@@ -144,8 +148,15 @@ func (a *API) acceptBatch(w http.ResponseWriter, r *http.Request) {
 		a.cfg.Metrics.published(time.Since(start))
 		for k := range taken {
 			res := &results[at[k]]
+			if errs[k] == nil && receipts[k].Duplicate {
+				a.unadmit(scope, reqs[k]) // counted when first stored
+				errs[k] = a.sameBody(r.Context(), scope, reqs[k])
+			}
 			if errs[k] != nil {
 				p := publishProblem(errs[k], a.cfg.BacklogRetryAfter)
+				if !receipts[k].Duplicate {
+					a.unadmit(scope, reqs[k])
+				}
 				a.cfg.Metrics.outcome(p.Code)
 				res.fail(p)
 				continue
@@ -301,7 +312,7 @@ func (a *API) batchTooMany() *problem {
 
 // parseItem checks one item as a single request with its fields as headers would be
 // checked, and returns the request to publish.
-func (a *API) parseItem(raw json.RawMessage, now time.Time) (request.Request, *problem) {
+func (a *API) parseItem(raw json.RawMessage, now time.Time, scope *Scope) (request.Request, *problem) {
 	it, p := decodeItem(raw)
 	if p != nil {
 		return request.Request{}, p
@@ -323,7 +334,7 @@ func (a *API) parseItem(raw json.RawMessage, now time.Time) (request.Request, *p
 		if err := request.ValidateIdempotencyKey(*it.IdempotencyKey); err != nil {
 			return request.Request{}, badRequest("idempotency_key_invalid", err.Error())
 		}
-		id = request.IDFromKey(it.ClientID, *it.IdempotencyKey)
+		id = scope.idFromKey(it.ClientID, *it.IdempotencyKey)
 	}
 	var notBefore time.Time
 	if it.NotBefore != nil {

@@ -39,7 +39,7 @@ func FuzzParse(f *testing.F) {
 		if key != "" {
 			r.Header.Set(request.HeaderIdempotencyKey, key)
 		}
-		req, p := api.parse(httptest.NewRecorder(), r, nil)
+		req, p := api.parse(httptest.NewRecorder(), r, nil, nil)
 		if p != nil {
 			if p.Status < 400 || p.Status > 499 || p.Code == "" || p.Detail == "" {
 				t.Fatalf("problem %+v is not a 4xx with a code and a detail", *p)

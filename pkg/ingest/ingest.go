@@ -94,9 +94,13 @@ type Config struct {
 	// Tracing, if not nil, records each accepted request as a span, continuing the
 	// caller's W3C trace context, and stores the span's context with the request.
 	Tracing trace.TracerProvider
-	// Tokens, if not nil, are the bearer tokens POST /v1/requests requires; nil accepts
-	// requests from anyone.
+	// Tokens, if not nil, are the bearer tokens every route but the probes requires, each
+	// with its scope; nil accepts requests from anyone, for any client.
 	Tokens *Tokens
+	// Backlogs, if not nil, lists the clients with requests queued: a scoped token's
+	// clients with a backlog are counted against its share from it. Without it that
+	// share is not enforced.
+	Backlogs BacklogLister
 	// MaxPublishing bounds the publishes waiting for JetStream at once; past it a request
 	// gets 503 at once instead of queueing in memory. Defaults to 4096.
 	MaxPublishing int
@@ -229,6 +233,8 @@ type API struct {
 	reads      chan struct{} // a slot per status read not waiting
 	batchBytes atomic.Int64  // bytes of the batches being read and stored
 	tracer     trace.Tracer  // nil: tracing is off
+	shares     *shares       // each tenant's (and unscoped token's) reads and delayed requests
+	backlogs   *backlogs     // who has a backlog; nil without Config.Backlogs
 }
 
 // New returns the API.
@@ -239,7 +245,10 @@ func New(cfg Config, pub Publisher, ready Readiness, log zerolog.Logger) (*API, 
 	}
 	a := &API{cfg: cfg, pub: pub, ready: ready, log: log.With().Str("component", "ingest").Logger(),
 		publishing: make(chan struct{}, cfg.MaxPublishing), waits: make(chan struct{}, cfg.MaxStatusWaits),
-		reads: make(chan struct{}, cfg.MaxStatusReads)}
+		reads: make(chan struct{}, cfg.MaxStatusReads), shares: newShares()}
+	if cfg.Backlogs != nil {
+		a.backlogs = newBacklogs(cfg.Backlogs, time.Second)
+	}
 	if cfg.Tracing != nil {
 		a.tracer = cfg.Tracing.Tracer(tracing.Name)
 	}
@@ -275,10 +284,10 @@ func endAccept(span trace.Span, outcome string, status int) {
 //	GET  /readyz             the queue is reachable and its streams are in place
 func (a *API) Handler() http.Handler {
 	r := chi.NewRouter()
-	single := a.authorize(http.HandlerFunc(a.accept))
+	single := a.authorize(a.accept)
 	r.Method(http.MethodPost, "/v1/requests", single)
-	r.Method(http.MethodPost, "/v1/requests/batch", a.authorize(http.HandlerFunc(a.acceptBatch)))
-	r.Method(http.MethodGet, "/v1/requests/{id}", a.authorize(http.HandlerFunc(a.status)))
+	r.Method(http.MethodPost, "/v1/requests/batch", a.authorize(a.acceptBatch))
+	r.Method(http.MethodGet, "/v1/requests/{id}", a.authorize(a.status))
 	r.Method(http.MethodGet, "/v1/openapi.json", openapi.Handler(openapi.Ingest()))
 	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
@@ -314,10 +323,13 @@ type accepted struct {
 	NotBefore time.Time `json:"notBefore,omitzero"`
 }
 
-func (a *API) accept(w http.ResponseWriter, r *http.Request) {
+func (a *API) accept(w http.ResponseWriter, r *http.Request, scope *Scope) {
 	buf := getBuffer()
 	defer putBuffer(buf) // after the publish returned: nats.go holds no part of the body then
-	req, p := a.parse(w, r, buf)
+	req, p := a.parse(w, r, buf, scope)
+	if p == nil {
+		p = a.admit(r.Context(), scope, req, time.Now())
+	}
 	if p != nil {
 		a.cfg.Metrics.outcome(p.Code)
 		writeProblem(w, *p)
@@ -327,6 +339,7 @@ func (a *API) accept(w http.ResponseWriter, r *http.Request) {
 	case a.publishing <- struct{}{}:
 		defer func() { <-a.publishing }()
 	default:
+		a.unadmit(scope, req)
 		a.cfg.Metrics.outcome("overloaded")
 		writeProblem(w, problem{Status: http.StatusServiceUnavailable, Code: "overloaded", RetryAfter: time.Second,
 			Detail: "too many requests are being stored at once; this one was not accepted; retry after the Retry-After delay"})
@@ -342,8 +355,12 @@ func (a *API) accept(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	receipt, err := a.pub.Publish(ctx, req)
 	a.cfg.Metrics.published(time.Since(start))
+	if err == nil && receipt.Duplicate {
+		err = a.sameBody(ctx, scope, req)
+	}
 	if err != nil {
 		p := publishProblem(err, a.cfg.BacklogRetryAfter)
+		a.unadmit(scope, req)
 		a.cfg.Metrics.outcome(p.Code)
 		if span != nil {
 			endAccept(span, p.Code, p.Status)
@@ -361,6 +378,9 @@ func (a *API) accept(w http.ResponseWriter, r *http.Request) {
 		span.SetAttributes(attribute.Bool("dispatch.duplicate", receipt.Duplicate), attribute.Int64("dispatch.seq", int64(receipt.Seq)))
 		endAccept(span, "accepted", http.StatusAccepted)
 	}
+	if receipt.Duplicate {
+		a.unadmit(scope, req) // it was counted when first stored
+	}
 	a.stored(req, receipt)
 	writeAccepted(w, accepted{ID: req.ID, ClientID: req.ClientID, Status: request.StateQueued, Duplicate: receipt.Duplicate, NotBefore: req.NotBefore})
 }
@@ -376,7 +396,7 @@ func (a *API) stored(req request.Request, receipt request.Receipt) {
 	}
 	if a.cfg.Events != nil {
 		a.cfg.Events.Record(request.Event{Type: request.EventAccepted, ID: req.ID, ClientID: req.ClientID, At: time.Now(),
-			Seq: receipt.Seq, NotBefore: req.NotBefore, AcceptedAt: time.Now(), Instance: a.cfg.Instance})
+			Seq: receipt.Seq, NotBefore: req.NotBefore, AcceptedAt: time.Now(), Instance: a.cfg.Instance, BodyDigest: bodyDigest(req)})
 	}
 	if ev := a.log.Debug(); ev.Enabled() {
 		ev.Func(tracing.Log(req.TraceParent)).Str("client_id", req.ClientID).Str("request_id", req.ID).Uint64("seq", receipt.Seq).Bool("duplicate", receipt.Duplicate).Msg("request accepted")
@@ -389,6 +409,8 @@ func publishProblem(err error, backlogRetry time.Duration) problem {
 	case errors.Is(err, queue.ErrBacklogFull):
 		return problem{Status: http.StatusTooManyRequests, Code: "backlog_full", RetryAfter: backlogRetry,
 			Detail: "this client's backlog is at its cap; nothing queued was dropped; retry after the Retry-After delay"}
+	case errors.As(err, new(*reusedKey)):
+		return problem{Status: http.StatusConflict, Code: "idempotency_key_reused", Detail: err.Error()}
 	case errors.Is(err, queue.ErrQueueFull):
 		return problem{Status: http.StatusServiceUnavailable, Code: "queue_full", RetryAfter: 30 * time.Second,
 			Detail: "the queue is at its size limit; nothing queued was dropped; retry after the Retry-After delay"}

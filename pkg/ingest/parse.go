@@ -24,7 +24,7 @@ const maxContentType = 256
 // parse reads and checks one POST /v1/requests. It returns the request to publish, or
 // the problem to answer with. The body is read into buf (when not nil), which the
 // request's Body then shares: the caller keeps buf until it no longer needs the body.
-func (a *API) parse(w http.ResponseWriter, r *http.Request, buf *[]byte) (request.Request, *problem) {
+func (a *API) parse(w http.ResponseWriter, r *http.Request, buf *[]byte, scope *Scope) (request.Request, *problem) {
 	ct := r.Header.Get("Content-Type")
 	if len(ct) > maxContentType { // stored with the body: it must fit beside it (HeaderRoom)
 		return request.Request{}, &problem{Status: http.StatusUnsupportedMediaType, Code: "unsupported_media_type",
@@ -87,7 +87,7 @@ func (a *API) parse(w http.ResponseWriter, r *http.Request, buf *[]byte) (reques
 		if err := request.ValidateIdempotencyKey(keys[0]); err != nil {
 			return request.Request{}, badRequest("idempotency_key_invalid", err.Error())
 		}
-		id = request.IDFromKey(clientID, keys[0])
+		id = scope.idFromKey(clientID, keys[0])
 	default:
 		return request.Request{}, badRequest("idempotency_key_invalid", "send one Idempotency-Key header, not several")
 	}

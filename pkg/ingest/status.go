@@ -18,7 +18,7 @@ import (
 // over MaxStatusWait is cut to it, and the answer says so in WaitCappedHeader: a long
 // poll that asks for more is still answered, and its caller can tell why it came back
 // sooner than asked.
-func (a *API) status(w http.ResponseWriter, r *http.Request) {
+func (a *API) status(w http.ResponseWriter, r *http.Request, scope *Scope) {
 	if a.cfg.Status == nil {
 		writeProblem(w, problem{Status: http.StatusNotImplemented, Code: "status_disabled",
 			Detail: "request status is off on this ingest (EVENTS=false): turn events on to read statuses"})
@@ -58,7 +58,14 @@ func (a *API) status(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, problem{Status: http.StatusServiceUnavailable, Code: "overloaded", RetryAfter: time.Second, Detail: detail})
 		return
 	}
-	st, err := a.readStatus(r.Context(), w, id, wait)
+	release, p := a.takeTenantRead(scope, wait > 0)
+	if p != nil {
+		a.cfg.Metrics.outcome(p.Code)
+		writeProblem(w, *p)
+		return
+	}
+	defer release()
+	st, err := a.readStatus(r.Context(), w, id, wait, scope)
 	if err != nil {
 		if r.Context().Err() != nil {
 			return // the caller left
@@ -79,7 +86,7 @@ const WaitCappedHeader = "Wait-Capped"
 // final or the wait ends. The watch starts before the first read, so that no event falls
 // between the two, and the events it hears count with those read: one heard may not be
 // readable yet.
-func (a *API) readStatus(ctx context.Context, w http.ResponseWriter, id string, wait time.Duration) (request.Status, error) {
+func (a *API) readStatus(ctx context.Context, w http.ResponseWriter, id string, wait time.Duration, scope *Scope) (request.Status, error) {
 	var mu sync.Mutex
 	var heard []request.Event
 	changed := make(chan struct{}, 1)
@@ -113,6 +120,10 @@ func (a *API) readStatus(ctx context.Context, w http.ResponseWriter, id string, 
 		events = append(events, heard...)
 		mu.Unlock()
 		st := request.StatusOf(id, events)
+		if st.ClientID != "" && !scope.Allows(st.ClientID) {
+			// Another tenant's request reads as one never sent: its id says nothing.
+			return request.StatusOf(id, nil), nil
+		}
 		if wait <= 0 || st.Final() {
 			return a.placed(ctx, st), nil
 		}
@@ -137,3 +148,39 @@ func (a *API) placed(ctx context.Context, st request.Status) request.Status {
 
 // statusReadTimeout bounds each read of the store a status read makes.
 const statusReadTimeout = 5 * time.Second
+
+// takeTenantRead takes one of the token's status-read slots (waiting or not), after the
+// read took one of all: a tenant, or an unscoped token, holds at most its share of each,
+// so that one cannot take all of them from the others. It returns what gives the slot
+// back, or the refusal. A share that is all the slots (one token) is not counted: the
+// bound on all of them is its bound.
+func (a *API) takeTenantRead(scope *Scope, waiting bool) (release func(), p *problem) {
+	if scope == nil {
+		return func() {}, nil
+	}
+	all, setting := a.cfg.MaxStatusReads, "MAX_STATUS_READS"
+	if waiting {
+		all, setting = a.cfg.MaxStatusWaits, "MAX_STATUS_WAITS"
+	}
+	limit := scope.MaxReads
+	if limit == 0 {
+		limit = fairShare(all, a.cfg.Tokens.shareKeys())
+	}
+	if limit >= all {
+		return func() {}, nil
+	}
+	key := readKey(scope, waiting)
+	if a.shares.takeRead(key, limit) {
+		return func() { a.shares.releaseRead(key) }, nil
+	}
+	return nil, &problem{Status: http.StatusTooManyRequests, Code: "tenant_reads_full", RetryAfter: time.Second,
+		Detail: fmt.Sprintf("this token holds %d status reads of this kind at once already, its share of %s (reads= in the tokens file, or an even share among the tenants); retry after the Retry-After delay", limit, setting)}
+}
+
+// readKey is the key of a token's share of status reads, waiting or not.
+func readKey(scope *Scope, waiting bool) string {
+	if waiting {
+		return scope.key + "|wait"
+	}
+	return scope.key
+}

@@ -2,12 +2,16 @@ package openapi_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -247,6 +251,40 @@ func TestIngestExchanges(t *testing.T) {
 		t.Parallel()
 		url, client := serveIngest(t, ingest.Config{}, publisher{}, readiness{err: errors.New("no stream")})
 		run(t, client, url, []exchange{{"not ready", http.MethodGet, "/readyz", "", nil, 503}})
+	})
+	t.Run("Tenants", func(t *testing.T) {
+		t.Parallel()
+		sum := sha256.Sum256([]byte("tok"))
+		file := filepath.Join(t.TempDir(), "tokens")
+		if err := os.WriteFile(file, []byte("sha256:"+hex.EncodeToString(sum[:])+" tenant=acme clients=acme-* delayed=1\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		tokens, err := ingest.NewTokens(file, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The key's request was stored before with another body: its accepted event says so.
+		first := request.IDFromKey("acme", "acme-1", "k")
+		st := statuses{events: map[string][]request.Event{first: {{Type: request.EventAccepted, ID: first, ClientID: "acme-1", At: time.Now(), AcceptedAt: time.Now(), BodyDigest: "another"}}}}
+		url, client := serveIngest(t, ingest.Config{Tokens: tokens, Status: st}, publisher{}, readiness{})
+		dupURL, dupClient := serveIngest(t, ingest.Config{Tokens: tokens, Status: st}, publisher{duplicate: true}, readiness{})
+		as := func(client string, more ...string) map[string]string {
+			h := map[string]string{"Content-Type": "application/json", "Authorization": "Bearer tok", "X-Client-Id": client}
+			for i := 0; i+1 < len(more); i += 2 {
+				h[more[i]] = more[i+1]
+			}
+			return h
+		}
+		run(t, client, url, []exchange{
+			{"another tenant's client", post, path, `{}`, as("globex-1"), 403},
+			{"delayed within the share", post, path, `{}`, as("acme-1", "Not-Before", "600"), 202},
+			{"delayed past the share", post, path, `{}`, as("acme-2", "Not-Before", "600"), 429},
+			{"batch with another tenant's client", post, path + "/batch", `[{"clientId":"globex-1","body":{}},{"clientId":"acme-1","body":{}}]`, as(""), 200},
+		})
+		run(t, dupClient, dupURL, []exchange{
+			{"key reused with another body", post, path, `{}`, as("acme-1", "Idempotency-Key", "k"), 409},
+			{"key reused in a batch", post, path + "/batch", `[{"clientId":"acme-1","idempotencyKey":"k","body":{}}]`, as(""), 200},
+		})
 	})
 	t.Run("Unauthorized", func(t *testing.T) {
 		t.Parallel()

@@ -63,6 +63,9 @@ type Event struct {
 	AcceptedAt time.Time `json:"acceptedAt,omitzero"`
 	// Instance is the dispatcher (or ingest) that wrote it.
 	Instance string `json:"instance,omitempty"`
+	// BodyDigest identifies the body of a request sent with an Idempotency-Key (accepted
+	// events): a copy sent with another body is refused, not taken for the same request.
+	BodyDigest string `json:"bodyDigest,omitempty"`
 }
 
 // Subject is where the event is published.

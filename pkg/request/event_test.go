@@ -92,7 +92,7 @@ func TestStatusOf(t *testing.T) {
 }
 
 func TestValidateID(t *testing.T) {
-	good := []string{request.NewID(time.Now()), request.IDFromKey("alice", "k1")}
+	good := []string{request.NewID(time.Now()), request.IDFromKey("", "alice", "k1")}
 	for _, id := range good {
 		if err := request.ValidateID(id); err != nil {
 			t.Errorf("%q: %v", id, err)

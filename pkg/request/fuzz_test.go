@@ -74,8 +74,8 @@ func FuzzIdempotencyKey(f *testing.F) {
 		if request.ValidateClientID(client) != nil || request.ValidateIdempotencyKey(key) != nil {
 			return
 		}
-		id := request.IDFromKey(client, key)
-		if id != request.IDFromKey(client, key) || id == request.IDFromKey(client+"x", key) {
+		id := request.IDFromKey("", client, key)
+		if id != request.IDFromKey("", client, key) || id == request.IDFromKey("", client+"x", key) {
 			t.Fatalf("IDFromKey(%q, %q) is not stable or not per client", client, key)
 		}
 	})

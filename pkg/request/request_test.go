@@ -73,11 +73,21 @@ func TestIDs(t *testing.T) {
 	if a == b || len(a) != 26 || a >= b {
 		t.Fatalf("NewID gave %q then %q: want distinct, 26 characters, sorted by time", a, b)
 	}
-	if first, again := request.IDFromKey("c", "k"), request.IDFromKey("c", "k"); first != again {
+	if first, again := request.IDFromKey("", "c", "k"), request.IDFromKey("", "c", "k"); first != again {
 		t.Fatal("the same client and key give different ids")
 	}
-	if request.IDFromKey("c", "k") == request.IDFromKey("d", "k") || request.IDFromKey("c\x00", "k") == request.IDFromKey("c", "\x00k") {
+	if request.IDFromKey("", "c", "k") == request.IDFromKey("", "d", "k") || request.IDFromKey("", "c\x00", "k") == request.IDFromKey("", "c", "\x00k") {
 		t.Fatal("different clients or keys share an id")
+	}
+	// Without a tenant, the id a key had before tenants existed: a request sent again
+	// across the upgrade is still the same request.
+	if got, want := request.IDFromKey("", "alice", "order-1"), "k8rsb9130zxxc87x64dyn1xa31c"; got != want {
+		t.Errorf("IDFromKey without a tenant = %s, want %s (the id of before tenants)", got, want)
+	}
+	// A key is the tenant's: another tenant (or none) sending the same client and key
+	// names another request.
+	if a, b := request.IDFromKey("acme", "alice", "order-1"), request.IDFromKey("globex", "alice", "order-1"); a == b || a == request.IDFromKey("", "alice", "order-1") {
+		t.Error("two tenants (or a tenant and none) with the same client and key share an id")
 	}
 }
 
