@@ -356,8 +356,12 @@ func TestStaticBudgetAcrossInstances(t *testing.T) {
 	})
 	took := time.Since(changed)
 	t.Logf("the new budget was in force on both instances %s after the change", took.Round(time.Millisecond))
-	if took > 5*time.Second {
-		t.Errorf("the new budget was in force on every instance %s after the change, want within a few seconds", took)
+	// The change is pushed (a watch), not polled: an idle machine has it everywhere
+	// within a second. What a loaded machine cannot excuse is a change that waits for
+	// something else (a restart, a renewal round of the lease TTL): 20 s. The budgets are
+	// read through the dispatchers' answers, each of which may itself take seconds then.
+	if took > 20*time.Second {
+		t.Errorf("the new budget was in force on every instance %s after the change, want within seconds", took)
 	}
 	inForce := time.Now()
 	time.Sleep(5 * time.Second)

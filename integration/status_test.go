@@ -136,14 +136,16 @@ func TestStatusAndTheTakeoverBound(t *testing.T) {
 		t.Errorf("no client waited a lease TTL less a renewal round (longest %s): the kill did not stop b's clients", longest)
 	}
 
-	waitForState(t, time.Minute, "a status whose leases could be read", func() (bool, string) {
+	// The status reads each lease with a direct get, which a replica of the lease bucket
+	// may answer: one lagging behind on a loaded machine has not seen the takeover's
+	// leases yet, or has expired a renewed one by its own clock, and the status shows
+	// owned partitions as unowned for a moment (seen in CI with two runs side by side:
+	// a held all 64 by its own log, the status listed 30). It must come right.
+	waitForState(t, time.Minute, "a status with every partition owned after the takeover", func() (bool, string) {
 		st = admin.Status{}
 		c.ctlJSON(&st, "status")
-		return st.Leases != nil, st.LeasesNote
+		return st.Leases != nil && len(st.Leases.Unowned) == 0, fmt.Sprintf("leases %+v (%s)", st.Leases, st.LeasesNote)
 	})
-	if len(st.Leases.Unowned) != 0 {
-		t.Fatalf("status after the takeover: %+v, want every partition owned", st.Leases)
-	}
 	for _, in := range st.Leases.Instances {
 		if in.ID == "a" && len(in.Leases) != 64 {
 			t.Fatalf("status after the takeover: a holds %d partitions, want 64", len(in.Leases))
