@@ -96,7 +96,7 @@ func (a *API) acceptBatch(w http.ResponseWriter, r *http.Request, scope *Scope) 
 		results[i].Index = i
 		req, p := a.parseItem(raw, now, scope)
 		if p == nil {
-			p = a.admit(r.Context(), scope, req, now)
+			p = a.admit(r.Context(), scope, req)
 		}
 		if p != nil {
 			results[i].fail(*p)

@@ -328,7 +328,7 @@ func (a *API) accept(w http.ResponseWriter, r *http.Request, scope *Scope) {
 	defer putBuffer(buf) // after the publish returned: nats.go holds no part of the body then
 	req, p := a.parse(w, r, buf, scope)
 	if p == nil {
-		p = a.admit(r.Context(), scope, req, time.Now())
+		p = a.admit(r.Context(), scope, req)
 	}
 	if p != nil {
 		a.cfg.Metrics.outcome(p.Code)

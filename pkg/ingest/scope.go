@@ -1,13 +1,14 @@
 package ingest
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/base64"
 	"fmt"
-	"math"
 	"net/http"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -150,7 +151,7 @@ func globPattern(p string) *regexp.Regexp {
 // sameScope says whether two lines naming one tenant say the same of it: a tenant's
 // tokens share one scope, so lines that disagree are a mistake to report.
 func sameScope(a, b *Scope) bool {
-	return a.Tenant == b.Tenant && strings.Join(a.Clients, ",") == strings.Join(b.Clients, ",") &&
+	return a.Tenant == b.Tenant && slices.Equal(a.Clients, b.Clients) &&
 		a.MaxDelayed == b.MaxDelayed && a.MaxBacklogs == b.MaxBacklogs && a.MaxReads == b.MaxReads
 }
 
@@ -225,10 +226,8 @@ func (sh *shares) releaseDelayed(key string, notBefore time.Time) {
 
 // fairShare is limit over n keys, rounded up; at least 1.
 func fairShare(limit, n int) int {
-	if n < 1 {
-		n = 1
-	}
-	return max(1, int(math.Ceil(float64(limit)/float64(n))))
+	n = max(n, 1)
+	return max(1, (limit+n-1)/n)
 }
 
 // BacklogLister lists the request subjects that have requests queued, with their counts
@@ -314,22 +313,22 @@ func newBacklogs(list BacklogLister, every time.Duration) *backlogs {
 // admit checks what the token's scope says of req before it is stored: its client, and
 // the tenant's shares of clients with a backlog and of delayed requests. What it counts
 // for req, unadmit uncounts when req is not stored after all (or was a copy).
-func (a *API) admit(ctx context.Context, s *Scope, req request.Request, now time.Time) *problem {
+func (a *API) admit(ctx context.Context, s *Scope, req request.Request) *problem {
 	if !s.Scoped() {
-		return nil
+		return nil // nothing to count: unscoped tokens, or none
 	}
 	if !s.Allows(req.ClientID) {
 		return s.notAllowed(req.ClientID)
 	}
 	if a.backlogs != nil {
-		limit := cmpOr(s.MaxBacklogs, DefaultTenantMaxBacklogs)
+		limit := cmp.Or(s.MaxBacklogs, DefaultTenantMaxBacklogs)
 		if !a.backlogs.admit(ctx, s, req.ClientID, limit) {
 			return &problem{Status: http.StatusTooManyRequests, Code: "tenant_backlogs_full", RetryAfter: a.cfg.BacklogRetryAfter,
 				Detail: fmt.Sprintf("tenant %s has requests queued for %d clients already, its share (backlogs=); clientId %q has none and was not given one: retry once one of the others has been sent, or ask for a larger share", s.Tenant, limit, truncate(req.ClientID, 128))}
 		}
 	}
-	if req.NotBefore.After(now) {
-		limit := cmpOr(s.MaxDelayed, DefaultTenantMaxDelayed)
+	if now := time.Now(); req.NotBefore.After(now) {
+		limit := cmp.Or(s.MaxDelayed, DefaultTenantMaxDelayed)
 		if !a.shares.takeDelayed(s.key, req.NotBefore, limit, now) {
 			return &problem{Status: http.StatusTooManyRequests, Code: "tenant_delayed_full", RetryAfter: a.cfg.BacklogRetryAfter,
 				Detail: fmt.Sprintf("tenant %s has %d requests waiting for their Not-Before already on this ingest, its share (delayed=); this one was not stored: send it when it is due, or once some of the others are", s.Tenant, limit)}
@@ -344,13 +343,6 @@ func (a *API) unadmit(s *Scope, req request.Request) {
 	if s.Scoped() && !req.NotBefore.IsZero() {
 		a.shares.releaseDelayed(s.key, req.NotBefore)
 	}
-}
-
-func cmpOr(v, def int) int {
-	if v > 0 {
-		return v
-	}
-	return def
 }
 
 // bodyDigest identifies the body of a request sent with an Idempotency-Key; "" for one

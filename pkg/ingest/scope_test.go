@@ -100,14 +100,15 @@ func scopedIngest(t *testing.T) *httptest.Server {
 }
 
 type answer struct {
-	Code      int
-	Problem   string `json:"code"`
-	Detail    string
-	ID        string
-	ClientID  string
-	Status    json.RawMessage
-	Duplicate bool
-	Results   []struct {
+	Code       int
+	RetryAfter string `json:"-"` // the header
+	Problem    string `json:"code"`
+	Detail     string
+	ID         string
+	ClientID   string
+	Status     json.RawMessage
+	Duplicate  bool
+	Results    []struct {
 		ID      string
 		Status  string
 		Problem *struct {
@@ -134,14 +135,14 @@ func call(t *testing.T, ctx context.Context, method, url, token, body string, he
 	}
 	defer resp.Body.Close()
 	raw, _ := io.ReadAll(resp.Body)
-	a := answer{Code: resp.StatusCode}
+	a := answer{Code: resp.StatusCode, RetryAfter: resp.Header.Get("Retry-After")}
 	if ctx.Err() != nil {
 		return a // the caller left: what came is not an answer to judge
 	}
 	if err := json.Unmarshal(raw, &a); err != nil {
 		t.Fatalf("%s %s answered %d with %q: %v", method, url, resp.StatusCode, raw, err)
 	}
-	a.Code = resp.StatusCode
+	a.Code, a.RetryAfter = resp.StatusCode, resp.Header.Get("Retry-After")
 	return a
 }
 
@@ -230,8 +231,8 @@ func TestATokenHoldsOnlyItsShares(t *testing.T) {
 			t.Fatalf("globex's request for %s: %d %s", c, a.Code, a.Detail)
 		}
 	}
-	if a := post("tok-globex", "globex-3"); a.Code != 429 || a.Problem != "tenant_backlogs_full" {
-		t.Errorf("globex's third client with a backlog: %d %s, want 429 tenant_backlogs_full", a.Code, a.Problem)
+	if a := post("tok-globex", "globex-3"); a.Code != 429 || a.Problem != "tenant_backlogs_full" || a.RetryAfter == "" {
+		t.Errorf("globex's third client with a backlog: %d %s Retry-After %q, want 429 tenant_backlogs_full with a Retry-After", a.Code, a.Problem, a.RetryAfter)
 	}
 	if a := post("tok-globex", "globex-1"); a.Code != 202 {
 		t.Errorf("globex's client that has a backlog already: %d %s, want 202", a.Code, a.Problem)
@@ -245,8 +246,8 @@ func TestATokenHoldsOnlyItsShares(t *testing.T) {
 			t.Fatalf("globex's delayed request: %d %s", a.Code, a.Detail)
 		}
 	}
-	if a := post("tok-globex", "globex-2", "Not-Before", "3600"); a.Code != 429 || a.Problem != "tenant_delayed_full" {
-		t.Errorf("globex's third delayed request: %d %s, want 429 tenant_delayed_full", a.Code, a.Problem)
+	if a := post("tok-globex", "globex-2", "Not-Before", "3600"); a.Code != 429 || a.Problem != "tenant_delayed_full" || a.RetryAfter == "" {
+		t.Errorf("globex's third delayed request: %d %s Retry-After %q, want 429 tenant_delayed_full with a Retry-After", a.Code, a.Problem, a.RetryAfter)
 	}
 	if a := post("tok-globex", "globex-2"); a.Code != 202 {
 		t.Errorf("globex's request without a delay: %d %s, want 202", a.Code, a.Problem)
