@@ -22,7 +22,7 @@ func TestResentAfterIsTheKillsCause(t *testing.T) {
 		later []ledger.Arrival
 		want  bool
 	}{
-		{"sent again after the kill by another", []ledger.Arrival{by("x", "d1-1", at.Add(4 * time.Second))}, true},
+		{"sent again after the kill by another", []ledger.Arrival{by("x", "d1-1", at.Add(4*time.Second))}, true},
 		{"sent again before the kill", []ledger.Arrival{by("x", "d1-1", at.Add(-time.Second))}, false},
 		{"sent again by the killed one", []ledger.Arrival{by("x", "d0-1", at.Add(time.Second))}, false},
 		{"only another request after the kill", []ledger.Arrival{by("y", "d1-1", at.Add(time.Second))}, false},
