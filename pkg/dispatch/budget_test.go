@@ -549,3 +549,68 @@ func TestHeldBackDoesNotOutliveTheHeldLane(t *testing.T) {
 		}
 	})
 }
+
+// Adaptive mode finds raven's capacity, on the test's clock: raven takes C attempts a
+// second (a token bucket with a tenth of a second's burst, the integration test's raven)
+// and answers 503 to the rest; 100 clients offer up to 400 a second. After 20 s, every
+// 5-second window is at most 1.05·C, their mean is at least 0.7·C, and fewer than 10% of
+// the attempts are refused. The integration test runs the same raven against three
+// processes, where a loaded machine's delays bunch the arrivals: there it checks that
+// raven is never sent more than it takes, and the pause; this one, how close it settles.
+func TestAdaptiveConvergesToCapacity(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		const capacity = 60.0
+		b := setup(t, Config{Policy: Policy{Interval: 250 * time.Millisecond}, Adaptive: Adaptive{Enabled: true}})
+		l := newTestLoop(t, b)
+		ownAll(b, l)
+		queue(b, l, names("c", 100), 100)
+		var mu sync.Mutex // the answer is given by the workers, several at once
+		tokens, last := capacity/10, b.clock.now()
+		refused := map[time.Time]int{}
+		b.snd.answer = func(request.Stored, int) error {
+			mu.Lock()
+			defer mu.Unlock()
+			now := b.clock.now()
+			tokens, last = min(capacity/10, tokens+now.Sub(last).Seconds()*capacity), now
+			if tokens >= 1 {
+				tokens--
+				return nil
+			}
+			refused[now]++
+			return raven.Classify(503, "", now)
+		}
+		b.clock.advance(250 * time.Millisecond) // the fence
+		t0 := b.clock.now()
+		drive(t, b, l, 30*time.Second, 5*time.Millisecond)
+		mu.Lock()
+		defer mu.Unlock()
+		converged := t0.Add(20 * time.Second)
+		var windows [2]int
+		var no int
+		for _, a := range b.snd.attempts() {
+			if w := int(a.at.Sub(converged) / (5 * time.Second)); !a.at.Before(converged) && w < len(windows) {
+				windows[w]++
+			}
+		}
+		for at, n := range refused {
+			if !at.Before(converged) {
+				no += n
+			}
+		}
+		rates := []float64{float64(windows[0]) / 5, float64(windows[1]) / 5}
+		t.Logf("after 20 s: %v attempts/s in 5 s windows (capacity %.0f), %d of %d refused; %+v",
+			rates, capacity, no, windows[0]+windows[1], b.d.BudgetState())
+		for _, r := range rates {
+			if r > 1.05*capacity {
+				t.Errorf("a 5 s window at %.1f attempts/s, over raven's capacity %.0f by more than 5%%", r, capacity)
+			}
+		}
+		if mean := (rates[0] + rates[1]) / 2; mean < 0.7*capacity {
+			t.Errorf("%.1f attempts/s on average after 20 s, want at least 0.7 of raven's capacity %.0f: adaptive mode held back far more than raven asked", mean, capacity)
+		}
+		if share := float64(no) / float64(windows[0]+windows[1]); share >= 0.10 {
+			t.Errorf("%.1f%% of attempts refused after 20 s, want under 10%%", 100*share)
+		}
+	})
+}
