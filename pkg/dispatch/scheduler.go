@@ -290,6 +290,10 @@ func (s *Scheduler) Done(r Result, now time.Time) {
 		s.schedule(l, now)
 	case Retry:
 		l.headSeq, l.attempts, l.firstAttempt = r.Seq, r.Attempts, r.FirstAttempt
+		if s.purges(l.subject, r.Seq) { // asked for while the attempt was under way
+			s.schedule(l, now)
+			break
+		}
 		// The interval is not added here: schedule adds it, with the interval in force.
 		s.schedule(l, l.lastEnd.Add(max(s.policy.Backoff(r.Attempts, s.rand()), r.RetryAfter)))
 	case Parked:
@@ -304,6 +308,10 @@ func (s *Scheduler) Done(r Result, now time.Time) {
 		if r.Seq != l.headSeq {
 			l.headSeq, l.attempts, l.firstAttempt = r.Seq, 0, time.Time{}
 		}
+		if s.purges(l.subject, r.Seq) { // asked for while the worker looked
+			s.schedule(l, now)
+			break
+		}
 		s.schedule(l, later(r.NotBefore, now))
 	case Failed:
 		s.schedule(l, now.Add(failedRetry))
@@ -311,6 +319,12 @@ func (s *Scheduler) Done(r Result, now time.Time) {
 		// Past the lead, or Due would hand the lane straight back.
 		s.schedule(l, now.Add(s.lead+heldRetry))
 	}
+}
+
+// purges says whether the steering in force purges subject's request seq: a purge its
+// worker did not know of, since it reported that request back instead of purging it.
+func (s *Scheduler) purges(subject string, seq uint64) bool {
+	return seq != 0 && seq <= s.steerOf(subject).PurgeThrough
 }
 
 // Hold puts back a lane that Due just handed out and that may not start now after all:

@@ -223,3 +223,44 @@ func TestPurgeShortOfADelayedHeadLeavesItWaiting(t *testing.T) {
 	mustNotDue(t, s, t0.Add(time.Hour-time.Nanosecond))
 	mustDue(t, s, t0.Add(time.Hour), "p.a")
 }
+
+// A purge asked for while the lane is with a worker that finds a delayed head, or whose
+// attempt fails, is not put off until the head's time or the retry's backoff: the lane
+// comes back as soon as spacing allows, to dead-letter what was purged.
+func TestPurgeWhileTheLaneIsInFlightDoesNotWait(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name  string
+		res   dispatch.Result
+		purge time.Time // when the purge's job is due: an interval after the attempt, if any
+	}{
+		{"DelayedHead", dispatch.Result{Kind: dispatch.NotYet, Seq: 7, NotBefore: t0.Add(48 * time.Hour)}, t0},
+		{"FailingAttempt", dispatch.Result{Kind: dispatch.Retry, Seq: 7, Attempts: 9, FirstAttempt: t0, AttemptEnd: t0,
+			RetryAfter: 5 * time.Minute}, t0.Add(interval)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s := dispatch.NewScheduler(policy(), zero)
+			s.Notify("p.a", t0, time.Time{})
+			mustDue(t, s, t0, "p.a")
+			s.Steer("a", request.Steering{PurgeThrough: 7}, t0) // while the worker has the lane
+			tc.res.Subject = "p.a"
+			s.Done(tc.res, t0)
+			if job := mustDue(t, s, tc.purge, "p.a"); job.PurgeThrough != 7 {
+				t.Fatalf("job %+v, want it to purge through 7", job)
+			}
+		})
+	}
+}
+
+// A purge that does not reach the head a worker reports back leaves its wait as it is.
+func TestPurgeShortOfTheHeadInFlightLeavesItsWait(t *testing.T) {
+	t.Parallel()
+	s := dispatch.NewScheduler(policy(), zero)
+	s.Notify("p.a", t0, time.Time{})
+	mustDue(t, s, t0, "p.a")
+	s.Steer("a", request.Steering{PurgeThrough: 6}, t0)
+	s.Done(dispatch.Result{Subject: "p.a", Kind: dispatch.NotYet, Seq: 7, NotBefore: t0.Add(time.Hour)}, t0)
+	mustNotDue(t, s, t0.Add(time.Hour-time.Nanosecond))
+	mustDue(t, s, t0.Add(time.Hour), "p.a")
+}
