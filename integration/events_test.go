@@ -283,7 +283,7 @@ func TestNotBefore(t *testing.T) {
 	}
 }
 
-// A request's MAX_AGE counts from its Not-Before when that is later than its acceptance:
+// A request's MAX_AGE counts from its first attempt, so not before its Not-Before:
 // one delayed beyond MAX_AGE that fails once when it falls due is retried and delivered,
 // not dead-lettered as too old.
 func TestNotBeforeBeyondMaxAge(t *testing.T) {

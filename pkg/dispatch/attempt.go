@@ -194,7 +194,7 @@ func (d *Dispatcher) attempt(ctx context.Context, job Job, st request.Stored, se
 	case OutcomePermanent:
 		why.Reason = request.ReasonPermanent
 	default:
-		if why.Reason = d.cfg.GiveUp(attempt, ageFrom(st), end); why.Reason == "" {
+		if why.Reason = d.cfg.GiveUp(attempt, first, end); why.Reason == "" {
 			var ra interface{ RetryAfter() time.Duration }
 			if errors.As(err, &ra) {
 				res.RetryAfter = ra.RetryAfter()

@@ -3,12 +3,14 @@ package dispatch
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
 
+	"github.com/penguinhq/dispatcher/pkg/raven"
 	"github.com/penguinhq/dispatcher/pkg/request"
 )
 
@@ -279,4 +281,80 @@ func TestWorkCountsAttemptsPerRequest(t *testing.T) {
 	if a := b.snd.attempts(); len(a) != 1 || a[0].attempt != 1 {
 		t.Fatalf("attempts %+v, want attempt 1 for a request not seen before", a)
 	}
+}
+
+// MaxAge bounds how long a request is retried once it could go, not how long it waited
+// behind its client's earlier requests: a request queued behind a head delayed past
+// MaxAge is not dead-lettered as age-exhausted on its first transient failure; it is
+// retried and delivered. (Its age starts at its first attempt.)
+func TestMaxAgeCountsFromTheFirstAttempt(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, Config{Policy: Policy{Interval: time.Second, MaxAge: time.Hour}})
+		l := newTestLoop(t, b)
+		ownAll(b, l)
+		subj := subject(0, "a")
+		b.src.add(subj, "delayed", start)
+		b.src.add(subj, "behind", start)
+		b.src.mu.Lock()
+		b.src.queued[0].NotBefore = start.Add(2 * time.Hour)
+		b.src.mu.Unlock()
+		l.notify(subj)
+		failed := false
+		b.snd.answer = func(st request.Stored, _ int) error {
+			if st.ID == "behind" && !failed {
+				failed = true
+				return raven.Classify(503, "", b.clock.now())
+			}
+			return nil
+		}
+		drive(t, b, l, 5*time.Second, 10*time.Millisecond)
+		b.clock.advance(2 * time.Hour)
+		for p := range b.src.Partitions() { // the leases were renewed meanwhile
+			l.ownership(ownEvent{kind: ownRenewed, partition: p, validUntil: b.clock.now().Add(time.Hour)})
+		}
+		drive(t, b, l, time.Minute, 10*time.Millisecond)
+		if d := b.src.deadLetters(); len(d) != 0 {
+			t.Fatalf("dead-lettered %v, want none: the request waited behind a delayed head, it did not age", sortedIDs(d))
+		}
+		var got []string
+		for _, a := range b.snd.attempts() {
+			got = append(got, fmt.Sprintf("%s#%d", a.id, a.attempt))
+		}
+		if want := []string{"delayed#1", "behind#1", "behind#2"}; !slices.Equal(got, want) {
+			t.Fatalf("attempts %v, want %v", got, want)
+		}
+		if q := b.src.ids(); len(q) != 0 {
+			t.Fatalf("still queued: %v", q)
+		}
+	})
+}
+
+// And MaxAge still ends the retries: a request that fails from its first attempt on is
+// dead-lettered as age-exhausted at its first failure at least MaxAge after that attempt.
+func TestMaxAgeEndsTheRetries(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, Config{Policy: Policy{Interval: time.Second, MaxAge: time.Hour, MaxAttempts: 1000}})
+		l := newTestLoop(t, b)
+		ownAll(b, l)
+		queue(b, l, []string{"a"}, 1)
+		b.snd.answer = func(request.Stored, int) error { return raven.Classify(503, "", b.clock.now()) }
+		drive(t, b, l, 50*time.Minute, time.Second)
+		for p := range b.src.Partitions() {
+			l.ownership(ownEvent{kind: ownRenewed, partition: p, validUntil: b.clock.now().Add(time.Hour)})
+		}
+		drive(t, b, l, 20*time.Minute, time.Second)
+		a, d := b.snd.attempts(), b.src.deadLetters()
+		if len(d) != 1 || d[0].why.Reason != request.ReasonAgeExhausted {
+			t.Fatalf("dead letters %v after %d attempts over 70 min, want the request, age-exhausted", sortedIDs(d), len(a))
+		}
+		if len(a) < 2 {
+			t.Fatalf("%d attempts, want retries", len(a))
+		}
+		if last := a[len(a)-1].at; last.Sub(a[0].at) < time.Hour || a[len(a)-2].at.Sub(a[0].at) >= time.Hour {
+			t.Fatalf("last attempt %s after the first, the one before it %s: want the first one past MaxAge (1h) to end it",
+				last.Sub(a[0].at), a[len(a)-2].at.Sub(a[0].at))
+		}
+	})
 }

@@ -36,10 +36,11 @@ type Policy struct {
 	// MaxAttempts is how many attempts a request gets before it is dead-lettered.
 	// Defaults to 25.
 	MaxAttempts int
-	// MaxAge: a request that fails transiently when it is older than this (since it was
-	// accepted, or since its Not-Before when that is later) is dead-lettered instead of
-	// retried. Waiting in a backlog, or for its Not-Before, alone never dead-letters a
-	// request. Defaults to 24h.
+	// MaxAge: a request that fails transiently this long or longer after its first
+	// attempt is dead-lettered instead of retried. Waiting in a backlog, behind its
+	// client's earlier requests or for its Not-Before, never uses it up. Like the count
+	// of attempts, it starts again when another instance (or a restart) takes the
+	// client's partition over. Defaults to 24h.
 	MaxAge time.Duration
 }
 
@@ -100,8 +101,9 @@ func (p Policy) Backoff(attempt int, rnd float64) time.Duration {
 
 // GiveUp says whether a request that just failed transiently on its attempt-th try should
 // be dead-lettered, and why; the reason is empty when it should be retried. dueSince is
-// when its age starts: when it was accepted, or its Not-Before when that is later; zero:
-// it has no age.
+// when its age starts, its first attempt (zero: it has no age): MaxAge bounds how long a
+// request is retried once it could go, not how long it waited for its Not-Before or
+// behind its client's earlier requests.
 func (p Policy) GiveUp(attempt int, dueSince, now time.Time) string {
 	switch {
 	case attempt >= p.MaxAttempts:
@@ -110,14 +112,4 @@ func (p Policy) GiveUp(attempt int, dueSince, now time.Time) string {
 		return request.ReasonAgeExhausted
 	}
 	return ""
-}
-
-// ageFrom is when st's age, the one MaxAge bounds, starts: when the queue stored it, or
-// its Not-Before when that is later. A request held back by its Not-Before has not been
-// waiting to go, and must not use up its MaxAge before it may be attempted at all.
-func ageFrom(st request.Stored) time.Time {
-	if st.NotBefore.After(st.AcceptedAt) {
-		return st.NotBefore
-	}
-	return st.AcceptedAt
 }

@@ -163,7 +163,7 @@ func DispatchSettings(s *Settings) *Dispatch {
 	s.Duration(&c.BackoffBase, "RETRY_BACKOFF_BASE", dispatch.DefaultBackoffBase, time.Millisecond, "backoff after a request's first transient failure; doubles after each")
 	s.Duration(&c.BackoffMax, "RETRY_BACKOFF_MAX", dispatch.DefaultBackoffMax, time.Millisecond, "cap on the retry backoff")
 	s.Int(&attempts, "MAX_ATTEMPTS", dispatch.DefaultMaxAttempts, 1, 1_000_000, "attempts before a request is dead-lettered")
-	s.Duration(&c.MaxAge, "MAX_AGE", dispatch.DefaultMaxAge, time.Second, "a request older than this that fails transiently is dead-lettered")
+	s.Duration(&c.MaxAge, "MAX_AGE", dispatch.DefaultMaxAge, time.Second, "a request that fails transiently this long after its first attempt is dead-lettered")
 	s.Int(&inFlight, "MAX_IN_FLIGHT", dispatch.DefaultMaxInFlight, 1, 1_000_000, "most attempts in flight at once, across clients")
 	s.Duration(&c.ShutdownGrace, "SHUTDOWN_GRACE", dispatch.DefaultShutdownGrace, 0, "how long a stopping dispatcher waits for attempts in flight")
 	s.Duration(&c.LeaseTTL, "LEASE_TTL", dispatch.DefaultLeaseTTL, 100*time.Millisecond, "how long a partition lease lives unless renewed; a crashed dispatcher's partitions move after about this plus one interval")
