@@ -105,11 +105,14 @@ func (c Config) Validate() error {
 	if c.DuplicateWindow < time.Second {
 		errs = append(errs, fmt.Errorf("duplicate window %s: must be at least 1s", c.DuplicateWindow))
 	}
-	if c.DeadLetterMaxAge < 0 {
-		errs = append(errs, fmt.Errorf("dead-letter max age %s: must be 0 (forever) or positive", c.DeadLetterMaxAge))
+	// A stream's duplicate window may not outlast its messages: the server refuses it.
+	if c.DeadLetterMaxAge < 0 || (c.DeadLetterMaxAge > 0 && c.DeadLetterMaxAge < c.DuplicateWindow) {
+		errs = append(errs, fmt.Errorf("dead-letter max age %s: must be 0 (forever) or at least the duplicate window (%s)", c.DeadLetterMaxAge, c.DuplicateWindow))
 	}
 	if c.StatusRetention < time.Minute {
 		errs = append(errs, fmt.Errorf("status retention %s: must be at least 1m", c.StatusRetention))
+	} else if !c.NoEvents && c.StatusRetention < c.DuplicateWindow {
+		errs = append(errs, fmt.Errorf("status retention %s: must be at least the duplicate window (%s)", c.StatusRetention, c.DuplicateWindow))
 	}
 	if c.AckTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("ack timeout %s: must be positive", c.AckTimeout))

@@ -355,3 +355,38 @@ func TestStoredSubjectIsTheServers(t *testing.T) {
 		}
 	}
 }
+
+// Validate refuses what the server would refuse: a status retention or a dead-letter age
+// shorter than the duplicate window (a stream's duplicate window may not outlast its
+// messages), with a detail that names both; at the window itself both are accepted.
+func TestValidateRefusesWhatTheServerWould(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name    string
+		cfg     queue.Config
+		refused string
+	}{
+		{"StatusRetentionBelowTheWindow", queue.Config{StatusRetention: time.Minute}, "status retention 1m0s: must be at least the duplicate window (2m0s)"},
+		{"DeadLetterAgeBelowTheWindow", queue.Config{DeadLetterMaxAge: time.Minute}, "dead-letter max age 1m0s: must be 0 (forever) or at least the duplicate window (2m0s)"},
+		{"AtTheWindow", queue.Config{StatusRetention: 2 * time.Minute, DeadLetterMaxAge: 2 * time.Minute}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			cfg, s := tc.cfg, queuetest.Server(t)
+			err := cfg.WithDefaults().Validate()
+			if tc.refused == "" {
+				if err != nil {
+					t.Fatalf("Validate: %v, want accepted", err)
+				}
+				if _, err := queue.Open(context.Background(), queuetest.Conn(t, s), cfg, queue.CreateOrUpdate); err != nil {
+					t.Fatalf("accepted by Validate, refused by the server: %v", err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.refused) {
+				_, openErr := queue.Open(context.Background(), queuetest.Conn(t, s), cfg, queue.CreateOrUpdate)
+				t.Fatalf("Validate: %v, want %q (the server says: %v)", err, tc.refused, openErr)
+			}
+		})
+	}
+}
