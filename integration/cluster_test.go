@@ -109,7 +109,7 @@ func TestDispatchersShareAndFailOver(t *testing.T) {
 	}
 	a := c.startDispatcher("a")
 	b := c.startDispatcher("b")
-	waitFor(t, time.Minute, "two instances to hold 32 partitions each", func() bool {
+	waitFor(t, 2*time.Minute, "two instances to hold 32 partitions each", func() bool {
 		o := c.owners()
 		return o["a"] == 32 && o["b"] == 32
 	})

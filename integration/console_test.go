@@ -35,7 +35,7 @@ func TestConsoleShowsEveryInstancesLanes(t *testing.T) {
 		"LANE_WAIT": "5s"}
 	startProc(t, with(env, "INSTANCE_ID", "a", "OPS_ADDR", opsA))
 	startProc(t, with(env, "INSTANCE_ID", "b", "OPS_ADDR", opsB))
-	waitFor(t, time.Minute, "a and b to hold 32 partitions each", func() bool {
+	waitFor(t, 2*time.Minute, "a and b to hold 32 partitions each", func() bool {
 		owners, err := leases.Owners(context.Background())
 		if err != nil {
 			return false
@@ -81,7 +81,7 @@ func TestConsoleShowsEveryInstancesLanes(t *testing.T) {
 	// Read again until every row has its owner: an instance that answers after the lane
 	// wait is left out of that page, by design.
 	var page string
-	waitForState(t, time.Minute, "b's clients page with every client and its owner, a and b both", func() (bool, string) {
+	waitForState(t, 2*time.Minute, "b's clients page with every client and its owner, a and b both", func() (bool, string) {
 		page = get(opsB, "/console/clients?sort=next")
 		rows := owner.FindAllStringSubmatch(page, -1)
 		byOwner := map[string]int{}

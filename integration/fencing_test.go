@@ -99,7 +99,9 @@ func TestFencingAcrossLeaseTakeover(t *testing.T) {
 		}
 		time.Sleep(interval / 12)
 	}
-	time.Sleep(interval)
+	// a mid-backlog: every client sent about twice, four times left each (by progress,
+	// not a sleep: a loaded machine's posts can take seconds, while a sends).
+	waitFor(t, time.Minute, "a to have sent 24", func() bool { return s.ledger.Delivered() >= 25 })
 	stopB := start("b", leases)
 	defer stopB()
 

@@ -28,7 +28,7 @@ func TestStatusAndTheTakeoverBound(t *testing.T) {
 	started := time.Now()
 	c.startDispatcher("a")
 	b := c.startDispatcher("b")
-	waitForState(t, time.Minute, "a and b to hold 32 partitions each", func() (bool, string) {
+	waitForState(t, 2*time.Minute, "a and b to hold 32 partitions each", func() (bool, string) {
 		o := c.owners()
 		return o["a"] == 32 && o["b"] == 32, fmt.Sprint(o)
 	})
@@ -74,7 +74,7 @@ func TestStatusAndTheTakeoverBound(t *testing.T) {
 	// backlog left at the kill). So each client posts from a goroutine of its own, and the
 	// backlog is posted again should b have lost its share or the backlog have drained.
 	for round := 0; ; round++ {
-		waitForState(t, time.Minute, "a and b to hold 32 partitions each", func() (bool, string) {
+		waitForState(t, 2*time.Minute, "a and b to hold 32 partitions each", func() (bool, string) {
 			o := c.owners()
 			return o["a"] == 32 && o["b"] == 32, fmt.Sprint(o)
 		})

@@ -58,8 +58,16 @@ func TestReadyAnswersWhileNATSIsSilent(t *testing.T) {
 		_ = json.NewDecoder(resp.Body).Decode(&p)
 		return resp.StatusCode, p.Detail, time.Since(began)
 	}
-	if code, detail, _ := get("/readyz"); code != http.StatusOK {
-		t.Fatalf("/readyz answered %d (%s) with NATS reachable, want 200", code, detail)
+	// Ready while NATS answers: on a loaded machine one check may not finish within its
+	// half second ("cannot tell"), so the test asks until one does (a bound on a hang).
+	for began := time.Now(); ; time.Sleep(100 * time.Millisecond) {
+		code, detail, _ := get("/readyz")
+		if code == http.StatusOK {
+			break
+		}
+		if time.Since(began) > 30*time.Second {
+			t.Fatalf("/readyz answered %d (%s) with NATS reachable for 30 s, want 200", code, detail)
+		}
 	}
 
 	proxy.Blackhole()

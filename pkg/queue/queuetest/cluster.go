@@ -237,7 +237,10 @@ func (c *Cluster) WaitForMetaLeader() {
 			running++
 		}
 	}
-	deadline := time.Now().Add(30 * time.Second)
+	// A bound on a hang, not a verdict: an election on a machine running two CI runs
+	// took more than 30 s.
+	const bound = 90 * time.Second
+	deadline := time.Now().Add(bound)
 	for time.Now().Before(deadline) {
 		for i := range c.Nodes {
 			if s := c.Server(i); s != nil && s.JetStreamIsLeader() && len(s.JetStreamClusterPeers()) >= running {
@@ -246,7 +249,7 @@ func (c *Cluster) WaitForMetaLeader() {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	c.t.Fatal("no JetStream meta leader seeing every running node within 30s")
+	c.t.Fatalf("no JetStream meta leader seeing every running node within %s", bound)
 }
 
 // StreamLeader returns the index of the node leading stream, or -1.
