@@ -2,9 +2,9 @@
 // plain `go test` prints (each package's ok or FAIL line, and the whole output of every
 // test that failed), so that CI reads the same; beside that it watches every test as it
 // runs. A test that has been running (not paused waiting for its turn as a parallel test,
-// not waiting on subtests of its own) for longer than -stuck is called stuck: testwatch
-// names it, sends its test binary SIGQUIT (Go prints every goroutine's stack and exits),
-// and the package fails there and then, instead of at go test's -timeout many minutes
+// not waiting on subtests of its own) for longer than -stuck without printing a line is
+// called stuck: testwatch names it, sends its test binary SIGQUIT (Go prints every
+// goroutine's stack and exits), and the package fails there and then, instead of at go test's -timeout many minutes
 // later with nothing said of why. At the end it lists the slowest tests, so that the time
 // CI takes is visible where it is spent.
 //
@@ -30,7 +30,7 @@ import (
 )
 
 func main() {
-	stuck := flag.Duration("stuck", 2*time.Minute, "a test running this long without pause is stuck: its binary is stopped and it fails")
+	stuck := flag.Duration("stuck", 2*time.Minute, "a test running this long without pause or a line of output is stuck: its binary is stopped and it fails")
 	slowest := flag.Int("slowest", 15, "list this many of the slowest tests at the end (0: none)")
 	flag.Parse()
 	os.Exit(run(flag.Args(), *stuck, *slowest, os.Stdout))
@@ -157,9 +157,14 @@ func (w *watcher) handle(e event) {
 	case "output":
 		t.output.WriteString(e.Output)
 		// test2json may hold a parallel test's pass back until the next line comes; the
-		// report line itself says the test is over.
-		if r := strings.TrimSpace(e.Output); strings.HasPrefix(r, "--- ") && strings.Contains(r, ": "+t.name+" (") {
+		// report line itself says the test is over. Any other line is a sign of life (a
+		// long test logs its phases): the test is stuck only after -stuck without one.
+		r := strings.TrimSpace(e.Output)
+		switch {
+		case strings.HasPrefix(r, "--- ") && strings.Contains(r, ": "+t.name+" ("):
 			t.since = time.Time{}
+		case !t.since.IsZero() && !strings.HasPrefix(r, "=== "):
+			t.since = time.Now()
 		}
 	case "pass", "skip":
 		t.done, t.since, t.elapsed = true, time.Time{}, e.Elapsed
@@ -194,7 +199,7 @@ func (w *watcher) watch(stop chan struct{}) {
 		}
 		for _, t := range stuck {
 			w.reported[key(t.pkg, t.name)] = true
-			fmt.Fprintf(w.out, "testwatch: %s %s has been running for %s without pause (bound %s): stopping its test binary with SIGQUIT to show where every goroutine is\n",
+			fmt.Fprintf(w.out, "testwatch: %s %s has been running for %s without pause or a line of output (bound %s): stopping its test binary with SIGQUIT to show where every goroutine is\n",
 				t.pkg, t.name, now.Sub(t.since).Round(time.Second), w.stuck)
 			fmt.Fprint(w.out, t.output.String())
 			t.output.Reset()

@@ -38,6 +38,11 @@ func WaitForState(t testing.TB, timeout time.Duration, what string, cond func() 
 		}
 		t.Fatalf("timed out after %s (bound %s) waiting for %s%s", time.Since(start).Round(time.Millisecond), timeout, what, seen)
 	}
+	// A long wait is worth a line: it says where a slow run spent its time, and CI's
+	// stuck-test watch reads a line as a sign of life.
+	if took := time.Since(start); took >= 10*time.Second {
+		t.Logf("waited %s for %s", took.Round(time.Millisecond), what)
+	}
 }
 
 // Poll calls cond until it holds (true) or the timeout passes (false), and returns what
