@@ -94,13 +94,12 @@ func TestFencingAcrossLeaseTakeover(t *testing.T) {
 	// Clients start a twelfth of an interval apart, so that whenever a's lease runs out,
 	// some client's last attempt by a falls just before it.
 	for c := range 12 {
-		for n := range 6 {
-			s.post(clientName(c), n)
-		}
+		s.queueDirect(clientName(c), 6)
 		time.Sleep(interval / 12)
 	}
 	// a mid-backlog: every client sent about twice, four times left each (by progress,
-	// not a sleep: a loaded machine's posts can take seconds, while a sends).
+	// not a sleep; and queued directly: posts through ingest took half a minute on a
+	// loaded machine, while a sent most of the backlog).
 	waitFor(t, time.Minute, "a to have sent 24", func() bool { return s.ledger.Delivered() >= 25 })
 	stopB := start("b", leases)
 	defer stopB()

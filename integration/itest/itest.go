@@ -31,8 +31,17 @@ func WaitFor(t testing.TB, timeout time.Duration, what string, cond func() bool)
 // thing seen is part of the failure.
 func WaitForState(t testing.TB, timeout time.Duration, what string, cond func() (done bool, seen string)) {
 	t.Helper()
-	start := time.Now()
-	if ok, seen := Poll(timeout, cond); !ok {
+	start, told := time.Now(), time.Now()
+	if ok, seen := Poll(timeout, func() (bool, string) {
+		done, seen := cond()
+		// Every 30 s a line of where it stands: CI's stuck-test watch reads it as a sign
+		// of life, and a slow run says what it waited for.
+		if !done && time.Since(told) >= 30*time.Second {
+			told = time.Now()
+			t.Logf("still waiting after %s for %s; seen: %s", time.Since(start).Round(time.Second), what, seen)
+		}
+		return done, seen
+	}); !ok {
 		if seen != "" {
 			seen = "; last seen: " + seen
 		}
