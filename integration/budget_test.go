@@ -224,8 +224,10 @@ func TestAdaptiveConvergesToRavenCapacity(t *testing.T) {
 	// 2 ms, so that a loaded machine's scheduling delays do not read as overload too.
 	c := newClusterStack(t, options{interval: 250 * time.Millisecond, respond: raven.respond})
 	c.env = with(c.env, "RAVEN_ADAPTIVE", "true", "RAVEN_LATENCY_TARGET", "2s")
-	clients := clientNames(100) // up to 400 attempts/s: far over raven's 60
-	c.postMany(clients, 60)     // more than is sent during the test: what is left stays queued
+	clients := clientNames(100)  // up to 400 attempts/s: far over raven's 60
+	for _, cl := range clients { // more than is sent during the test: what is left stays queued
+		c.queueDirect(cl, 60)
+	}
 	var procs []*proc
 	for _, id := range []string{"a", "b", "c"} {
 		procs = append(procs, c.startDispatcher(id))
@@ -310,8 +312,12 @@ func TestStaticBudgetAcrossInstances(t *testing.T) {
 		respond: func(ledger.Arrival) ledger.Response { return ledger.Response{Delay: 2 * time.Millisecond} }})
 	c.env = with(c.env, "RAVEN_MAX_RATE", fmt.Sprint(budget))
 	clients := clientNames(100)
-	const each = 40 // about 1,200 are sent during the test (more if a loaded machine stretches it), the rest after it
-	c.postMany(clients, each)
+	// About 1,200 are sent during the phases, more while a loaded machine stretches the
+	// waits between them (4,000 ran out beside another CI run): 7,000, the rest sent after.
+	const each = 70
+	for _, cl := range clients {
+		c.queueDirect(cl, each)
+	}
 	procs := map[string]*proc{}
 	for _, id := range []string{"a", "b", "c"} {
 		procs[id] = c.startDispatcher(id)
@@ -402,7 +408,7 @@ func TestStaticBudgetAcrossInstances(t *testing.T) {
 	if _, err := ctl.UpdateBudget(context.Background(), "test", func(b *request.Budget) { b.MaxRate = &none }); err != nil {
 		t.Fatal(err)
 	}
-	rep := c.finish(2*time.Minute, 100)
+	rep := c.finish(3*time.Minute, 100)
 	if rep.Delivered < len(clients)*each {
 		t.Fatalf("delivered %d of %d", rep.Delivered, len(clients)*each)
 	}

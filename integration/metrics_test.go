@@ -134,7 +134,7 @@ func TestMetricsMatchTheRecordingRaven(t *testing.T) {
 	s.postRaw(dup, []byte(`{"clientId":"client-000","n":"again"}`))
 	s.postRaw(dup, []byte(`{"clientId":"client-000","n":"again"}`))
 
-	s.waitDone(time.Minute)
+	s.waitDone(2 * time.Minute)
 	// The counters move right after raven answers; give the last one a moment.
 	var delivered, transient, permanent int
 	for _, a := range s.ledger.Arrivals() {

@@ -258,7 +258,9 @@ func TestLeasesRemovedEarlyByTheStoresClock(t *testing.T) {
 	for c := range clients {
 		names[c] = clientName(c)
 	}
-	s.postMany(names, 60)
+	for _, n := range names { // queued directly: 2,880 posts through ingest took 3 min beside another CI run
+		s.queueDirect(n, 60)
+	}
 	a := startProc(t, with(env, "INSTANCE_ID", "a"))
 	b := startProc(t, with(env, "INSTANCE_ID", "b"))
 	leases, err := s.q.Leases(context.Background(), ttl)
