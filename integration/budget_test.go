@@ -303,8 +303,9 @@ func TestAdaptiveConvergesToRavenCapacity(t *testing.T) {
 // 5% over it (every 2-second window within 20%: raven's clock of an arrival runs behind the
 // sender's by a loaded machine's delays, which bunches arrivals), also while one instance
 // is killed and its partitions move (its share comes back to the others only once its
-// leases expired); with all instances sending, at least 80% of it is used (a share lost
-// with the killed instance would leave a third unused). A change of the budget at runtime
+// leases expired); the survivors' shares add up to the budget again (a share lost with
+// the killed instance would leave a third unused), and with all instances sending at
+// least half of it is used. A change of the budget at runtime
 // reaches every instance (within 5 s; the figure is logged), and raven sees the new rate.
 func TestStaticBudgetAcrossInstances(t *testing.T) {
 	const budget = 60.0
@@ -346,7 +347,16 @@ func TestStaticBudgetAcrossInstances(t *testing.T) {
 		return o["a"] == 0 && o["b"]+o["c"] == 64, fmt.Sprint(o)
 	})
 	moved := time.Now()
-	time.Sleep(5 * time.Second)
+	// The killed instance's share comes back to the others: by state, not by the rate
+	// raven sees (which a loaded machine holds below the budget whatever the shares).
+	waitForState(t, time.Minute, "b's and c's shares to add up to the budget", func() (bool, string) {
+		st, shares = c.budgets(2), 0
+		for _, s := range st {
+			shares += s.ShareRate
+		}
+		return len(st) == 2 && math.Abs(shares-budget) < 1e-6, fmt.Sprintf("%d instances, shares adding up to %.2f: %v", len(st), shares, st)
+	})
+	time.Sleep(time.Until(moved.Add(5 * time.Second)))
 
 	// Runtime change: every instance has it soon.
 	ctl, err := c.q.Control(context.Background(), testLog())
@@ -389,12 +399,12 @@ func TestStaticBudgetAcrossInstances(t *testing.T) {
 		if mean > 1.05*b {
 			t.Errorf("%s: %.1f attempts/s, over the budget %.0f by more than 5%%", what, mean, b)
 		}
-		// The budget is used: some 2 s window reaches 80% of it (one instance of three
-		// idle, or shares that do not add up, would hold every window to two thirds), and
-		// the mean is not far behind. A loaded machine's dispatchers may take a few
-		// windows to get there (seen: 34.5 to 54.5 attempts/s of 60 beside a soak).
-		if best := slices.Max(append([]float64{0}, windows...)); full && (best < 0.8*b || mean < 0.5*b) {
-			t.Errorf("%s: %.1f attempts/s on average, at best %.1f in a 2 s window; want a window at 80%% of the budget %.0f and the mean at half of it", what, mean, best, b)
+		// The budget is used: the mean at half of it at least, a floor against a collapse.
+		// That the shares add up to it is checked by state above; the rate raven sees is a
+		// loaded machine's (seen: at best 44.5 attempts/s of 60 in a 2 s window beside
+		// another CI run, with the three shares adding up to 60).
+		if full && mean < 0.5*b {
+			t.Errorf("%s: %.1f attempts/s on average; want at least half the budget %.0f", what, mean, b)
 		}
 	}
 	check("three instances", shared.Add(time.Second), killed, budget, true)

@@ -178,8 +178,14 @@ func TestEventsFollowEachRequest(t *testing.T) {
 	})
 	for id, w := range want {
 		if k := startedAsWanted(kinds(got[id]), w); !slices.Equal(k, w) {
-			t.Errorf("events of %s: %v, want %v", id, kinds(got[id]), w)
+			t.Fatalf("events of %s: %v, want %v", id, kinds(got[id]), w)
 		}
+		// The events as wanted, by position: without an attempt_started that a loaded
+		// machine added (seen: ida's first attempt, where its dead letter was expected).
+		got[id] = slices.DeleteFunc(got[id], func(e request.Event) bool {
+			k := fmt.Sprintf("%s/%d/%d", e.Type, e.Cycle, e.Attempt)
+			return e.Type == request.EventAttemptStarted && !slices.Contains(w, k)
+		})
 	}
 	if e := got[hal][2]; e.Status != 503 || e.ClientID != "hal" || e.Instance != "test" {
 		t.Errorf("hal's failed attempt: %+v, want raven's 503 from instance test", e)

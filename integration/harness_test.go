@@ -409,16 +409,23 @@ var (
 )
 
 // waitDone waits until the queue is empty and every accepted request was delivered or
-// dead-lettered. The timeout bounds a hang, it does not judge speed: it is at least a
-// minute, whatever the caller says. When it passes, the ledger is checked before the test
+// dead-lettered. The timeout bounds a hang, it does not judge speed: it is at least
+// three minutes, whatever the caller says (beside another CI run, fault tests' last
+// retries outlasted a minute and a half), and the wait says where it stands each 30 s. When it passes, the ledger is checked before the test
 // fails, so that a lost request is reported as lost, not only as a wait that ended.
 func (s *stack) waitDone(timeout time.Duration) {
 	s.t.Helper()
-	timeout = max(timeout, time.Minute)
+	timeout = max(timeout, 3*time.Minute)
+	began, told := time.Now(), time.Now()
 	ok, seen := itest.Poll(timeout, func() (bool, string) {
 		queued, delivered, dead, accepted := s.queued(), s.ledger.Delivered(), len(s.dead()), s.acceptedCount()
-		return queued == 0 && delivered+dead >= accepted,
+		done, seen := queued == 0 && delivered+dead >= accepted,
 			fmt.Sprintf("%d queued, %d delivered, %d dead-lettered, %d accepted", queued, delivered, dead, accepted)
+		if !done && time.Since(told) >= 30*time.Second {
+			told = time.Now()
+			s.t.Logf("still waiting after %s for every request to be delivered; seen: %s", time.Since(began).Round(time.Second), seen)
+		}
+		return done, seen
 	})
 	if !ok {
 		s.check(-1)
