@@ -74,10 +74,19 @@ func newBrowserTab(t *testing.T, base string) *browserTab {
 	return b
 }
 
+// do runs steps, failing the test with what it was doing if they fail or take more than
+// two minutes (a step silent for longer was seen stopped as stuck beside another CI run,
+// without a word of which one); a step of 10 s or more is logged.
 func (b *browserTab) do(what string, steps ...chromedp.Action[chromedp.Void]) {
 	b.t.Helper()
-	if err := chromedp.Do(b.ctx, steps...); err != nil {
-		b.t.Fatalf("%s: %v", what, err)
+	began := time.Now()
+	ctx, cancel := context.WithTimeout(b.ctx, 2*time.Minute)
+	defer cancel()
+	if err := chromedp.Do(ctx, steps...); err != nil {
+		b.t.Fatalf("%s: %v after %s", what, err, time.Since(began).Round(time.Millisecond))
+	}
+	if took := time.Since(began); took >= 10*time.Second {
+		b.t.Logf("%s took %s", what, took.Round(time.Millisecond))
 	}
 }
 
