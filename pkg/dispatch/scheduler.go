@@ -90,7 +90,7 @@ func (s *Scheduler) Steer(client string, st request.Steering, now time.Time) {
 	for _, l := range s.lanes {
 		switch {
 		case !mine(l):
-		case purge && l.state == waiting && l.notBefore.After(now) && l.headSeq != 0 && l.headSeq <= st.PurgeThrough:
+		case purge && l.state == waiting && l.notBefore.After(now) && s.purges(l.subject, l.headSeq):
 			l.notBefore = now
 		case l.state == parked:
 			s.schedule(l, l.notBefore)
