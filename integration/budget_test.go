@@ -329,14 +329,16 @@ func TestStaticBudgetAcrossInstances(t *testing.T) {
 	})
 	shared := time.Now()
 	var st map[string]dispatch.BudgetState
-	var shares float64
-	waitForState(t, time.Minute, "three instances' shares to add up to the budget", func() (bool, string) {
-		st, shares = c.budgets(3), 0
+	// sharesAddUp: n instances answer, and their shares add up to the budget.
+	sharesAddUp := func(n int) (bool, string) {
+		st = c.budgets(n)
+		shares := 0.0
 		for _, s := range st {
 			shares += s.ShareRate
 		}
-		return len(st) == 3 && math.Abs(shares-budget) < 1e-6, fmt.Sprintf("%d instances, shares adding up to %.2f: %v", len(st), shares, st)
-	})
+		return len(st) == n && math.Abs(shares-budget) < 1e-6, fmt.Sprintf("%d instances, shares adding up to %.2f: %v", len(st), shares, st)
+	}
+	waitForState(t, time.Minute, "three instances' shares to add up to the budget", func() (bool, string) { return sharesAddUp(3) })
 	t.Logf("shares %v", st)
 	time.Sleep(time.Until(shared.Add(7 * time.Second)))
 
@@ -349,13 +351,7 @@ func TestStaticBudgetAcrossInstances(t *testing.T) {
 	moved := time.Now()
 	// The killed instance's share comes back to the others: by state, not by the rate
 	// raven sees (which a loaded machine holds below the budget whatever the shares).
-	waitForState(t, time.Minute, "b's and c's shares to add up to the budget", func() (bool, string) {
-		st, shares = c.budgets(2), 0
-		for _, s := range st {
-			shares += s.ShareRate
-		}
-		return len(st) == 2 && math.Abs(shares-budget) < 1e-6, fmt.Sprintf("%d instances, shares adding up to %.2f: %v", len(st), shares, st)
-	})
+	waitForState(t, time.Minute, "b's and c's shares to add up to the budget", func() (bool, string) { return sharesAddUp(2) })
 	time.Sleep(time.Until(moved.Add(5 * time.Second)))
 
 	// Runtime change: every instance has it soon.
