@@ -246,6 +246,9 @@ func TestPurgeWhileTheLaneIsInFlightDoesNotWait(t *testing.T) {
 			s.Steer("a", request.Steering{PurgeThrough: 7}, t0) // while the worker has the lane
 			tc.res.Subject = "p.a"
 			s.Done(tc.res, t0)
+			if tc.purge.After(t0) { // spacing still holds: no sooner than the interval after the attempt
+				mustNotDue(t, s, tc.purge.Add(-time.Nanosecond))
+			}
 			if job := mustDue(t, s, tc.purge, "p.a"); job.PurgeThrough != 7 {
 				t.Fatalf("job %+v, want it to purge through 7", job)
 			}
