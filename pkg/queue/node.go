@@ -76,9 +76,9 @@ func (n *Node) start() error {
 		n.prepare(s)
 	}
 	go s.Start()
-	if !s.ReadyForConnections(30 * time.Second) {
+	if !s.ReadyForConnections(nodeReadyWait) {
 		s.Shutdown()
-		return fmt.Errorf("nats server: not ready within 30s (store dir %s)", opts.StoreDir)
+		return fmt.Errorf("nats server: not ready within %s (store dir %s)", nodeReadyWait, opts.StoreDir)
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -136,3 +136,9 @@ func (n *Node) InProcessConn() (net.Conn, error) {
 	}
 	return s.InProcessConn()
 }
+
+// nodeReadyWait bounds a node's start: a server recovering a large store from a slow disk,
+// or one starting on a machine busy with other work, takes tens of seconds (a cluster
+// node was seen past 30 s on a loaded 2-core machine); a start that never ends still
+// fails, saying so.
+const nodeReadyWait = 2 * time.Minute
