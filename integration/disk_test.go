@@ -31,6 +31,14 @@ func status(url string) int {
 // not remove them at once after raven accepted them, or removed them late, or gave up
 // waiting for raven's answer to an attempt that raven did accept (the ledger says which).
 func (s *stack) explained(logs ...string) map[string]bool {
+	ids, _ := s.fromLogs(logs...)
+	return ids
+}
+
+// fromLogs reads the dispatchers' logs for the ledger: the ids whose duplicate delivery
+// they explain (explained), and the attempts they gave up on for want of an answer
+// (ledger.TimedOutKey), which ended for the sender before raven may have finished them.
+func (s *stack) fromLogs(logs ...string) (explained, timedOut map[string]bool) {
 	accepted := map[string]map[int]bool{} // id -> attempt numbers raven answered 2xx
 	for _, a := range s.ledger.Arrivals() {
 		if a.Status >= 200 && a.Status < 300 && a.StatusSent {
@@ -40,7 +48,7 @@ func (s *stack) explained(logs ...string) map[string]bool {
 			accepted[a.ID][a.Attempt] = true
 		}
 	}
-	ids := map[string]bool{}
+	explained, timedOut = map[string]bool{}, map[string]bool{}
 	for _, out := range logs {
 		for _, msg := range []string{dispatch.LogRemovalFailed, dispatch.LogRemovalLate, dispatch.LogAttemptFailed} {
 			for _, l := range logLines(out, msg) {
@@ -48,16 +56,19 @@ func (s *stack) explained(logs ...string) map[string]bool {
 				if msg == dispatch.LogAttemptFailed {
 					cause, _ := l["error"].(string)
 					attempt, _ := l["attempt"].(float64)
-					timedOut := raven.TimedOutText(cause)
-					if !timedOut || !accepted[id][int(attempt)] {
+					if !raven.TimedOutText(cause) {
+						continue
+					}
+					timedOut[ledger.TimedOutKey(id, int(attempt))] = true
+					if !accepted[id][int(attempt)] {
 						continue
 					}
 				}
-				ids[id] = id != ""
+				explained[id] = id != ""
 			}
 		}
 	}
-	return ids
+	return explained, timedOut
 }
 
 // The standalone process's store fills up (its DATA_DIR is a small file system, filled
@@ -148,7 +159,9 @@ func standaloneDiskFull(t testing.TB, underLoad bool) {
 
 	s.waitDone(60 * time.Second)
 	out := p.out.String()
-	rep := s.ledger.Check(ledger.Expect{Interval: interval, Accepted: s.accepted, Dead: s.dead(), AllowUnacknowledged: true, Explained: s.explained(out)})
+	explained, timedOut := s.fromLogs(out)
+	rep := s.ledger.Check(ledger.Expect{Interval: interval, Accepted: s.accepted, Dead: s.dead(), AllowUnacknowledged: true,
+		Explained: explained, TimedOut: timedOut})
 	t.Logf("ledger: %s", rep)
 	for _, v := range rep.Violations {
 		t.Errorf("guarantee broken: %s", v)

@@ -326,17 +326,28 @@ func (s *stack) dead() map[string]bool {
 	return out
 }
 
-// deadLetters is every dead letter, oldest first.
+// deadLetters is every dead letter, oldest first. A read that fails (seen right after a
+// partitioned node came back: "JetStream system temporarily unavailable") is tried again
+// from the start, for up to 30 s.
 func (s *stack) deadLetters() []request.DeadLetter {
 	s.t.Helper()
-	var out []request.DeadLetter
-	for r, err := range s.q.DeadLetters(context.Background(), queue.DeadFilter{}) {
-		if err != nil {
-			s.t.Fatalf("reading dead letters: %v", err)
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		var out []request.DeadLetter
+		var failed error
+		for r, err := range s.q.DeadLetters(context.Background(), queue.DeadFilter{}) {
+			if err != nil {
+				failed = err
+				break
+			}
+			out = append(out, r)
 		}
-		out = append(out, r)
+		if failed == nil {
+			return out
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("reading dead letters: %v", failed)
+		}
 	}
-	return out
 }
 
 // queued is how many requests the request stream holds. A question lost to a restart of
@@ -463,17 +474,25 @@ func (s *stack) check(maxDuplicates int) ledger.Report {
 // a removal failure in the dispatchers' logs.
 func (s *stack) checkExplained(logs ...string) ledger.Report {
 	s.t.Helper()
-	return s.checkLedger(-1, s.explained(logs...))
+	explained, timedOut := s.fromLogs(logs...)
+	return s.checkLedgerWith(-1, explained, timedOut)
 }
 
 func (s *stack) checkLedger(maxDuplicates int, explained map[string]bool) ledger.Report {
+	s.t.Helper()
+	return s.checkLedgerWith(maxDuplicates, explained, nil)
+}
+
+// checkLedgerWith checks the ledger; timedOut holds the attempts the dispatchers gave up
+// on for want of an answer (fromLogs), measured from their start only.
+func (s *stack) checkLedgerWith(maxDuplicates int, explained, timedOut map[string]bool) ledger.Report {
 	s.t.Helper()
 	s.mu.Lock()
 	accepted := append([]ledger.Accepted(nil), s.accepted...)
 	unavailable := s.unavailable
 	s.mu.Unlock()
 	rep := s.ledger.Check(ledger.Expect{Interval: s.opts.interval, Accepted: accepted, Dead: s.dead(), Replayed: s.replayed,
-		AllowUnacknowledged: unavailable > 0, AttemptsOnce: s.attemptsOnce, Explained: explained})
+		AllowUnacknowledged: unavailable > 0, AttemptsOnce: s.attemptsOnce, Explained: explained, TimedOut: timedOut})
 	s.t.Logf("ledger: %s", rep)
 	for _, v := range rep.Violations {
 		s.t.Errorf("guarantee broken: %s", v)

@@ -84,3 +84,21 @@ func resentAfter(later []ledger.Arrival, id string, k kill) bool {
 	}
 	return false
 }
+
+// timedOut is the attempts (ledger.TimedOutKey) the dispatchers gave up on for want of
+// raven's answer: they ended for the sender before raven may have finished them, so the
+// ledger measures the next attempt from their start only.
+func (s *soak) timedOut() map[string]bool {
+	out := map[string]bool{}
+	for _, d := range append(append([]*service{}, s.dispatchers...), s.retired...) {
+		for _, l := range d.p.logLines(dispatch.LogAttemptFailed) {
+			id, _ := l["request_id"].(string)
+			cause, _ := l["error"].(string)
+			attempt, _ := l["attempt"].(float64)
+			if id != "" && raven.TimedOutText(cause) {
+				out[ledger.TimedOutKey(id, int(attempt))] = true
+			}
+		}
+	}
+	return out
+}

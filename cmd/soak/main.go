@@ -302,7 +302,7 @@ func (s *soak) verdict(out io.Writer, f flags, drainedAt time.Duration) (failed 
 	s.load.mu.Unlock()
 	arrivals := s.raven.Arrivals()
 	rep := ledger.Check(arrivals, ledger.Expect{Interval: f.interval, Accepted: accepted, Dead: dead,
-		AllowUnacknowledged: true, Explained: explained})
+		AllowUnacknowledged: true, Explained: explained, TimedOut: s.timedOut()})
 	if len(rep.Violations) > 0 {
 		s.keepArrivals(out, arrivals, rep)
 	}

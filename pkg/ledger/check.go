@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"fmt"
+	"strconv"
 	"time"
 )
 
@@ -37,7 +38,16 @@ type Expect struct {
 	// was killed while it could not have landed); a duplicate of any other id is a
 	// violation.
 	Explained map[string]bool
+	// TimedOut holds the attempts (TimedOutKey) their sender reported timed out, having
+	// had no answer: for the sender the attempt ended then, while raven, starved of CPU,
+	// may write its answer after the sender gave up, so raven's end says nothing of when
+	// the sender's next attempt may start. After such an attempt only the start-to-start
+	// gap is checked, as after one the sender visibly hung up on (Aborted).
+	TimedOut map[string]bool
 }
+
+// TimedOutKey names attempt number attempt of request id in Expect.TimedOut.
+func TimedOutKey(id string, attempt int) string { return id + "/" + strconv.Itoa(attempt) }
 
 // Report is the outcome of a Check.
 type Report struct {
@@ -168,12 +178,12 @@ func (c *checker) spacing(client string, prev, a Arrival) {
 		c.rep.ShortGaps++
 		c.violate("client %q: attempts %s and %s started %s apart, below the interval %s", client, prev.ID, a.ID, gap, c.e.Interval)
 	}
-	// An attempt the sender hung up on ended when the sender hung up; raven learns that
-	// only later, by an amount it cannot know, so after such an attempt only the
-	// start-to-start gap is checked. Every other end is raven's own: its answer, or the
-	// connection it dropped or reset.
+	// An attempt the sender hung up on, or reported timed out, ended when the sender gave
+	// up; raven learns that only later, by an amount it cannot know, so after such an
+	// attempt only the start-to-start gap is checked. Every other end is raven's own: its
+	// answer, or the connection it dropped or reset.
 	switch since := a.Start.Sub(prev.End); {
-	case prev.Aborted:
+	case prev.Aborted, c.e.TimedOut[TimedOutKey(prev.ID, prev.Attempt)]:
 	case since < 0:
 		c.violate("client %q: attempt of %s started while attempt %d of %s was in flight (G5)", client, a.ID, prev.Attempt, prev.ID)
 	case since < c.e.Interval:

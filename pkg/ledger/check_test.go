@@ -130,3 +130,25 @@ func TestCheckCatchesAnUnexplainedDuplicate(t *testing.T) {
 		t.Fatalf("report %v %v: want two duplicates, one explained", r, r.Violations)
 	}
 }
+
+// An attempt its sender reported timed out ended, for the sender, at the timeout: raven
+// answering later (here 60 ms after, the retry coming 50 ms after raven's end) is no gap
+// below the interval, while the start-to-start gap is still checked. Without the report
+// the same record is a violation.
+func TestCheckMeasuresATimedOutAttemptFromItsStart(t *testing.T) {
+	a1 := at("a", "1", 0, 503)
+	a1.Attempt, a1.End = 1, a1.Start.Add(150*time.Millisecond) // the sender gave up at 90 ms
+	retry := at("a", "1", 200, 200)
+	retry.Attempt = 2
+	l := New(Options{})
+	l.arrivals = []Arrival{a1, retry}
+	timedOut := map[string]bool{TimedOutKey("1", 1): true}
+	if r := l.Check(Expect{Interval: 100 * time.Millisecond, Accepted: acc("a", "1"), TimedOut: timedOut}); len(r.Violations) != 0 {
+		t.Fatalf("a retry an interval after the sender's timeout: %v", r.Violations)
+	}
+	wantViolation(t, l.Check(Expect{Interval: 100 * time.Millisecond, Accepted: acc("a", "1")}), "after the previous attempt ended")
+	early := at("a", "1", 80, 200)
+	early.Attempt = 2
+	l.arrivals = []Arrival{a1, early}
+	wantViolation(t, l.Check(Expect{Interval: 100 * time.Millisecond, Accepted: acc("a", "1"), TimedOut: timedOut}), "below the interval")
+}
