@@ -27,17 +27,12 @@ func status(url string) int {
 	return resp.StatusCode
 }
 
-// explained lists the ids whose duplicate delivery a dispatcher's log explains: it could
-// not remove them at once after raven accepted them, or removed them late, or gave up
-// waiting for raven's answer to an attempt that raven did accept (the ledger says which).
-func (s *stack) explained(logs ...string) map[string]bool {
-	ids, _ := s.fromLogs(logs...)
-	return ids
-}
-
 // fromLogs reads the dispatchers' logs for the ledger: the ids whose duplicate delivery
-// they explain (explained), and the attempts they gave up on for want of an answer
-// (ledger.TimedOutKey), which ended for the sender before raven may have finished them.
+// they explain (explained: it could not remove them at once after raven accepted them,
+// or removed them late, or gave up waiting for raven's answer to an attempt that raven
+// did accept, the ledger says which), and the attempts they gave up on for want of an
+// answer (timedOut, by ledger.TimedOutKey), which ended for the sender before raven may
+// have finished them.
 func (s *stack) fromLogs(logs ...string) (explained, timedOut map[string]bool) {
 	accepted := map[string]map[int]bool{} // id -> attempt numbers raven answered 2xx
 	for _, a := range s.ledger.Arrivals() {
