@@ -57,6 +57,9 @@ type settings struct {
 	idleRequests   int
 	distinct       int
 	laneMemClients int
+	recordRequests int
+	recordClients  int
+	recordIdle     time.Duration
 }
 
 // row is one line of the table.
@@ -69,8 +72,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	s := settings{}
 	fs.BoolVar(&s.quick, "quick", false, "a short smoke run: every row, small numbers")
-	fs.StringVar(&s.only, "only", "", "run only these scenarios, comma-separated: ingest, batch, dispatch, events, idle, memory, distinct, budget, console, tracing, reads")
+	fs.StringVar(&s.only, "only", "", "run only these scenarios, comma-separated: ingest, batch, dispatch, events, idle, memory, distinct, budget, console, tracing, reads, record")
 	fs.IntVar(&s.distinct, "distinct", 1_000_000, "distinct clientIds sent through in the distinct scenario")
+	fs.IntVar(&s.recordRequests, "record-requests", 10_000_000, "requests retained in the record scenario")
+	fs.IntVar(&s.recordClients, "record-clients", 100_000, "clients those requests are spread over in the record scenario")
 	clients := fs.Int("clients", 0, "backlogged clients in the dispatch scenario (default: 1000 and 10000)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	kinds := fs.String("kinds", "", "in the ingest scenario, measure only these servers, comma-separated (raw, bare, minimal, ingest, h2c), and print their figures without the table's rows; with -cpuprofile, to profile one alone")
@@ -85,6 +90,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		s.ingestRounds = 1
 		s.dispatchN, s.idleRequests, s.laneMemClients = []int{200}, 50, 2000
 		s.distinct = min(s.distinct, 5000)
+		s.recordRequests, s.recordClients = min(s.recordRequests, 20_000), min(s.recordClients, 200)
+	}
+	s.recordIdle = 30 * time.Second
+	if s.quick {
+		s.recordIdle = time.Second
 	}
 	if *kinds != "" {
 		for _, k := range strings.Split(*kinds, ",") {
@@ -132,6 +142,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		{"console", func() ([]row, error) { return benchConsole(ctx, s, stderr) }},
 		{"tracing", func() ([]row, error) { return benchTracing(ctx, s, stderr) }},
 		{"reads", func() ([]row, error) { return benchReads(ctx, s, stderr) }},
+		{"record", func() ([]row, error) { return benchRecord(ctx, s, stderr) }},
 	}
 	for _, st := range steps {
 		if !want(st.name) {

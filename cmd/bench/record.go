@@ -1,0 +1,278 @@
+package main
+
+import (
+	"context"
+	"encoding/base32"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"runtime"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/penguinhq/dispatcher/pkg/queue"
+	"github.com/penguinhq/dispatcher/pkg/request"
+)
+
+// recordLayout is one way to lay out the status record in a stream, for benchRecord.
+type recordLayout struct {
+	name string
+	// subjects are the messages one delivered request leaves in the record.
+	subjects func(client, id string) []string
+	// read reads id's record back: the round trips it took, and whether it found it.
+	read func(ctx context.Context, nc *nats.Conn, client, id string) (trips int, found bool, err error)
+	body int // bytes of raven's answer stored with the final event
+}
+
+// The layouts benchRecord compares. perRequest is ADR 8's: a subject per event of every
+// request (accepted and delivered), read with multi_last over the id's subjects.
+// perClient keeps one subject per client and event type, the id in a header: the final
+// event only (the request in the queue is the record of its acceptance), read with a
+// direct get of the first message on the client's subject at or after the id's time
+// (ids start with their milliseconds), in batches until the id is found.
+var recordLayouts = []recordLayout{
+	{name: "a subject per event of every request (ADR 8)", subjects: func(client, id string) []string {
+		return []string{"rec." + client + "." + id + ".accepted", "rec." + client + "." + id + ".delivered"}
+	}, read: readMultiLast},
+	{name: "a subject per client and event type, id in a header", subjects: func(client, id string) []string {
+		return []string{"rec." + client + ".delivered"}
+	}, read: readByTime},
+	{name: "a subject per client and event type, id in a header, 1 KiB answer stored", subjects: func(client, id string) []string {
+		return []string{"rec." + client + ".delivered"}
+	}, read: readByTime, body: 1024},
+}
+
+// benchRecord measures what the status record costs the server as requests pile up,
+// for each layout on a fresh embedded server of its own (fsync every 2 min, the
+// cluster's default): the subjects its stream holds after N requests over C clients,
+// the Go heap the process (the server, mostly) holds per retained request once the store
+// sat idle 30 s (its block caches expired), and the latency of a status read of random
+// requests. The events are written as fast as the server takes them, a round of one
+// request per client at a time; the figure is what is retained, not the rate. Each
+// request's final event follows its acceptance at once (an idle client's case): with k
+// requests ahead of it in its client's queue, a read by time scans k more messages.
+func benchRecord(ctx context.Context, s settings, log io.Writer) ([]row, error) {
+	n, c := s.recordRequests, s.recordClients
+	var rows []row
+	for _, l := range recordLayouts {
+		r, err := measureRecord(ctx, l, n, c, s.recordIdle, log)
+		if err != nil {
+			return rows, fmt.Errorf("%s: %w", l.name, err)
+		}
+		rows = append(rows, r...)
+	}
+	return rows, nil
+}
+
+func measureRecord(ctx context.Context, l recordLayout, n, c int, idle time.Duration, log io.Writer) ([]row, error) {
+	node, err := startNode(ctx, false, queue.Config{NoEvents: true})
+	if err != nil {
+		return nil, err
+	}
+	defer node.close()
+	js, err := jetstream.New(node.nc, jetstream.WithPublishAsyncMaxPending(4096))
+	if err != nil {
+		return nil, err
+	}
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "RECORD", Subjects: []string{"rec.>"}, Storage: jetstream.FileStorage,
+		AllowDirect: true, MaxAge: 24 * time.Hour}); err != nil {
+		return nil, err
+	}
+	runtime.GC()
+	before := heapInUse()
+	clients := make([]string, c)
+	for i := range clients {
+		clients[i] = "c" + strconv.Itoa(i)
+	}
+	type written struct{ client, id string }
+	sample := make([]written, 0, 2000)
+	payload := map[string]any{"type": "delivered", "attempt": 1, "status": 200, "instance": "bench-dispatcher-1"}
+	if l.body > 0 {
+		payload["response"] = map[string]any{"status": 200, "headers": map[string]string{"Content-Type": "application/json"},
+			"body": string(make([]byte, l.body))}
+	}
+	t0 := time.Now()
+	for i := range n {
+		client := clients[i%c]
+		id := request.NewID(time.Now())
+		payload["id"], payload["clientId"] = id, client
+		data, _ := json.Marshal(payload)
+		for _, subj := range l.subjects(client, id) {
+			m := nats.NewMsg(subj)
+			m.Header.Set("Dispatch-Id", id)
+			m.Data = data
+			if _, err := js.PublishMsgAsync(m); err != nil {
+				return nil, err
+			}
+		}
+		if i%max(n/cap(sample), 1) == 0 && len(sample) < cap(sample) {
+			sample = append(sample, written{client, id})
+		}
+	}
+	select {
+	case <-js.PublishAsyncComplete():
+	case <-time.After(5 * time.Minute):
+		return nil, fmt.Errorf("writes not acknowledged within 5 minutes")
+	}
+	wrote := time.Since(t0)
+	stream, err := js.Stream(ctx, "RECORD")
+	if err != nil {
+		return nil, err
+	}
+	info := stream.CachedInfo()
+	fmt.Fprintf(log, "bench: record, %s: %d requests over %d clients written in %s (%d messages, %d subjects); idle %s\n",
+		l.name, n, c, wrote.Round(time.Millisecond), info.State.Msgs, info.State.NumSubjects, idle)
+	time.Sleep(idle)
+	runtime.GC()
+	after := heapInUse()
+	perRequest := float64(after-before) / float64(n)
+
+	var lat []time.Duration
+	trips, missing := 0, 0
+	rng := rand.New(rand.NewPCG(1, 2))
+	for range min(len(sample), 1000) {
+		w := sample[rng.IntN(len(sample))]
+		start := time.Now()
+		t, found, err := l.read(ctx, node.nc, w.client, w.id)
+		if err != nil {
+			return nil, err
+		}
+		lat = append(lat, time.Since(start))
+		trips += t
+		if !found {
+			missing++
+		}
+	}
+	slices.Sort(lat)
+	if missing > 0 {
+		return nil, fmt.Errorf("%d of %d reads did not find their request", missing, len(lat))
+	}
+	label := fmt.Sprintf("%s; %s requests, %s clients (fsync every 2 min)", l.name, thousands(n), thousands(c))
+	// These rows measure a layout on a bare stream, not the service: a verdict says
+	// whether the layout would meet issue 34's goal, never that the service does.
+	would := func(ok bool) string {
+		if ok {
+			return "layout would meet"
+		}
+		return "layout would miss"
+	}
+	p99 := lat[len(lat)*99/100]
+	return []row{
+		{figure: "record layout (design measurement): subjects in the store; " + label, value: thousands(int(info.State.NumSubjects)),
+			reference: thousands(c) + " clients", ratio: fmt.Sprintf("%.2f", float64(info.State.NumSubjects)/float64(c)),
+			target: "a small multiple of the clients", verdict: would(info.State.NumSubjects <= uint64(4*c))},
+		{figure: "record layout (design measurement): heap per retained request after " + idle.String() + " idle; " + label,
+			value:     fmt.Sprintf("%.1f B", perRequest),
+			reference: fmt.Sprintf("%.0f MiB held for %s requests", float64(after-before)/(1<<20), thousands(n)), ratio: "-",
+			target: "<= 16 B", verdict: would(perRequest <= 16)},
+		{figure: "record layout (design measurement): status read p50 / p99; " + label,
+			value:     fmt.Sprintf("%s / %s", ms(lat[len(lat)/2]), ms(p99)),
+			reference: fmt.Sprintf("%d reads, %.1f round trips each", len(lat), float64(trips)/float64(len(lat))), ratio: "-",
+			target: "p99 <= 10 ms", verdict: would(p99 <= 10*time.Millisecond)},
+	}, nil
+}
+
+// idTime is when a request id made by request.NewID was made: its first 48 bits are
+// Unix milliseconds. (An id derived from an Idempotency-Key holds no time.)
+func idTime(id string) (time.Time, error) {
+	b, err := base32.NewEncoding("0123456789abcdefghjkmnpqrstvwxyz").WithPadding(base32.NoPadding).DecodeString(id)
+	if err != nil || len(b) != 16 {
+		return time.Time{}, fmt.Errorf("id %q holds no time", id)
+	}
+	return time.UnixMilli(int64(binary.BigEndian.Uint64(b[:8]) >> 16)), nil
+}
+
+// heapInUse is the Go heap in use after a collection.
+func heapInUse() int64 {
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return int64(m.HeapInuse)
+}
+
+// readMultiLast is ADR 8's read: the last message of each of the id's subjects.
+func readMultiLast(ctx context.Context, nc *nats.Conn, client, id string) (int, bool, error) {
+	msgs, err := directBatch(ctx, nc, map[string]any{"multi_last": []string{"rec.*." + id + ".*"}, "batch": 8})
+	if err != nil {
+		return 1, false, err
+	}
+	for _, m := range msgs {
+		if m.Header.Get("Dispatch-Id") == id {
+			return 1, true, nil
+		}
+	}
+	return 1, false, nil
+}
+
+// readByTime finds id on its client's subject from the id's own time on (less a second
+// for clocks apart), a batch at a time.
+func readByTime(ctx context.Context, nc *nats.Conn, client, id string) (int, bool, error) {
+	at, err := idTime(id)
+	if err != nil {
+		return 0, false, err
+	}
+	req := map[string]any{"next_by_subj": "rec." + client + ".delivered", "start_time": at.Add(-time.Second).UTC(), "batch": 64, "max_bytes": 256 << 10}
+	for trips := 1; trips <= 64; trips++ {
+		msgs, err := directBatch(ctx, nc, req)
+		if err != nil || len(msgs) == 0 {
+			return trips, false, err
+		}
+		for _, m := range msgs {
+			if m.Header.Get("Dispatch-Id") == id {
+				return trips, true, nil
+			}
+		}
+		last, _ := strconv.ParseUint(msgs[len(msgs)-1].Header.Get("Nats-Sequence"), 10, 64)
+		delete(req, "start_time")
+		req["seq"] = last + 1
+	}
+	return 64, false, nil
+}
+
+// directBatch sends one direct get of stream RECORD and gathers its answers until the
+// batch's end (204) or nothing found (404).
+func directBatch(ctx context.Context, nc *nats.Conn, req map[string]any) ([]*nats.Msg, error) {
+	body, _ := json.Marshal(req)
+	inbox := nc.NewRespInbox()
+	ch := make(chan *nats.Msg, 64)
+	sub, err := nc.ChanSubscribe(inbox, ch)
+	if err != nil {
+		return nil, err
+	}
+	defer sub.Unsubscribe()
+	if err := nc.PublishRequest("$JS.API.DIRECT.GET.RECORD", inbox, body); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	var out []*nats.Msg
+	for {
+		select {
+		case m := <-ch:
+			switch st := m.Header.Get("Status"); st {
+			case "":
+				out = append(out, m)
+			case "204", "404":
+				return out, nil
+			default:
+				return nil, fmt.Errorf("direct get: status %s %s", st, m.Header.Get("Description"))
+			}
+		case <-ctx.Done():
+			return nil, fmt.Errorf("direct get: %w", ctx.Err())
+		}
+	}
+}
+
+// thousands writes n with commas between its thousands, as the table does.
+func thousands(n int) string {
+	s := strconv.Itoa(n)
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
+}
