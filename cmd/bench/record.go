@@ -234,38 +234,12 @@ func readByTime(ctx context.Context, nc *nats.Conn, client, id string) (int, boo
 	return 64, false, nil
 }
 
-// directBatch sends one direct get of stream RECORD and gathers its answers until the
-// batch's end (204) or nothing found (404).
+// directBatch is one batched direct get of the bench's RECORD stream.
 func directBatch(ctx context.Context, nc *nats.Conn, req map[string]any) ([]*nats.Msg, error) {
-	body, _ := json.Marshal(req)
-	inbox := nc.NewRespInbox()
-	ch := make(chan *nats.Msg, 64)
-	sub, err := nc.ChanSubscribe(inbox, ch)
-	if err != nil {
-		return nil, err
-	}
-	defer sub.Unsubscribe()
-	if err := nc.PublishRequest("$JS.API.DIRECT.GET.RECORD", inbox, body); err != nil {
-		return nil, err
-	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	var out []*nats.Msg
-	for {
-		select {
-		case m := <-ch:
-			switch st := m.Header.Get("Status"); st {
-			case "":
-				out = append(out, m)
-			case "204", "404":
-				return out, nil
-			default:
-				return nil, fmt.Errorf("direct get: status %s %s", st, m.Header.Get("Description"))
-			}
-		case <-ctx.Done():
-			return nil, fmt.Errorf("direct get: %w", ctx.Err())
-		}
-	}
+	batch, _ := req["batch"].(int)
+	return queue.DirectBatch(ctx, nc, "RECORD", req, batch)
 }
 
 // thousands writes n with commas between its thousands, as the table does.
