@@ -12,7 +12,10 @@ import (
 // record: a dispatcher's log line (a removal that failed or landed late, an attempt
 // given up on, an attempt that failed although raven had answered it 2xx: the answer was
 // lost) or a SIGKILL of the instance that had it delivered, before it could remove it.
-func (s *soak) explain() map[string]string {
+// timedOut is the attempts (ledger.TimedOutKey) the dispatchers gave up on for want of
+// raven's answer: they ended for the sender before raven may have finished them, so the
+// ledger measures the next attempt from their start only.
+func (s *soak) explain() (causes map[string]string, timedOut map[string]bool) {
 	arrivals := s.raven.Arrivals()
 	accepted := map[string]map[int]bool{} // id -> attempt numbers raven answered 2xx
 	for _, a := range arrivals {
@@ -23,13 +26,16 @@ func (s *soak) explain() map[string]string {
 			accepted[a.ID][a.Attempt] = true
 		}
 	}
-	causes := map[string]string{}
+	causes, timedOut = map[string]string{}, map[string]bool{}
 	for _, d := range append(append([]*service{}, s.dispatchers...), s.retired...) {
 		for _, l := range d.p.logLines(dispatch.LogRemovalFailed, dispatch.LogRemovalLate, dispatch.LogAttemptFailed) {
 			id, _ := l["request_id"].(string)
 			msg, _ := l["message"].(string)
 			cause, _ := l["error"].(string)
 			attempt, _ := l["attempt"].(float64)
+			if id != "" && msg == dispatch.LogAttemptFailed && raven.TimedOutText(cause) {
+				timedOut[ledger.TimedOutKey(id, int(attempt))] = true
+			}
 			switch {
 			case id == "":
 			case msg == dispatch.LogRemovalFailed:
@@ -67,7 +73,7 @@ func (s *soak) explain() map[string]string {
 			causes[a.ID] = "dispatcher killed before removing it"
 		}
 	}
-	return causes
+	return causes, timedOut
 }
 
 // killRemovalWindow is how long before a kill a killed dispatcher's delivery may still
@@ -83,22 +89,4 @@ func resentAfter(later []ledger.Arrival, id string, k kill) bool {
 		}
 	}
 	return false
-}
-
-// timedOut is the attempts (ledger.TimedOutKey) the dispatchers gave up on for want of
-// raven's answer: they ended for the sender before raven may have finished them, so the
-// ledger measures the next attempt from their start only.
-func (s *soak) timedOut() map[string]bool {
-	out := map[string]bool{}
-	for _, d := range append(append([]*service{}, s.dispatchers...), s.retired...) {
-		for _, l := range d.p.logLines(dispatch.LogAttemptFailed) {
-			id, _ := l["request_id"].(string)
-			cause, _ := l["error"].(string)
-			attempt, _ := l["attempt"].(float64)
-			if id != "" && raven.TimedOutText(cause) {
-				out[ledger.TimedOutKey(id, int(attempt))] = true
-			}
-		}
-	}
-	return out
 }

@@ -291,7 +291,7 @@ func (s *soak) delivered() map[string]bool {
 // says whether the run failed.
 func (s *soak) verdict(out io.Writer, f flags, drainedAt time.Duration) (failed bool) {
 	dead := deadLetters(s.q)
-	causes := s.explain()
+	causes, timedOut := s.explain()
 	explained := map[string]bool{}
 	for id := range causes {
 		explained[id] = true
@@ -302,7 +302,7 @@ func (s *soak) verdict(out io.Writer, f flags, drainedAt time.Duration) (failed 
 	s.load.mu.Unlock()
 	arrivals := s.raven.Arrivals()
 	rep := ledger.Check(arrivals, ledger.Expect{Interval: f.interval, Accepted: accepted, Dead: dead,
-		AllowUnacknowledged: true, Explained: explained, TimedOut: s.timedOut()})
+		AllowUnacknowledged: true, Explained: explained, TimedOut: timedOut})
 	if len(rep.Violations) > 0 {
 		s.keepArrivals(out, arrivals, rep)
 	}
