@@ -21,6 +21,7 @@ import (
 	"github.com/penguinhq/dispatcher/integration/itest"
 	"github.com/penguinhq/dispatcher/pkg/ledger"
 	"github.com/penguinhq/dispatcher/pkg/queue"
+	"github.com/penguinhq/dispatcher/pkg/queue/queuetest"
 	"github.com/penguinhq/dispatcher/pkg/request"
 )
 
@@ -112,7 +113,7 @@ type natsUser struct {
 func connectAs(t testing.TB, s *server.Server, user, password, inboxPrefix string) *natsUser {
 	t.Helper()
 	u := &natsUser{t: t, name: user}
-	nc, err := nats.Connect(s.ClientURL(), nats.UserInfo(user, password), nats.CustomInboxPrefix(inboxPrefix),
+	nc, err := nats.Connect(s.ClientURL(), nats.Timeout(queuetest.DialTimeout), nats.UserInfo(user, password), nats.CustomInboxPrefix(inboxPrefix),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 			u.mu.Lock()
 			defer u.mu.Unlock()
@@ -418,7 +419,7 @@ func TestStandaloneListenTakesTheRoleUsers(t *testing.T) {
 			t.Errorf("%s got in", url)
 		}
 	}
-	nc, err := nats.Connect("nats://"+natsAddr, nats.UserInfo("ingest", "pw-ingest"), nats.CustomInboxPrefix(queue.InboxPrefix(queue.RoleIngest)))
+	nc, err := nats.Connect("nats://"+natsAddr, nats.Timeout(queuetest.DialTimeout), nats.UserInfo("ingest", "pw-ingest"), nats.CustomInboxPrefix(queue.InboxPrefix(queue.RoleIngest)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -27,7 +27,7 @@ func TestUnansweredPublishesTimeOut(t *testing.T) {
 	c.WaitForMetaLeader()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	setup, err := nats.Connect(c.URL())
+	setup, err := nats.Connect(c.URL(), nats.Timeout(queuetest.DialTimeout))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,7 +44,7 @@ func TestUnansweredPublishesTimeOut(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	node := (leader + 1) % 3
-	nc, err := nats.Connect(c.Server(node).ClientURL(), nats.NoReconnect())
+	nc, err := nats.Connect(c.Server(node).ClientURL(), nats.Timeout(queuetest.DialTimeout), nats.NoReconnect())
 	if err != nil {
 		t.Fatal(err)
 	}

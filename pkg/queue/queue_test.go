@@ -296,7 +296,7 @@ func TestUnrenewedLeasesExpire(t *testing.T) {
 func TestClusterR3(t *testing.T) {
 	t.Parallel()
 	c := queuetest.NewCluster(t, 3)
-	nc, err := nats.Connect(c.URL(), nats.ReconnectWait(100*time.Millisecond), nats.MaxReconnects(-1))
+	nc, err := nats.Connect(c.URL(), nats.Timeout(queuetest.DialTimeout), nats.ReconnectWait(100*time.Millisecond), nats.MaxReconnects(-1))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,7 +18,7 @@ func TestProbeWriteOnAHealthyStore(t *testing.T) {
 	t.Parallel()
 	single := open(t, queue.Config{})
 	cluster := queuetest.NewCluster(t, 3)
-	nc, err := nats.Connect(cluster.URL())
+	nc, err := nats.Connect(cluster.URL(), nats.Timeout(queuetest.DialTimeout))
 	if err != nil {
 		t.Fatal(err)
 	}

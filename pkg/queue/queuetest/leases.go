@@ -37,7 +37,7 @@ func ExpireLeases(ctx context.Context, nc *nats.Conn) error {
 
 // ExpireLeasesAt is ExpireLeases over a connection of its own to url.
 func ExpireLeasesAt(ctx context.Context, url string) error {
-	nc, err := nats.Connect(url)
+	nc, err := nats.Connect(url, nats.Timeout(DialTimeout))
 	if err != nil {
 		return err
 	}

@@ -66,10 +66,14 @@ func start(t testing.TB, dir, listen string, configure func(*server.Options)) *q
 	return s
 }
 
+// DialTimeout bounds a test's dial to its own server: nats.go's default of 2 s is
+// too short on a machine that runs two CI runs at once (a dial timed out there).
+const DialTimeout = 30 * time.Second
+
 // Conn connects to s and closes the connection when the test ends.
 func Conn(t testing.TB, s *server.Server) *nats.Conn {
 	t.Helper()
-	nc, err := nats.Connect(s.ClientURL())
+	nc, err := nats.Connect(s.ClientURL(), nats.Timeout(DialTimeout))
 	if err != nil {
 		t.Fatalf("connecting to %s: %v", s.ClientURL(), err)
 	}
