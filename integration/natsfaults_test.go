@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -125,15 +126,33 @@ func TestIngestLinkToNATSFailsMidPublish(t *testing.T) {
 // two for 10 s while it keeps running, clients still connected to it, then the partition
 // heals. The majority goes on; the node catches up; the ledger check holds, with every
 // duplicate explained.
+//
+// A client of the cut-off node keeps its connection (the node is up) and so cannot reach
+// the majority until the partition heals: "the majority goes on" needs a dispatcher that
+// is connected to it. So b is given only the two other nodes' addresses; a is given all
+// three, and may be on either side. (With both given all three, both landed on the
+// cut-off node about one run in nine, and nothing could be delivered while it was cut.)
 func TestClusterNodePartitioned(t *testing.T) {
 	t.Parallel()
 	c := newClusterStackWith(t, options{interval: 200 * time.Millisecond}, queuetest.ClusterOptions{ProxyRoutes: true})
-	a, b := c.startDispatcher("a"), c.startDispatcher("b")
+	var leader int
+	waitForState(t, time.Minute, "a request stream leader", func() (bool, string) {
+		leader = c.cluster.StreamLeader(queue.RequestStream)
+		return leader >= 0, "none yet"
+	})
+	var majority []string
+	for i := range c.cluster.Nodes {
+		if i != leader {
+			majority = append(majority, c.cluster.Server(i).ClientURL())
+		}
+	}
+	a := c.startDispatcher("a")
+	b := startProc(t, with(c.env, "INSTANCE_ID", "b", "NATS_URL", strings.Join(majority, ",")))
 	stopFeed := c.feed(16, 20*time.Millisecond)
 	waitFor(t, time.Minute, "deliveries before the fault", func() bool { return c.ledger.Delivered() >= 20 })
-	leader := c.cluster.StreamLeader(queue.RequestStream)
-	if leader < 0 {
-		t.Fatal("no request stream leader")
+	if now := c.cluster.StreamLeader(queue.RequestStream); now != leader {
+		// Still a node with clients that are cut off with it; b is on the other side.
+		t.Logf("the request stream's leader moved from node %d to node %d before the fault; node %d is cut off", leader+1, now+1, leader+1)
 	}
 	c.cluster.Partition(leader)
 	cutAt := time.Now()
@@ -148,7 +167,10 @@ func TestClusterNodePartitioned(t *testing.T) {
 	time.Sleep(time.Until(cutAt.Add(10 * time.Second)))
 	c.cluster.Heal(leader)
 	healedAt := time.Now()
-	waitFor(t, time.Minute, "the node to be a current replica again", func() bool { return c.replicasCurrent() == 3 })
+	waitForState(t, 2*time.Minute, "the node to be a current replica again", func() (bool, string) {
+		n := c.replicasCurrent()
+		return n == 3, fmt.Sprintf("%d current", n)
+	})
 	t.Logf("node %d current again %s after the partition healed", leader+1, time.Since(healedAt).Round(time.Millisecond))
 	// Load goes on after the recovery, and is taken.
 	more := c.acceptedCount()
