@@ -52,6 +52,7 @@ func (q *Queue) scan(ctx context.Context, s jetstream.Stream, filter string, hea
 		return nil // nothing on this filter
 	}
 	progress := time.Now()
+	var seen uint64 // the stream sequence of the last message received
 	for {
 		m, err := it.Next(jetstream.NextMaxWait(time.Second))
 		if errors.Is(err, nats.ErrTimeout) {
@@ -59,8 +60,11 @@ func (q *Queue) scan(ctx context.Context, s jetstream.Stream, filter string, hea
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
+			// Nothing pending means the server sent everything, not that it arrived: on
+			// a slow link the last messages may still be on their way. Done only once
+			// the last one sent was received (or none was sent).
 			ci, err := cons.Info(ctx)
-			if err == nil && ci.NumPending == 0 {
+			if err == nil && ci.NumPending == 0 && (ci.Delivered.Consumer == 0 || ci.Delivered.Stream <= seen) {
 				return nil
 			}
 			// Nothing for a long while with messages pending: the consumer is stuck (its
@@ -79,6 +83,7 @@ func (q *Queue) scan(ctx context.Context, s jetstream.Stream, filter string, hea
 		if err != nil {
 			return err
 		}
+		seen = md.Sequence.Stream
 		if md.Sequence.Stream > last {
 			return nil
 		}
