@@ -279,11 +279,31 @@ func jsonHeader() http.Header { return http.Header{"Content-Type": {"application
 func (s *stack) post(client string, n int) string {
 	s.t.Helper()
 	body, _ := json.Marshal(map[string]any{"clientId": client, "n": n})
-	a := s.postRaw(jsonHeader(), body)
+	a, err := s.postUntilTaken(jsonHeader(), body)
+	if err != nil {
+		s.t.Fatal(err)
+	}
 	if a.Status != http.StatusAccepted {
 		s.t.Fatalf("post for %q: %d %v", client, a.Status, a.Body)
 	}
 	return a.str("id")
+}
+
+// postUntilTaken is tryPost sent again while ingest answers 503, for up to two minutes,
+// as penguin is told to: on a loaded machine the store's acknowledgement can miss
+// ingest's publish timeout. A request answered 503 may have been stored all the same
+// and be delivered besides its retry; the ledger allows that once any 503 was counted
+// (Expect.AllowUnacknowledged). (Without an Idempotency-Key: the tests' ids stay
+// made from the time.)
+func (s *stack) postUntilTaken(header http.Header, body []byte) (answer, error) {
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		a, err := s.tryPost(header, body)
+		if err != nil || a.Status != http.StatusServiceUnavailable || time.Now().After(deadline) {
+			return a, err
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }
 
 // queueDirect queues n requests for client straight into the queue, in one round trip
