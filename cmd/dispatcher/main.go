@@ -190,6 +190,13 @@ func runDispatcher(ctx context.Context, c *settings, q *queue.Queue, reg *promet
 	c.dispatch.Tracing = tp
 	if events != nil {
 		c.dispatch.Events = events
+		// Final events kept in the request stream while the events stream did not take
+		// them (ADR 9) go there once it does; every dispatcher drains them.
+		q.ObserveOutcomes(reg, log)
+		dctx, stopDrain := context.WithCancel(ctx)
+		drained := make(chan struct{})
+		go func() { defer close(drained); q.DrainOutcomes(dctx, 0) }()
+		defer func() { stopDrain(); <-drained }()
 	}
 	partitions := prometheus.NewGauge(prometheus.GaugeOpts{Name: "dispatch_partitions",
 		Help: "the queue's partitions (PARTITIONS): dispatch_partitions_owned across instances adds up to it while each has an owner"})

@@ -175,12 +175,13 @@ func (d *Dispatcher) attempt(ctx context.Context, job Job, st request.Stored, se
 	res.Refused, res.PauseAll = overloaded(err, why.LastStatus)
 	switch judged {
 	case OutcomeDelivered:
+		var unwritten *request.Event
 		if d.cfg.Events != nil {
 			ev := eventOf(st, request.EventDelivered)
 			ev.Attempt, ev.At, ev.Status = attempt, end, status
-			d.writeNow(ctx, ev, sendBy)
+			unwritten = d.writeNow(ctx, ev, sendBy)
 		}
-		if d.remove(ctx, st, sendBy) != nil {
+		if d.remove(ctx, st, sendBy, unwritten) != nil {
 			res.Kind = Failed // shutting down; the request stays and is sent again later
 			return res
 		}
@@ -251,11 +252,13 @@ func (d *Dispatcher) bury(ctx context.Context, job Job, st request.Stored, why r
 }
 
 // remove deletes a delivered request from the queue, retrying until it lands or ctx ends
-// (shutdown). A failure, or a removal that lands after the lease could have lapsed
-// (sendBy, zero without leases), is logged with the request's id and counted: these are
-// what make a duplicate possible.
-func (d *Dispatcher) remove(ctx context.Context, st request.Stored, sendBy time.Time) error {
-	err := d.src.Delete(ctx, st.Seq)
+// (shutdown), after keeping its final event in the queue if the events did not take it
+// (unwritten, nil when they did). A failure, or a removal that lands after the lease
+// could have lapsed (sendBy, zero without leases), is logged with the request's id and
+// counted: these are what make a duplicate possible.
+func (d *Dispatcher) remove(ctx context.Context, st request.Stored, sendBy time.Time, unwritten *request.Event) error {
+	del := d.keepThenDelete(st, unwritten)
+	err := del(ctx)
 	if err == nil {
 		if !sendBy.IsZero() && d.now().After(sendBy.Add(d.cfg.leaseMargin())) {
 			d.cfg.Metrics.removalFailed()
@@ -265,7 +268,7 @@ func (d *Dispatcher) remove(ctx context.Context, st request.Stored, sendBy time.
 	}
 	d.cfg.Metrics.removalFailed()
 	d.log.Warn().Err(err).Str("client_id", st.ClientID).Str("request_id", st.ID).Func(tracing.Log(st.TraceParent)).Msg(LogRemovalFailed)
-	if err := d.retry(ctx, true, func() error { return d.src.Delete(ctx, st.Seq) }); err != nil {
+	if err := d.retry(ctx, true, func() error { return del(ctx) }); err != nil {
 		d.cfg.Metrics.unremoved()
 		d.log.Warn().Str("client_id", st.ClientID).Str("request_id", st.ID).Func(tracing.Log(st.TraceParent)).Msg("delivered request left in the queue at shutdown: it will be sent again")
 		return err
@@ -276,26 +279,45 @@ func (d *Dispatcher) remove(ctx context.Context, st request.Stored, sendBy time.
 
 // finish moves st to the dead-letter stream, then removes it from the queue, retrying
 // both until they succeed or ctx ends. Its event is written in between: once the dead
-// letter exists, and before the request leaves the queue.
+// letter exists, and before the request leaves the queue (kept in the queue first if the
+// events did not take it).
 func (d *Dispatcher) finish(ctx context.Context, st request.Stored, why request.Verdict, sendBy time.Time) error {
-	written := false
+	var del func(context.Context) error
 	return d.retry(ctx, false, func() error {
-		if !written {
+		if del == nil {
 			if err := d.src.AddDeadLetter(ctx, st, why); err != nil {
 				return err
 			}
-			written = true
+			var unwritten *request.Event
 			if d.cfg.Events != nil {
 				ev := eventOf(st, request.EventDeadLettered)
 				if why.Reason == request.ReasonPurged {
 					ev.Type = request.EventPurged
 				}
 				ev.Reason, ev.Attempt, ev.Status, ev.Error = why.Reason, why.Attempts, why.LastStatus, why.LastError
-				d.writeNow(ctx, ev, sendBy)
+				unwritten = d.writeNow(ctx, ev, sendBy)
 			}
+			del = d.keepThenDelete(st, unwritten)
+		}
+		return del(ctx)
+	})
+}
+
+// keepThenDelete is st's removal, to be retried until it lands: the final event the
+// events did not take (unwritten, if not nil) is kept in the queue first, once, so that
+// no removal lands while the final event is held only in this process's memory (G10
+// across a crash, ADR 9). Both are writes to the queue's store: what holds up one holds
+// up the other, and the removal waits for nothing it did not wait for already.
+func (d *Dispatcher) keepThenDelete(st request.Stored, unwritten *request.Event) func(context.Context) error {
+	return func(ctx context.Context) error {
+		if unwritten != nil {
+			if err := d.src.KeepOutcome(ctx, *unwritten); err != nil {
+				return err
+			}
+			unwritten = nil
 		}
 		return d.src.Delete(ctx, st.Seq)
-	})
+	}
 }
 
 // StartedEventAfter is how long an attempt runs before its attempt_started event is
@@ -340,14 +362,24 @@ const eventWait = 2 * time.Second
 // the send timeout: the lease then still has a tenth of its TTL to run, the room the
 // removal is given. A longer wait could land the removal after the lease lapsed, when the
 // partition's next owner may already have sent the request again.
-func (d *Dispatcher) writeNow(ctx context.Context, ev request.Event, sendBy time.Time) {
+//
+// It returns the event if it was not written (nil if it was), as the event writer holds
+// it: the same event, kept in the queue, is written once however many copies land.
+func (d *Dispatcher) writeNow(ctx context.Context, ev request.Event, sendBy time.Time) (unwritten *request.Event) {
 	deadline := d.now().Add(eventWait)
 	if by := sendBy.Add(d.cfg.SendTimeout); !sendBy.IsZero() && by.Before(deadline) {
 		deadline = by
 	}
 	ctx, cancel := context.WithTimeout(ctx, deadline.Sub(d.now()))
 	defer cancel()
-	d.cfg.Events.WriteNow(ctx, ev)
+	if ev.At.IsZero() {
+		ev.At = d.now()
+	}
+	ev.Instance = d.cfg.InstanceID
+	if d.cfg.Events.WriteNow(ctx, ev) {
+		return nil
+	}
+	return &ev
 }
 
 // eventOf is the event of type typ about st, At to be set by the caller.

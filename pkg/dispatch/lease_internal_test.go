@@ -83,9 +83,10 @@ func TestAFreshInstanceWaitsForRenewalsItCouldNotSee(t *testing.T) {
 type eventDeadline struct{ left time.Duration }
 
 func (e *eventDeadline) Record(request.Event) {}
-func (e *eventDeadline) WriteNow(ctx context.Context, _ request.Event) {
+func (e *eventDeadline) WriteNow(ctx context.Context, _ request.Event) bool {
 	d, _ := ctx.Deadline()
 	e.left = time.Until(d)
+	return true
 }
 
 // The wait for a delivered request's final event ends by the attempt's own deadline

@@ -24,6 +24,11 @@ type Source interface {
 	Delete(ctx context.Context, seq uint64) error
 	// AddDeadLetter writes a request to the dead-letter stream (it stays in the queue).
 	AddDeadLetter(ctx context.Context, st request.Stored, why request.Verdict) error
+	// KeepOutcome keeps a final event that Events did not write in time in the queue's
+	// own store, where the removal that follows it is written: a crash after the removal
+	// cannot lose it, and it reaches the events later. An error means it was not kept;
+	// the store too full to keep it is no error (the removal goes ahead).
+	KeepOutcome(ctx context.Context, e request.Event) error
 }
 
 // Events records requests' outcomes (the queue's event writer). Neither method may hold
@@ -31,9 +36,10 @@ type Source interface {
 // ctx and otherwise leaves it queued.
 type Events interface {
 	Record(e request.Event)
-	// WriteNow writes a final event before the request leaves the queue, so that a crash
-	// right after the removal cannot lose it.
-	WriteNow(ctx context.Context, e request.Event)
+	// WriteNow writes a final event before the request leaves the queue, and says
+	// whether it was written; one that was not is kept with Source.KeepOutcome before
+	// the removal, so that a crash right after the removal cannot lose it.
+	WriteNow(ctx context.Context, e request.Event) (written bool)
 }
 
 // Steering is where operators' steering comes from, shared by every instance.

@@ -32,6 +32,8 @@ type memSource struct {
 	headErr     error           // every Head fails with it, when set
 	deleteFails int             // the next deleteFails Deletes fail
 	deletes     int
+	kept        []request.Event // final events kept (KeepOutcome)
+	keepFails   int             // the next keepFails KeepOutcomes fail
 }
 
 type deadLetter struct {
@@ -113,6 +115,17 @@ func (m *memSource) Delete(_ context.Context, seq uint64) error {
 			break
 		}
 	}
+	return nil
+}
+
+func (m *memSource) KeepOutcome(_ context.Context, e request.Event) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.keepFails > 0 {
+		m.keepFails--
+		return errors.New("store unavailable")
+	}
+	m.kept = append(m.kept, e)
 	return nil
 }
 

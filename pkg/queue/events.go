@@ -195,15 +195,19 @@ func (w *EventWriter) Record(e request.Event) { w.enqueue(e, nil) }
 // Dispatchers write final events this way before removing the request from the queue,
 // so that a crash right after the removal cannot lose them; going through the queue
 // keeps them after the request's earlier events. While writes fail it does not wait:
-// the events stream being down must not hold up every lane.
-func (w *EventWriter) WriteNow(ctx context.Context, e request.Event) {
+// the events stream being down must not hold up every lane. It says whether e was
+// written; one that was not stays queued (unless the buffer was full), and the caller
+// keeps it with Queue.KeepOutcome before the removal.
+func (w *EventWriter) WriteNow(ctx context.Context, e request.Event) (written bool) {
 	done := make(chan struct{})
 	if !w.enqueue(e, done) || w.failing.Load() {
-		return
+		return false
 	}
 	select {
 	case <-done:
+		return true
 	case <-ctx.Done():
+		return false
 	}
 }
 

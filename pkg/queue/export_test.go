@@ -3,6 +3,8 @@ package queue
 import (
 	"context"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/penguinhq/dispatcher/pkg/request"
 )
 
@@ -28,3 +30,15 @@ func (q *Queue) PendingPublishes() int { return q.js.PublishAsyncPending() }
 // LastError is the last error the connection met (a refusal of its credentials, a
 // failed TLS handshake), nil if none.
 func (c *Conn) LastError() error { return c.nc.LastError() }
+
+// OutcomeCount is one of the kept-outcome counters: "kept", "not_kept" or "drained".
+func (q *Queue) OutcomeCount(name string) float64 {
+	c := map[string]prometheus.Counter{"kept": q.outcomes.kept, "not_kept": q.outcomes.notKept, "drained": q.outcomes.drained}[name]
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(c)
+	mfs, err := reg.Gather()
+	if err != nil || len(mfs) != 1 {
+		return -1
+	}
+	return mfs[0].GetMetric()[0].GetCounter().GetValue()
+}

@@ -175,9 +175,10 @@ type Stats struct {
 	RequestBytes uint64    // bytes the request stream holds
 }
 
-// Stats reads both streams' state.
+// Stats reads both streams' state. Final events kept in the request stream (ADR 9) are
+// not counted as requests, nor their subjects as clients.
 func (q *Queue) Stats(ctx context.Context) (Stats, error) {
-	ri, err := q.reqs.Info(ctx)
+	ri, err := q.reqs.Info(ctx, jetstream.WithSubjectFilter(request.OutcomePrefix+">"))
 	if err != nil {
 		return Stats{}, fmt.Errorf("stream %s: %w", RequestStream, err)
 	}
@@ -186,6 +187,9 @@ func (q *Queue) Stats(ctx context.Context) (Stats, error) {
 		return Stats{}, fmt.Errorf("stream %s: %w", DeadLetterStream, err)
 	}
 	st := Stats{Requests: ri.State.Msgs, Clients: ri.State.NumSubjects, DeadLetters: di.State.Msgs, RequestBytes: ri.State.Bytes}
+	for _, n := range ri.State.Subjects {
+		st.Requests, st.Clients = st.Requests-min(n, st.Requests), st.Clients-min(1, st.Clients)
+	}
 	if st.Requests > 0 {
 		st.Oldest = ri.State.FirstTime
 	}

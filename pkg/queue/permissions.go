@@ -25,7 +25,8 @@ const (
 	// back, while no request arrives. So a stolen ingest password could remove queued
 	// requests by sequence, unread (SECURITY.md, Known limits).
 	RoleIngest Role = "ingest"
-	// RoleDispatcher reads and removes requests, writes dead letters, events and its
+	// RoleDispatcher reads and removes requests, writes dead letters, events (and final
+	// events kept in the request stream while the events stream does not take them) and its
 	// leases, reads steering, answers lane queries, and serves the admin API and the
 	// console (so it also steers, replays and purges for the operators signed in there,
 	// and asks for the servers' JetStream report for their status page).
@@ -78,7 +79,7 @@ func RolePermissions(r Role) Permissions {
 	case RoleDispatcher:
 		return Permissions{
 			Publish: join(
-				[]string{request.RequestPrefix + "*", request.DeadLetterPrefix + "*", request.EventPrefix + ">", "$JS.API.INFO",
+				[]string{request.RequestPrefix + "*", request.DeadLetterPrefix + "*", request.EventPrefix + ">", request.OutcomePrefix + "*", "$JS.API.INFO",
 					"$KV." + LeaseBucket + ".>", "$KV." + ControlBucket + ".>", "$SYS.REQ.ACCOUNT.PING.STATZ", laneQuerySubject,
 					MetaSubject},
 				api(RequestStream, managed...), api(RequestStream, reads...), api(RequestStream, "STREAM.MSG.DELETE"),

@@ -21,6 +21,8 @@ type Queue struct {
 	dead   jetstream.Stream
 	writes writeHealth
 	guard  *StoreGuard // set by UseGuard when the server runs in this process
+	// outcomes count the final events kept in the request stream (KeepOutcome).
+	outcomes outcomeMetrics
 }
 
 const maxPendingPublishes = 16384
@@ -54,7 +56,7 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config, ensure Ensure) (*Queue
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: %w", err)
 	}
-	q := &Queue{nc: nc, js: js, cfg: cfg, writes: writeHealth{log: zerolog.Nop()}}
+	q := &Queue{nc: nc, js: js, cfg: cfg, writes: writeHealth{log: zerolog.Nop()}, outcomes: newOutcomeMetrics()}
 	if ensure == Existing {
 		return q.openExisting(ctx)
 	}
@@ -105,7 +107,9 @@ func requestStreamConfig(cfg Config) jetstream.StreamConfig {
 	return jetstream.StreamConfig{
 		Name:        RequestStream,
 		Description: "Accepted requests, one subject per client, waiting for dispatch.",
-		Subjects:    []string{request.RequestPrefix + "*"},
+		// Kept final events (KeepOutcome) share the stream with the requests whose removal
+		// they come before; the transform does not touch their subjects.
+		Subjects: []string{request.RequestPrefix + "*", request.OutcomePrefix + "*"},
 		SubjectTransform: &jetstream.SubjectTransformConfig{
 			Source:      request.RequestPrefix + "*",
 			Destination: fmt.Sprintf("%s{{partition(%d,1)}}.{{wildcard(1)}}", request.RequestPrefix, cfg.Partitions),

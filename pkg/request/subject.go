@@ -10,10 +10,13 @@ import (
 // Subjects. A request is stored on "dispatch.req.<partition>.<token>": the token is
 // EncodeClientID of the clientId, and the partition is worked out from the token by the
 // request stream's subject transform (ingest publishes to "dispatch.req.<token>"). A dead
-// letter is stored on "dispatch.dead.<token>".
+// letter is stored on "dispatch.dead.<token>". A final event the events stream did not
+// take in time is kept in the request stream on "dispatch.outcome.<token>" until it does
+// (ADR 9).
 const (
 	RequestPrefix    = "dispatch.req."
 	DeadLetterPrefix = "dispatch.dead."
+	OutcomePrefix    = "dispatch.outcome."
 )
 
 // RequestSubject is where a client's requests are published (the stream adds the
@@ -26,6 +29,10 @@ func RequestSubject(clientID string) string {
 
 // DeadLetterSubject is where a client's dead letters are stored.
 func DeadLetterSubject(clientID string) string { return DeadLetterPrefix + EncodeClientID(clientID) }
+
+// OutcomeSubject is where a final event of a client's request is kept in the request
+// stream while the events stream does not take it.
+func OutcomeSubject(clientID string) string { return OutcomePrefix + EncodeClientID(clientID) }
 
 // ClientToken is the part of a subject that names the client: its last token.
 func ClientToken(subject string) string { return subject[strings.LastIndexByte(subject, '.')+1:] }

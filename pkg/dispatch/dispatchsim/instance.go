@@ -232,13 +232,14 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 }
 
 // eventsPort is the event writer: Record never waits, WriteNow waits for the write as
-// long as the faults make it, up to ctx.
+// long as the faults make it, up to ctx. A final event's write that lands, even after
+// WriteNow gave up waiting, makes it stored.
 type eventsPort struct{ in *Instance }
 
 func (e *eventsPort) Record(request.Event) {}
 
-func (e *eventsPort) WriteNow(ctx context.Context, ev request.Event) {
-	_ = e.in.call(ctx, portEvents, "write", int(ev.Seq), func() {})
+func (e *eventsPort) WriteNow(ctx context.Context, ev request.Event) bool {
+	return e.in.call(ctx, portEvents, "write", int(ev.Seq), func() { e.in.w.finalStored(ev.Seq) }) == nil
 }
 
 // logSink keeps what a failure's report shows of the dispatcher's log: lines about leases

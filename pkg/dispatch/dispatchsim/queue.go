@@ -105,10 +105,17 @@ func (q *Queue) head(subj string) (request.Stored, bool) {
 	return request.Stored{}, false
 }
 
-func (q *Queue) delete(seq uint64) {
+// delete removes seq and returns it, if it was there.
+func (q *Queue) delete(seq uint64) (request.Stored, bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	q.msgs = slices.DeleteFunc(q.msgs, func(st request.Stored) bool { return st.Seq == seq })
+	i := slices.IndexFunc(q.msgs, func(st request.Stored) bool { return st.Seq == seq })
+	if i < 0 {
+		return request.Stored{}, false
+	}
+	st := q.msgs[i]
+	q.msgs = slices.Delete(q.msgs, i, i+1)
+	return st, true
 }
 
 func (q *Queue) addDead(st request.Stored, why request.Verdict) {
@@ -174,11 +181,27 @@ func (v *QueueView) Head(ctx context.Context, subj string) (request.Stored, bool
 func (v *QueueView) Delete(ctx context.Context, seq uint64) error {
 	called := time.Now()
 	err := v.in.call(ctx, portQueue, "delete", int(seq), func() {
-		v.q.delete(seq)
+		if st, ok := v.q.delete(seq); ok {
+			v.in.w.removedFinal(v.in, st)
+		}
 		v.in.w.deleted(v.in, seq, called, time.Now(), false)
 	})
 	if err != nil {
 		v.in.w.deleted(v.in, seq, called, time.Time{}, true)
+	}
+	return err
+}
+
+// KeepOutcome implements dispatch.Source: the final event is kept in the queue's store,
+// with the faults of the queue.
+func (v *QueueView) KeepOutcome(ctx context.Context, e request.Event) error {
+	called := time.Now()
+	err := v.in.call(ctx, portQueue, "keep", int(e.Seq), func() {
+		v.in.w.finalStored(e.Seq)
+		v.in.w.kept(v.in, e.Seq, called, time.Now(), false)
+	})
+	if err != nil {
+		v.in.w.kept(v.in, e.Seq, called, time.Time{}, true)
 	}
 	return err
 }

@@ -44,7 +44,7 @@ func Run(seed uint64) *Report {
 	defer end()
 	w := &World{seed: seed, set: set, cfg: set.Config, start: time.Now(), ctx: ctx, end: end,
 		store: NewStore(set.Config.LeaseTTL), queue: NewQueue(Partitions), raven: &Raven{}, timeline: faults,
-		kills: map[string]time.Time{}, deletes: map[uint64][]deleteCall{}}
+		kills: map[string]time.Time{}, deletes: map[uint64][]deleteCall{}, finals: map[uint64]bool{}}
 	w.store.note = w.note
 	r := rand.New(rand.NewPCG(seed, 0xa11))
 
@@ -310,6 +310,11 @@ func (w *World) check(left []request.Stored) *Report {
 		fail(st.ClientID, "liveness: %s still queued %s after the faults ended (partition %d, held in the store by %q)",
 			st.ID, w.set.Bound, p, w.store.Owners()[p])
 	}
+	w.mu.Lock()
+	for _, v := range w.unkept {
+		fail(v[0], "%s", v[1])
+	}
+	w.mu.Unlock()
 	if len(rep.Violations) > 0 {
 		rep.Detail = w.detail(broken, byClient, at)
 	}
@@ -334,6 +339,16 @@ func (w *World) excused(a Attempt) string {
 	landed := time.Time{}
 	for _, d := range w.deletes[seq] {
 		if d.in != a.Instance {
+			continue
+		}
+		if d.keep {
+			// Keeping the final event in the queue is the removal's first write.
+			if d.failed {
+				return "keeping its final event, its removal's first write, failed"
+			}
+			if !d.landed.IsZero() && d.landed.Sub(d.called) > 50*time.Millisecond {
+				return "keeping its final event, its removal's first write, was slow"
+			}
 			continue
 		}
 		if d.failed {
@@ -372,7 +387,7 @@ func (w *World) removedAt(id, by string, at func(time.Time) string) string {
 			continue
 		}
 		for _, d := range w.deletes[st.Seq] {
-			if d.in == by && !d.landed.IsZero() {
+			if d.in == by && !d.keep && !d.landed.IsZero() {
 				return fmt.Sprintf("%s (called at %s)", at(d.landed), at(d.called))
 			}
 		}

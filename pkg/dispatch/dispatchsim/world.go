@@ -4,7 +4,8 @@
 // simulated lease store, queue, event writer and raven, on the simulated time of
 // testing/synctest, while faults drawn from a seed hit them. After each run the
 // guarantees are checked from raven's record: spacing (G2), order (G3), one in flight
-// (G5), nothing lost, and liveness once the faults are over.
+// (G5), nothing lost, liveness once the faults are over, and from the queue's record that
+// no request left the queue before its final event was stored (G10 across a crash).
 //
 // A seed fixes the run: the setting (TTL, interval, send timeout, instances, clients),
 // the timeline of faults, and every per-call draw (each draw hashes the seed, the
@@ -25,6 +26,7 @@ import (
 	"time"
 
 	"github.com/penguinhq/dispatcher/pkg/dispatch"
+	"github.com/penguinhq/dispatcher/pkg/request"
 )
 
 // Fault kinds. A window of one hits the instance it names (or all) from its start to
@@ -118,15 +120,19 @@ type World struct {
 	live      []*Instance
 	kills     map[string]time.Time // instance name: when killed
 	deletes   map[uint64][]deleteCall
+	finals    map[uint64]bool // requests whose final event is stored (events or queue)
+	unkept    [][2]string     // G10: removals that landed before the final event was stored (client, what)
 	notes     []string
 	nextID    int
 }
 
-// deleteCall is one removal of a request from the queue.
+// deleteCall is one removal of a request from the queue, or (keep) the keeping of its
+// final event in the queue that comes first when the events did not take it.
 type deleteCall struct {
 	in             string
 	called, landed time.Time // landed zero: it did not
 	failed         bool
+	keep           bool
 }
 
 // draw is what the faults make of one call.
@@ -242,6 +248,33 @@ func (w *World) deleted(in *Instance, seq uint64, called, landed time.Time, fail
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.deletes[seq] = append(w.deletes[seq], deleteCall{in: in.name, called: called, landed: landed, failed: failed})
+}
+
+// kept notes one keeping of seq's final event in the queue by in: the first step of its
+// removal then.
+func (w *World) kept(in *Instance, seq uint64, called, landed time.Time, failed bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.deletes[seq] = append(w.deletes[seq], deleteCall{in: in.name, called: called, landed: landed, failed: failed, keep: true})
+}
+
+// finalStored notes that request seq's final event is stored: in the events, or kept in
+// the queue.
+func (w *World) finalStored(seq uint64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.finals[seq] = true
+}
+
+// removedFinal notes st's removal from the queue by in: its final event must be stored by
+// then, or a crash of in right now loses it (G10).
+func (w *World) removedFinal(in *Instance, st request.Stored) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.finals[st.Seq] {
+		w.unkept = append(w.unkept, [2]string{st.ClientID, fmt.Sprintf("G10: %s's %s removed by %s at %.3fs before its final event was stored anywhere: a crash then loses it",
+			st.ClientID, st.ID, in.name, time.Since(w.start).Seconds())})
+	}
 }
 
 // leaseMargin and leaseEvery are the dispatcher's (config.go), for the faults' scale.
