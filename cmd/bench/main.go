@@ -60,6 +60,7 @@ type settings struct {
 	recordRequests int
 	recordClients  int
 	recordIdle     time.Duration
+	recordLag      int
 }
 
 // row is one line of the table.
@@ -76,6 +77,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&s.distinct, "distinct", 1_000_000, "distinct clientIds sent through in the distinct scenario")
 	fs.IntVar(&s.recordRequests, "record-requests", 10_000_000, "requests retained in the record scenario")
 	fs.IntVar(&s.recordClients, "record-clients", 100_000, "clients those requests are spread over in the record scenario")
+	fs.IntVar(&s.recordLag, "record-lag", 0, "in the record scenario, how many of its client's requests come before each request's final event (a backlogged client); 0: it follows its acceptance at once")
 	clients := fs.Int("clients", 0, "backlogged clients in the dispatch scenario (default: 1000 and 10000)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	kinds := fs.String("kinds", "", "in the ingest scenario, measure only these servers, comma-separated (raw, bare, minimal, ingest, h2c), and print their figures without the table's rows; with -cpuprofile, to profile one alone")

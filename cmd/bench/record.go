@@ -26,7 +26,8 @@ type recordLayout struct {
 	// subjects are the messages one delivered request leaves in the record.
 	subjects func(client, id string) []string
 	// read reads id's record back: the round trips it took, and whether it found it.
-	read func(ctx context.Context, nc *nats.Conn, client, id string) (trips int, found bool, err error)
+	// seq is the request's place in the order of acceptance (a request stream's sequence).
+	read func(ctx context.Context, nc *nats.Conn, client, id string, seq uint64) (trips int, found bool, err error)
 	body int // bytes of raven's answer stored with the final event
 }
 
@@ -46,6 +47,9 @@ var recordLayouts = []recordLayout{
 	{name: "a subject per client and event type, id in a header, 1 KiB answer stored", subjects: func(client, id string) []string {
 		return []string{"rec." + client + ".delivered"}
 	}, read: readByTime, body: 1024},
+	{name: "a subject per client and event type, id in a header, read by time then bisected by sequence", subjects: func(client, id string) []string {
+		return []string{"rec." + client + ".delivered"}
+	}, read: readBisect},
 }
 
 // benchRecord measures what the status record costs the server as requests pile up,
@@ -61,7 +65,7 @@ func benchRecord(ctx context.Context, s settings, log io.Writer) ([]row, error) 
 	n, c := s.recordRequests, s.recordClients
 	var rows []row
 	for _, l := range recordLayouts {
-		r, err := measureRecord(ctx, l, n, c, s.recordIdle, log)
+		r, err := measureRecord(ctx, l, n, c, s.recordLag, s.recordIdle, log)
 		if err != nil {
 			return rows, fmt.Errorf("%s: %w", l.name, err)
 		}
@@ -70,7 +74,7 @@ func benchRecord(ctx context.Context, s settings, log io.Writer) ([]row, error) 
 	return rows, nil
 }
 
-func measureRecord(ctx context.Context, l recordLayout, n, c int, idle time.Duration, log io.Writer) ([]row, error) {
+func measureRecord(ctx context.Context, l recordLayout, n, c, lag int, idle time.Duration, log io.Writer) ([]row, error) {
 	node, err := startNode(ctx, false, queue.Config{NoEvents: true})
 	if err != nil {
 		return nil, err
@@ -90,29 +94,56 @@ func measureRecord(ctx context.Context, l recordLayout, n, c int, idle time.Dura
 	for i := range clients {
 		clients[i] = "c" + strconv.Itoa(i)
 	}
-	type written struct{ client, id string }
+	type written struct {
+		client, id string
+		seq        uint64
+	}
 	sample := make([]written, 0, 2000)
 	payload := map[string]any{"type": "delivered", "attempt": 1, "status": 200, "instance": "bench-dispatcher-1"}
 	if l.body > 0 {
 		payload["response"] = map[string]any{"status": 200, "headers": map[string]string{"Content-Type": "application/json"},
 			"body": string(make([]byte, l.body))}
 	}
-	t0 := time.Now()
-	for i := range n {
-		client := clients[i%c]
-		id := request.NewID(time.Now())
-		payload["id"], payload["clientId"] = id, client
+	// With a lag, each client's last lag requests wait in a ring for their final event,
+	// written when the client's request lag rounds later is accepted: a read by time then
+	// passes the lag finals of the requests ahead of it.
+	ring := make([][]written, c)
+	write := func(w written, subjects []string) error {
+		payload["id"], payload["clientId"], payload["seq"] = w.id, w.client, w.seq
 		data, _ := json.Marshal(payload)
-		for _, subj := range l.subjects(client, id) {
+		for _, subj := range subjects {
 			m := nats.NewMsg(subj)
-			m.Header.Set("Dispatch-Id", id)
+			m.Header.Set("Dispatch-Id", w.id)
+			m.Header.Set("Dispatch-Seq", strconv.FormatUint(w.seq, 10))
 			m.Data = data
 			if _, err := js.PublishMsgAsync(m); err != nil {
-				return nil, err
+				return err
 			}
 		}
+		return nil
+	}
+	t0 := time.Now()
+	for i := range n {
+		ci := i % c
+		w := written{clients[ci], request.NewID(time.Now()), uint64(i + 1)}
+		subjects := l.subjects(w.client, w.id)
+		if lag > 0 {
+			// The accepted event (ADR 8's layout) goes now, the final when its turn comes.
+			if err := write(w, subjects[:len(subjects)-1]); err != nil {
+				return nil, err
+			}
+			ring[ci] = append(ring[ci], w)
+			if len(ring[ci]) <= lag {
+				continue // its final is not written: it is not sampled
+			}
+			w, ring[ci] = ring[ci][0], ring[ci][1:]
+			subjects = l.subjects(w.client, w.id)[len(subjects)-1:]
+		}
+		if err := write(w, subjects); err != nil {
+			return nil, err
+		}
 		if i%max(n/cap(sample), 1) == 0 && len(sample) < cap(sample) {
-			sample = append(sample, written{client, id})
+			sample = append(sample, w)
 		}
 	}
 	select {
@@ -133,13 +164,16 @@ func measureRecord(ctx context.Context, l recordLayout, n, c int, idle time.Dura
 	after := heapInUse()
 	perRequest := float64(after-before) / float64(n)
 
+	if len(sample) == 0 {
+		return nil, fmt.Errorf("no request has its final event: -record-lag (%d) must be below the requests per client (%d)", lag, n/c)
+	}
 	var lat []time.Duration
 	trips, missing := 0, 0
 	rng := rand.New(rand.NewPCG(1, 2))
 	for range min(len(sample), 1000) {
 		w := sample[rng.IntN(len(sample))]
 		start := time.Now()
-		t, found, err := l.read(ctx, node.nc, w.client, w.id)
+		t, found, err := l.read(ctx, node.nc, w.client, w.id, w.seq)
 		if err != nil {
 			return nil, err
 		}
@@ -154,6 +188,9 @@ func measureRecord(ctx context.Context, l recordLayout, n, c int, idle time.Dura
 		return nil, fmt.Errorf("%d of %d reads did not find their request", missing, len(lat))
 	}
 	label := fmt.Sprintf("%s; %s requests, %s clients (fsync every 2 min)", l.name, thousands(n), thousands(c))
+	if lag > 0 {
+		label += fmt.Sprintf(", each final event after %s more of its client's requests (-record-lag)", thousands(lag))
+	}
 	// These rows measure a layout on a bare stream, not the service: a verdict says
 	// whether the layout would meet issue 34's goal, never that the service does.
 	would := func(ok bool) string {
@@ -196,7 +233,7 @@ func heapInUse() int64 {
 }
 
 // readMultiLast is ADR 8's read: the last message of each of the id's subjects.
-func readMultiLast(ctx context.Context, nc *nats.Conn, client, id string) (int, bool, error) {
+func readMultiLast(ctx context.Context, nc *nats.Conn, client, id string, _ uint64) (int, bool, error) {
 	msgs, err := directBatch(ctx, nc, map[string]any{"multi_last": []string{"rec.*." + id + ".*"}, "batch": 8})
 	if err != nil {
 		return 1, false, err
@@ -211,7 +248,7 @@ func readMultiLast(ctx context.Context, nc *nats.Conn, client, id string) (int, 
 
 // readByTime finds id on its client's subject from the id's own time on (less a second
 // for clocks apart), a batch at a time.
-func readByTime(ctx context.Context, nc *nats.Conn, client, id string) (int, bool, error) {
+func readByTime(ctx context.Context, nc *nats.Conn, client, id string, _ uint64) (int, bool, error) {
 	at, err := idTime(id)
 	if err != nil {
 		return 0, false, err
@@ -232,6 +269,66 @@ func readByTime(ctx context.Context, nc *nats.Conn, client, id string) (int, boo
 		req["seq"] = last + 1
 	}
 	return 64, false, nil
+}
+
+// readBisect reads as readByTime does, one batch from the id's time on; when the id is
+// not in it and the batch ended before it (a backlogged client: the finals of the
+// requests ahead of it came first), it bisects the stream's sequences after the batch
+// for the client's first final of a request accepted no earlier than this one (a
+// client's finals come in the order its requests were accepted; each says its place,
+// seq, which the id would have to carry), a round trip a step. Ids alone do not give the
+// order: two accepted in one millisecond sort by their random bits.
+func readBisect(ctx context.Context, nc *nats.Conn, client, id string, seq uint64) (int, bool, error) {
+	at, err := idTime(id)
+	if err != nil {
+		return 0, false, err
+	}
+	subj := "rec." + client + ".delivered"
+	msgs, err := directBatch(ctx, nc, map[string]any{"next_by_subj": subj, "start_time": at.Add(-time.Second).UTC(), "batch": 64, "max_bytes": 256 << 10})
+	if err != nil || len(msgs) == 0 {
+		return 1, false, err
+	}
+	placeOf := func(m *nats.Msg) uint64 { n, _ := strconv.ParseUint(m.Header.Get("Dispatch-Seq"), 10, 64); return n }
+	for _, m := range msgs {
+		if m.Header.Get("Dispatch-Id") == id {
+			return 1, true, nil
+		} else if placeOf(m) > seq {
+			return 1, false, nil // a later request's final: this one has none
+		}
+	}
+	lo, _ := strconv.ParseUint(msgs[len(msgs)-1].Header.Get("Nats-Sequence"), 10, 64)
+	lo++
+	last, err := directBatch(ctx, nc, map[string]any{"multi_last": []string{subj}, "batch": 1})
+	if err != nil || len(last) == 0 {
+		return 2, false, err
+	}
+	hi, _ := strconv.ParseUint(last[0].Header.Get("Nats-Sequence"), 10, 64)
+	hi++
+	trips := 2
+	// Invariant: every final of the client before lo is of an earlier request, and the
+	// first at or after hi (if any) is of this one or a later one.
+	for lo < hi {
+		mid := lo + (hi-lo)/2
+		trips++
+		got, err := directBatch(ctx, nc, map[string]any{"next_by_subj": subj, "seq": mid, "batch": 1})
+		if err != nil {
+			return trips, false, err
+		}
+		if len(got) == 0 {
+			hi = mid
+			continue
+		}
+		at, _ := strconv.ParseUint(got[0].Header.Get("Nats-Sequence"), 10, 64)
+		switch {
+		case got[0].Header.Get("Dispatch-Id") == id:
+			return trips, true, nil
+		case placeOf(got[0]) < seq:
+			lo = at + 1
+		default:
+			hi = mid
+		}
+	}
+	return trips, false, nil
 }
 
 // directBatch is one batched direct get of the bench's RECORD stream.
