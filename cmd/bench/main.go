@@ -61,6 +61,7 @@ type settings struct {
 	recordClients  int
 	recordIdle     time.Duration
 	recordLag      int
+	recordLayouts  string
 }
 
 // row is one line of the table.
@@ -77,6 +78,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&s.distinct, "distinct", 1_000_000, "distinct clientIds sent through in the distinct scenario")
 	fs.IntVar(&s.recordRequests, "record-requests", 10_000_000, "requests retained in the record scenario")
 	fs.IntVar(&s.recordClients, "record-clients", 100_000, "clients those requests are spread over in the record scenario")
+	fs.StringVar(&s.recordLayouts, "record-layouts", "", "in the record scenario, measure only the layouts numbered so, comma-separated, in the order the table lists them (1: ADR 8's); all when empty")
 	fs.IntVar(&s.recordLag, "record-lag", 0, "in the record scenario, how many of its client's requests come before each request's final event (a backlogged client); 0: it follows its acceptance at once")
 	clients := fs.Int("clients", 0, "backlogged clients in the dispatch scenario (default: 1000 and 10000)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
@@ -125,6 +127,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 
 	fmt.Fprintf(stderr, "bench: %d cores, GOMAXPROCS %d, %s\n", runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version())
 	var rows []row
+	var stepErr error
 	add := func(r []row, err error) error {
 		rows = append(rows, r...)
 		return err
@@ -153,7 +156,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		settle()
 		fmt.Fprintf(stderr, "bench: %s ...\n", st.name)
 		if err := add(st.f()); err != nil {
-			return fmt.Errorf("%s: %w", st.name, err)
+			// The table still shows what was measured before (and beside) the failure.
+			stepErr = fmt.Errorf("%s: %w", st.name, err)
+			break
 		}
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -166,7 +171,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	for _, r := range rows {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.figure, r.value, r.reference, r.ratio, r.target, r.verdict)
 	}
-	return tw.Flush()
+	return errors.Join(tw.Flush(), stepErr)
 }
 
 // settle lets the machine calm down between scenarios: dirty pages that an earlier
