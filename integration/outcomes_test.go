@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/penguinhq/dispatcher/pkg/queue"
+	"github.com/penguinhq/dispatcher/pkg/queue/queuetest"
 	"github.com/penguinhq/dispatcher/pkg/request"
 )
 
@@ -58,7 +59,7 @@ func TestFinalEventSurvivesACrashWhileEventsAreRefused(t *testing.T) {
 	if st, err := s.q.Status(ctx, id); err != nil || st.State == request.StateDelivered {
 		t.Fatalf("status %+v (%v) while the events stream refuses writes; the test did not refuse them", st, err)
 	}
-	if n := keptOutcomes(t, js); n != 1 {
+	if n := queuetest.KeptOutcomes(t, s.nc); n != 1 {
 		t.Fatalf("%d final events kept in the request stream after the removal, want ada's: the kill lost it", n)
 	}
 
@@ -70,27 +71,9 @@ func TestFinalEventSurvivesACrashWhileEventsAreRefused(t *testing.T) {
 		st, err := s.q.Status(ctx, id)
 		return err == nil && st.State == request.StateDelivered
 	})
-	if n := keptOutcomes(t, js); n != 0 {
+	if n := queuetest.KeptOutcomes(t, s.nc); n != 0 {
 		t.Fatalf("%d final events still kept in the request stream once written", n)
 	}
 	p2.signal(syscall.SIGTERM)
 	s.check(0)
-}
-
-// keptOutcomes counts the final events kept in the request stream.
-func keptOutcomes(t *testing.T, js jetstream.JetStream) uint64 {
-	t.Helper()
-	s, err := js.Stream(context.Background(), queue.RequestStream)
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := s.Info(context.Background(), jetstream.WithSubjectFilter(request.OutcomePrefix+">"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var n uint64
-	for _, c := range info.State.Subjects {
-		n += c
-	}
-	return n
 }

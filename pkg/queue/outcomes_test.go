@@ -14,24 +14,6 @@ import (
 	"github.com/penguinhq/dispatcher/pkg/request"
 )
 
-// outcomesKept counts the kept final events in the request stream.
-func outcomesKept(t *testing.T, js jetstream.JetStream) uint64 {
-	t.Helper()
-	s, err := js.Stream(context.Background(), queue.RequestStream)
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := s.Info(context.Background(), jetstream.WithSubjectFilter(request.OutcomePrefix+">"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var n uint64
-	for _, c := range info.State.Subjects {
-		n += c
-	}
-	return n
-}
-
 // A final event kept in the request stream is stored once however often it is kept, is
 // no request to the dispatchers (the backlog does not list it), and reaches the events,
 // and so the request's status, once drained; the drain leaves nothing behind, not even
@@ -64,7 +46,7 @@ func TestAKeptFinalEventReachesTheStatus(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if n := outcomesKept(t, js); n != 2 {
+	if n := queuetest.KeptOutcomes(t, nc); n != 2 {
 		t.Fatalf("%d messages on outcome subjects after the junk and one event kept twice, want 2", n)
 	}
 	backlog, err := q.Backlog(ctx)
@@ -92,7 +74,7 @@ func TestAKeptFinalEventReachesTheStatus(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	for outcomesKept(t, js) != 0 {
+	for queuetest.KeptOutcomes(t, nc) != 0 {
 		if ctx.Err() != nil {
 			t.Fatal("the drained event is still in the request stream")
 		}

@@ -9,10 +9,12 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
 	"github.com/penguinhq/dispatcher/pkg/freeport"
 	"github.com/penguinhq/dispatcher/pkg/queue"
+	"github.com/penguinhq/dispatcher/pkg/request"
 )
 
 // Server starts a single-node JetStream server listening on a free loopback port and
@@ -97,4 +99,29 @@ func Open(ctx context.Context, nc *nats.Conn, cfg queue.Config, ensure queue.Ens
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// KeptOutcomes counts the final events kept in the request stream (queue.KeepOutcome)
+// and not yet drained.
+func KeptOutcomes(t testing.TB, nc *nats.Conn) uint64 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := js.Stream(ctx, queue.RequestStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(ctx, jetstream.WithSubjectFilter(request.OutcomePrefix+">"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n uint64
+	for _, c := range info.State.Subjects {
+		n += c
+	}
+	return n
 }
