@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -131,6 +132,9 @@ func (q *Queue) OldestHeads(ctx context.Context, k, maxRead int) (heads []reques
 	read := 0
 	err = q.scan(ctx, q.reqs, "", true, func(m jetstream.Msg, md *jetstream.MsgMetadata) error {
 		read++
+		if !strings.HasPrefix(m.Subject(), request.RequestPrefix) {
+			return nil // a final event kept in the stream (ADR 9) is no client's head
+		}
 		if !seen[m.Subject()] {
 			seen[m.Subject()] = true
 			heads = append(heads, storedOf(m.Subject(), m.Headers(), nil, md.Sequence.Stream, md.Timestamp))

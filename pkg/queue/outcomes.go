@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -32,18 +33,46 @@ func (q *Queue) KeepOutcome(ctx context.Context, e request.Event) error {
 	m.Data, _ = json.Marshal(e)
 	ack, err := q.js.PublishMsg(ctx, m, jetstream.WithMsgID(outcomeMsgID(e)), jetstream.WithExpectStream(RequestStream))
 	if err == nil {
+		q.writes.note(nil)
 		if !ack.Duplicate {
 			q.outcomes.kept.Inc()
 		}
 		return nil
 	}
-	if err = classifyPublishError(err); errors.Is(err, ErrQueueFull) || errors.Is(err, ErrBacklogFull) {
+	notKept := func(why string) error {
 		q.outcomes.notKept.Inc()
 		q.outcomes.log.Error().Err(err).Str("client_id", e.ClientID).Str("request_id", e.ID).Str("type", e.Type).
-			Msg("final event not kept: the request stream is full; the request is removed all the same, and its status says so only once the events stream takes the event from this process")
+			Msg("final event not kept: " + why + "; the request is removed all the same, and its status says so only once the events stream takes the event from this process")
 		return nil
 	}
+	var apiErr *jetstream.APIError
+	switch {
+	case errors.As(err, &apiErr) && apiErr.ErrorCode == errCodeAccountResources:
+		return notKept("the account's JetStream limits are reached")
+	case (errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders)) && !q.takesOutcomes(ctx):
+		// A dispatcher of an earlier version brought the stream's subjects back to its
+		// own (a rollout, a rollback): holding the removal would stall the lane for good.
+		return notKept("the request stream does not take them (a dispatcher of an earlier version set its subjects)")
+	}
+	if err = classifyPublishError(err); errors.Is(err, ErrQueueFull) || errors.Is(err, ErrBacklogFull) {
+		return notKept("the request stream is full")
+	}
+	q.writes.note(err)
 	return fmt.Errorf("keeping the %s event of request %s: %w", e.Type, e.ID, err)
+}
+
+// errCodeAccountResources is JSAccountResourcesExceededErr: the account's JetStream
+// limits refuse the write.
+const errCodeAccountResources = 10002
+
+// takesOutcomes says whether the request stream's subjects include the outcome subjects;
+// true when that cannot be read (the keep is then tried again, like the removal).
+func (q *Queue) takesOutcomes(ctx context.Context) bool {
+	info, err := q.reqs.Info(ctx)
+	if err != nil {
+		return true
+	}
+	return slices.Contains(info.Config.Subjects, request.OutcomePrefix+"*")
 }
 
 // outcomeMsgID is a kept event's message id in the request stream: a retried write lands
@@ -98,10 +127,16 @@ func (q *Queue) drainOutcomes(ctx context.Context) (int, error) {
 		}
 		var e request.Event
 		if json.Unmarshal(m.Data, &e) == nil && writable(e) {
-			if err := q.WriteEvent(ctx, e); err != nil {
+			write, err := q.stillNeeded(ctx, e)
+			if err != nil {
 				return n, err
 			}
-			n++
+			if write {
+				if err := q.WriteEvent(ctx, e); err != nil {
+					return n, err
+				}
+				n++
+			}
 		}
 		// One this service did not write is removed unwritten: it would stop the others.
 		if err := q.reqs.DeleteMsg(ctx, m.Sequence); err != nil && !isNotFound(err) {
@@ -134,4 +169,21 @@ func (q *Queue) ObserveOutcomes(reg prometheus.Registerer, log zerolog.Logger) {
 	if reg != nil {
 		reg.MustRegister(q.outcomes.kept, q.outcomes.notKept, q.outcomes.drained)
 	}
+}
+
+// stillNeeded says whether kept event e is still to be written: not when the events
+// stream holds it already (the writer's copy landed; written again after the duplicate
+// window it would reach penguin's feed twice), nor when the request has moved on to a
+// later replay cycle (written now, it would hide that cycle's own final event).
+func (q *Queue) stillNeeded(ctx context.Context, e request.Event) (bool, error) {
+	events, err := q.Events(ctx, e.ID)
+	if err != nil {
+		return false, err
+	}
+	for _, have := range events {
+		if have.Cycle > e.Cycle || have.Cycle == e.Cycle && have.Type == e.Type && have.Seq == e.Seq {
+			return false, nil
+		}
+	}
+	return true, nil
 }

@@ -53,6 +53,9 @@ func TestAKeptFinalEventReachesTheStatus(t *testing.T) {
 	if err != nil || len(backlog) != 1 {
 		t.Fatalf("backlog %v (%v): want alice's subject alone; a kept event is no request", backlog, err)
 	}
+	if heads, _, err := q.OldestHeads(ctx, 10, 1000); err != nil || len(heads) != 1 || heads[0].ClientID != "alice" {
+		t.Fatalf("oldest heads %+v (%v): want alice's alone; a kept event is no client's head", heads, err)
+	}
 	if st, err := q.Stats(ctx); err != nil || st.Requests != 1 || st.Clients != 1 {
 		t.Fatalf("stats %+v (%v): want alice's one request; a kept event is no request", st, err)
 	}
@@ -102,6 +105,91 @@ func TestAFullStreamDoesNotHoldTheRemoval(t *testing.T) {
 		if err := q.KeepOutcome(ctx, ev); err != nil {
 			t.Fatalf("keep %d: %v, want none (one per subject fits; the second is counted, not an error)", i, err)
 		}
+	}
+	if got := q.OutcomeCount("not_kept"); got != 1 {
+		t.Fatalf("dispatch_outcomes_not_kept_total %v, want 1", got)
+	}
+}
+
+// A kept event the events stream already holds is not written again (after the
+// duplicate window it would reach penguin's feed twice), nor one of an earlier replay
+// cycle than the request's latest (it would hide that cycle's own final event); both
+// are removed all the same.
+func TestTheDrainWritesOnlyWhatIsMissing(t *testing.T) {
+	t.Parallel()
+	nc := queuetest.Conn(t, queuetest.Server(t))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	q, err := queue.Open(ctx, nc, queue.Config{DuplicateWindow: time.Second}, queue.CreateOrUpdate)
+	if err != nil {
+		t.Fatal(err)
+	}
+	landed := request.Event{Type: request.EventDelivered, ID: request.NewID(time.Now()), ClientID: "ann", Seq: 7, Attempt: 1, At: time.Now(), Instance: "d1"}
+	if err := q.WriteEvent(ctx, landed); err != nil { // the writer's copy
+		t.Fatal(err)
+	}
+	old := request.Event{Type: request.EventDeadLettered, ID: request.NewID(time.Now()), ClientID: "ann", Seq: 8, Reason: request.ReasonPermanent, At: time.Now(), Instance: "d1"}
+	replayed := request.Event{Type: request.EventReplayed, ID: old.ID, ClientID: "ann", Seq: 9, Cycle: 1, At: time.Now()}
+	if err := q.WriteEvent(ctx, replayed); err != nil { // the request moved on
+		t.Fatal(err)
+	}
+	for _, e := range []request.Event{landed, old} {
+		if err := q.KeepOutcome(ctx, e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(1500 * time.Millisecond) // past the duplicate window: only the drain's check stops a second copy
+	js, _ := jetstream.New(nc)
+	events, err := js.Stream(ctx, queue.EventStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dctx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); q.DrainOutcomes(dctx, 50*time.Millisecond) }()
+	defer func() { stop(); <-done }()
+	for queuetest.KeptOutcomes(t, nc) != 0 {
+		if ctx.Err() != nil {
+			t.Fatal("the kept events were not drained")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	info, err := events.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Msgs != 2 {
+		t.Fatalf("%d events stored, want the 2 written before the drain: it wrote what was there or superseded", info.State.Msgs)
+	}
+	if st, err := q.Status(ctx, old.ID); err != nil || st.State != request.StateQueued || st.Replays != 1 {
+		t.Fatalf("the replayed request's status %+v (%v), want queued in its first replay", st, err)
+	}
+}
+
+// A request stream whose subjects an earlier version set (no outcome subjects: a rollout
+// or a rollback) cannot keep final events: that must not hold the removal for good.
+func TestAStreamWithoutOutcomeSubjectsDoesNotHoldTheRemoval(t *testing.T) {
+	t.Parallel()
+	nc := queuetest.Conn(t, queuetest.Server(t))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	q, err := queue.Open(ctx, nc, queue.Config{}, queue.CreateOrUpdate)
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, _ := jetstream.New(nc)
+	s, err := js.Stream(ctx, queue.RequestStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := s.CachedInfo().Config
+	cfg.Subjects = []string{request.RequestPrefix + "*"} // as an earlier version has them
+	if _, err := js.UpdateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	ev := request.Event{Type: request.EventDelivered, ID: request.NewID(time.Now()), ClientID: "cy", Seq: 1, At: time.Now()}
+	if err := q.KeepOutcome(ctx, ev); err != nil {
+		t.Fatalf("keep: %v, want none (counted as not kept)", err)
 	}
 	if got := q.OutcomeCount("not_kept"); got != 1 {
 		t.Fatalf("dispatch_outcomes_not_kept_total %v, want 1", got)
