@@ -31,6 +31,9 @@ type recordLayout struct {
 	// seq is the request's place in the order of acceptance (a request stream's sequence).
 	read func(ctx context.Context, nc *nats.Conn, client, id string, seq uint64) (trips int, found bool, err error)
 	body int // bytes of raven's answer stored with the final event
+	// jumps: each final names its client's previous final and one further back (a
+	// skew-binary jump pointer), by stream sequence: readJumps follows them.
+	jumps bool
 }
 
 // The layouts benchRecord compares. perRequest is ADR 8's: a subject per event of every
@@ -52,6 +55,16 @@ var recordLayouts = []recordLayout{
 	{name: "a subject per client and event type, id in a header, read by time then bisected by sequence", subjects: func(client, id string) []string {
 		return []string{"rec." + client + ".delivered"}
 	}, read: readBisect},
+	{name: "a subject per client and event type, id in a header, read back from the client's last final by jump pointers", subjects: func(client, id string) []string {
+		return []string{"rec." + client + ".delivered"}
+	}, read: readJumps, jumps: true},
+}
+
+// jumpNode is one final of a client as the writer of the jump-pointer layout remembers
+// it: where it is, its place in its client's order of acceptance, and its jump.
+type jumpNode struct {
+	seq, place uint64
+	jump       int // the index of its jump in the client's finals; -1 for none
 }
 
 // benchRecord measures what the status record costs the server as requests pile up,
@@ -122,6 +135,13 @@ func measureRecord(ctx context.Context, l recordLayout, n, c, lag int, idle time
 	// written when the client's request lag rounds later is accepted: a read by time then
 	// passes the lag finals of the requests ahead of it.
 	ring := make([][]written, c)
+	// For the jump-pointer layout: every final of every client, and the stream's last
+	// sequence (this is its only writer, on one connection: the sequences follow).
+	var finals [][]jumpNode
+	var streamSeq uint64
+	if l.jumps {
+		finals = make([][]jumpNode, c)
+	}
 	write := func(w written, subjects []string) error {
 		payload["id"], payload["clientId"], payload["seq"] = w.id, w.client, w.seq
 		data, _ := json.Marshal(payload)
@@ -129,6 +149,28 @@ func measureRecord(ctx context.Context, l recordLayout, n, c, lag int, idle time
 			m := nats.NewMsg(subj)
 			m.Header.Set("Dispatch-Id", w.id)
 			m.Header.Set("Dispatch-Seq", strconv.FormatUint(w.seq, 10))
+			streamSeq++
+			if l.jumps {
+				ci, _ := strconv.Atoi(w.client[1:])
+				fs := finals[ci]
+				node := jumpNode{seq: streamSeq, place: w.seq, jump: -1}
+				if d := len(fs) - 1; d >= 0 { // the parent is fs[d]
+					// Myers' rule: jump two jumps back when the parent's two jumps are of
+					// equal length, else to the parent. A search from the last final
+					// to any earlier one takes O(log n) steps.
+					p := fs[d]
+					node.jump = d
+					if p.jump >= 0 && fs[p.jump].jump >= 0 && d-p.jump == p.jump-fs[p.jump].jump {
+						node.jump = fs[p.jump].jump
+					}
+					m.Header.Set("Dispatch-Parent", strconv.FormatUint(p.seq, 10))
+					m.Header.Set("Dispatch-Parent-Place", strconv.FormatUint(p.place, 10))
+					j := fs[node.jump]
+					m.Header.Set("Dispatch-Jump", strconv.FormatUint(j.seq, 10))
+					m.Header.Set("Dispatch-Jump-Place", strconv.FormatUint(j.place, 10))
+				}
+				finals[ci] = append(fs, node)
+			}
 			m.Data = data
 			if _, err := js.PublishMsgAsync(m); err != nil {
 				return err
@@ -345,6 +387,36 @@ func readBisect(ctx context.Context, nc *nats.Conn, client, id string, seq uint6
 		}
 	}
 	return trips, false, nil
+}
+
+// readJumps starts from the client's last final (one direct get of the subject's last
+// message) and walks back by its pointers, each a direct get by exact sequence: to the
+// jump while it does not pass the request's place, else to the parent. The writer must
+// know each final's sequence (a dispatcher has it from its write's acknowledgement, and
+// a new owner from the client's last final).
+func readJumps(ctx context.Context, nc *nats.Conn, client, id string, seq uint64) (int, bool, error) {
+	num := func(m *nats.Msg, h string) uint64 { n, _ := strconv.ParseUint(m.Header.Get(h), 10, 64); return n }
+	msgs, err := directBatch(ctx, nc, map[string]any{"multi_last": []string{"rec." + client + ".delivered"}, "batch": 1})
+	trips := 1
+	for {
+		if err != nil || len(msgs) == 0 {
+			return trips, false, err
+		}
+		m := msgs[0]
+		place := num(m, "Dispatch-Seq")
+		switch {
+		case m.Header.Get("Dispatch-Id") == id:
+			return trips, true, nil
+		case place <= seq || m.Header.Get("Dispatch-Parent") == "":
+			return trips, false, nil // passed it, or at the first: it has no final
+		}
+		next := num(m, "Dispatch-Parent")
+		if num(m, "Dispatch-Jump-Place") >= seq {
+			next = num(m, "Dispatch-Jump")
+		}
+		trips++
+		msgs, err = directBatch(ctx, nc, map[string]any{"seq": next, "batch": 1})
+	}
 }
 
 // directBatch is one batched direct get of the bench's RECORD stream.
