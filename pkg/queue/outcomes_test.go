@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
@@ -20,13 +21,7 @@ import (
 // a message that is no event.
 func TestAKeptFinalEventReachesTheStatus(t *testing.T) {
 	t.Parallel()
-	nc := queuetest.Conn(t, queuetest.Server(t))
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	q, err := queue.Open(ctx, nc, queue.Config{}, queue.CreateOrUpdate)
-	if err != nil {
-		t.Fatal(err)
-	}
+	nc, q, ctx := openForOutcomes(t, queue.Config{})
 	reg := prometheus.NewRegistry()
 	q.ObserveOutcomes(reg, zerolog.Nop())
 	id := request.NewID(time.Now())
@@ -92,13 +87,7 @@ func TestAKeptFinalEventReachesTheStatus(t *testing.T) {
 // must not wait on it (it would hold every lane while the stream is full). It is counted.
 func TestAFullStreamDoesNotHoldTheRemoval(t *testing.T) {
 	t.Parallel()
-	nc := queuetest.Conn(t, queuetest.Server(t))
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	q, err := queue.Open(ctx, nc, queue.Config{BacklogCap: 1}, queue.CreateOrUpdate)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, q, ctx := openForOutcomes(t, queue.Config{BacklogCap: 1})
 	q.ObserveOutcomes(nil, zerolog.Nop())
 	for i := range 2 {
 		ev := request.Event{Type: request.EventDelivered, ID: request.NewID(time.Now()), ClientID: "bob", Seq: uint64(i + 1), At: time.Now()}
@@ -117,13 +106,7 @@ func TestAFullStreamDoesNotHoldTheRemoval(t *testing.T) {
 // are removed all the same.
 func TestTheDrainWritesOnlyWhatIsMissing(t *testing.T) {
 	t.Parallel()
-	nc := queuetest.Conn(t, queuetest.Server(t))
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	q, err := queue.Open(ctx, nc, queue.Config{DuplicateWindow: time.Second}, queue.CreateOrUpdate)
-	if err != nil {
-		t.Fatal(err)
-	}
+	nc, q, ctx := openForOutcomes(t, queue.Config{DuplicateWindow: time.Second})
 	landed := request.Event{Type: request.EventDelivered, ID: request.NewID(time.Now()), ClientID: "ann", Seq: 7, Attempt: 1, At: time.Now(), Instance: "d1"}
 	if err := q.WriteEvent(ctx, landed); err != nil { // the writer's copy
 		t.Fatal(err)
@@ -170,13 +153,7 @@ func TestTheDrainWritesOnlyWhatIsMissing(t *testing.T) {
 // or a rollback) cannot keep final events: that must not hold the removal for good.
 func TestAStreamWithoutOutcomeSubjectsDoesNotHoldTheRemoval(t *testing.T) {
 	t.Parallel()
-	nc := queuetest.Conn(t, queuetest.Server(t))
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	q, err := queue.Open(ctx, nc, queue.Config{}, queue.CreateOrUpdate)
-	if err != nil {
-		t.Fatal(err)
-	}
+	nc, q, ctx := openForOutcomes(t, queue.Config{})
 	js, _ := jetstream.New(nc)
 	s, err := js.Stream(ctx, queue.RequestStream)
 	if err != nil {
@@ -194,4 +171,17 @@ func TestAStreamWithoutOutcomeSubjectsDoesNotHoldTheRemoval(t *testing.T) {
 	if got := q.OutcomeCount("not_kept"); got != 1 {
 		t.Fatalf("dispatch_outcomes_not_kept_total %v, want 1", got)
 	}
+}
+
+// openForOutcomes opens the queue with cfg on a server of its own, and a minute's context.
+func openForOutcomes(t *testing.T, cfg queue.Config) (*nats.Conn, *queue.Queue, context.Context) {
+	t.Helper()
+	nc := queuetest.Conn(t, queuetest.Server(t))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	q, err := queue.Open(ctx, nc, cfg, queue.CreateOrUpdate)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return nc, q, ctx
 }
