@@ -504,8 +504,11 @@ func TestSubmitChecksArgumentsLocally(t *testing.T) {
 	if _, err := c.Submit(ctx, "penguin-7", []byte(`{"fish":`)); !errors.Is(err, client.ErrBodyNotJSON) {
 		t.Errorf("Submit with a broken body = %v; want ErrBodyNotJSON", err)
 	}
-	if _, err := c.Status(ctx, ""); !errors.Is(err, client.ErrIDMissing) {
+	if _, err := c.Status(ctx, "penguin-7", ""); !errors.Is(err, client.ErrIDMissing) {
 		t.Errorf("Status with no id = %v; want ErrIDMissing", err)
+	}
+	if _, err := c.Status(ctx, "", "req-1"); !errors.Is(err, client.ErrClientIDMissing) {
+		t.Errorf("Status with no clientId = %v; want ErrClientIDMissing", err)
 	}
 	if n := len(ingest.Calls()); n != 0 {
 		t.Errorf("ingest got %d calls; want none", n)
@@ -880,13 +883,13 @@ func TestStatus(t *testing.T) {
 	})
 	c := newTestClient(t, ingest, client.WithToken("tok"))
 
-	s, err := c.Status(testContext(t, 10*time.Second), "a/b c")
+	s, err := c.Status(testContext(t, 10*time.Second), "penguin 7", "a/b c")
 	if err != nil {
 		t.Fatalf("Status: %v", err)
 	}
 	got := ingest.Calls()[0]
-	if got.method != http.MethodGet || got.path != "/v1/requests/a%2Fb%20c" || got.query != "" {
-		t.Errorf("request = %s %s?%s; want GET /v1/requests/a%%2Fb%%20c with no wait", got.method, got.path, got.query)
+	if got.method != http.MethodGet || got.path != "/v1/requests/a%2Fb%20c" || got.query != "clientId=penguin+7" {
+		t.Errorf("request = %s %s?%s; want GET /v1/requests/a%%2Fb%%20c?clientId=penguin+7, with no wait", got.method, got.path, got.query)
 	}
 	if a := got.header.Get("Authorization"); a != "Bearer tok" {
 		t.Errorf("Authorization = %q", a)
@@ -938,7 +941,7 @@ func TestWaitReturnsWhenDelivered(t *testing.T) {
 	})
 	c := newTestClient(t, ingest)
 
-	s, err := c.Wait(testContext(t, 10*time.Second), "req-1")
+	s, err := c.Wait(testContext(t, 10*time.Second), "penguin-7", "req-1")
 	if err != nil {
 		t.Fatalf("Wait: %v", err)
 	}
@@ -968,7 +971,7 @@ func TestWaitPollFitsHTTPClientTimeout(t *testing.T) {
 		})
 		c := newTestClient(t, ingest, client.WithHTTPClient(&http.Client{Timeout: 4 * time.Second, Transport: ingest.rt}))
 
-		if _, err := c.Wait(context.Background(), "req-1"); err != nil {
+		if _, err := c.Wait(context.Background(), "penguin-7", "req-1"); err != nil {
 			t.Fatalf("Wait: %v", err)
 		}
 		if wait := waitParam(t, ingest.Calls()[0].query); wait != 2*time.Second {
@@ -991,7 +994,7 @@ func TestWaitRetriesOn503(t *testing.T) {
 	})
 	c := newTestClient(t, ingest)
 
-	s, err := c.Wait(testContext(t, 10*time.Second), "req-1")
+	s, err := c.Wait(testContext(t, 10*time.Second), "penguin-7", "req-1")
 	if err != nil || s.State != client.StatusDelivered {
 		t.Errorf("Wait = %+v, %v; want delivered", s, err)
 	}
@@ -1018,7 +1021,7 @@ func TestWaitContextEnds(t *testing.T) {
 		})
 		c := newTestClient(t, ingest)
 
-		s, err := c.Wait(testContext(t, 300*time.Millisecond), "req-1")
+		s, err := c.Wait(testContext(t, 300*time.Millisecond), "penguin-7", "req-1")
 		if !errors.Is(err, context.DeadlineExceeded) {
 			t.Errorf("Wait error = %v; want context.DeadlineExceeded", err)
 		}
@@ -1035,7 +1038,7 @@ func TestWaitDoesNotRetryBadID(t *testing.T) {
 	})
 	c := newTestClient(t, ingest)
 
-	_, err := c.Wait(testContext(t, 10*time.Second), "not an id")
+	_, err := c.Wait(testContext(t, 10*time.Second), "penguin-7", "not an id")
 	var p *client.Problem
 	if !errors.As(err, &p) || p.Code != "id_invalid" {
 		t.Errorf("Wait error = %v; want the id_invalid problem", err)
@@ -1066,7 +1069,7 @@ func TestProblemRetryAfter(t *testing.T) {
 					writeProblem(w, http.StatusTooManyRequests, "backlog_full", tc.header())
 				})
 				c := newTestClient(t, ingest, client.WithRetry(client.RetryPolicy{MaxAttempts: 1}))
-				_, err := c.Status(testContext(t, 10*time.Second), "req-1")
+				_, err := c.Status(testContext(t, 10*time.Second), "penguin-7", "req-1")
 				var p *client.Problem
 				if !errors.As(err, &p) {
 					t.Fatalf("Status error = %v; want a *Problem", err)

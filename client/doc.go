@@ -11,7 +11,7 @@
 //	if err != nil {
 //		return err // a *client.Problem when ingest said no; errors.As finds it
 //	}
-//	status, err := c.Wait(ctx, receipt.ID) // until delivered, dead-lettered or ctx ends
+//	status, err := c.Wait(ctx, receipt.ClientID, receipt.ID) // until delivered, dead-lettered or ctx ends
 //	fmt.Println(status.State, status.RavenStatus)
 //
 // # Retries

@@ -140,7 +140,7 @@ func ExampleClient_Wait() {
 		fmt.Println(err)
 		return
 	}
-	status, err := c.Wait(ctx, receipt.ID)
+	status, err := c.Wait(ctx, receipt.ClientID, receipt.ID)
 	if err != nil {
 		fmt.Println("still", status.State, err) // ctx ended first
 		return

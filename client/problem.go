@@ -14,7 +14,7 @@ import (
 
 // Errors a call returns, without asking ingest, for arguments ingest would refuse.
 var (
-	// ErrClientIDMissing is a submit without a clientId.
+	// ErrClientIDMissing is a submit, or a status question, without a clientId.
 	ErrClientIDMissing = errors.New("the clientId is empty")
 	// ErrBodyNotJSON is a submit whose body is not one JSON value.
 	ErrBodyNotJSON = errors.New("the body is not valid JSON")

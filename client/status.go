@@ -96,22 +96,27 @@ type QueuePosition struct {
 	AtHead bool `json:"atHead"`
 }
 
-// Status asks ingest once (no long poll) where request id is, retrying as every call
-// does.
-func (c *Client) Status(ctx context.Context, id string) (Status, error) {
-	return c.status(ctx, id, 0)
+// Status asks ingest once (no long poll) where request id of client clientID is (a
+// Receipt's ID and ClientID), retrying as every call does. Statuses are kept by client,
+// so the question names both.
+func (c *Client) Status(ctx context.Context, clientID, id string) (Status, error) {
+	return c.status(ctx, clientID, id, 0)
 }
 
 // status asks where request id is; a wait above zero asks ingest to hold the answer
 // up to that long, until the status is final.
-func (c *Client) status(ctx context.Context, id string, wait time.Duration) (Status, error) {
+func (c *Client) status(ctx context.Context, clientID, id string, wait time.Duration) (Status, error) {
 	if id == "" {
 		return Status{}, fmt.Errorf("client: asking a status: %w", ErrIDMissing)
 	}
-	path := "/v1/requests/" + url.PathEscape(id)
-	if wait > 0 {
-		path += "?wait=" + url.QueryEscape(wait.String())
+	if clientID == "" {
+		return Status{}, fmt.Errorf("client: asking the status of %s: %w", id, ErrClientIDMissing)
 	}
+	q := url.Values{"clientId": {clientID}}
+	if wait > 0 {
+		q.Set("wait", wait.String())
+	}
+	path := "/v1/requests/" + url.PathEscape(id) + "?" + q.Encode()
 	var s Status
 	if err := c.call(ctx, "client: asking the status of "+id, http.MethodGet, path, nil, nil, &s); err != nil {
 		return Status{}, err
@@ -119,25 +124,25 @@ func (c *Client) status(ctx context.Context, id string, wait time.Duration) (Sta
 	return s, nil
 }
 
-// Wait asks ingest where request id is until the status is final (delivered or
+// Wait asks ingest where request id of client clientID is until the status is final (delivered or
 // dead-lettered) or ctx ends, and returns the last status it heard of, with ctx's
 // error (wrapped) when ctx ended first. StatusUnknown is not final: right after a
 // Submit the request's record may be milliseconds behind.
 //
-// Each question is a long poll, GET /v1/requests/{id}?wait=D, where D is MaxWaitPoll,
+// Each question is a long poll, GET /v1/requests/{id}?clientId=C&wait=D, where D is MaxWaitPoll,
 // or less when ctx ends sooner (D leaves a tenth of the time left, at most a second,
 // for the answer to arrive) or the http.Client's Timeout is short (D is at most half
 // of it). Each poll retries as every call does. Should ingest answer a poll with a
 // status that is not final before half of D has passed, Wait backs off as
 // RetryPolicy says before asking again, so an ingest that does not hold answers is
 // not asked in a tight loop.
-func (c *Client) Wait(ctx context.Context, id string) (Status, error) {
+func (c *Client) Wait(ctx context.Context, clientID, id string) (Status, error) {
 	var last Status
 	early := retrier{policy: RetryPolicy{Base: c.retry.Base, Max: c.retry.Max}}
 	for {
 		poll := c.pollDuration(ctx)
 		start := time.Now()
-		s, err := c.status(ctx, id, poll)
+		s, err := c.status(ctx, clientID, id, poll)
 		if err != nil {
 			return last, err
 		}

@@ -12,7 +12,7 @@ import (
 
 // Receipt is ingest's word that it stored a request.
 type Receipt struct {
-	// ID names the stored request; give it to Status and Wait.
+	// ID names the stored request; give it, with ClientID, to Status and Wait.
 	ID string
 	// ClientID is the clientId the request is spaced under.
 	ClientID string

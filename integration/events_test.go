@@ -200,13 +200,14 @@ func TestEventsFollowEachRequest(t *testing.T) {
 		t.Errorf("jo's purge: %+v, want reason purged", e)
 	}
 	// And the status record says the same.
+	clientOf := map[string]string{hal: "hal", ida: "ida", jo: "jo"}
 	for id, state := range map[string]string{hal: request.StateDelivered, ida: request.StateDelivered, jo: request.StateDeadLettered} {
-		st, err := s.q.Status(ctx, id)
+		st, err := s.q.Status(ctx, clientOf[id], id)
 		if err != nil || st.State != state {
 			t.Errorf("status of %s: %+v %v, want %s", id, st, err, state)
 		}
 	}
-	if st, _ := s.q.Status(ctx, ida); st.Replays != 1 {
+	if st, _ := s.q.Status(ctx, "ida", ida); st.Replays != 1 {
 		t.Errorf("ida's status: %+v, want 1 replay", st)
 	}
 	s.finish(20*time.Second, 0)
@@ -260,7 +261,7 @@ func TestNotBefore(t *testing.T) {
 			t.Errorf("Not-Before %q: %d %v, want 400 not_before_invalid saying %s", tc.v, code, p, tc.why)
 		}
 	}
-	if st, err := s.q.Status(context.Background(), kai1["id"].(string)); err != nil || st.NotBefore.IsZero() {
+	if st, err := s.q.Status(context.Background(), "kai", kai1["id"].(string)); err != nil || st.NotBefore.IsZero() {
 		t.Errorf("kai's status: %+v %v, want its not-before", st, err)
 	}
 	s.finish(20*time.Second, 0)

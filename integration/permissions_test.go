@@ -223,10 +223,10 @@ func TestEachNATSUserDoesOnlyItsJob(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if st, err := pc.Wait(ctx, ids[0]); err != nil || st.State != client.StatusDelivered {
+	if st, err := pc.Wait(ctx, "alice", ids[0]); err != nil || st.State != client.StatusDelivered {
 		t.Errorf("alice's first request reads %q (%v), want delivered", st.State, err)
 	}
-	if st, err := pc.Status(ctx, ids[2]); err != nil || st.State != client.StatusDeadLettered {
+	if st, err := pc.Status(ctx, "dora", ids[2]); err != nil || st.State != client.StatusDeadLettered {
 		t.Errorf("dora's first request reads %q (%v), want dead-lettered", st.State, err)
 	}
 

@@ -85,7 +85,7 @@ func TestBatch(t *testing.T) {
 		`{"body":{"n":2}}`, // 2: no clientId
 		`{"clientId":"alice","body":{"n":3},"notBefore":"tomorrow"}`,      // 3: bad not-before
 		`{"clientId":"alice","body":{"n":4},"colour":"blue"}`,             // 4: unknown field
-		`{"clientId":"bob","body":{"again":true},"idempotencyKey":"b-1"}`, // 5: bob's key again: a duplicate
+		`{"clientId":"bob","body":[1,2,3],"idempotencyKey":"b-1"}`,       // 5: bob's key again, same body: a duplicate
 		`{"clientId":"alice","body":"two"}`,                               // 6: good, after 0
 		`{"clientId":"carol","body":1}`,                                   // 7: good (carol's 2nd)
 		`{"clientId":"carol","body":2}`,                                   // 8: good (3rd: her cap)
@@ -357,11 +357,11 @@ func TestStatusThroughEveryState(t *testing.T) {
 	c := goClient(t, s.ingestBase())
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	if st, err := c.Status(ctx, request.NewID(time.Now())); err != nil || st.State != client.StatusUnknown {
+	if st, err := c.Status(ctx, "gina", request.NewID(time.Now())); err != nil || st.State != client.StatusUnknown {
 		t.Fatalf("a fresh id: %+v %v, want unknown", st, err)
 	}
 	var bad *client.Problem
-	if _, err := c.Status(ctx, "not-an-id"); !errors.As(err, &bad) || bad.Code != "id_invalid" {
+	if _, err := c.Status(ctx, "gina", "not-an-id"); !errors.As(err, &bad) || bad.Code != "id_invalid" {
 		t.Fatalf("a malformed id: %v, want id_invalid", err)
 	}
 	r, err := c.Submit(ctx, "gina", []byte(`{"g":1}`), client.WithIdempotencyKey("g-1"))
@@ -373,7 +373,7 @@ func TestStatusThroughEveryState(t *testing.T) {
 		t.Helper()
 		var st client.Status
 		waitForState(t, time.Minute, "status "+string(want), func() (bool, string) {
-			st, err = c.Status(ctx, r.ID)
+			st, err = c.Status(ctx, r.ClientID, r.ID)
 			return err == nil && st.State == want, fmt.Sprintf("%+v (%v)", st, err)
 		})
 		return st
@@ -398,7 +398,7 @@ func TestStatusThroughEveryState(t *testing.T) {
 	second := s.secondIngest(t)
 	c2 := goClient(t, second)
 	waitForState(t, time.Minute, "the record after the restarts to say queued after 1 attempt", func() (bool, string) {
-		after, err := c2.Status(ctx, r.ID)
+		after, err := c2.Status(ctx, r.ClientID, r.ID)
 		return err == nil && after.State == client.StatusQueued && after.Attempts == 1, fmt.Sprintf("%+v (%v)", after, err)
 	})
 
@@ -406,7 +406,7 @@ func TestStatusThroughEveryState(t *testing.T) {
 	s.startDispatcher()
 	waited := make(chan client.Status, 1)
 	go func() {
-		st, err := c2.Wait(ctx, r.ID)
+		st, err := c2.Wait(ctx, r.ClientID, r.ID)
 		if err != nil {
 			t.Errorf("wait: %v", err)
 		}
@@ -424,7 +424,7 @@ func TestStatusThroughEveryState(t *testing.T) {
 		t.Fatalf("the wait answered %s after raven's 2xx: it did not answer at the moment of delivery", lag)
 	}
 	for _, cl := range []*client.Client{c, c2} {
-		if st, err := cl.Status(ctx, r.ID); err != nil || st.State != client.StatusDelivered {
+		if st, err := cl.Status(ctx, r.ClientID, r.ID); err != nil || st.State != client.StatusDelivered {
 			t.Fatalf("status on each ingest: %+v %v, want delivered", st, err)
 		}
 	}

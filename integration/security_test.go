@@ -400,7 +400,7 @@ func TestRavenURLStaysPrivate(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	st, err := s.q.Status(ctx, id)
+	st, err := s.q.Status(ctx, "bob", id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -409,7 +409,7 @@ func TestRavenURLStaysPrivate(t *testing.T) {
 	}
 	b, _ := json.Marshal(st)
 	leaks("the status", string(b))
-	events, err := s.q.Events(ctx, id)
+	events, err := s.q.Events(ctx, "bob", id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -510,9 +510,9 @@ func TestTenantsCannotReachEachOther(t *testing.T) {
 	}
 	// A reads B's status: as for an id never given. B reads it.
 	waitFor(t, time.Minute, "B's request to be readable as queued", func() bool {
-		return do("GET", base+"/"+mine.ID, "token-B", "").State == request.StateQueued
+		return do("GET", base+"/"+mine.ID+"?clientId=bob-of-B", "token-B", "").State == request.StateQueued
 	})
-	if a := do("GET", base+"/"+mine.ID, "token-A", ""); a.Code != 200 || a.State != request.StateUnknown {
+	if a := do("GET", base+"/"+mine.ID+"?clientId=bob-of-B", "token-A", ""); a.Code != 200 || a.State != request.StateUnknown {
 		t.Errorf("A reading B's request: %d %s, want 200 unknown", a.Code, a.State)
 	}
 	// B's key again with another body: 409; the first stands.

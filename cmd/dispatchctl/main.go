@@ -83,7 +83,7 @@ var commands = []command{
 		}, run: clients},
 	{name: "request", args: "<id>", summary: "show where one request is, from its status record: queued (and its place), in flight, delivered, dead-lettered",
 		flags: func(f *flag.FlagSet, o *opts) {
-			f.StringVar(&o.client, "client", "", "the request's clientId: for a request without a status record, searches that client's queue")
+			f.StringVar(&o.client, "client", "", "the request's clientId: its status record is read by client, and that client's queue is searched")
 		}, minArgs: 1, maxArgs: 1, run: requestState},
 	{name: "deadletters", summary: "list dead letters, oldest first, with filters",
 		flags: func(f *flag.FlagSet, o *opts) {

@@ -236,10 +236,16 @@ func (s *Service) Overview(ctx context.Context) Overview {
 	return o
 }
 
-// Events is the request's recorded events, in order (its timeline).
-func (s *Service) Events(ctx context.Context, id string) ([]request.Event, error) {
+// Events is the recorded events of request id of client clientID (its timeline), in the
+// order they were stored. Without clientID only a record written before ADR 10 is found.
+func (s *Service) Events(ctx context.Context, clientID, id string) ([]request.Event, error) {
 	if err := request.ValidateID(id); err != nil {
 		return nil, invalid("id: %s", err)
 	}
-	return s.q.Events(ctx, id)
+	if clientID != "" {
+		if err := request.ValidateClientID(clientID); err != nil {
+			return nil, invalid("client: %s", err)
+		}
+	}
+	return s.q.Events(ctx, clientID, id)
 }

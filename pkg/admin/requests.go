@@ -49,21 +49,38 @@ func (s *Service) Request(ctx context.Context, id, clientID string) (RequestStat
 			return RequestState{}, invalid("client: %s", err)
 		}
 	}
-	var rec *request.Status
-	if request.ValidateID(id) == nil {
-		// Without a record readable (no events stream yet: an older deployment) the
-		// searches below still answer.
-		st, err := s.q.Status(ctx, id)
-		if err == nil && st.State != request.StateUnknown {
-			rec = &st
-			if clientID == "" {
-				clientID = st.ClientID
-			}
+	rec := s.record(ctx, clientID, id)
+	if rec != nil && clientID == "" {
+		clientID = rec.ClientID
+	}
+	if rec == nil && clientID == "" && request.ValidateID(id) == nil {
+		// The record is kept by client: find the client from the id's acceptance.
+		if c, ok, err := s.q.ClientOfEvents(ctx, id); err == nil && ok {
+			clientID, rec = c, s.record(ctx, c, id)
 		}
 	}
 	rs, err := s.where(ctx, id, clientID, rec)
-	rs.Record = rec
+	if rec == nil && clientID == "" && rs.ClientID != "" {
+		// Found by id alone (a dead letter, a recent delivery): its client names its record.
+		rs.Record = s.record(ctx, rs.ClientID, id)
+	} else {
+		rs.Record = rec
+	}
 	return rs, err
+}
+
+// record reads the request's status record: it is kept by client (ADR 10), so without
+// clientID only a record written before that is found. Nil when there is none, or it
+// cannot be read (no events stream yet: an older deployment); the searches still answer.
+func (s *Service) record(ctx context.Context, clientID, id string) *request.Status {
+	if request.ValidateID(id) != nil {
+		return nil
+	}
+	st, err := s.q.Status(ctx, clientID, id)
+	if err != nil || st.State == request.StateUnknown {
+		return nil
+	}
+	return &st
 }
 
 // where finds the request in its client's queue or dead letters, and among the
@@ -96,7 +113,7 @@ func (s *Service) where(ctx context.Context, id, clientID string, rec *request.S
 	}
 	detail := "no status record (events are kept for STATUS_RETENTION), not among the dead letters, nor among the running dispatchers' recent deliveries: check the id (ingest's 202 gives it)"
 	if clientID == "" {
-		detail += "; give its client (-client) to search that client's queue"
+		detail += "; give its client (-client) to read its status record and search that client's queue"
 	}
 	return RequestState{ID: id, State: StateUnknown, Detail: detail}, nil
 }

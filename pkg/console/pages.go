@@ -387,7 +387,11 @@ func (c *Console) request(r *http.Request, v *view) (string, error) {
 		}
 		d.State = &st
 		if request.ValidateID(id) == nil {
-			d.Events, d.EventsErr = c.cfg.Admin.Events(r.Context(), id)
+			client := d.Client
+			if client == "" {
+				client = st.ClientID
+			}
+			d.Events, d.EventsErr = c.cfg.Admin.Events(r.Context(), client, id)
 		}
 	}
 	v.Data = d

@@ -44,11 +44,13 @@ func (stored) Ready(context.Context) error { return nil }
 // at once.
 type delivered struct{}
 
-func (delivered) Events(_ context.Context, id string) ([]request.Event, error) {
+func (delivered) Events(_ context.Context, _, id string) ([]request.Event, error) {
 	return []request.Event{{Type: request.EventDelivered, ID: id, ClientID: "c", At: time.Now()}}, nil
 }
 func (delivered) Place(context.Context, request.Status) *request.QueuePlace { return nil }
-func (delivered) WatchEvents(string, func(request.Event)) (func(), error)   { return func() {}, nil }
+func (delivered) WatchEvents(_, _ string, _ func(request.Event)) (func(), error) {
+	return func() {}, nil
+}
 
 // serve answers one request with an ingest API configured by cfg.
 func serve(t *testing.T, cfg ingest.Config, method, path, contentType, auth, body string) *httptest.ResponseRecorder {
@@ -160,12 +162,12 @@ func TestAnEmptyBatchIsItsOwnProblem(t *testing.T) {
 func TestAStatusWaitOverTheCapIsCutAndSaysSo(t *testing.T) {
 	t.Parallel()
 	cfg := ingest.Config{Status: delivered{}, MaxStatusWait: 10 * time.Second}
-	path := "/v1/requests/" + request.NewID(time.Now())
-	rec := serve(t, cfg, http.MethodGet, path+"?wait=2m", "", "", "")
+	path := "/v1/requests/" + request.NewID(time.Now()) + "?clientId=c"
+	rec := serve(t, cfg, http.MethodGet, path+"&wait=2m", "", "", "")
 	if rec.Code != http.StatusOK || rec.Header().Get(ingest.WaitCappedHeader) != "10s" {
 		t.Errorf("wait=2m with a cap of 10s: %d, %s: %q; want 200 with %[2]s: 10s", rec.Code, ingest.WaitCappedHeader, rec.Header().Get(ingest.WaitCappedHeader))
 	}
-	rec = serve(t, cfg, http.MethodGet, path+"?wait=10s", "", "", "")
+	rec = serve(t, cfg, http.MethodGet, path+"&wait=10s", "", "", "")
 	if rec.Code != http.StatusOK || rec.Header().Values(ingest.WaitCappedHeader) != nil {
 		t.Errorf("wait=10s with a cap of 10s: %d, %s: %q; want 200 without it", rec.Code, ingest.WaitCappedHeader, rec.Header().Get(ingest.WaitCappedHeader))
 	}
@@ -238,5 +240,27 @@ func TestTheREADMEListsEveryProblemCode(t *testing.T) {
 		if !slices.Contains(listed, c) {
 			t.Errorf("problem code %q (%s) is not in the README's table of problem codes", c, where)
 		}
+	}
+}
+
+// A status read names the request's client (ADR 10): without it, or with one that is no
+// clientId, the answer is a 400 that says what to send; with it, the status.
+func TestAStatusReadNamesTheClient(t *testing.T) {
+	t.Parallel()
+	cfg := ingest.Config{Status: delivered{}}
+	id := request.NewID(time.Now())
+	for _, c := range []struct{ query, code, says string }{
+		{"", "client_id_missing", "?clientId="},
+		{"?wait=1s", "client_id_missing", "?clientId="},
+		{"?clientId=", "client_id_missing", "?clientId="},
+		{"?clientId=%01", "client_id_invalid", "clientId"},
+	} {
+		rec := serve(t, cfg, http.MethodGet, "/v1/requests/"+id+c.query, "", "", "")
+		if p := problemOf(t, rec); rec.Code != http.StatusBadRequest || p.Code != c.code || !strings.Contains(p.Detail, c.says) {
+			t.Errorf("GET /v1/requests/{id}%s: %d %+v, want 400 %s saying %q", c.query, rec.Code, p, c.code, c.says)
+		}
+	}
+	if rec := serve(t, cfg, http.MethodGet, "/v1/requests/"+id+"?clientId=c", "", "", ""); rec.Code != http.StatusOK {
+		t.Errorf("GET /v1/requests/{id}?clientId=c: %d %s, want 200", rec.Code, rec.Body)
 	}
 }

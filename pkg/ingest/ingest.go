@@ -44,13 +44,14 @@ type Events interface {
 // StatusReader reads requests' events, from which their statuses follow
 // (request.StatusOf).
 type StatusReader interface {
-	// Events reads request id's latest event of each type.
-	Events(ctx context.Context, id string) ([]request.Event, error)
+	// Events reads the events of request id of client clientID (ADR 10).
+	Events(ctx context.Context, clientID, id string) ([]request.Event, error)
 	// Place says where a queued request stands in its client's queue; nil when it is
 	// not queued or that cannot be read.
 	Place(ctx context.Context, st request.Status) *request.QueuePlace
-	// WatchEvents calls fn with each event of request id written from now on.
-	WatchEvents(id string, fn func(request.Event)) (stop func(), err error)
+	// WatchEvents calls fn with each event of request id of client clientID written
+	// from now on.
+	WatchEvents(clientID, id string, fn func(request.Event)) (stop func(), err error)
 }
 
 // Readiness reports whether the queue can take requests now.

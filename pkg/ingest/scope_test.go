@@ -200,7 +200,7 @@ func TestATokenSendsAndReadsOnlyForItsClients(t *testing.T) {
 
 	// Reads: acme reads its request; globex reads it as unknown (its id says nothing).
 	read := func(token, id string) string {
-		a := call(t, ctx, http.MethodGet, srv.URL+"/v1/requests/"+id, token, "")
+		a := call(t, ctx, http.MethodGet, srv.URL+"/v1/requests/"+id+"?clientId=acme-bob", token, "")
 		var state string
 		_ = json.Unmarshal(a.Status, &state)
 		return fmt.Sprint(a.Code, " ", state, " ", a.ClientID)
@@ -260,14 +260,14 @@ func TestATokenHoldsOnlyItsShares(t *testing.T) {
 	t.Cleanup(func() { cancel(); wg.Wait() })
 	wg.Go(func() { // a read that holds its slot; again if it was refused (one of the test's took it)
 		for rctx.Err() == nil {
-			call(t, rctx, http.MethodGet, srv.URL+"/v1/requests/"+id+"?wait=60s", "tok-globex", "")
+			call(t, rctx, http.MethodGet, srv.URL+"/v1/requests/"+id+"?clientId=globex-x&wait=60s", "tok-globex", "")
 		}
 	})
 	// Until globex's first read holds its slot, a second one may still be let in: ask
 	// until one is refused (the first holds its slot for a minute).
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		a := call(t, ctx, http.MethodGet, srv.URL+"/v1/requests/"+id+"?wait=1ms", "tok-globex", "")
+		a := call(t, ctx, http.MethodGet, srv.URL+"/v1/requests/"+id+"?clientId=globex-x&wait=1ms", "tok-globex", "")
 		if a.Code == 429 && a.Problem == "tenant_reads_full" {
 			break
 		}
@@ -276,7 +276,7 @@ func TestATokenHoldsOnlyItsShares(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	if a := call(t, ctx, http.MethodGet, srv.URL+"/v1/requests/"+id+"?wait=1ms", "tok-acme", ""); a.Code != 200 {
+	if a := call(t, ctx, http.MethodGet, srv.URL+"/v1/requests/"+id+"?clientId=acme-x&wait=1ms", "tok-acme", ""); a.Code != 200 {
 		t.Errorf("acme's waiting read while globex holds its share: %d %s, want 200", a.Code, a.Problem)
 	}
 }
@@ -297,20 +297,20 @@ func TestOneTokenCannotHoldEveryWaitingRead(t *testing.T) {
 	}
 	srv := httptest.NewServer(api.Handler())
 	t.Cleanup(srv.Close)
-	url := srv.URL + "/v1/requests/" + request.NewID(time.Now())
+	url := srv.URL + "/v1/requests/" + request.NewID(time.Now()) + "?clientId=c"
 	rctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	t.Cleanup(func() { cancel(); wg.Wait() }) // after srv.Close, so it runs before it
 	wg.Go(func() {                            // a read that holds its slot; again if it was refused (one of the test's took it)
 		for rctx.Err() == nil {
-			call(t, rctx, http.MethodGet, url+"?wait=60s", "tok-a", "")
+			call(t, rctx, http.MethodGet, url+"&wait=60s", "tok-a", "")
 		}
 	})
 	// Until a's first read holds its slot, a second may still be let in: ask until one is
 	// refused (the first holds its slot for a minute).
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		a := call(t, context.Background(), http.MethodGet, url+"?wait=1ms", "tok-a", "")
+		a := call(t, context.Background(), http.MethodGet, url+"&wait=1ms", "tok-a", "")
 		if a.Code == 429 && a.Problem == "tenant_reads_full" {
 			break
 		}
@@ -319,7 +319,7 @@ func TestOneTokenCannotHoldEveryWaitingRead(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	if a := call(t, context.Background(), http.MethodGet, url+"?wait=1ms", "tok-b", ""); a.Code != 200 {
+	if a := call(t, context.Background(), http.MethodGet, url+"&wait=1ms", "tok-b", ""); a.Code != 200 {
 		t.Errorf("tok-b's waiting read while tok-a holds its share: %d %s, want 200", a.Code, a.Problem)
 	}
 }

@@ -12,7 +12,8 @@ import (
 	"github.com/penguinhq/dispatcher/pkg/request"
 )
 
-// status answers GET /v1/requests/{id}: the request's status from its events. With
+// status answers GET /v1/requests/{id}?clientId=: the request's status from its events,
+// which are kept by client (ADR 10), so the read names the client as well. With
 // ?wait=30s it holds the answer until the request reaches a final state (delivered,
 // dead_lettered) or the wait ends, and answers with the status as it is then. A wait
 // over MaxStatusWait is cut to it, and the answer says so in WaitCappedHeader: a long
@@ -27,6 +28,15 @@ func (a *API) status(w http.ResponseWriter, r *http.Request, scope *Scope) {
 	id := chi.URLParam(r, "id")
 	if err := request.ValidateID(id); err != nil {
 		writeProblem(w, *badRequest("id_invalid", fmt.Sprintf("%q is not a request id: %s", truncate(id, 64), err)))
+		return
+	}
+	clientID := r.URL.Query().Get("clientId")
+	if clientID == "" {
+		writeProblem(w, *badRequest("client_id_missing", fmt.Sprintf("a status read names the request's client as well: GET /v1/requests/%s?clientId=<its clientId> (the 202 answer gave both); statuses are kept by client", id)))
+		return
+	}
+	if err := request.ValidateClientID(clientID); err != nil {
+		writeProblem(w, *badRequest("client_id_invalid", fmt.Sprintf("clientId %q: %s", truncate(clientID, 64), err)))
 		return
 	}
 	var wait time.Duration
@@ -65,7 +75,7 @@ func (a *API) status(w http.ResponseWriter, r *http.Request, scope *Scope) {
 		return
 	}
 	defer release()
-	st, err := a.readStatus(r.Context(), w, id, wait, scope)
+	st, err := a.readStatus(r.Context(), w, clientID, id, wait, scope)
 	if err != nil {
 		if r.Context().Err() != nil {
 			return // the caller left
@@ -86,14 +96,18 @@ const WaitCappedHeader = "Wait-Capped"
 // final or the wait ends. The watch starts before the first read, so that no event falls
 // between the two, and the events it hears count with those read: one heard may not be
 // readable yet.
-func (a *API) readStatus(ctx context.Context, w http.ResponseWriter, id string, wait time.Duration, scope *Scope) (request.Status, error) {
+func (a *API) readStatus(ctx context.Context, w http.ResponseWriter, clientID, id string, wait time.Duration, scope *Scope) (request.Status, error) {
+	if !scope.Allows(clientID) {
+		// Another tenant's request reads as one never sent: its id says nothing.
+		return request.StatusOf(id, nil), nil
+	}
 	var mu sync.Mutex
 	var heard []request.Event
 	changed := make(chan struct{}, 1)
 	if wait > 0 {
 		// The server's write timeout is for answers that do not wait: this one may.
 		_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(wait + 10*time.Second))
-		stop, err := a.cfg.Status.WatchEvents(id, func(e request.Event) {
+		stop, err := a.cfg.Status.WatchEvents(clientID, id, func(e request.Event) {
 			mu.Lock()
 			heard = append(heard, e)
 			mu.Unlock()
@@ -111,7 +125,7 @@ func (a *API) readStatus(ctx context.Context, w http.ResponseWriter, id string, 
 	defer timer.Stop()
 	for {
 		rctx, cancel := context.WithTimeout(ctx, statusReadTimeout)
-		events, err := a.cfg.Status.Events(rctx, id)
+		events, err := a.cfg.Status.Events(rctx, clientID, id)
 		cancel()
 		if err != nil {
 			return request.Status{}, err
@@ -120,8 +134,8 @@ func (a *API) readStatus(ctx context.Context, w http.ResponseWriter, id string, 
 		events = append(events, heard...)
 		mu.Unlock()
 		st := request.StatusOf(id, events)
-		if st.ClientID != "" && !scope.Allows(st.ClientID) {
-			// Another tenant's request reads as one never sent: its id says nothing.
+		if st.ClientID != "" && st.ClientID != clientID {
+			// Read before ADR 10 by id alone: another client's request is not this one.
 			return request.StatusOf(id, nil), nil
 		}
 		if wait <= 0 || st.Final() {

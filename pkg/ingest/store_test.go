@@ -138,7 +138,7 @@ func TestStatusWaitsAreBounded(t *testing.T) {
 	srv := httptest.NewServer(api.Handler())
 	t.Cleanup(srv.Close)
 	id := request.NewID(time.Now())
-	url := srv.URL + "/v1/requests/" + id // not final until the test says so: a read waits
+	url := srv.URL + "/v1/requests/" + id + "?clientId=c" // not final until the test says so: a read waits
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel) // after srv.Close, so it runs before it: a read left waiting ends
 	get := func(url string) string {
@@ -163,7 +163,7 @@ func TestStatusWaitsAreBounded(t *testing.T) {
 	// final, so the other finds it taken however late it comes (within 30 s).
 	codes := make(chan string, 2)
 	for range 2 {
-		go func() { codes <- get(url + "?wait=30s") }()
+		go func() { codes <- get(url + "&wait=30s") }()
 	}
 	next := func(what string) string {
 		select {
@@ -183,7 +183,7 @@ func TestStatusWaitsAreBounded(t *testing.T) {
 	if c := next("the waiting read's answer once the request was delivered"); c != "200 delivered" {
 		t.Fatalf("the waiting read, once the request was delivered, answered %q, want 200 delivered", c)
 	}
-	if c := get(url + "?wait=30s"); c != "200 delivered" {
+	if c := get(url + "&wait=30s"); c != "200 delivered" {
 		t.Fatalf("a waiting read once the other ended answered %q, want 200 delivered (its slot free again)", c)
 	}
 }
@@ -197,7 +197,7 @@ type heldReads struct {
 	once    sync.Once
 }
 
-func (h *heldReads) Events(ctx context.Context, id string) ([]request.Event, error) {
+func (h *heldReads) Events(ctx context.Context, clientID, id string) ([]request.Event, error) {
 	first := false
 	h.once.Do(func() { first = true })
 	if first {
@@ -208,7 +208,7 @@ func (h *heldReads) Events(ctx context.Context, id string) ([]request.Event, err
 			return nil, ctx.Err()
 		}
 	}
-	return h.Queue.Events(ctx, id)
+	return h.Queue.Events(ctx, clientID, id)
 }
 
 // Status reads without ?wait are bounded too (issue 35, finding 3: 1,000 keep-alive
@@ -225,7 +225,7 @@ func TestStatusReadsAreBounded(t *testing.T) {
 	released := sync.OnceFunc(func() { close(h.release) })
 	t.Cleanup(srv.Close)
 	t.Cleanup(released) // runs before srv.Close: the held read ends
-	url := srv.URL + "/v1/requests/" + request.NewID(time.Now())
+	url := srv.URL + "/v1/requests/" + request.NewID(time.Now()) + "?clientId=c"
 	first := make(chan int, 1)
 	go func() {
 		resp, err := http.Get(url)

@@ -61,7 +61,7 @@ type statuses struct {
 	failing string
 }
 
-func (s statuses) Events(_ context.Context, id string) ([]request.Event, error) {
+func (s statuses) Events(_ context.Context, _, id string) ([]request.Event, error) {
 	if id == s.failing {
 		return nil, errors.New("no leader")
 	}
@@ -75,7 +75,9 @@ func (s statuses) Place(_ context.Context, st request.Status) *request.QueuePlac
 	return &request.QueuePlace{Backlog: 3, AtHead: true}
 }
 
-func (s statuses) WatchEvents(string, func(request.Event)) (func(), error) { return func() {}, nil }
+func (s statuses) WatchEvents(_, _ string, _ func(request.Event)) (func(), error) {
+	return func() {}, nil
+}
 
 func (r readiness) Ready(context.Context) error { return r.err }
 
@@ -237,14 +239,16 @@ func TestIngestExchanges(t *testing.T) {
 		url, client := serveIngest(t, ingest.Config{Status: st}, publisher{}, readiness{})
 		get := http.MethodGet
 		run(t, client, url, []exchange{
-			{"queued", get, path + "/" + queued, "", nil, 200},
-			{"in flight", get, path + "/" + inFlight, "", nil, 200},
-			{"delivered", get, path + "/" + delivered + "?wait=1s", "", nil, 200},
-			{"dead-lettered", get, path + "/" + dead, "", nil, 200},
-			{"unknown", get, path + "/" + unknown + "?wait=1ms", "", nil, 200},
-			{"id invalid", get, path + "/not-an-id", "", nil, 400},
-			{"wait invalid", get, path + "/" + queued + "?wait=soon", "", nil, 400},
-			{"unavailable", get, path + "/" + failing, "", nil, 503},
+			{"queued", get, path + "/" + queued + "?clientId=p", "", nil, 200},
+			{"in flight", get, path + "/" + inFlight + "?clientId=p", "", nil, 200},
+			{"delivered", get, path + "/" + delivered + "?clientId=p&wait=1s", "", nil, 200},
+			{"dead-lettered", get, path + "/" + dead + "?clientId=p", "", nil, 200},
+			{"unknown", get, path + "/" + unknown + "?clientId=p&wait=1ms", "", nil, 200},
+			{"id invalid", get, path + "/not-an-id?clientId=p", "", nil, 400},
+			{"client missing", get, path + "/" + queued, "", nil, 400},
+			{"client invalid", get, path + "/" + queued + "?clientId=%01", "", nil, 400},
+			{"wait invalid", get, path + "/" + queued + "?clientId=p&wait=soon", "", nil, 400},
+			{"unavailable", get, path + "/" + failing + "?clientId=p", "", nil, 503},
 		})
 	})
 	t.Run("NotReady", func(t *testing.T) {
@@ -450,11 +454,12 @@ func TestAdminExchanges(t *testing.T) {
 		{"budget configured", put, "/admin/v1/budget", `{"max_rate":"configured","max_inflight":null}`, withJSON, 200},
 		{"request queued", get, "/admin/v1/requests/r2?client=a", "", auth, 200},
 		{"request queued, no client nor record", get, "/admin/v1/requests/r2", "", auth, 200},
-		{"request queued, client from its record", get, "/admin/v1/requests/" + queued, "", auth, 200},
+		{"request queued, with its record", get, "/admin/v1/requests/" + queued + "?client=d", "", auth, 200},
+		{"request queued, client from its acceptance", get, "/admin/v1/requests/" + queued, "", auth, 200},
 		{"request in flight", get, "/admin/v1/requests/" + inFlight + "?client=d", "", auth, 200},
 		{"request dead-lettered", get, "/admin/v1/requests/r0?client=a", "", auth, 200},
 		{"request dead-lettered, no client", get, "/admin/v1/requests/r0", "", auth, 200},
-		{"request dead-lettered, by its record", get, "/admin/v1/requests/" + dead, "", auth, 200},
+		{"request dead-lettered, by its record", get, "/admin/v1/requests/" + dead + "?client=d", "", auth, 200},
 		{"request delivered", get, "/admin/v1/requests/" + delivered, "", auth, 200},
 		{"request unknown", get, "/admin/v1/requests/nothing", "", auth, 200},
 		{"request bad client", get, "/admin/v1/requests/r2?client=%01", "", auth, 400},
@@ -478,10 +483,11 @@ func TestAdminExchanges(t *testing.T) {
 		lane, delivery, record bool
 	}{
 		{"r2?client=a", request.StateQueued, false, false, false},
-		{queued, request.StateQueued, true, false, true},
+		{queued + "?client=d", request.StateQueued, true, false, true},
+		{queued, request.StateQueued, true, false, true}, // its client found from its acceptance
 		{inFlight + "?client=d", request.StateInFlight, true, false, true},
 		{"r0", request.StateDeadLettered, false, false, false},
-		{dead, request.StateDeadLettered, false, false, true},
+		{dead + "?client=d", request.StateDeadLettered, false, false, true},
 		{delivered, request.StateDelivered, false, true, true},
 		{"nothing", request.StateUnknown, false, false, false},
 	} {

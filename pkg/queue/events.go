@@ -56,12 +56,29 @@ func eventStreamConfig(cfg Config) jetstream.StreamConfig {
 // of its own.
 const EventReadTimeout = 5 * time.Second
 
-// Events reads every event type's latest event of request id (its latest attempt
-// started and failed, its acceptance, ...): what request.StatusOf needs. No events: an
-// empty list.
-func (q *Queue) Events(ctx context.Context, id string) ([]request.Event, error) {
+// Reading a request's events (ADR 10): its client's events from the request's time on.
+const (
+	// eventReadBatch is how many events one direct get returns at most.
+	eventReadBatch = 256
+	// eventClockMargin is how much earlier than a request id's time its events are read
+	// from: the id's time is ingest's clock, the events' times are the store's.
+	eventClockMargin = time.Minute
+)
+
+// Events reads the events of request id of client clientID (ADR 10): its client's events
+// from the request's time on, until its final event, with those of a replay. A request
+// id made by NewID holds its time; a keyed one does not, and its client's acceptances
+// are read from the start of the record to find it. What a request from before ADR 10
+// recorded is read the way it was written, as it is when clientID is "" (then nothing
+// newer is found). No events: an empty list.
+func (q *Queue) Events(ctx context.Context, clientID, id string) ([]request.Event, error) {
 	if err := request.ValidateID(id); err != nil {
 		return nil, err
+	}
+	if clientID != "" {
+		if err := request.ValidateClientID(clientID); err != nil {
+			return nil, err
+		}
 	}
 	if _, ok := ctx.Deadline(); !ok {
 		// A direct get is a plain request: an answer that never comes (a responder that
@@ -70,11 +87,167 @@ func (q *Queue) Events(ctx context.Context, id string) ([]request.Event, error) 
 		ctx, cancel = context.WithTimeout(ctx, EventReadTimeout)
 		defer cancel()
 	}
+	var out []request.Event
+	if clientID != "" {
+		r := eventRead{q: q, id: id, seen: map[uint64]bool{}}
+		if err := r.read(ctx, clientID); err != nil {
+			return nil, fmt.Errorf("reading events of %s: %w", id, err)
+		}
+		out = r.events
+	}
+	if len(out) > 0 {
+		return out, nil
+	}
+	return q.legacyEvents(ctx, id)
+}
+
+// ClientOfEvents finds the client of request id from the events stream alone, for an
+// operator who has only the id: it reads every client's acceptances stored from a
+// couple of seconds before the id's time, at most clientSearchEvents of them, for the
+// id's. Best effort: false for a keyed id (it holds no time), for one accepted when
+// more than that many others were, or whose acceptance is not stored.
+func (q *Queue) ClientOfEvents(ctx context.Context, id string) (string, bool, error) {
+	at, ok := request.IDTime(id)
+	if !ok {
+		return "", false, nil
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, EventReadTimeout)
+		defer cancel()
+	}
+	r := eventRead{q: q, id: id, seen: map[uint64]bool{}, limit: clientSearchEvents}
+	err := r.scan(ctx, request.EventPrefix+"*."+request.EventAccepted, at.Add(-2*time.Second), func(request.Event, time.Time) bool { return true })
+	if err != nil || len(r.events) == 0 {
+		return "", false, err
+	}
+	return r.events[0].ClientID, true, nil
+}
+
+// clientSearchEvents bounds ClientOfEvents' read: about 2 MB of events.
+const clientSearchEvents = 8192
+
+// eventRead gathers one request's events from its client's subjects.
+type eventRead struct {
+	q       *Queue
+	id      string
+	seen    map[uint64]bool // stream sequences already taken
+	events  []request.Event
+	limit   int // the most events a scan reads; none if zero
+	scanned int // events the scans read
+}
+
+func (r *eventRead) read(ctx context.Context, clientID string) error {
+	from, timed := request.IDTime(r.id)
+	if timed {
+		from = from.Add(-eventClockMargin)
+	} else {
+		// A keyed id: its latest copy's acceptance says where its events start.
+		var last time.Time
+		err := r.scan(ctx, request.ClientEventSubject(clientID, request.EventAccepted), time.Time{}, func(e request.Event, at time.Time) bool {
+			last = at
+			return false
+		})
+		if err != nil {
+			return err
+		}
+		if !last.IsZero() {
+			from = last.Add(-eventClockMargin)
+		}
+	}
+	// Replays are rare and on their own subject: the latest cycle's replay says where the
+	// events that count start.
+	cycle, cycleFrom := 0, from
+	err := r.scan(ctx, request.ClientEventSubject(clientID, request.EventReplayed), from, func(e request.Event, at time.Time) bool {
+		if e.Cycle > cycle {
+			cycle, cycleFrom = e.Cycle, at.Add(-eventClockMargin)
+		}
+		return false
+	})
+	if err != nil {
+		return err
+	}
+	// Then every event from there to the latest cycle's final one.
+	if cycleFrom.After(from) {
+		from = cycleFrom
+	}
+	// A final event ends the read when it is of the latest cycle and of the latest copy
+	// seen (a key sent again after the duplicate window stores a new copy, with a higher
+	// sequence, that may wait behind the earlier copy).
+	return r.scan(ctx, request.ClientEventFilter(clientID), from, func(e request.Event, _ time.Time) bool {
+		return e.Final() && e.Cycle >= cycle && (e.Seq == 0 || e.Seq >= r.latestSeq())
+	})
+}
+
+// latestSeq is the highest request-stream sequence among the events taken.
+func (r *eventRead) latestSeq() uint64 {
+	var seq uint64
+	for _, e := range r.events {
+		seq = max(seq, e.Seq)
+	}
+	return seq
+}
+
+// scan reads the events on filter stored from time from on (from the first if zero),
+// taking those of the request, until stop says so of one of them or the end is reached.
+func (r *eventRead) scan(ctx context.Context, filter string, from time.Time, stop func(request.Event, time.Time) bool) error {
+	type get struct {
+		Seq       uint64     `json:"seq,omitempty"`
+		NextFor   string     `json:"next_by_subj"`
+		StartTime *time.Time `json:"start_time,omitempty"`
+		Batch     int        `json:"batch"`
+	}
+	req := get{NextFor: filter, Batch: eventReadBatch, Seq: 1}
+	if !from.IsZero() {
+		req.StartTime, req.Seq = &from, 0
+	}
+	for {
+		msgs, err := DirectBatch(ctx, r.q.nc, EventStream, req, eventReadBatch)
+		if err != nil {
+			return err
+		}
+		r.scanned += len(msgs)
+		for _, m := range msgs {
+			seq, _ := strconv.ParseUint(m.Header.Get(jetstream.SequenceHeader), 10, 64)
+			if id := m.Header.Get(request.EventIDHeader); id != "" && id != r.id {
+				continue
+			}
+			var e request.Event
+			if err := json.Unmarshal(m.Data, &e); err != nil || e.ID != r.id {
+				continue // another request's, or not written by this service
+			}
+			at, _ := time.Parse(time.RFC3339Nano, m.Header.Get(jetstream.TimeStampHeaer))
+			if !r.seen[seq] {
+				r.seen[seq] = true
+				r.events = append(r.events, e)
+			}
+			if stop(e, at) {
+				return nil
+			}
+		}
+		if len(msgs) == 0 || r.limit > 0 && r.scanned >= r.limit {
+			return nil
+		}
+		last := msgs[len(msgs)-1]
+		if last.Header.Get("Nats-Num-Pending") == "0" {
+			return nil
+		}
+		seq, err := strconv.ParseUint(last.Header.Get(jetstream.SequenceHeader), 10, 64)
+		if err != nil {
+			return fmt.Errorf("an event without its sequence: %w", err)
+		}
+		req.Seq, req.StartTime = seq+1, nil
+	}
+}
+
+// legacyEvents reads every event type's latest event of request id as written before
+// ADR 10, one subject per request and type.
+func (q *Queue) legacyEvents(ctx context.Context, id string) ([]request.Event, error) {
 	batch := 4 * len(request.EventTypes)
 	msgs, err := DirectBatch(ctx, q.nc, EventStream, struct {
 		MultiLast []string `json:"multi_last"`
 		Batch     int      `json:"batch"`
-	}{[]string{request.EventFilter(id)}, batch}, batch)
+	}{[]string{request.LegacyEventFilter(id)}, batch}, batch)
 	if err != nil {
 		return nil, fmt.Errorf("reading events of %s: %w", id, err)
 	}
@@ -89,10 +262,10 @@ func (q *Queue) Events(ctx context.Context, id string) ([]request.Event, error) 
 	return out, nil
 }
 
-// Status reads request id's status from its events, and for a queued request where it
+// Status reads the status of request id of client clientID from its events, and for a queued request where it
 // stands in its client's queue.
-func (q *Queue) Status(ctx context.Context, id string) (request.Status, error) {
-	events, err := q.Events(ctx, id)
+func (q *Queue) Status(ctx context.Context, clientID, id string) (request.Status, error) {
+	events, err := q.Events(ctx, clientID, id)
 	if err != nil {
 		return request.Status{}, err
 	}
@@ -121,15 +294,21 @@ func (q *Queue) Place(ctx context.Context, st request.Status) *request.QueuePlac
 	return place
 }
 
-// WatchEvents calls fn for every event written for request id from now on, until the
-// returned stop is called. It listens on the events' subjects as they are published (no
-// consumer): an event written while it is not listening is not heard, so a caller reads
-// the status after starting the watch.
-func (q *Queue) WatchEvents(id string, fn func(request.Event)) (stop func(), err error) {
+// WatchEvents calls fn for every event written for request id of client clientID from
+// now on, until the returned stop is called. It listens on the client's event subjects
+// as they are published (no consumer): an event written while it is not listening is not
+// heard, so a caller reads the status after starting the watch.
+func (q *Queue) WatchEvents(clientID, id string, fn func(request.Event)) (stop func(), err error) {
 	if err := request.ValidateID(id); err != nil {
 		return nil, err
 	}
-	sub, err := q.nc.Subscribe(request.EventFilter(id), func(m *nats.Msg) {
+	if err := request.ValidateClientID(clientID); err != nil {
+		return nil, err
+	}
+	sub, err := q.nc.Subscribe(request.ClientEventFilter(clientID), func(m *nats.Msg) {
+		if h := m.Header.Get(request.EventIDHeader); h != "" && h != id {
+			return
+		}
 		var e request.Event
 		if json.Unmarshal(m.Data, &e) == nil && e.ID == id {
 			fn(e)
@@ -420,6 +599,7 @@ func (q *Queue) WriteEvent(ctx context.Context, e request.Event) error {
 
 func eventMsg(e request.Event) *nats.Msg {
 	m := nats.NewMsg(e.Subject())
+	m.Header.Set(request.EventIDHeader, e.ID)
 	m.Data, _ = json.Marshal(e)
 	return m
 }

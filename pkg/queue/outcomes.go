@@ -176,7 +176,7 @@ func (q *Queue) ObserveOutcomes(reg prometheus.Registerer, log zerolog.Logger) {
 // window it would reach penguin's feed twice), nor when the request has moved on to a
 // later replay cycle (written now, it would hide that cycle's own final event).
 func (q *Queue) stillNeeded(ctx context.Context, e request.Event) (bool, error) {
-	events, err := q.Events(ctx, e.ID)
+	events, err := q.Events(ctx, e.ClientID, e.ID)
 	if err != nil {
 		return false, err
 	}

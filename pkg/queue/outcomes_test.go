@@ -54,7 +54,7 @@ func TestAKeptFinalEventReachesTheStatus(t *testing.T) {
 	if st, err := q.Stats(ctx); err != nil || st.Requests != 1 || st.Clients != 1 {
 		t.Fatalf("stats %+v (%v): want alice's one request; a kept event is no request", st, err)
 	}
-	if st, err := q.Status(ctx, id); err != nil || st.State == request.StateDelivered {
+	if st, err := q.Status(ctx, "alice", id); err != nil || st.State == request.StateDelivered {
 		t.Fatalf("status before the drain: %+v %v; the event is not in the events stream yet", st, err)
 	}
 
@@ -63,7 +63,7 @@ func TestAKeptFinalEventReachesTheStatus(t *testing.T) {
 	go func() { defer close(done); q.DrainOutcomes(dctx, 50*time.Millisecond) }()
 	defer func() { stop(); <-done }()
 	for {
-		st, err := q.Status(ctx, id)
+		st, err := q.Status(ctx, "alice", id)
 		if err == nil && st.State == request.StateDelivered && st.RavenStatus == 202 {
 			break
 		}
@@ -144,7 +144,7 @@ func TestTheDrainWritesOnlyWhatIsMissing(t *testing.T) {
 	if info.State.Msgs != 2 {
 		t.Fatalf("%d events stored, want the 2 written before the drain: it wrote what was there or superseded", info.State.Msgs)
 	}
-	if st, err := q.Status(ctx, old.ID); err != nil || st.State != request.StateQueued || st.Replays != 1 {
+	if st, err := q.Status(ctx, "ann", old.ID); err != nil || st.State != request.StateQueued || st.Replays != 1 {
 		t.Fatalf("the replayed request's status %+v (%v), want queued in its first replay", st, err)
 	}
 }

@@ -120,7 +120,7 @@ func TestEventReadWithoutAnswerEnds(t *testing.T) {
 	done := make(chan error, 1)
 	start := time.Now()
 	go func() {
-		_, err := q.Events(context.Background(), request.NewID(time.Now()))
+		_, err := q.Events(context.Background(), "alice", request.NewID(time.Now()))
 		done <- err
 	}()
 	select {
@@ -151,12 +151,12 @@ func TestEventsAlikeButForTheirTimeAreBothWritten(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	events, err := q.Events(ctx, id)
+	events, err := q.Events(ctx, "alice", id)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(events) != 1 || events[0].Status != 502 || !events[0].At.Equal(second.At) {
-		t.Fatalf("events %+v, want the second attempt_failed (502)", events)
+	if len(events) != 2 || events[0].Status != 503 || events[1].Status != 502 || !events[1].At.Equal(second.At) {
+		t.Fatalf("events %+v, want both attempt_failed (503, then 502)", events)
 	}
 
 	// An accepted event written again (the same request sent again with its key) is
@@ -170,7 +170,7 @@ func TestEventsAlikeButForTheirTimeAreBothWritten(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	events, err = q.Events(ctx, id)
+	events, err = q.Events(ctx, "alice", id)
 	if err != nil {
 		t.Fatal(err)
 	}

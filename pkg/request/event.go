@@ -7,11 +7,18 @@ import (
 	"time"
 )
 
-// EventPrefix starts every event subject: "dispatch.events.<client token>.<request
-// id>.<type>", the client token as in request subjects. Penguin follows one client with
-// "dispatch.events.<token>.>", one request with "dispatch.events.*.<id>.*", one kind of
-// outcome with "dispatch.events.*.*.delivered".
+// EventPrefix starts every event subject: "dispatch.events.<client token>.<type>", the
+// client token as in request subjects, and the request's id in the EventIDHeader (ADR
+// 10): the store holds a subject per client and event type, never one per request.
+// Penguin follows one client with "dispatch.events.<token>.>", one kind of outcome with
+// "dispatch.events.*.delivered", and one request by its client's subjects and the id
+// header. Events written before ADR 10 are on "dispatch.events.<token>.<id>.<type>"
+// (LegacyEventFilter).
 const EventPrefix = "dispatch.events."
+
+// EventIDHeader names the request an event is about, so that a reader of a client's
+// events can pick one request's without decoding the others.
+const EventIDHeader = "Dispatch-Request-Id"
 
 // Event types: one per outcome in a request's life.
 const (
@@ -68,9 +75,19 @@ type Event struct {
 	BodyDigest string `json:"bodyDigest,omitempty"`
 }
 
-// Subject is where the event is published.
+// Subject is where the event is published: its client's subject for its type.
 func (e Event) Subject() string {
-	return EventPrefix + EncodeClientID(e.ClientID) + "." + e.ID + "." + e.Type
+	return EventPrefix + EncodeClientID(e.ClientID) + "." + e.Type
+}
+
+// ClientEventFilter is the subject filter of every event of clientID's requests.
+func ClientEventFilter(clientID string) string {
+	return EventPrefix + EncodeClientID(clientID) + ".*"
+}
+
+// ClientEventSubject is the subject of clientID's events of type typ.
+func ClientEventSubject(clientID, typ string) string {
+	return EventPrefix + EncodeClientID(clientID) + "." + typ
 }
 
 // Final says whether the event ends its cycle: nothing more happens to the request
@@ -79,8 +96,27 @@ func (e Event) Final() bool {
 	return e.Type == EventDelivered || e.Type == EventDeadLettered || e.Type == EventPurged
 }
 
-// EventFilter is the subject filter of every event of request id.
-func EventFilter(id string) string { return EventPrefix + "*." + id + ".*" }
+// LegacyEventFilter is the subject filter of every event of request id as written
+// before ADR 10, one subject per request and type: read only for requests from before an
+// upgrade, until STATUS_RETENTION has passed.
+func LegacyEventFilter(id string) string { return EventPrefix + "*." + id + ".*" }
+
+// IDTime is when a request id was made, for ids NewID made; false for keyed ids
+// (IDFromKey), which carry no time.
+func IDTime(id string) (time.Time, bool) {
+	if len(id) != 26 {
+		return time.Time{}, false
+	}
+	b, err := idEncoding.DecodeString(id)
+	if err != nil || len(b) < 6 {
+		return time.Time{}, false
+	}
+	var ms uint64
+	for _, c := range b[:6] {
+		ms = ms<<8 | uint64(c)
+	}
+	return time.UnixMilli(int64(ms)), true
+}
 
 // ErrIDInvalid is returned for a request id that ingest never gives out.
 var ErrIDInvalid = errors.New("a request id is the 26 characters ingest answered with (or \"k\" and 26 for one sent with an Idempotency-Key), of 0-9 and a-z without i, l, o, u")

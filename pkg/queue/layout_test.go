@@ -1,0 +1,256 @@
+package queue_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/penguinhq/dispatcher/pkg/queue"
+	"github.com/penguinhq/dispatcher/pkg/request"
+)
+
+// The status record keeps a subject per client and event type, never one per request
+// (ADR 10, issue 34): 300 requests over 3 clients, each with every kind of event, leave
+// at most 3 × 7 subjects, and each request's status still reads right. Before ADR 10 the
+// same events left 900 subjects (one per request and type).
+func TestTheRecordKeepsASubjectPerClientNotPerRequest(t *testing.T) {
+	t.Parallel()
+	nc, q := openOnServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	w := runWriter(t, q, nil)
+	clients := []string{"ann", "ben", "cy"}
+	type req struct{ client, id, state string }
+	var reqs []req
+	for i := range 300 {
+		r := req{client: clients[i%3], id: request.NewID(time.Now())}
+		w.Record(request.Event{Type: request.EventAccepted, ID: r.id, ClientID: r.client, Seq: uint64(i + 1)})
+		w.Record(request.Event{Type: request.EventAttemptStarted, ID: r.id, ClientID: r.client, Attempt: 1})
+		switch i % 3 {
+		case 0:
+			w.Record(request.Event{Type: request.EventDelivered, ID: r.id, ClientID: r.client, Attempt: 1, Status: 200})
+			r.state = request.StateDelivered
+		case 1:
+			w.Record(request.Event{Type: request.EventAttemptFailed, ID: r.id, ClientID: r.client, Attempt: 1, Status: 503})
+			r.state = request.StateQueued
+		default:
+			w.Record(request.Event{Type: request.EventDeadLettered, ID: r.id, ClientID: r.client, Attempt: 1, Status: 400, Reason: request.ReasonPermanent})
+			r.state = request.StateDeadLettered
+		}
+		reqs = append(reqs, r)
+	}
+	if err := w.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	js, _ := jetstream.New(nc)
+	s, err := js.Stream(ctx, queue.EventStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := info.State.NumSubjects; n > uint64(len(clients)*len(request.EventTypes)) {
+		t.Fatalf("%d subjects after %d requests over %d clients, want at most %d: a subject per request", n, len(reqs), len(clients), len(clients)*len(request.EventTypes))
+	}
+	for _, r := range reqs {
+		st, err := q.Status(ctx, r.client, r.id)
+		if err != nil || st.State != r.state || st.ClientID != r.client || st.Attempts != 1 {
+			t.Fatalf("status of %s (%s): %+v %v, want %s after 1 attempt", r.id, r.client, st, err, r.state)
+		}
+		if st, _ := q.Status(ctx, "nobody", r.id); st.State != request.StateUnknown {
+			t.Fatalf("status of %s read under another client: %+v, want unknown", r.id, st)
+		}
+	}
+}
+
+// A request behind a long backlog of its client: its final event comes after more of its
+// client's events than one read returns (256), and is still found.
+func TestABackloggedClientsRequestIsFound(t *testing.T) {
+	t.Parallel()
+	_, q := openOnServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	w := runWriter(t, q, nil)
+	id := request.NewID(time.Now())
+	w.Record(request.Event{Type: request.EventAccepted, ID: id, ClientID: "deb", Seq: 1})
+	for i := range 700 {
+		other := request.NewID(time.Now())
+		w.Record(request.Event{Type: request.EventAccepted, ID: other, ClientID: "deb", Seq: uint64(i + 2)})
+		w.Record(request.Event{Type: request.EventDelivered, ID: other, ClientID: "deb", Attempt: 1, Status: 200})
+	}
+	if err := w.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := q.Status(ctx, "deb", id); err != nil || st.State != request.StateQueued {
+		t.Fatalf("status behind 700 others: %+v %v, want queued", st, err)
+	}
+	w.Record(request.Event{Type: request.EventDelivered, ID: id, ClientID: "deb", Attempt: 1, Status: 201})
+	if err := w.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := q.Status(ctx, "deb", id); err != nil || st.State != request.StateDelivered || st.RavenStatus != 201 {
+		t.Fatalf("status once delivered after 700 others: %+v %v, want delivered (201)", st, err)
+	}
+}
+
+// A keyed id carries no time: its client's acceptances say where its events start. A
+// copy accepted after the duplicate window (a higher sequence) is the one that counts.
+func TestAKeyedRequestsStatusIsFound(t *testing.T) {
+	t.Parallel()
+	_, q := openOnServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	w := runWriter(t, q, nil)
+	id := request.IDFromKey("", "kim", "order-1")
+	for i := range 300 { // events of kim's other requests before
+		w.Record(request.Event{Type: request.EventAccepted, ID: request.NewID(time.Now()), ClientID: "kim", Seq: uint64(i + 1)})
+	}
+	w.Record(request.Event{Type: request.EventAccepted, ID: id, ClientID: "kim", Seq: 400})
+	w.Record(request.Event{Type: request.EventDelivered, ID: id, ClientID: "kim", Seq: 400, Attempt: 1, Status: 200})
+	if err := w.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := q.Status(ctx, "kim", id); err != nil || st.State != request.StateDelivered {
+		t.Fatalf("keyed request: %+v %v, want delivered", st, err)
+	}
+	w.Record(request.Event{Type: request.EventAccepted, ID: id, ClientID: "kim", Seq: 900}) // the key sent again, much later
+	if err := w.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := q.Status(ctx, "kim", id); err != nil || st.State != request.StateQueued {
+		t.Fatalf("keyed request stored again: %+v %v, want the new copy queued", st, err)
+	}
+
+	// A copy stored while the earlier one still waited: the earlier one's final event
+	// comes after the new copy's acceptance, and does not end the read.
+	again := request.IDFromKey("", "kim", "order-2")
+	w.Record(request.Event{Type: request.EventAccepted, ID: again, ClientID: "kim", Seq: 1000})
+	w.Record(request.Event{Type: request.EventAccepted, ID: again, ClientID: "kim", Seq: 1001})
+	w.Record(request.Event{Type: request.EventDelivered, ID: again, ClientID: "kim", Seq: 1000, Attempt: 1, Status: 200})
+	w.Record(request.Event{Type: request.EventDelivered, ID: again, ClientID: "kim", Seq: 1001, Attempt: 1, Status: 201})
+	if err := w.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := q.Status(ctx, "kim", again); err != nil || st.State != request.StateDelivered || st.RavenStatus != 201 {
+		t.Fatalf("keyed request stored twice, both delivered: %+v %v, want the later copy's delivery (201)", st, err)
+	}
+}
+
+// A replayed request's status is its latest cycle's, found past the first cycle's final
+// event and the client's other events.
+func TestAReplayedRequestReadsItsLatestCycle(t *testing.T) {
+	t.Parallel()
+	_, q := openOnServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	w := runWriter(t, q, nil)
+	id := request.NewID(time.Now())
+	w.Record(request.Event{Type: request.EventAccepted, ID: id, ClientID: "rae", Seq: 1})
+	w.Record(request.Event{Type: request.EventDeadLettered, ID: id, ClientID: "rae", Attempt: 1, Status: 400, Reason: request.ReasonPermanent})
+	for i := range 300 {
+		w.Record(request.Event{Type: request.EventAccepted, ID: request.NewID(time.Now()), ClientID: "rae", Seq: uint64(i + 2)})
+	}
+	w.Record(request.Event{Type: request.EventReplayed, ID: id, ClientID: "rae", Seq: 400, Cycle: 1})
+	if err := w.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := q.Status(ctx, "rae", id); err != nil || st.State != request.StateQueued || st.Replays != 1 {
+		t.Fatalf("replayed: %+v %v, want queued in its first replay", st, err)
+	}
+	w.Record(request.Event{Type: request.EventDelivered, ID: id, ClientID: "rae", Seq: 400, Cycle: 1, Attempt: 1, Status: 200})
+	if err := w.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := q.Status(ctx, "rae", id); err != nil || st.State != request.StateDelivered || st.Replays != 1 {
+		t.Fatalf("replayed and delivered: %+v %v, want delivered in its first replay", st, err)
+	}
+}
+
+// A record written before ADR 10 (a subject per request and type) is still read, with
+// the client named or without it, until the retention has passed; a watch hears only
+// its own request's events.
+func TestARecordFromBeforeTheUpgradeIsRead(t *testing.T) {
+	t.Parallel()
+	nc, q := openOnServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	js, _ := jetstream.New(nc)
+	id := request.NewID(time.Now())
+	for _, e := range []request.Event{
+		{Type: request.EventAccepted, ID: id, ClientID: "old", Seq: 1, At: time.Now()},
+		{Type: request.EventDelivered, ID: id, ClientID: "old", Attempt: 1, Status: 200, At: time.Now()},
+	} {
+		b, _ := json.Marshal(e)
+		subject := fmt.Sprintf("%s%s.%s.%s", request.EventPrefix, request.EncodeClientID(e.ClientID), e.ID, e.Type)
+		if _, err := js.Publish(ctx, subject, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, client := range []string{"old", ""} {
+		if st, err := q.Status(ctx, client, id); err != nil || st.State != request.StateDelivered {
+			t.Fatalf("a record from before the upgrade, client %q: %+v %v, want delivered", client, st, err)
+		}
+	}
+
+	heard := make(chan request.Event, 10)
+	mine := request.NewID(time.Now())
+	stop, err := q.WatchEvents("wes", mine, func(e request.Event) { heard <- e })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range []request.Event{
+		{Type: request.EventAccepted, ID: request.NewID(time.Now()), ClientID: "wes"},
+		{Type: request.EventAccepted, ID: mine, ClientID: "wes"},
+	} {
+		if err := q.WriteEvent(ctx, e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case e := <-heard:
+		if e.ID != mine {
+			t.Fatalf("the watch of %s heard %s's event", mine, e.ID)
+		}
+	case <-ctx.Done():
+		t.Fatal("the watch heard nothing")
+	}
+}
+
+// An operator with an id alone: its client is found among the acceptances stored about
+// its time; a keyed id, which holds no time, is not looked for.
+func TestTheClientOfAnIDIsFoundFromItsAcceptance(t *testing.T) {
+	t.Parallel()
+	_, q := openOnServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	w := runWriter(t, q, nil)
+	for i := range 500 {
+		w.Record(request.Event{Type: request.EventAccepted, ID: request.NewID(time.Now()), ClientID: fmt.Sprint("c", i), Seq: uint64(i + 1)})
+	}
+	id := request.NewID(time.Now())
+	w.Record(request.Event{Type: request.EventAccepted, ID: id, ClientID: "zoe", Seq: 501})
+	keyed := request.IDFromKey("", "zoe", "k")
+	w.Record(request.Event{Type: request.EventAccepted, ID: keyed, ClientID: "zoe", Seq: 502})
+	if err := w.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if c, ok, err := q.ClientOfEvents(ctx, id); err != nil || !ok || c != "zoe" {
+		t.Fatalf("client of %s: %q %v %v, want zoe", id, c, ok, err)
+	}
+	if c, ok, err := q.ClientOfEvents(ctx, keyed); err != nil || ok {
+		t.Fatalf("client of keyed %s: %q %v %v, want none looked for", keyed, c, ok, err)
+	}
+	if c, ok, err := q.ClientOfEvents(ctx, request.NewID(time.Now())); err != nil || ok {
+		t.Fatalf("client of an id never accepted: %q %v %v, want none", c, ok, err)
+	}
+}
