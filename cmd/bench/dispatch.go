@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net/url"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/penguinhq/dispatcher/pkg/dispatch"
@@ -84,7 +86,7 @@ func dispatchOnce(ctx context.Context, s settings, clients int, syncAlways bool,
 	recent := &recentIDs{}
 	stopPublishing := topUp(ctx, n, sp.topUps, func(r request.Request, rc request.Receipt) {
 		ev.accepted(r, rc)
-		recent.add(r.ID)
+		recent.add(r.ID + "?clientId=" + url.QueryEscape(r.ClientID))
 	}, log)
 	defer stopPublishing()
 
@@ -112,6 +114,10 @@ func dispatchOnce(ctx context.Context, s settings, clients int, syncAlways bool,
 
 	rate := float64(sp.inWindow.Load()) / s.dispatchFor.Seconds()
 	ideal := float64(clients) / interval.Seconds()
+	record, err := eventSubjects(ctx, n, clients, mode)
+	if err != nil {
+		return nil, 0, err
+	}
 	q := sp.over.quantiles(0.5, 0.99, 1, 0)
 	qe := sp.overEnd.quantiles(0.5, 0.99, 1, 0)
 	qs := reads.lat.quantiles(0.5, 0.99)
@@ -142,6 +148,7 @@ func dispatchOnce(ctx context.Context, s settings, clients int, syncAlways bool,
 			target:    "none < 0",
 			verdict:   verdict(sp.negative.Load() == 0 && sp.overEnd.len() > 0),
 		},
+		record,
 		{
 			figure:    fmt.Sprintf("status read latency p50 / p99 during the %d-client dispatch (events on; %s)", clients, mode),
 			value:     ms(qs[0]) + " / " + ms(qs[1]),
@@ -216,4 +223,31 @@ func topUp(ctx context.Context, n *node, topUps <-chan string, stored func(reque
 		})
 	}
 	return func() { cancel(); pubs.Wait() }
+}
+
+// eventSubjects is the row of what the status record holds after a run over clients:
+// its subjects (ADR 10: a subject per client and event type, none per request) against
+// the requests it has events of.
+func eventSubjects(ctx context.Context, n *node, clients int, mode string) (row, error) {
+	js, err := jetstream.New(n.nc)
+	if err != nil {
+		return row{}, err
+	}
+	st, err := js.Stream(ctx, queue.EventStream)
+	if err != nil {
+		return row{}, err
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		return row{}, err
+	}
+	most := uint64(clients * len(request.EventTypes))
+	return row{
+		figure:    fmt.Sprintf("subjects in the events stream after the %d-client dispatch (the service's writer; %s)", clients, mode),
+		value:     thousands(int(info.State.NumSubjects)),
+		reference: fmt.Sprintf("%s clients, %s events stored", thousands(clients), thousands(int(info.State.Msgs))),
+		ratio:     fmt.Sprintf("%.2f", float64(info.State.NumSubjects)/float64(clients)),
+		target:    fmt.Sprintf("<= %d per client, whatever the requests", len(request.EventTypes)),
+		verdict:   verdict(info.State.NumSubjects <= most && info.State.Msgs > info.State.NumSubjects),
+	}, nil
 }

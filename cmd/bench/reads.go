@@ -63,7 +63,7 @@ func benchReads(ctx context.Context, s settings, log io.Writer) ([]row, error) {
 			if err := ev.w.Flush(ctx); err != nil {
 				return 0, 0, err
 			}
-			target = url + "/v1/requests/" + id
+			target = url + "/v1/requests/" + id + "?clientId=reads-1"
 		}
 		runtime.GC()
 		debug.FreeOSMemory()

@@ -16,7 +16,8 @@ import (
 // statusReadRate is how many statuses a second readStatuses reads.
 const statusReadRate = 30
 
-// recentIDs keeps the ids of the last requests published, to read the status of one.
+// recentIDs keeps the ids of the last requests published, each with its clientId as a
+// status read names it ("<id>?clientId=<clientId>"), to read the status of one.
 type recentIDs struct {
 	mu   sync.Mutex
 	ids  [4096]string
@@ -52,7 +53,7 @@ type statusReads struct {
 }
 
 // readStatuses reads, rate times a second, the status of one of recent through the
-// ingest API at url (GET /v1/requests/{id}), one read at a time, until stop is called
+// ingest API at url (GET /v1/requests/{id}?clientId=), one read at a time, until stop is called
 // (which waits for the reader).
 func readStatuses(url string, recent *recentIDs, rate float64) (reads *statusReads, stop func()) {
 	reads = &statusReads{states: map[string]int{}}
