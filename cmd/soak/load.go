@@ -26,6 +26,7 @@ type load struct {
 	mu         sync.Mutex
 	accepted   []ledger.Accepted
 	statuses   map[int]int
+	reads      map[string]int // status reads' answers (statuses.go)
 	unexpected []string
 	retries    int
 	lastAccept atomic.Int64 // unix nanoseconds
@@ -35,11 +36,13 @@ type load struct {
 }
 
 func startLoad(ingests []string, clients int, interval time.Duration, seed uint64) *load {
-	l := &load{ingests: ingests, interval: interval, statuses: map[int]int{}, stop: make(chan struct{})}
+	l := &load{ingests: ingests, interval: interval, statuses: map[int]int{}, reads: map[string]int{}, stop: make(chan struct{})}
 	for c := range clients {
 		rng := rand.New(rand.NewPCG(seed, uint64(c)+1))
 		l.wg.Go(func() { l.client(fmt.Sprintf("penguin-%03d", c), rng) })
 	}
+	rng := rand.New(rand.NewPCG(seed, 0))
+	l.wg.Go(func() { l.readStatuses(rng) })
 	return l
 }
 

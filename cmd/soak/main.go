@@ -116,10 +116,22 @@ func runSoak(ctx context.Context, args []string, out io.Writer) error {
 	fmt.Fprintf(out, "[%6.1fs] load stopped; waiting for the backlog to drain\n", time.Since(s.start).Seconds())
 	drained := s.drain(ctx)
 	drainedAt := time.Since(s.start)
+	// Before the dispatchers stop: a final event they keep is written by them (ADR 9).
+	s.load.mu.Lock()
+	accepted := append([]ledger.Accepted(nil), s.load.accepted...)
+	s.load.mu.Unlock()
+	brokenStatuses := finalStatuses(bases, accepted, s.delivered(), deadLetters(s.q))
 	for _, d := range s.dispatchers {
 		d.p.stop(syscall.SIGTERM, 20*time.Second)
 	}
 	failed = s.verdict(out, f, drainedAt)
+	s.load.mu.Lock()
+	fmt.Fprintf(out, "status reads during the load: %v; after the drain, %d of a sample of accepted requests read other than what raven and the dead letters say\n", s.load.reads, len(brokenStatuses))
+	s.load.mu.Unlock()
+	for _, b := range brokenStatuses {
+		fmt.Fprintln(out, "guarantee broken:", b)
+		failed = true
+	}
 	if drained != nil {
 		fmt.Fprintf(out, "the backlog did not drain within 5 minutes after the load stopped\n")
 		failed = true

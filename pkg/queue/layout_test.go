@@ -43,9 +43,7 @@ func TestTheRecordKeepsASubjectPerClientNotPerRequest(t *testing.T) {
 		}
 		reqs = append(reqs, r)
 	}
-	if err := w.Flush(ctx); err != nil {
-		t.Fatal(err)
-	}
+	stored(t, w)
 	js, _ := jetstream.New(nc)
 	s, err := js.Stream(ctx, queue.EventStream)
 	if err != nil {
@@ -73,10 +71,7 @@ func TestTheRecordKeepsASubjectPerClientNotPerRequest(t *testing.T) {
 // client's events than one read returns (256), and is still found.
 func TestABackloggedClientsRequestIsFound(t *testing.T) {
 	t.Parallel()
-	_, q := openOnServer(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	w := runWriter(t, q, nil)
+	q, w, ctx := openWithWriter(t)
 	id := request.NewID(time.Now())
 	w.Record(request.Event{Type: request.EventAccepted, ID: id, ClientID: "deb", Seq: 1})
 	for i := range 700 {
@@ -84,16 +79,12 @@ func TestABackloggedClientsRequestIsFound(t *testing.T) {
 		w.Record(request.Event{Type: request.EventAccepted, ID: other, ClientID: "deb", Seq: uint64(i + 2)})
 		w.Record(request.Event{Type: request.EventDelivered, ID: other, ClientID: "deb", Attempt: 1, Status: 200})
 	}
-	if err := w.Flush(ctx); err != nil {
-		t.Fatal(err)
-	}
+	stored(t, w)
 	if st, err := q.Status(ctx, "deb", id); err != nil || st.State != request.StateQueued {
 		t.Fatalf("status behind 700 others: %+v %v, want queued", st, err)
 	}
 	w.Record(request.Event{Type: request.EventDelivered, ID: id, ClientID: "deb", Attempt: 1, Status: 201})
-	if err := w.Flush(ctx); err != nil {
-		t.Fatal(err)
-	}
+	stored(t, w)
 	if st, err := q.Status(ctx, "deb", id); err != nil || st.State != request.StateDelivered || st.RavenStatus != 201 {
 		t.Fatalf("status once delivered after 700 others: %+v %v, want delivered (201)", st, err)
 	}
@@ -103,26 +94,19 @@ func TestABackloggedClientsRequestIsFound(t *testing.T) {
 // copy accepted after the duplicate window (a higher sequence) is the one that counts.
 func TestAKeyedRequestsStatusIsFound(t *testing.T) {
 	t.Parallel()
-	_, q := openOnServer(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	w := runWriter(t, q, nil)
+	q, w, ctx := openWithWriter(t)
 	id := request.IDFromKey("", "kim", "order-1")
 	for i := range 300 { // events of kim's other requests before
 		w.Record(request.Event{Type: request.EventAccepted, ID: request.NewID(time.Now()), ClientID: "kim", Seq: uint64(i + 1)})
 	}
 	w.Record(request.Event{Type: request.EventAccepted, ID: id, ClientID: "kim", Seq: 400})
 	w.Record(request.Event{Type: request.EventDelivered, ID: id, ClientID: "kim", Seq: 400, Attempt: 1, Status: 200})
-	if err := w.Flush(ctx); err != nil {
-		t.Fatal(err)
-	}
+	stored(t, w)
 	if st, err := q.Status(ctx, "kim", id); err != nil || st.State != request.StateDelivered {
 		t.Fatalf("keyed request: %+v %v, want delivered", st, err)
 	}
 	w.Record(request.Event{Type: request.EventAccepted, ID: id, ClientID: "kim", Seq: 900}) // the key sent again, much later
-	if err := w.Flush(ctx); err != nil {
-		t.Fatal(err)
-	}
+	stored(t, w)
 	if st, err := q.Status(ctx, "kim", id); err != nil || st.State != request.StateQueued {
 		t.Fatalf("keyed request stored again: %+v %v, want the new copy queued", st, err)
 	}
@@ -134,9 +118,7 @@ func TestAKeyedRequestsStatusIsFound(t *testing.T) {
 	w.Record(request.Event{Type: request.EventAccepted, ID: again, ClientID: "kim", Seq: 1001})
 	w.Record(request.Event{Type: request.EventDelivered, ID: again, ClientID: "kim", Seq: 1000, Attempt: 1, Status: 200})
 	w.Record(request.Event{Type: request.EventDelivered, ID: again, ClientID: "kim", Seq: 1001, Attempt: 1, Status: 201})
-	if err := w.Flush(ctx); err != nil {
-		t.Fatal(err)
-	}
+	stored(t, w)
 	if st, err := q.Status(ctx, "kim", again); err != nil || st.State != request.StateDelivered || st.RavenStatus != 201 {
 		t.Fatalf("keyed request stored twice, both delivered: %+v %v, want the later copy's delivery (201)", st, err)
 	}
@@ -146,10 +128,7 @@ func TestAKeyedRequestsStatusIsFound(t *testing.T) {
 // event and the client's other events.
 func TestAReplayedRequestReadsItsLatestCycle(t *testing.T) {
 	t.Parallel()
-	_, q := openOnServer(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	w := runWriter(t, q, nil)
+	q, w, ctx := openWithWriter(t)
 	id := request.NewID(time.Now())
 	w.Record(request.Event{Type: request.EventAccepted, ID: id, ClientID: "rae", Seq: 1})
 	w.Record(request.Event{Type: request.EventDeadLettered, ID: id, ClientID: "rae", Attempt: 1, Status: 400, Reason: request.ReasonPermanent})
@@ -157,16 +136,12 @@ func TestAReplayedRequestReadsItsLatestCycle(t *testing.T) {
 		w.Record(request.Event{Type: request.EventAccepted, ID: request.NewID(time.Now()), ClientID: "rae", Seq: uint64(i + 2)})
 	}
 	w.Record(request.Event{Type: request.EventReplayed, ID: id, ClientID: "rae", Seq: 400, Cycle: 1})
-	if err := w.Flush(ctx); err != nil {
-		t.Fatal(err)
-	}
+	stored(t, w)
 	if st, err := q.Status(ctx, "rae", id); err != nil || st.State != request.StateQueued || st.Replays != 1 {
 		t.Fatalf("replayed: %+v %v, want queued in its first replay", st, err)
 	}
 	w.Record(request.Event{Type: request.EventDelivered, ID: id, ClientID: "rae", Seq: 400, Cycle: 1, Attempt: 1, Status: 200})
-	if err := w.Flush(ctx); err != nil {
-		t.Fatal(err)
-	}
+	stored(t, w)
 	if st, err := q.Status(ctx, "rae", id); err != nil || st.State != request.StateDelivered || st.Replays != 1 {
 		t.Fatalf("replayed and delivered: %+v %v, want delivered in its first replay", st, err)
 	}
@@ -230,10 +205,7 @@ func TestARecordFromBeforeTheUpgradeIsRead(t *testing.T) {
 // its time; a keyed id, which holds no time, is not looked for.
 func TestTheClientOfAnIDIsFoundFromItsAcceptance(t *testing.T) {
 	t.Parallel()
-	_, q := openOnServer(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	w := runWriter(t, q, nil)
+	q, w, ctx := openWithWriter(t)
 	for i := range 500 {
 		w.Record(request.Event{Type: request.EventAccepted, ID: request.NewID(time.Now()), ClientID: fmt.Sprint("c", i), Seq: uint64(i + 1)})
 	}
@@ -241,9 +213,7 @@ func TestTheClientOfAnIDIsFoundFromItsAcceptance(t *testing.T) {
 	w.Record(request.Event{Type: request.EventAccepted, ID: id, ClientID: "zoe", Seq: 501})
 	keyed := request.IDFromKey("", "zoe", "k")
 	w.Record(request.Event{Type: request.EventAccepted, ID: keyed, ClientID: "zoe", Seq: 502})
-	if err := w.Flush(ctx); err != nil {
-		t.Fatal(err)
-	}
+	stored(t, w)
 	if c, ok, err := q.ClientOfEvents(ctx, id); err != nil || !ok || c != "zoe" {
 		t.Fatalf("client of %s: %q %v %v, want zoe", id, c, ok, err)
 	}
@@ -252,5 +222,25 @@ func TestTheClientOfAnIDIsFoundFromItsAcceptance(t *testing.T) {
 	}
 	if c, ok, err := q.ClientOfEvents(ctx, request.NewID(time.Now())); err != nil || ok {
 		t.Fatalf("client of an id never accepted: %q %v %v, want none", c, ok, err)
+	}
+}
+
+// openWithWriter opens a queue on a server of its own, with an event writer, for a test
+// that lasts at most a minute.
+func openWithWriter(t *testing.T) (*queue.Queue, *queue.EventWriter, context.Context) {
+	t.Helper()
+	_, q := openOnServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	return q, runWriter(t, q, nil), ctx
+}
+
+// stored waits until every event recorded with w is written.
+func stored(t *testing.T, w *queue.EventWriter) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := w.Flush(ctx); err != nil {
+		t.Fatal(err)
 	}
 }
