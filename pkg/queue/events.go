@@ -60,9 +60,15 @@ const EventReadTimeout = 5 * time.Second
 const (
 	// eventReadBatch is how many events one direct get returns at most.
 	eventReadBatch = 256
-	// eventClockMargin is how much earlier than a request id's time its events are read
-	// from: the id's time is ingest's clock, the events' times are the store's.
-	eventClockMargin = time.Minute
+	// eventClockMargin is how much earlier than where a request's events start they
+	// are read from: the id's time is ingest's clock and the events' the store's, and
+	// events written by different processes land a little out of order. Every second of
+	// it is a second of every client's events for the server to pass (measured: a minute
+	// of margin made reads at 10 M retained take hundreds of milliseconds).
+	eventClockMargin = 2 * time.Second
+	// eventClockMarginWide is the margin of a second read when the first found nothing:
+	// clocks further apart than eventClockMargin cost that read, not a wrong answer.
+	eventClockMarginWide = 10 * time.Minute
 )
 
 // Events reads the events of request id of client clientID (ADR 10): its client's events
@@ -138,29 +144,39 @@ type eventRead struct {
 }
 
 func (r *eventRead) read(ctx context.Context, clientID string) error {
+	if err := r.readFrom(ctx, clientID, eventClockMargin); err != nil || len(r.events) > 0 {
+		return err
+	}
+	return r.readFrom(ctx, clientID, eventClockMarginWide)
+}
+
+// readFrom reads the request's events from margin before where they start.
+func (r *eventRead) readFrom(ctx context.Context, clientID string, margin time.Duration) error {
 	from, timed := request.IDTime(r.id)
 	if timed {
-		from = from.Add(-eventClockMargin)
+		from = from.Add(-margin)
 	} else {
-		// A keyed id: its latest copy's acceptance says where its events start.
+		// A keyed id: its latest copy's acceptance says where its events start: when
+		// ingest made the event, right after the store took the request, and before any
+		// of the request's events was made (the event itself may land later, retried).
 		var last time.Time
 		err := r.scan(ctx, request.ClientEventSubject(clientID, request.EventAccepted), time.Time{}, func(e request.Event, at time.Time) bool {
-			last = at
+			last = made(e, at)
 			return false
 		})
 		if err != nil {
 			return err
 		}
 		if !last.IsZero() {
-			from = last.Add(-eventClockMargin)
+			from = last.Add(-margin)
 		}
 	}
 	// Replays are rare and on their own subject: the latest cycle's replay says where the
-	// events that count start.
+	// events that count start (when it was made: right after the request was queued again).
 	cycle, cycleFrom := 0, from
 	err := r.scan(ctx, request.ClientEventSubject(clientID, request.EventReplayed), from, func(e request.Event, at time.Time) bool {
 		if e.Cycle > cycle {
-			cycle, cycleFrom = e.Cycle, at.Add(-eventClockMargin)
+			cycle, cycleFrom = e.Cycle, made(e, at).Add(-margin)
 		}
 		return false
 	})
@@ -177,6 +193,15 @@ func (r *eventRead) read(ctx context.Context, clientID string) error {
 	return r.scan(ctx, request.ClientEventFilter(clientID), from, func(e request.Event, _ time.Time) bool {
 		return e.Final() && e.Cycle >= cycle && (e.Seq == 0 || e.Seq >= r.latestSeq())
 	})
+}
+
+// made is when event e was made (its At, set before its first write), else when it was
+// stored.
+func made(e request.Event, stored time.Time) time.Time {
+	if !e.At.IsZero() {
+		return e.At
+	}
+	return stored
 }
 
 // latestSeq is the highest request-stream sequence among the events taken.

@@ -122,6 +122,19 @@ func TestAKeyedRequestsStatusIsFound(t *testing.T) {
 	if st, err := q.Status(ctx, "kim", again); err != nil || st.State != request.StateDelivered || st.RavenStatus != 201 {
 		t.Fatalf("keyed request stored twice, both delivered: %+v %v, want the later copy's delivery (201)", st, err)
 	}
+
+	// Its acceptance landing well after its delivery (ingest's write retried while the
+	// events stream refused writes): the read starts from when the acceptance was made.
+	late := request.IDFromKey("", "kim", "order-3")
+	made := time.Now()
+	w.Record(request.Event{Type: request.EventDelivered, ID: late, ClientID: "kim", Seq: 1100, Attempt: 1, Status: 202})
+	stored(t, w)
+	time.Sleep(3 * time.Second)
+	w.Record(request.Event{Type: request.EventAccepted, ID: late, ClientID: "kim", Seq: 1100, At: made})
+	stored(t, w)
+	if st, err := q.Status(ctx, "kim", late); err != nil || st.State != request.StateDelivered || st.RavenStatus != 202 {
+		t.Fatalf("keyed request whose acceptance landed 3 s after its delivery: %+v %v, want delivered (202)", st, err)
+	}
 }
 
 // A replayed request's status is its latest cycle's, found past the first cycle's final
