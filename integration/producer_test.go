@@ -83,15 +83,15 @@ func TestBatch(t *testing.T) {
 		`{"clientId":"alice","body":{"n": 1,  "pad":"x"}}`,         // 0: good; its body's spacing is kept
 		`{"clientId":"bob","body":[1,2,3],"idempotencyKey":"b-1"}`, // 1: good
 		`{"body":{"n":2}}`, // 2: no clientId
-		`{"clientId":"alice","body":{"n":3},"notBefore":"tomorrow"}`,      // 3: bad not-before
-		`{"clientId":"alice","body":{"n":4},"colour":"blue"}`,             // 4: unknown field
-		`{"clientId":"bob","body":[1,2,3],"idempotencyKey":"b-1"}`,       // 5: bob's key again, same body: a duplicate
-		`{"clientId":"alice","body":"two"}`,                               // 6: good, after 0
-		`{"clientId":"carol","body":1}`,                                   // 7: good (carol's 2nd)
-		`{"clientId":"carol","body":2}`,                                   // 8: good (3rd: her cap)
-		`{"clientId":"carol","body":3}`,                                   // 9: backlog full
-		`{"clientId":"dave"}`,                                             // 10: no body
-		`[1]`,                                                             // 11: not an object
+		`{"clientId":"alice","body":{"n":3},"notBefore":"tomorrow"}`, // 3: bad not-before
+		`{"clientId":"alice","body":{"n":4},"colour":"blue"}`,        // 4: unknown field
+		`{"clientId":"bob","body":[1,2,3],"idempotencyKey":"b-1"}`,   // 5: bob's key again, same body: a duplicate
+		`{"clientId":"alice","body":"two"}`,                          // 6: good, after 0
+		`{"clientId":"carol","body":1}`,                              // 7: good (carol's 2nd)
+		`{"clientId":"carol","body":2}`,                              // 8: good (3rd: her cap)
+		`{"clientId":"carol","body":3}`,                              // 9: backlog full
+		`{"clientId":"dave"}`,                                        // 10: no body
+		`[1]`,                                                        // 11: not an object
 	}
 	code, header, ans := postBatch(t, hc, s.ingestBase(), "application/json", []byte("[\n"+strings.Join(items, ",\n")+"\n]"))
 	if code != http.StatusOK {

@@ -231,12 +231,15 @@ func TestEventReadsCostKilobytes(t *testing.T) {
 		}
 	}
 	runtime.ReadMemStats(&after)
-	// Other goroutines (the server's, the writer's) allocate too: the bound is far above
-	// a read's few kilobytes and far below 512 KiB.
+	// Other goroutines (the server's, the writer's) allocate too, and the server is in
+	// this process: each direct get's messages are counted on both sides. A read is
+	// several direct gets since ADR 10 (a literal subject each: 7 for a request with
+	// events, 15 for an id without any, read again from further back): the bound is far
+	// below 512 KiB, the issue-35 figure it guards, and was 64 KiB for ADR 8's single get.
 	perRead := (after.TotalAlloc - before.TotalAlloc) / (2 * reads)
 	t.Logf("%d bytes allocated per status read", perRead)
-	if perRead > 64<<10 {
-		t.Errorf("a status read allocates %d bytes, want kilobytes", perRead)
+	if perRead > 128<<10 {
+		t.Errorf("a status read allocates %d bytes, want tens of kilobytes", perRead)
 	}
 }
 
