@@ -120,13 +120,13 @@ func runSoak(ctx context.Context, args []string, out io.Writer) error {
 	s.load.mu.Lock()
 	accepted := append([]ledger.Accepted(nil), s.load.accepted...)
 	s.load.mu.Unlock()
-	brokenStatuses := finalStatuses(bases, accepted, s.delivered(), deadLetters(s.q))
+	statusesRead, brokenStatuses := finalStatuses(bases, accepted, s.delivered(), deadLetters(s.q))
 	for _, d := range s.dispatchers {
 		d.p.stop(syscall.SIGTERM, 20*time.Second)
 	}
 	failed = s.verdict(out, f, drainedAt)
 	s.load.mu.Lock()
-	fmt.Fprintf(out, "status reads during the load: %v; after the drain, %d of a sample of accepted requests read other than what raven and the dead letters say\n", s.load.reads, len(brokenStatuses))
+	fmt.Fprintf(out, "status reads during the load: %v; after the drain, %d of %d accepted requests read (a sample) say other than raven and the dead letters\n", s.load.reads, len(brokenStatuses), statusesRead)
 	s.load.mu.Unlock()
 	for _, b := range brokenStatuses {
 		fmt.Fprintln(out, "guarantee broken:", b)

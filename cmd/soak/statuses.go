@@ -73,11 +73,10 @@ func readStatus(hc *http.Client, base string, a ledger.Accepted, wait time.Durat
 
 // finalStatuses checks G10 once the backlog drained: the status of every accepted
 // request in a sample of up to 200 (every k-th) says what the ledger saw, delivered or
-// dead-lettered, within a 10 s wait. It returns the broken ones.
-func finalStatuses(bases []string, accepted []ledger.Accepted, delivered, dead map[string]bool) []string {
+// dead-lettered, within a 10 s wait. It returns how many it read, and the broken ones.
+func finalStatuses(bases []string, accepted []ledger.Accepted, delivered, dead map[string]bool) (read int, broken []string) {
 	hc := &http.Client{Timeout: 30 * time.Second}
 	step := max(len(accepted)/200, 1)
-	var broken []string
 	for i := 0; i < len(accepted); i += step {
 		a := accepted[i]
 		want := "delivered"
@@ -88,10 +87,11 @@ func finalStatuses(bases []string, accepted []ledger.Accepted, delivered, dead m
 		default:
 			continue // lost: the ledger reports it
 		}
+		read++
 		code, state, err := readStatus(hc, bases[i%len(bases)], a, 10*time.Second)
 		if err != nil || code != http.StatusOK || state != want {
 			broken = append(broken, fmt.Sprintf("G10: the status of %s (client %s) reads %d %q (%v) after the drain, want %s", a.ID, a.ClientID, code, state, err, want))
 		}
 	}
-	return broken
+	return read, broken
 }
