@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/base32"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -295,14 +293,13 @@ func measureRecord(ctx context.Context, l recordLayout, n, c, lag int, idle time
 	}, nil
 }
 
-// idTime is when a request id made by request.NewID was made: its first 48 bits are
-// Unix milliseconds. (An id derived from an Idempotency-Key holds no time.)
+// idTime is when a request id made by request.NewID was made.
 func idTime(id string) (time.Time, error) {
-	b, err := base32.NewEncoding("0123456789abcdefghjkmnpqrstvwxyz").WithPadding(base32.NoPadding).DecodeString(id)
-	if err != nil || len(b) != 16 {
+	at, ok := request.IDTime(id)
+	if !ok {
 		return time.Time{}, fmt.Errorf("id %q holds no time", id)
 	}
-	return time.UnixMilli(int64(binary.BigEndian.Uint64(b[:8]) >> 16)), nil
+	return at, nil
 }
 
 // heapInUse is the Go heap in use after a collection.
