@@ -3,6 +3,7 @@ package queue
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 
 	"github.com/nats-io/nats.go"
@@ -47,5 +48,31 @@ func DirectBatch(ctx context.Context, nc *nats.Conn, stream string, req any, max
 		default:
 			return nil, fmt.Errorf("status %s %s", status, m.Header.Get("Description"))
 		}
+	}
+}
+
+// DirectGet sends one direct get of a single message (req, JSON, without a batch) to
+// stream: the message, or nil when there is none. Unlike a batched get, the server does
+// not count what is pending after it. No answer by ctx's end, or no responders, is
+// ErrUnavailable.
+func DirectGet(ctx context.Context, nc *nats.Conn, stream string, req any) (*nats.Msg, error) {
+	body, err := json.Marshal(req)
+	if err != nil {
+		return nil, err
+	}
+	m, err := nc.RequestWithContext(ctx, "$JS.API.DIRECT.GET."+stream, body)
+	switch {
+	case errors.Is(err, nats.ErrNoResponders):
+		return nil, fmt.Errorf("%w: no responders (is stream %s there?)", ErrUnavailable, stream)
+	case err != nil:
+		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	switch status := m.Header.Get("Status"); status {
+	case "":
+		return m, nil
+	case "404":
+		return nil, nil
+	default:
+		return nil, fmt.Errorf("status %s %s", status, m.Header.Get("Description"))
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/penguinhq/dispatcher/pkg/queue"
@@ -87,6 +88,64 @@ func TestABackloggedClientsRequestIsFound(t *testing.T) {
 	stored(t, w)
 	if st, err := q.Status(ctx, "deb", id); err != nil || st.State != request.StateDelivered || st.RavenStatus != 201 {
 		t.Fatalf("status once delivered after 700 others: %+v %v, want delivered (201)", st, err)
+	}
+}
+
+// A status read of an idle client's request asks the server for one event at a time
+// (direct gets without a batch): a batched get makes the server also count what is
+// pending after it, a walk over every block from where the read starts to the client's
+// last event of that type, loading each whose subject state expired. For an hour-old
+// request of an active client that is dozens of block loads (BENCHMARKS.md). An idle
+// client's read finds each event it looks for first, so none of its scans goes on to
+// batches. Before, every scan was batched (16 events, then 256).
+func TestAnIdleClientsStatusIsReadWithoutBatches(t *testing.T) {
+	t.Parallel()
+	nc, q := openOnServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	w := runWriter(t, q, nil)
+	for range 50 { // the client's earlier requests, and another client's
+		for _, c := range []string{"ida", "ike"} {
+			other := request.NewID(time.Now())
+			w.Record(request.Event{Type: request.EventAccepted, ID: other, ClientID: c, Seq: 1})
+			w.Record(request.Event{Type: request.EventDelivered, ID: other, ClientID: c, Attempt: 1, Status: 200})
+		}
+	}
+	stored(t, w)
+	time.Sleep(time.Second) // past the read's margin for clocks apart (half a second)
+	id := request.NewID(time.Now())
+	w.Record(request.Event{Type: request.EventAccepted, ID: id, ClientID: "ida", Seq: 2})
+	w.Record(request.Event{Type: request.EventAttemptFailed, ID: id, ClientID: "ida", Attempt: 1, Status: 503})
+	w.Record(request.Event{Type: request.EventDelivered, ID: id, ClientID: "ida", Attempt: 2, Status: 200})
+	stored(t, w)
+	gets := make(chan *nats.Msg, 256)
+	sub, err := nc.ChanSubscribe("$JS.API.DIRECT.GET."+queue.EventStream, gets)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	st, err := q.Status(ctx, "ida", id)
+	if err != nil || st.State != request.StateDelivered || st.Attempts != 2 {
+		t.Fatalf("status: %+v %v, want delivered after 2 attempts", st, err)
+	}
+	if err := nc.Flush(); err != nil { // the copies of the read's gets came before the answer
+		t.Fatal(err)
+	}
+	n := len(gets)
+	if n == 0 {
+		t.Fatal("no direct get seen: the test does not watch the read")
+	}
+	for range n {
+		var get struct {
+			Batch int `json:"batch"`
+		}
+		m := <-gets
+		if err := json.Unmarshal(m.Data, &get); err != nil || get.Batch > 0 {
+			t.Errorf("the read sent %s (of %d gets): want gets of one event each", m.Data, n)
+		}
 	}
 }
 
