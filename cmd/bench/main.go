@@ -60,6 +60,7 @@ type settings struct {
 	recordRequests int
 	recordClients  int
 	recordIdle     time.Duration
+	recordSettle   time.Duration
 	recordLag      int
 	recordLayouts  string
 }
@@ -96,9 +97,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		s.distinct = min(s.distinct, 5000)
 		s.recordRequests, s.recordClients = min(s.recordRequests, 20_000), min(s.recordClients, 200)
 	}
-	s.recordIdle = 30 * time.Second
+	s.recordIdle, s.recordSettle = 30*time.Second, 150*time.Second
 	if s.quick {
-		s.recordIdle = time.Second
+		s.recordIdle, s.recordSettle = time.Second, 0
 	}
 	if *kinds != "" {
 		for _, k := range strings.Split(*kinds, ",") {
