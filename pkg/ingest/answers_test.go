@@ -44,7 +44,7 @@ func (stored) Ready(context.Context) error { return nil }
 // at once.
 type delivered struct{}
 
-func (delivered) Events(_ context.Context, _, id string) ([]request.Event, error) {
+func (delivered) StatusEvents(_ context.Context, _, id string) ([]request.Event, error) {
 	return []request.Event{{Type: request.EventDelivered, ID: id, ClientID: "c", At: time.Now()}}, nil
 }
 func (delivered) Place(context.Context, request.Status) *request.QueuePlace { return nil }

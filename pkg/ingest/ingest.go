@@ -44,8 +44,9 @@ type Events interface {
 // StatusReader reads requests' events, from which their statuses follow
 // (request.StatusOf).
 type StatusReader interface {
-	// Events reads the events of request id of client clientID (ADR 10).
-	Events(ctx context.Context, clientID, id string) ([]request.Event, error)
+	// StatusEvents reads the events of request id of client clientID (ADR 10) that its
+	// status follows from: enough for request.StatusOf, and its acceptance.
+	StatusEvents(ctx context.Context, clientID, id string) ([]request.Event, error)
 	// Place says where a queued request stands in its client's queue; nil when it is
 	// not queued or that cannot be read.
 	Place(ctx context.Context, st request.Status) *request.QueuePlace

@@ -377,7 +377,7 @@ func (a *API) sameBody(ctx context.Context, s *Scope, req request.Request) error
 	}
 	ctx, cancel := context.WithTimeout(ctx, statusReadTimeout)
 	defer cancel()
-	events, err := a.cfg.Status.Events(ctx, req.ClientID, req.ID)
+	events, err := a.cfg.Status.StatusEvents(ctx, req.ClientID, req.ID)
 	if err != nil {
 		return nil
 	}

@@ -125,7 +125,7 @@ func (a *API) readStatus(ctx context.Context, w http.ResponseWriter, clientID, i
 	defer timer.Stop()
 	for {
 		rctx, cancel := context.WithTimeout(ctx, statusReadTimeout)
-		events, err := a.cfg.Status.Events(rctx, clientID, id)
+		events, err := a.cfg.Status.StatusEvents(rctx, clientID, id)
 		cancel()
 		if err != nil {
 			return request.Status{}, err

@@ -197,7 +197,7 @@ type heldReads struct {
 	once    sync.Once
 }
 
-func (h *heldReads) Events(ctx context.Context, clientID, id string) ([]request.Event, error) {
+func (h *heldReads) StatusEvents(ctx context.Context, clientID, id string) ([]request.Event, error) {
 	first := false
 	h.once.Do(func() { first = true })
 	if first {
@@ -208,7 +208,7 @@ func (h *heldReads) Events(ctx context.Context, clientID, id string) ([]request.
 			return nil, ctx.Err()
 		}
 	}
-	return h.Queue.Events(ctx, clientID, id)
+	return h.Queue.StatusEvents(ctx, clientID, id)
 }
 
 // Status reads without ?wait are bounded too (issue 35, finding 3: 1,000 keep-alive

@@ -61,7 +61,7 @@ type statuses struct {
 	failing string
 }
 
-func (s statuses) Events(_ context.Context, _, id string) ([]request.Event, error) {
+func (s statuses) StatusEvents(_ context.Context, _, id string) ([]request.Event, error) {
 	if id == s.failing {
 		return nil, errors.New("no leader")
 	}

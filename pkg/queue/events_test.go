@@ -225,7 +225,7 @@ func TestEventReadsCostKilobytes(t *testing.T) {
 	runtime.ReadMemStats(&before)
 	for range reads {
 		for _, read := range []string{id, missing} {
-			if _, err := q.Events(ctx, "bob", read); err != nil {
+			if _, err := q.StatusEvents(ctx, "bob", read); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -233,8 +233,8 @@ func TestEventReadsCostKilobytes(t *testing.T) {
 	runtime.ReadMemStats(&after)
 	// Other goroutines (the server's, the writer's) allocate too, and the server is in
 	// this process: each direct get's messages are counted on both sides. A read is
-	// several direct gets since ADR 10 (a literal subject each: 7 for a request with
-	// events, 15 for an id without any, read again from further back): the bound is far
+	// several direct gets since ADR 10 (a literal subject each: 3 for a delivered request,
+	// 15 for an id without any, read again from further back): the bound is far
 	// below 512 KiB, the issue-35 figure it guards, and was 64 KiB for ADR 8's single get.
 	perRead := (after.TotalAlloc - before.TotalAlloc) / (2 * reads)
 	t.Logf("%d bytes allocated per status read", perRead)

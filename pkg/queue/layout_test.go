@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -146,6 +148,76 @@ func TestAnIdleClientsStatusIsReadWithoutBatches(t *testing.T) {
 		if err := json.Unmarshal(m.Data, &get); err != nil || get.Batch > 0 {
 			t.Errorf("the read sent %s (of %d gets): want gets of one event each", m.Data, n)
 		}
+	}
+}
+
+// A status read of a delivered request reads its acceptance, its replays and its
+// delivery, not its client's other final subjects nor its attempts: each subject read is
+// a walk by the server to the client's next event there, however far. The status is the
+// one its whole timeline gives. Before, every status read read all seven subjects.
+func TestADeliveredRequestsStatusReadsOnlyWhatItFollowsFrom(t *testing.T) {
+	t.Parallel()
+	nc, q := openOnServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	w := runWriter(t, q, nil)
+	id, queued := request.NewID(time.Now()), request.NewID(time.Now())
+	w.Record(request.Event{Type: request.EventAccepted, ID: id, ClientID: "dot", Seq: 1})
+	w.Record(request.Event{Type: request.EventAccepted, ID: queued, ClientID: "dot", Seq: 2})
+	w.Record(request.Event{Type: request.EventAttemptStarted, ID: id, ClientID: "dot", Seq: 1, Attempt: 1, At: time.Now()})
+	w.Record(request.Event{Type: request.EventAttemptFailed, ID: id, ClientID: "dot", Seq: 1, Attempt: 1, Status: 503, At: time.Now()})
+	w.Record(request.Event{Type: request.EventDelivered, ID: id, ClientID: "dot", Seq: 1, Attempt: 2, Status: 200, At: time.Now()})
+	w.Record(request.Event{Type: request.EventAttemptFailed, ID: queued, ClientID: "dot", Seq: 2, Attempt: 1, Status: 503, At: time.Now()})
+	stored(t, w)
+	gets := make(chan *nats.Msg, 256)
+	sub, err := nc.ChanSubscribe("$JS.API.DIRECT.GET."+queue.EventStream, gets)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	st, err := q.Status(ctx, "dot", id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	read := map[string]bool{}
+	for n := len(gets); n > 0; n-- {
+		var get struct {
+			Subject string `json:"next_by_subj"`
+		}
+		_ = json.Unmarshal((<-gets).Data, &get)
+		read[get.Subject[strings.LastIndexByte(get.Subject, '.')+1:]] = true
+	}
+	for _, typ := range []string{request.EventDeadLettered, request.EventPurged, request.EventAttemptStarted, request.EventAttemptFailed} {
+		if read[typ] {
+			t.Errorf("the status read of a delivered request read its client's %s (read %v)", typ, read)
+		}
+	}
+	if !read[request.EventDelivered] {
+		t.Errorf("the status read did not read the deliveries (read %v): the test does not watch it", read)
+	}
+	// The same status as from every event; and a request not delivered reads them all.
+	for _, r := range []string{id, queued} {
+		events, err := q.Events(ctx, "dot", r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, err := q.Status(ctx, "dot", r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st.Queue = nil
+		if full := request.StatusOf(r, events); !reflect.DeepEqual(st, full) {
+			t.Errorf("status of %s: %+v, from all %d events: %+v", r, st, len(events), full)
+		}
+	}
+	if st.State != request.StateDelivered || st.Attempts != 2 || st.RavenStatus != 200 {
+		t.Errorf("status: %+v, want delivered (200) after 2 attempts", st)
 	}
 }
 
