@@ -33,8 +33,14 @@ type recordLayout struct {
 	// skew-binary jump pointer), by stream sequence: readJumps follows them.
 	jumps bool
 	// service: the service's own layout and read (ADR 10): accepted and delivered events
-	// on the events stream's subjects, read with queue.Events (read is not used).
-	service bool
+	// on the events stream's subjects, read as ingest reads a status
+	// (queue.StatusEvents), or with timeline, as the console reads a request's events
+	// (queue.Events; read is not used).
+	service, timeline bool
+	// mixed: some requests also have a failed attempt, and some are dead-lettered
+	// (mixedRequest), so that a client's subjects other than its deliveries have events
+	// later than the request read.
+	mixed bool
 }
 
 // The layouts benchRecord compares. perRequest is ADR 8's: a subject per event of every
@@ -59,9 +65,22 @@ var recordLayouts = []recordLayout{
 	{name: "a subject per client and event type, id in a header, read back from the client's last final by jump pointers", subjects: func(client, id string) []string {
 		return []string{"rec." + client + ".delivered"}
 	}, read: readJumps, jumps: true},
-	{name: "the service's (ADR 10): accepted and delivered events per client and type, read with queue.Events", subjects: func(client, id string) []string {
-		return []string{request.ClientEventSubject(client, request.EventAccepted), request.ClientEventSubject(client, request.EventDelivered)}
-	}, service: true},
+	{name: "the service's (ADR 10): accepted and delivered events per client and type, read as a status", subjects: serviceSubjects, service: true},
+	{name: "the service's (ADR 10), every 10th request of a client with a failed attempt first and every 25th dead-lettered, read as a status", subjects: serviceSubjects, service: true, mixed: true},
+	{name: "the service's (ADR 10), every 10th request of a client with a failed attempt first and every 25th dead-lettered, read as the console's timeline (every subject, as status reads did before)", subjects: serviceSubjects, service: true, mixed: true, timeline: true},
+}
+
+// serviceSubjects are the events the service writes for a request delivered at its first
+// attempt, on its subjects.
+func serviceSubjects(client, _ string) []string {
+	return []string{request.ClientEventSubject(client, request.EventAccepted), request.ClientEventSubject(client, request.EventDelivered)}
+}
+
+// mixedRequest says what happens to the request of the given round of its client in a
+// mixed layout: a failed attempt before its delivery (every 10th), or a dead letter in
+// place of it (every 25th).
+func mixedRequest(round int) (failedFirst, deadLettered bool) {
+	return round%10 == 3, round%25 == 7
 }
 
 // jumpNode is one final of a client as the writer of the jump-pointer layout remembers
@@ -87,6 +106,10 @@ func benchRecord(ctx context.Context, s settings, log io.Writer) ([]row, error) 
 	var failed []error
 	for i, l := range recordLayouts {
 		if s.recordLayouts != "" && !strings.Contains(","+s.recordLayouts+",", ","+strconv.Itoa(i+1)+",") {
+			continue
+		}
+		if l.mixed && s.recordLag > 0 {
+			fmt.Fprintf(log, "bench: record, %s: not measured with -record-lag\n", l.name)
 			continue
 		}
 		r, err := measureRecord(ctx, l, n, c, s.recordLag, s.recordIdle, s.recordSettle, log)
@@ -132,7 +155,10 @@ func measureRecord(ctx context.Context, l recordLayout, n, c, lag int, idle, set
 	read := l.read
 	if l.service {
 		read = func(ctx context.Context, _ *nats.Conn, client, id string, _ uint64) (int, bool, error) {
-			events, err := node.q.Events(ctx, client, id)
+			events, err := node.q.StatusEvents(ctx, client, id)
+			if l.timeline {
+				events, err = node.q.Events(ctx, client, id)
+			}
 			return 0, request.StatusOf(id, events).State == request.StateDelivered, err
 		}
 	}
@@ -209,6 +235,17 @@ func measureRecord(ctx context.Context, l recordLayout, n, c, lag int, idle, set
 		ci := i % c
 		w := written{clients[ci], request.NewID(time.Now()), uint64(i + 1)}
 		subjects := l.subjects(w.client, w.id)
+		delivered := true
+		if l.mixed {
+			failed, dead := mixedRequest(i / c)
+			switch {
+			case dead:
+				subjects = []string{subjects[0], request.ClientEventSubject(w.client, request.EventDeadLettered)}
+				delivered = false
+			case failed:
+				subjects = []string{subjects[0], request.ClientEventSubject(w.client, request.EventAttemptFailed), subjects[1]}
+			}
+		}
 		if lag > 0 {
 			// The accepted event (ADR 8's layout) goes now, the final when its turn comes.
 			if err := write(w, subjects[:len(subjects)-1]); err != nil {
@@ -226,7 +263,7 @@ func measureRecord(ctx context.Context, l recordLayout, n, c, lag int, idle, set
 		}
 		// Reads are of the last twenty-fourth written: the last hour of a day's retention
 		// (issue 34's row). With a lag, their requests were accepted lag rounds earlier.
-		if recent := n / 24; i >= n-recent && i%max(recent/cap(sample), 1) == 0 && len(sample) < cap(sample) {
+		if recent := n / 24; delivered && i >= n-recent && i%max(recent/cap(sample), 1) == 0 && len(sample) < cap(sample) {
 			sample = append(sample, w)
 		}
 	}
