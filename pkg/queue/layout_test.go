@@ -120,8 +120,30 @@ func TestAnIdleClientsStatusIsReadWithoutBatches(t *testing.T) {
 	w.Record(request.Event{Type: request.EventAttemptFailed, ID: id, ClientID: "ida", Attempt: 1, Status: 503})
 	w.Record(request.Event{Type: request.EventDelivered, ID: id, ClientID: "ida", Attempt: 2, Status: 200})
 	stored(t, w)
-	gets := make(chan *nats.Msg, 256)
-	sub, err := nc.ChanSubscribe("$JS.API.DIRECT.GET."+queue.EventStream, gets)
+	var st request.Status
+	gets := directGets(t, nc, func() (err error) { st, err = q.Status(ctx, "ida", id); return err })
+	if st.State != request.StateDelivered || st.Attempts != 2 {
+		t.Fatalf("status: %+v, want delivered after 2 attempts", st)
+	}
+	for _, get := range gets {
+		if get.Batch > 0 {
+			t.Errorf("the read sent a get of a batch of %d for %s (of %d gets): want gets of one event each", get.Batch, get.Subject, len(gets))
+		}
+	}
+}
+
+// directGet is what a direct get of the events stream asks for.
+type directGet struct {
+	Subject string `json:"next_by_subj"`
+	Batch   int    `json:"batch"`
+}
+
+// directGets runs read, which reads the events stream on nc, and says what direct gets
+// it sent: their copies reach this subscription before the server's answers do.
+func directGets(t *testing.T, nc *nats.Conn, read func() error) []directGet {
+	t.Helper()
+	msgs := make(chan *nats.Msg, 256)
+	sub, err := nc.ChanSubscribe("$JS.API.DIRECT.GET."+queue.EventStream, msgs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,26 +151,24 @@ func TestAnIdleClientsStatusIsReadWithoutBatches(t *testing.T) {
 	if err := nc.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	st, err := q.Status(ctx, "ida", id)
-	if err != nil || st.State != request.StateDelivered || st.Attempts != 2 {
-		t.Fatalf("status: %+v %v, want delivered after 2 attempts", st, err)
-	}
-	if err := nc.Flush(); err != nil { // the copies of the read's gets came before the answer
+	if err := read(); err != nil {
 		t.Fatal(err)
 	}
-	n := len(gets)
-	if n == 0 {
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	var gets []directGet
+	for n := len(msgs); n > 0; n-- {
+		var get directGet
+		if err := json.Unmarshal((<-msgs).Data, &get); err != nil {
+			t.Fatal(err)
+		}
+		gets = append(gets, get)
+	}
+	if len(gets) == 0 {
 		t.Fatal("no direct get seen: the test does not watch the read")
 	}
-	for range n {
-		var get struct {
-			Batch int `json:"batch"`
-		}
-		m := <-gets
-		if err := json.Unmarshal(m.Data, &get); err != nil || get.Batch > 0 {
-			t.Errorf("the read sent %s (of %d gets): want gets of one event each", m.Data, n)
-		}
-	}
+	return gets
 }
 
 // A status read of a delivered request reads its acceptance, its replays and its
@@ -169,28 +189,9 @@ func TestADeliveredRequestsStatusReadsOnlyWhatItFollowsFrom(t *testing.T) {
 	w.Record(request.Event{Type: request.EventDelivered, ID: id, ClientID: "dot", Seq: 1, Attempt: 2, Status: 200, At: time.Now()})
 	w.Record(request.Event{Type: request.EventAttemptFailed, ID: queued, ClientID: "dot", Seq: 2, Attempt: 1, Status: 503, At: time.Now()})
 	stored(t, w)
-	gets := make(chan *nats.Msg, 256)
-	sub, err := nc.ChanSubscribe("$JS.API.DIRECT.GET."+queue.EventStream, gets)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Unsubscribe()
-	if err := nc.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	st, err := q.Status(ctx, "dot", id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := nc.Flush(); err != nil {
-		t.Fatal(err)
-	}
+	var st request.Status
 	read := map[string]bool{}
-	for n := len(gets); n > 0; n-- {
-		var get struct {
-			Subject string `json:"next_by_subj"`
-		}
-		_ = json.Unmarshal((<-gets).Data, &get)
+	for _, get := range directGets(t, nc, func() (err error) { st, err = q.Status(ctx, "dot", id); return err }) {
 		read[get.Subject[strings.LastIndexByte(get.Subject, '.')+1:]] = true
 	}
 	for _, typ := range []string{request.EventDeadLettered, request.EventPurged, request.EventAttemptStarted, request.EventAttemptFailed} {
