@@ -41,7 +41,9 @@ const (
 	// under one. Clocks kept by NTP are milliseconds apart.
 	eventClockMargin = 500 * time.Millisecond
 	// eventClockMarginWide is the margin of a second read when the first found nothing:
-	// clocks further apart than eventClockMargin cost that read, not a wrong answer.
+	// clocks further apart than eventClockMargin cost that read; a read that finds the
+	// request's later events but not its acceptance (stored before the margin) gives its
+	// state without what only the acceptance says (ADR 10).
 	eventClockMarginWide = 10 * time.Minute
 )
 
