@@ -181,8 +181,8 @@ func (e *events) close() string {
 			behind = fmt.Sprintf("caught up %s after the load", time.Since(start).Round(time.Millisecond))
 		}
 		e.stop()
-		e.report = fmt.Sprintf("events %.0f written, %.0f retried, %.0f dropped; %s",
-			e.counter("dispatch_events_written_total"), e.counter("dispatch_events_retried_total"), e.counter("dispatch_events_dropped_total"), behind)
+		e.report = fmt.Sprintf("events %.0f written (%.0f atomic batches), %.0f retried, %.0f dropped; %s",
+			e.counter("dispatch_events_written_total"), e.counter("dispatch_event_batches_total"), e.counter("dispatch_events_retried_total"), e.counter("dispatch_events_dropped_total"), behind)
 	})
 	return e.report
 }

@@ -49,6 +49,9 @@ func eventStreamConfig(cfg Config) jetstream.StreamConfig {
 		// Status reads are direct gets of the last event of each type; on a cluster a
 		// follower may answer, at most its replication lag behind.
 		AllowDirect: true,
+		// The event writer stores what is waiting as one atomic batch: with fsync on
+		// every write, one disk sync for the batch instead of one per event.
+		AllowAtomicPublish: true,
 	}
 }
 
@@ -66,6 +69,9 @@ type EventWriter struct {
 	metrics  eventMetrics
 
 	failing atomic.Bool // the last write failed: WriteNow does not wait then
+
+	atomicOffUntil time.Time  // write one by one until then (writeAtomic); Run's alone
+	costs          writeCosts // what each way of writing has cost lately; Run's alone
 
 	mu      sync.Mutex
 	pending int           // recorded and not yet written
@@ -249,24 +255,21 @@ func (w *EventWriter) Run(ctx context.Context, grace time.Duration) {
 // later event of the same request follows it in the batch: written now, it would land
 // after that one.
 func (w *EventWriter) write(batch []queuedEvent) []queuedEvent {
-	futures := make([]jetstream.PubAckFuture, len(batch))
 	errs := make([]error, len(batch))
-	for i, e := range batch {
-		futures[i], errs[i] = w.js.PublishMsgAsync(eventMsg(e.Event), jetstream.WithMsgID(eventMsgID(e.Event)), jetstream.WithExpectStream(EventStream))
-	}
-	deadline := time.NewTimer(eventAckWait)
-	defer deadline.Stop()
-	for i, f := range futures {
-		if errs[i] != nil {
-			continue
-		}
-		select {
-		case <-f.Ok():
-		case err := <-f.Err():
-			errs[i] = err
-		case <-deadline.C:
-			errs[i] = errors.New("no acknowledgement within " + eventAckWait.String())
-			deadline.Reset(0) // the rest have had as long
+	for lo := 0; lo < len(batch); lo += atomicMax {
+		hi := min(lo+atomicMax, len(batch))
+		chunk, start := batch[lo:hi], time.Now()
+		atomically := w.costs.atomicNext(len(chunk), start.Before(w.atomicOffUntil), start)
+		switch {
+		case atomically && w.writeAtomic(chunk):
+			w.costs.note(true, len(chunk), time.Since(start))
+		case atomically:
+			w.writeEach(chunk, errs[lo:hi]) // not measured: it followed a failure
+		default:
+			w.writeEach(chunk, errs[lo:hi])
+			if firstErr(errs[lo:hi]) == nil {
+				w.costs.note(false, len(chunk), time.Since(start))
+			}
 		}
 	}
 	var retry []queuedEvent
@@ -293,6 +296,54 @@ func (w *EventWriter) write(batch []queuedEvent) []queuedEvent {
 	}
 	slices.Reverse(retry)
 	return retry
+}
+
+// writeAtomic stores batch as one atomic batch (publishAtomic) and says whether it did.
+// All are stored or none: when it fails (or no acknowledgement comes, when it may have
+// been stored), writeEach writes the same events one by one, and their message ids make
+// any already stored count as written.
+func (w *EventWriter) writeAtomic(batch []queuedEvent) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), eventAckWait)
+	defer cancel()
+	msgs := make([]*nats.Msg, len(batch))
+	for i, e := range batch {
+		msgs[i] = eventMsg(e.Event)
+		msgs[i].Header.Set(jetstream.MsgIDHeader, eventMsgID(e.Event))
+	}
+	_, err := publishAtomic(ctx, w.js, EventStream, msgs)
+	if refusesAtomic(err) {
+		w.atomicOffUntil = time.Now().Add(atomicRetry)
+		w.log.Info().Dur("retry_in", atomicRetry).Msg("the events stream does not take atomic batches (created by an earlier version; a dispatcher's start updates it): writing events one by one meanwhile")
+	}
+	if err != nil {
+		return false
+	}
+	w.metrics.batches.Inc()
+	return true
+}
+
+// writeEach publishes batch's events at once, each on its own, and waits for their
+// acknowledgements, setting errs[i] for each that failed.
+func (w *EventWriter) writeEach(batch []queuedEvent, errs []error) {
+	futures := make([]jetstream.PubAckFuture, len(batch))
+	for i, e := range batch {
+		futures[i], errs[i] = w.js.PublishMsgAsync(eventMsg(e.Event), jetstream.WithMsgID(eventMsgID(e.Event)), jetstream.WithExpectStream(EventStream))
+	}
+	deadline := time.NewTimer(eventAckWait)
+	defer deadline.Stop()
+	for i, f := range futures {
+		if errs[i] != nil {
+			continue
+		}
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			errs[i] = err
+		case <-deadline.C:
+			errs[i] = errors.New("no acknowledgement within " + eventAckWait.String())
+			deadline.Reset(0) // the rest have had as long
+		}
+	}
 }
 
 func (e queuedEvent) finish() {
@@ -349,7 +400,7 @@ func eventMsgID(e request.Event) string {
 }
 
 type eventMetrics struct {
-	written, retried, dropped prometheus.Counter
+	written, retried, dropped, batches prometheus.Counter
 }
 
 func newEventMetrics(reg prometheus.Registerer) eventMetrics {
@@ -357,9 +408,10 @@ func newEventMetrics(reg prometheus.Registerer) eventMetrics {
 		written: prometheus.NewCounter(prometheus.CounterOpts{Name: "dispatch_events_written_total", Help: "Request events written to the events stream."}),
 		retried: prometheus.NewCounter(prometheus.CounterOpts{Name: "dispatch_events_retried_total", Help: "Event writes that failed and were retried."}),
 		dropped: prometheus.NewCounter(prometheus.CounterOpts{Name: "dispatch_events_dropped_total", Help: "Events dropped because the writer's buffer was full (the events stream not taking writes for long): those requests' statuses lag."}),
+		batches: prometheus.NewCounter(prometheus.CounterOpts{Name: "dispatch_event_batches_total", Help: "Atomic batches of events written: events waiting at once are stored together, with one disk sync when fsync is on for every write."}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.written, m.retried, m.dropped)
+		reg.MustRegister(m.written, m.retried, m.dropped, m.batches)
 	}
 	return m
 }
