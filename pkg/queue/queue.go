@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -23,6 +25,10 @@ type Queue struct {
 	guard  *StoreGuard // set by UseGuard when the server runs in this process
 	// outcomes count the final events kept in the request stream (KeepOutcome).
 	outcomes outcomeMetrics
+
+	batchMu       sync.Mutex // PublishAll's choice of atomic batches (ADR 11):
+	batchCosts    writeCosts // what each way has cost lately
+	batchOffUntil time.Time  // the stream refused one: one by one until then
 }
 
 const maxPendingPublishes = 16384
@@ -124,6 +130,9 @@ func requestStreamConfig(cfg Config) jetstream.StreamConfig {
 		MaxMsgs:              -1,
 		Duplicates:           cfg.DuplicateWindow,
 		AllowDirect:          directGets(cfg),
+		// PublishAll stores a batch's requests as one atomic batch when that has been
+		// cheaper (ADR 11).
+		AllowAtomicPublish: true,
 	}
 }
 

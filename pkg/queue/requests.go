@@ -55,6 +55,67 @@ func (q *Queue) PublishAll(ctx context.Context, rs []request.Request) ([]request
 	if err := q.WriteErr(); err != nil {
 		return fail(fmt.Errorf("%w: the store does not take writes: %w", ErrUnavailable, err))
 	}
+	start := time.Now()
+	q.batchMu.Lock()
+	atomically := len(rs) <= atomicMax && q.batchCosts.atomicNext(len(rs), start.Before(q.batchOffUntil), start)
+	q.batchMu.Unlock()
+	if atomically {
+		switch err := q.publishAtomic(ctx, rs, receipts); {
+		case err == nil:
+			q.batchMu.Lock()
+			q.batchCosts.note(true, len(rs), time.Since(start))
+			q.batchMu.Unlock()
+			return receipts, errs
+		case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled), errors.Is(err, nats.ErrTimeout):
+			// Not known to be stored, as when publishes one by one go unanswered: the
+			// caller hears so, and a retry with the same ids lands once.
+			if ctx.Err() != nil {
+				return fail(fmt.Errorf("%w: no acknowledgement in time: %w", ErrUnavailable, ctx.Err()))
+			}
+			return fail(fmt.Errorf("%w: no acknowledgement of the batch within %s: %w", ErrUnavailable, q.cfg.AckTimeout, jetstream.ErrAsyncPublishTimeout))
+		}
+		start = time.Time{} // one by one after a refusal: not a measure of that way
+	}
+	q.publishEach(ctx, rs, receipts, errs)
+	if !start.IsZero() && firstErr(errs) == nil {
+		q.batchMu.Lock()
+		q.batchCosts.note(false, len(rs), time.Since(start))
+		q.batchMu.Unlock()
+	}
+	return receipts, errs
+}
+
+// publishAtomic stores rs as one atomic batch (ADR 11), filling receipts, and waits for
+// the acknowledgement up to the queue's AckTimeout. All or none: a batch the server
+// refuses (one request over its client's backlog cap, one sent before, the queue full)
+// stores nothing, and PublishAll then stores them one by one, each with its own answer.
+func (q *Queue) publishAtomic(ctx context.Context, rs []request.Request, receipts []request.Receipt) error {
+	ctx, cancel := context.WithTimeout(ctx, q.cfg.AckTimeout)
+	defer cancel()
+	msgs := make([]*nats.Msg, len(rs))
+	for i, r := range rs {
+		msgs[i] = requestMsg(r)
+		msgs[i].Header.Set(jetstream.MsgIDHeader, r.ID)
+	}
+	last, err := publishAtomic(ctx, q.js, RequestStream, msgs)
+	if err != nil {
+		if refusesAtomic(err) {
+			q.batchMu.Lock()
+			q.batchOffUntil = time.Now().Add(atomicRetry)
+			q.batchMu.Unlock()
+		}
+		return err
+	}
+	q.writes.note(nil)
+	for i := range rs {
+		receipts[i] = request.Receipt{Seq: last - uint64(len(rs)-1-i)}
+	}
+	return nil
+}
+
+// publishEach publishes rs at once, each on its own, and waits for every
+// acknowledgement, or ctx, filling receipts and errs.
+func (q *Queue) publishEach(ctx context.Context, rs []request.Request, receipts []request.Receipt, errs []error) {
 	futures := make([]jetstream.PubAckFuture, len(rs))
 	for i, r := range rs {
 		futures[i], errs[i] = q.js.PublishMsgAsync(requestMsg(r), jetstream.WithMsgID(r.ID), jetstream.WithExpectStream(RequestStream))
@@ -93,7 +154,6 @@ func (q *Queue) PublishAll(ctx context.Context, rs []request.Request) ([]request
 			errs[i] = fmt.Errorf("%w: no acknowledgement in time: %w", ErrUnavailable, ctx.Err())
 		}
 	}
-	return receipts, errs
 }
 
 const (
