@@ -17,7 +17,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/penguinhq/dispatcher/pkg/ingest"
 	"github.com/penguinhq/dispatcher/pkg/queue"
@@ -45,17 +44,19 @@ const (
 	kindRaw     = "raw JetStream publishes"
 	kindBare    = "bare net/http answering 202"
 	kindMinimal = "minimal publishing handler"
-	kindIngest  = "ingest"
+	kindIngest  = "ingest" // as the binary runs it: events on
 	kindH2C     = "ingest over h2c"
+	// kindIngestNoEvents is the ingest with EVENTS=false: what the accepted event costs.
+	kindIngestNoEvents = "ingest, events off"
 	// kindIngestTraced is the ingest with tracing on, exporting to tracedProvider's
 	// receiver (the tracing scenario).
 	kindIngestTraced = "ingest traced"
 )
 
-var ingestKinds = []string{kindRaw, kindBare, kindMinimal, kindIngest, kindH2C}
+var ingestKinds = []string{kindRaw, kindBare, kindMinimal, kindIngest, kindIngestNoEvents, kindH2C}
 
 // kindNames are the kinds' names for -kinds.
-var kindNames = map[string]string{"raw": kindRaw, "bare": kindBare, "minimal": kindMinimal, "ingest": kindIngest, "h2c": kindH2C}
+var kindNames = map[string]string{"raw": kindRaw, "bare": kindBare, "minimal": kindMinimal, "ingest": kindIngest, "ingest-no-events": kindIngestNoEvents, "h2c": kindH2C}
 
 // benchIngest compares the project's ingest with the least any HTTP ingest on net/http
 // must do (the minimal publishing handler: read the body, publish it with a message id to
@@ -128,6 +129,13 @@ func benchIngest(ctx context.Context, s settings, log io.Writer) ([]row, error) 
 				value:     fmt.Sprintf("%.0f/s / %.0f/s", med(kindRaw), med(kindBare)),
 				reference: fmt.Sprintf("%.0f/s ingest", med(kindIngest)),
 				ratio:     fmt.Sprintf("%.2f of raw", ratioOf(kindIngest, kindRaw)),
+				target:    "-", verdict: "-",
+			},
+			row{
+				figure:    fmt.Sprintf("  ingest with events off, not the default (%s)", mode),
+				value:     fmt.Sprintf("%.0f/s", med(kindIngestNoEvents)),
+				reference: fmt.Sprintf("%.0f/s minimal publishing handler; %.1f us CPU each, %.1f us with events", med(kindMinimal), median(cpu[kindIngestNoEvents]), median(cpu[kindIngest])),
+				ratio:     fmt.Sprintf("%.2f", ratioOf(kindIngestNoEvents, kindMinimal)),
 				target:    "-", verdict: "-",
 			},
 			row{
@@ -212,12 +220,17 @@ func withServer(ctx context.Context, kind string, syncAlways bool, l *load, meas
 		if h, err = minimalHandler(n.nc); err != nil {
 			return err
 		}
-	case kindIngest, kindH2C, kindIngestTraced:
-		var tp trace.TracerProvider
+	case kindIngest, kindH2C, kindIngestTraced, kindIngestNoEvents:
+		cfg := ingest.Config{}
 		if kind == kindIngestTraced {
-			tp = tracedProvider
+			cfg.Tracing = tracedProvider
 		}
-		if h, err = benchIngestAPI(n, tp); err != nil {
+		if kind != kindIngestNoEvents {
+			ev := startEvents(n)
+			defer ev.close() // before the node's: it waits for the writer to catch up
+			cfg.Events = ev.w
+		}
+		if h, err = benchIngestWith(n, cfg); err != nil {
 			return err
 		}
 		if kind == kindH2C {
@@ -233,14 +246,8 @@ func withServer(ctx context.Context, kind string, syncAlways bool, l *load, meas
 	return measure()
 }
 
-// benchIngestAPI is the project's ingest as the binary runs it: its metrics counted, a
-// bearer token required, a logger at info level (events off: their cost is the events
-// scenario's row).
-func benchIngestAPI(n *node, tp trace.TracerProvider) (http.Handler, error) {
-	return benchIngestWith(n, ingest.Config{Tracing: tp})
-}
-
-// benchIngestWith is benchIngestAPI with cfg's other fields (events, say).
+// benchIngestWith is the project's ingest as the binary runs it, with cfg's events and
+// tracing: its metrics counted, a bearer token required, a logger at info level.
 func benchIngestWith(n *node, cfg ingest.Config) (http.Handler, error) {
 	tokens, err := ingest.NewTokens("", []string{benchToken})
 	if err != nil {

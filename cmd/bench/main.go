@@ -83,7 +83,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&s.recordLag, "record-lag", 0, "in the record scenario, how many of its client's requests come before each request's final event (a backlogged client); 0: it follows its acceptance at once")
 	clients := fs.Int("clients", 0, "backlogged clients in the dispatch scenario (default: 1000 and 10000)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
-	kinds := fs.String("kinds", "", "in the ingest scenario, measure only these servers, comma-separated (raw, bare, minimal, ingest, h2c), and print their figures without the table's rows; with -cpuprofile, to profile one alone")
+	kinds := fs.String("kinds", "", "in the ingest scenario, measure only these servers, comma-separated (raw, bare, minimal, ingest, ingest-no-events, h2c), and print their figures without the table's rows; with -cpuprofile, to profile one alone")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -105,7 +105,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		for _, k := range strings.Split(*kinds, ",") {
 			kind, ok := kindNames[k]
 			if !ok {
-				return fmt.Errorf("-kinds: %q is none of raw, bare, minimal, ingest, h2c", k)
+				return fmt.Errorf("-kinds: %q is none of raw, bare, minimal, ingest, ingest-no-events, h2c", k)
 			}
 			s.ingestKinds = append(s.ingestKinds, kind)
 		}
