@@ -64,21 +64,21 @@ func benchBatch(ctx context.Context, s settings, log io.Writer) ([]row, error) {
 			}
 			return median(rs)
 		}
-		ratio := ratioOf(kindBatch, kindRaw)
+		ratio := ratioOf(kindBatchEvents, kindRaw)
 		rows = append(rows,
 			row{
-				figure:    fmt.Sprintf("batch ingest items stored/s, %d callers, batches of %d x 512 B (%s)", batchCallers, batchItems, mode),
-				value:     fmt.Sprintf("%.0f/s", median(got[kindBatch])),
+				figure:    fmt.Sprintf("batch ingest items stored/s, %d callers, batches of %d x 512 B, the binaries' defaults (events on; %s)", batchCallers, batchItems, mode),
+				value:     fmt.Sprintf("%.0f/s", median(got[kindBatchEvents])),
 				reference: fmt.Sprintf("%.0f/s raw JetStream publish (%d synchronous)", median(got[kindRaw]), ingestWorkers),
 				ratio:     fmt.Sprintf("%.2f", ratio),
 				target:    ">= 2.0",
 				verdict:   verdict(ratio >= 2),
 			},
 			row{
-				figure:    fmt.Sprintf("  the same with events on, as the binaries run by default (%s)", mode),
-				value:     fmt.Sprintf("%.0f/s", median(got[kindBatchEvents])),
-				reference: fmt.Sprintf("%.0f/s raw; server CPU per item %.1f us, %.1f us events off, %.1f us raw", median(got[kindRaw]), median(cpu[kindBatchEvents]), median(cpu[kindBatch]), median(cpu[kindRaw])),
-				ratio:     fmt.Sprintf("%.2f", ratioOf(kindBatchEvents, kindRaw)),
+				figure:    fmt.Sprintf("  the same with events off, not the default (%s)", mode),
+				value:     fmt.Sprintf("%.0f/s", median(got[kindBatch])),
+				reference: fmt.Sprintf("%.0f/s raw; server CPU per item %.1f us, %.1f us events on, %.1f us raw", median(got[kindRaw]), median(cpu[kindBatch]), median(cpu[kindBatchEvents]), median(cpu[kindRaw])),
+				ratio:     fmt.Sprintf("%.2f", ratioOf(kindBatch, kindRaw)),
 				target:    "-", verdict: "-",
 			})
 	}

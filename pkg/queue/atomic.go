@@ -102,6 +102,7 @@ const atomicRetry = time.Minute
 type writeCosts struct {
 	atomic, each float64   // recent seconds per message of each way; 0: not measured yet
 	tried        time.Time // when the dearer way was last tried
+	offUntil     time.Time // the stream refused an atomic batch: one by one until then
 }
 
 const (
@@ -113,10 +114,9 @@ const (
 	costsRetry = time.Second
 )
 
-// atomicNext says whether a batch of n messages, stored at now, goes as an atomic batch;
-// refused: the stream refused one lately.
-func (c *writeCosts) atomicNext(n int, refused bool, now time.Time) bool {
-	if n < atomicMin || refused {
+// atomicNext says whether a batch of n messages, stored at now, goes as an atomic batch.
+func (c *writeCosts) atomicNext(n int, now time.Time) bool {
+	if n < atomicMin || now.Before(c.offUntil) {
 		return false
 	}
 	switch {
@@ -134,6 +134,10 @@ func (c *writeCosts) atomicNext(n int, refused bool, now time.Time) bool {
 	}
 	return cheaper
 }
+
+// refused records a refusal at now by a stream that does not allow atomic batches: one
+// by one for atomicRetry.
+func (c *writeCosts) refused(now time.Time) { c.offUntil = now.Add(atomicRetry) }
 
 // note records what storing n messages one way took. An estimate moves a quarter of the
 // way to each new figure, which counts for at most twice the estimate (a pause of the

@@ -54,16 +54,23 @@ func writeAll(t *testing.T, nc *nats.Conn, q *queue.Queue, evs []request.Event, 
 	}
 }
 
-// storedEvents reads the events stream whole: each event's request id and type.
-func storedEvents(t *testing.T, nc *nats.Conn) []string {
+// eventStream is the events stream as the server holds it.
+func eventStream(t *testing.T, ctx context.Context, nc *nats.Conn) (jetstream.JetStream, jetstream.Stream) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
 	js, _ := jetstream.New(nc)
 	stream, err := js.Stream(ctx, queue.EventStream)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return js, stream
+}
+
+// storedEvents reads the events stream whole: each event's request id and type.
+func storedEvents(t *testing.T, nc *nats.Conn) []string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, stream := eventStream(t, ctx, nc)
 	info, err := stream.Info(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -115,11 +122,7 @@ func TestEventWriterWritesOneByOneWhereBatchesAreRefused(t *testing.T) {
 	nc, q := openOnServer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	js, _ := jetstream.New(nc)
-	stream, err := js.Stream(ctx, queue.EventStream)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js, stream := eventStream(t, ctx, nc)
 	cfg := stream.CachedInfo().Config
 	if !cfg.AllowAtomicPublish {
 		t.Fatal("the events stream was created without atomic batches allowed")

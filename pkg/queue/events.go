@@ -70,8 +70,7 @@ type EventWriter struct {
 
 	failing atomic.Bool // the last write failed: WriteNow does not wait then
 
-	atomicOffUntil time.Time  // write one by one until then (writeAtomic); Run's alone
-	costs          writeCosts // what each way of writing has cost lately; Run's alone
+	costs writeCosts // how to write what waits: Run's alone (writeAtomic)
 
 	mu      sync.Mutex
 	pending int           // recorded and not yet written
@@ -259,7 +258,7 @@ func (w *EventWriter) write(batch []queuedEvent) []queuedEvent {
 	for lo := 0; lo < len(batch); lo += atomicMax {
 		hi := min(lo+atomicMax, len(batch))
 		chunk, start := batch[lo:hi], time.Now()
-		atomically := w.costs.atomicNext(len(chunk), start.Before(w.atomicOffUntil), start)
+		atomically := w.costs.atomicNext(len(chunk), start)
 		switch {
 		case atomically && w.writeAtomic(chunk):
 			w.costs.note(true, len(chunk), time.Since(start))
@@ -312,7 +311,7 @@ func (w *EventWriter) writeAtomic(batch []queuedEvent) bool {
 	}
 	_, err := publishAtomic(ctx, w.js, EventStream, msgs)
 	if refusesAtomic(err) {
-		w.atomicOffUntil = time.Now().Add(atomicRetry)
+		w.costs.refused(time.Now())
 		w.log.Info().Dur("retry_in", atomicRetry).Msg("the events stream does not take atomic batches (created by an earlier version; a dispatcher's start updates it): writing events one by one meanwhile")
 	}
 	if err != nil {

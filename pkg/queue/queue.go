@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -26,9 +25,8 @@ type Queue struct {
 	// outcomes count the final events kept in the request stream (KeepOutcome).
 	outcomes outcomeMetrics
 
-	batchMu       sync.Mutex // PublishAll's choice of atomic batches (ADR 11):
-	batchCosts    writeCosts // what each way has cost lately
-	batchOffUntil time.Time  // the stream refused one: one by one until then
+	batchMu    sync.Mutex // PublishAll's choice of atomic batches (ADR 11)
+	batchCosts writeCosts
 }
 
 const maxPendingPublishes = 16384

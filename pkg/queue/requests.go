@@ -57,7 +57,7 @@ func (q *Queue) PublishAll(ctx context.Context, rs []request.Request) ([]request
 	}
 	start := time.Now()
 	q.batchMu.Lock()
-	atomically := len(rs) <= atomicMax && q.batchCosts.atomicNext(len(rs), start.Before(q.batchOffUntil), start)
+	atomically := len(rs) <= atomicMax && q.batchCosts.atomicNext(len(rs), start)
 	q.batchMu.Unlock()
 	if atomically {
 		switch err := q.publishAtomic(ctx, rs, receipts); {
@@ -101,7 +101,7 @@ func (q *Queue) publishAtomic(ctx context.Context, rs []request.Request, receipt
 	if err != nil {
 		if refusesAtomic(err) {
 			q.batchMu.Lock()
-			q.batchOffUntil = time.Now().Add(atomicRetry)
+			q.batchCosts.refused(time.Now())
 			q.batchMu.Unlock()
 		}
 		return err
