@@ -45,7 +45,8 @@ func newExampleIngest() *httptest.Server {
 	})
 	mux.HandleFunc("GET /v1/requests/{id}", func(w http.ResponseWriter, r *http.Request) {
 		answer(w, http.StatusOK, map[string]any{"id": r.PathValue("id"), "clientId": "penguin-7",
-			"status": "delivered", "attempts": 1, "ravenStatus": 200, "replays": 0})
+			"status": "delivered", "attempts": 1, "ravenStatus": 200, "replays": 0,
+			"response": map[string]any{"status": 200, "headers": map[string]string{"Content-Type": "application/json"}, "body": `{"eaten":true}`, "bodyBytes": 14}})
 	})
 	return httptest.NewServer(mux)
 }
@@ -146,5 +147,11 @@ func ExampleClient_Wait() {
 		return
 	}
 	fmt.Println(status.ID, status.State, status.RavenStatus, status.Attempts)
-	// Output: req-1 delivered 200 1
+	if status.Response != nil { // raven's answer, as the dispatcher kept it
+		body, _ := status.Response.Body()
+		fmt.Println(status.Response.Headers["Content-Type"], string(body))
+	}
+	// Output:
+	// req-1 delivered 200 1
+	// application/json {"eaten":true}
 }

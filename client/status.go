@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"encoding/base64"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -48,6 +49,10 @@ type Status struct {
 	DeliveredAt time.Time `json:"deliveredAt,omitzero"`
 	// RavenStatus is the HTTP status raven accepted the request with.
 	RavenStatus int `json:"ravenStatus,omitempty"`
+	// Response is raven's answer to the latest attempt it answered: the delivery's, the
+	// one that dead-lettered the request, or while it is retried the last failed one's.
+	// Nil before raven answered.
+	Response *Response `json:"response,omitempty"`
 	// DeadLetter says why the request was given up on.
 	DeadLetter *DeadLetter `json:"deadLetter,omitempty"`
 	// Replays is how many times the request was replayed from the dead letters.
@@ -62,6 +67,35 @@ type Status struct {
 // dead-lettered. (A dead-lettered request may still be replayed by an operator.)
 func (s Status) Final() bool {
 	return s.State == StatusDelivered || s.State == StatusDeadLettered
+}
+
+// Response is raven's answer as the dispatcher keeps it: its status, the headers the
+// operators chose (RESPONSE_HEADERS, Content-Type by default) and its body up to
+// RESPONSE_MAX_BYTES (64 KiB by default).
+type Response struct {
+	// Status is raven's HTTP status.
+	Status int `json:"status"`
+	// Headers are the kept headers, by canonical name.
+	Headers map[string]string `json:"headers,omitempty"`
+	// Text is the kept body as sent when it is UTF-8; base64 when Base64 says so. Body
+	// decodes either.
+	Text string `json:"body,omitempty"`
+	// Encoding is "base64" when Text holds a body that was not UTF-8.
+	Encoding string `json:"bodyEncoding,omitempty"`
+	// Truncated says raven's body was longer than what was kept.
+	Truncated bool `json:"truncated,omitempty"`
+}
+
+// Body is the kept body as raven sent it.
+func (r *Response) Body() ([]byte, error) {
+	if r.Encoding != "base64" {
+		return []byte(r.Text), nil
+	}
+	b, err := base64.StdEncoding.DecodeString(r.Text)
+	if err != nil {
+		return nil, fmt.Errorf("client: the kept body is not base64: %w", err)
+	}
+	return b, nil
 }
 
 // Attempt is one try at sending a request to raven.

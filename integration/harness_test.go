@@ -174,7 +174,8 @@ func (s *stack) policy() dispatch.Policy {
 // startDispatcher runs a dispatcher in this process until stopDispatcher.
 func (s *stack) startDispatcher() {
 	s.t.Helper()
-	rc, err := raven.New(raven.Config{URL: s.ravenURL, Timeout: s.opts.timeout})
+	// Raven's answers kept as the binary keeps them by default.
+	rc, err := raven.New(raven.Config{URL: s.ravenURL, Timeout: s.opts.timeout, KeepBytes: raven.DefaultKeepBytes, KeepHeaders: raven.DefaultKeepHeaders})
 	if err != nil {
 		s.t.Fatal(err)
 	}

@@ -6,11 +6,13 @@ import (
 	"io"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/penguinhq/dispatcher/pkg/dispatch"
 	"github.com/penguinhq/dispatcher/pkg/queue"
+	"github.com/penguinhq/dispatcher/pkg/raven"
 )
 
 // benchBudget measures raven's budget (ADR 7) on one dispatcher owning every partition:
@@ -123,6 +125,8 @@ type backlogged struct {
 	raven      *capacityRaven         // refusing beyond its capacity; nil: a raven that takes everything
 	tune       func(*dispatch.Config) // if not nil, changes the dispatcher's configuration
 	log        io.Writer              // if not nil, hears what the event writer did
+	answer     int                    // raven answers each request with a JSON body of this many bytes
+	keepNone   bool                   // RESPONSE_MAX_BYTES=0: no answer body kept (the default keeps 64 KiB)
 }
 
 // run queues two requests for each client, then runs the dispatcher for b.d and records
@@ -140,7 +144,7 @@ func (b backlogged) run(ctx context.Context) (*recorder, error) {
 	}
 	rec := &recorder{}
 	topUps := make(chan string, 1<<20)
-	var h http.Handler = fastRaven{arrived: func(client, _ string, at, _ time.Time) {
+	var h http.Handler = fastRaven{answer: jsonAnswer(b.answer), arrived: func(client, _ string, at, _ time.Time) {
 		rec.add(at, http.StatusOK)
 		topUps <- client
 	}}
@@ -166,7 +170,11 @@ func (b backlogged) run(ctx context.Context) (*recorder, error) {
 	if ev != nil { // and their accepted events written, so as not to slow its start
 		_ = ev.w.Flush(ctx)
 	}
-	_, stopDispatch, err := startDispatcher(ctx, n, ravenURL, b.interval, b.tune, ev.on)
+	keep := raven.DefaultKeepBytes
+	if b.keepNone {
+		keep = 0
+	}
+	_, stopDispatch, err := startDispatcherKeeping(ctx, n, ravenURL, keep, b.interval, b.tune, ev.on)
 	if err != nil {
 		return nil, err
 	}
@@ -303,4 +311,13 @@ func median(xs []float64) float64 {
 		return 0
 	}
 	return s[len(s)/2]
+}
+
+// jsonAnswer is a JSON object of n bytes, as raven might answer (nil for 0).
+func jsonAnswer(n int) []byte {
+	if n == 0 {
+		return nil
+	}
+	const head, tail = `{"result":"`, `"}`
+	return []byte(head + strings.Repeat("x", max(0, n-len(head)-len(tail))) + tail)
 }

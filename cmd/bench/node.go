@@ -205,7 +205,14 @@ func (e *events) counter(name string) float64 {
 // startDispatcher runs a dispatcher (owning every partition) against n and raven; each
 // tune that is not nil changes its configuration first.
 func startDispatcher(ctx context.Context, n *node, ravenURL string, interval time.Duration, tune ...func(*dispatch.Config)) (*dispatch.Dispatcher, func(), error) {
-	rc, err := raven.New(raven.Config{URL: ravenURL, Timeout: 5 * time.Second})
+	// Raven's answers kept as the binary keeps them by default.
+	return startDispatcherKeeping(ctx, n, ravenURL, raven.DefaultKeepBytes, interval, tune...)
+}
+
+// startDispatcherKeeping is startDispatcher keeping keep bytes of each of raven's answers
+// (RESPONSE_MAX_BYTES).
+func startDispatcherKeeping(ctx context.Context, n *node, ravenURL string, keep int, interval time.Duration, tune ...func(*dispatch.Config)) (*dispatch.Dispatcher, func(), error) {
+	rc, err := raven.New(raven.Config{URL: ravenURL, Timeout: 5 * time.Second, KeepBytes: keep, KeepHeaders: raven.DefaultKeepHeaders})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -225,16 +232,21 @@ func startDispatcher(ctx context.Context, n *node, ravenURL string, interval tim
 	return d, func() { cancel(); <-done }, nil
 }
 
-// fastRaven answers 200 at once and calls arrived for each request, with the time it
-// arrived and the time it was answered.
+// fastRaven answers 200 at once (with answer as a JSON body, if set) and calls arrived
+// for each request, with the time it arrived and the time it was answered.
 type fastRaven struct {
 	arrived func(client, id string, at, answered time.Time)
+	answer  []byte
 }
 
 func (f fastRaven) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	at := time.Now()
 	_, _ = io.Copy(io.Discard, r.Body)
+	if f.answer != nil {
+		w.Header().Set("Content-Type", "application/json")
+	}
 	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(f.answer)
 	if f.arrived != nil {
 		f.arrived(r.Header.Get("X-Client-Id"), r.Header.Get("Idempotency-Key"), at, time.Now())
 	}

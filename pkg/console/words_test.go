@@ -2,6 +2,7 @@ package console
 
 import (
 	"bytes"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -79,5 +80,23 @@ func TestOneIsSingular(t *testing.T) {
 	}
 	if got := flashText(map[string][]string{"flash": {"purged"}, "n": {"1"}}); !strings.Contains(got, "Purged: 1 request moved") {
 		t.Errorf("a purge of one request says %q, want \"Purged: 1 request moved ...\"", got)
+	}
+}
+
+// The request page shows raven's answer from the record: status, kept headers, and the
+// body as text, escaped; a binary body says it is base64.
+func TestRequestPageShowsRavensAnswer(t *testing.T) {
+	t.Parallel()
+	text := request.NewResponse(201, http.Header{"Content-Type": {"text/html"}}, []string{"Content-Type"}, []byte(`<b>ok</b>`), false)
+	page := renderPage(t, "request", time.Now(), requestData{ID: "r1", State: &admin.RequestState{ID: "r1", State: "delivered",
+		Record: &request.Status{ID: "r1", State: request.StateDelivered, Response: text}}})
+	if !strings.Contains(page, "status 201, Content-Type: text/html") || !strings.Contains(page, `<pre class="answer">&lt;b&gt;ok&lt;/b&gt;</pre>`) {
+		t.Errorf("the delivered request's page does not show raven's answer escaped:\n%s", page)
+	}
+	bin := request.NewResponse(200, nil, nil, []byte{0xff, 0xfe}, true)
+	page = renderPage(t, "request", time.Now(), requestData{ID: "r1", State: &admin.RequestState{ID: "r1", State: "delivered",
+		Record: &request.Status{ID: "r1", State: request.StateDelivered, Response: bin}}})
+	if !strings.Contains(page, "2 bytes that are not text, as base64") || !strings.Contains(page, "(body cut at 2 bytes)") || !strings.Contains(page, "//4=") {
+		t.Errorf("a binary answer's page:\n%s", page)
 	}
 }

@@ -148,7 +148,7 @@ func (d *Dispatcher) attempt(ctx context.Context, job Job, st request.Stored, se
 	}
 	startedWritten := d.recordStarted(st, attempt, start)
 	sendCtx, span := d.startAttempt(ctx, job, st, attempt, start)
-	status, err := d.send(sendCtx, st, attempt)
+	status, answer, err := d.send(sendCtx, st, attempt)
 	end := d.now()
 	startedWritten()
 	judged := judge(err)
@@ -171,14 +171,14 @@ func (d *Dispatcher) attempt(ctx context.Context, job Job, st request.Stored, se
 	}
 
 	res := Result{Subject: job.Subject, AttemptEnd: end, Took: end.Sub(start)}
-	why := request.Verdict{Attempts: attempt, FirstAttempt: first, LastAttempt: start, LastStatus: statusOf(err)}
+	why := request.Verdict{Attempts: attempt, FirstAttempt: first, LastAttempt: start, LastStatus: statusOf(err), Answer: answer}
 	res.Refused, res.PauseAll = overloaded(err, why.LastStatus)
 	switch judged {
 	case OutcomeDelivered:
 		var unwritten *request.Event
 		if d.cfg.Events != nil {
 			ev := eventOf(st, request.EventDelivered)
-			ev.Attempt, ev.At, ev.Status = attempt, end, status
+			ev.Attempt, ev.At, ev.Status, ev.Response = attempt, end, status, answer
 			unwritten = d.writeNow(ctx, ev, sendBy)
 		}
 		if d.remove(ctx, st, sendBy, unwritten) != nil {
@@ -205,6 +205,7 @@ func (d *Dispatcher) attempt(ctx context.Context, job Job, st request.Stored, se
 			if d.cfg.Events != nil {
 				ev := eventOf(st, request.EventAttemptFailed)
 				ev.Attempt, ev.At, ev.Status = attempt, end, why.LastStatus
+				ev.Response = answer.Cut(request.FailedAnswerBytes)
 				if why.LastStatus == 0 {
 					ev.Error = err.Error()
 				}
@@ -295,6 +296,7 @@ func (d *Dispatcher) finish(ctx context.Context, st request.Stored, why request.
 					ev.Type = request.EventPurged
 				}
 				ev.Reason, ev.Attempt, ev.Status, ev.Error = why.Reason, why.Attempts, why.LastStatus, why.LastError
+				ev.Response = why.Answer
 				unwritten = d.writeNow(ctx, ev, sendBy)
 			}
 			del = d.keepThenDelete(st, unwritten)
@@ -400,15 +402,18 @@ func attemptsOf(job Job, st request.Stored) int {
 	return 0
 }
 
-// send makes the attempt, and says raven's status when the Sender tells it.
-func (d *Dispatcher) send(ctx context.Context, st request.Stored, attempt int) (int, error) {
-	if s, ok := d.snd.(interface {
-		SendStatus(ctx context.Context, st request.Stored, attempt int) (int, error)
-	}); ok {
-		return s.SendStatus(ctx, st, attempt)
+// send makes the attempt, and gives raven's status and its answer as the record keeps
+// it when the Sender tells them (an AnswerSender).
+func (d *Dispatcher) send(ctx context.Context, st request.Stored, attempt int) (int, *request.Response, error) {
+	if s, ok := d.snd.(AnswerSender); ok {
+		answer, err := s.SendAnswer(ctx, st, attempt)
+		if answer != nil {
+			return answer.Status, answer, err
+		}
+		return statusOf(err), nil, err
 	}
 	err := d.snd.Send(ctx, st, attempt)
-	return statusOf(err), err
+	return statusOf(err), nil, err
 }
 
 // retry runs op until it succeeds or ctx ends, backing off up to 2s between tries. The

@@ -57,6 +57,13 @@ type Sender interface {
 	Send(ctx context.Context, st request.Stored, attempt int) error
 }
 
+// AnswerSender is a Sender that also gives raven's answer to the attempt (nil when raven
+// did not answer), which the record keeps with the attempt's outcome (issue 31).
+type AnswerSender interface {
+	Sender
+	SendAnswer(ctx context.Context, st request.Stored, attempt int) (*request.Response, error)
+}
+
 // LeaseStore keeps partition leases that expire unless renewed, in a store all
 // dispatcher instances share (the queue's KV bucket).
 type LeaseStore interface {

@@ -49,6 +49,10 @@ type Response struct {
 	RetryAfter string        // Retry-After header, if any
 	Location   string        // Location header, if any (for a 3xx)
 	Delay      time.Duration // how long to take before answering
+	// Body is written after the status (with ContentType, if set), unless Fault says
+	// otherwise.
+	Body        []byte
+	ContentType string
 	// Fault, if not zero, misbehaves instead of (or while) answering.
 	Fault Fault
 }
@@ -182,6 +186,9 @@ func (l *Ledger) answer(w http.ResponseWriter, r *http.Request, resp Response, a
 	if resp.Location != "" {
 		w.Header().Set("Location", resp.Location)
 	}
+	if resp.ContentType != "" {
+		w.Header().Set("Content-Type", resp.ContentType)
+	}
 	if resp.Fault == HugeBody {
 		w.Header().Set("Content-Length", strconv.Itoa(HugeBodyBytes))
 	}
@@ -191,6 +198,10 @@ func (l *Ledger) answer(w http.ResponseWriter, r *http.Request, resp Response, a
 		a.StatusSent = true
 	}
 	switch resp.Fault {
+	case 0:
+		if len(resp.Body) > 0 {
+			_, _ = w.Write(resp.Body)
+		}
 	case StallBody:
 		<-r.Context().Done()
 		a.Aborted, a.End = true, time.Now()

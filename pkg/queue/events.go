@@ -2,7 +2,6 @@ package queue
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -382,7 +381,7 @@ func (q *Queue) WriteEvent(ctx context.Context, e request.Event) error {
 func eventMsg(e request.Event) *nats.Msg {
 	m := nats.NewMsg(e.Subject())
 	m.Header.Set(request.EventIDHeader, e.ID)
-	m.Data, _ = json.Marshal(e)
+	m.Data = e.JSON()
 	return m
 }
 

@@ -31,7 +31,12 @@ const (
 	DefaultTimeout       = 10 * time.Second
 	maxResponseBodyBytes = 64 << 10
 	maxRetryAfter        = 24 * time.Hour
+	// DefaultKeepBytes is RESPONSE_MAX_BYTES: 64 KiB of each answer's body kept.
+	DefaultKeepBytes = 64 << 10
 )
+
+// DefaultKeepHeaders is RESPONSE_HEADERS: the answer's Content-Type, to read its body by.
+var DefaultKeepHeaders = []string{"Content-Type"}
 
 // Config configures the client.
 type Config struct {
@@ -44,6 +49,12 @@ type Config struct {
 	// UserAgent is sent with every attempt, so that raven (and whoever reads its logs)
 	// can tell which dispatcher instance sent it. Defaults to "dispatcher".
 	UserAgent string
+	// KeepBytes is how much of each answer's body is kept with the attempt's outcome
+	// (RESPONSE_MAX_BYTES, at most request.MaxAnswerBytes); 0 keeps none. Raven's status
+	// is kept whatever this says.
+	KeepBytes int
+	// KeepHeaders names the answer's headers kept with it (RESPONSE_HEADERS).
+	KeepHeaders []string
 	// Transport carries the attempts: nil for a connection pool of MaxConns to raven's
 	// address whose connections are reset when closed (see New). A simulation sets its
 	// own in-memory one.
@@ -72,6 +83,14 @@ func (c Config) Validate() error {
 	}
 	if c.Timeout <= 0 {
 		return fmt.Errorf("raven timeout %s: must be positive", c.Timeout)
+	}
+	if c.KeepBytes < 0 || c.KeepBytes > request.MaxAnswerBytes {
+		return fmt.Errorf("response body kept %d bytes: must be 0 (none) to %d", c.KeepBytes, request.MaxAnswerBytes)
+	}
+	for _, h := range c.KeepHeaders {
+		if h == "" || strings.ContainsAny(h, " \t:\r\n") {
+			return fmt.Errorf("response header %q: must be a header name such as Content-Type", h)
+		}
 	}
 	return nil
 }
@@ -120,15 +139,17 @@ func New(cfg Config) (*Client, error) {
 
 // Send POSTs one attempt of st. It returns nil when raven answered 2xx.
 func (c *Client) Send(ctx context.Context, st request.Stored, attempt int) error {
-	_, err := c.SendStatus(ctx, st, attempt)
+	_, err := c.SendAnswer(ctx, st, attempt)
 	return err
 }
 
-// SendStatus is Send that also says raven's HTTP status (0 when it did not answer).
-func (c *Client) SendStatus(ctx context.Context, st request.Stored, attempt int) (int, error) {
+// SendAnswer is Send that also gives raven's answer as the record keeps it (nil when
+// raven did not answer): its status, the headers named in KeepHeaders, and its body up
+// to KeepBytes.
+func (c *Client) SendAnswer(ctx context.Context, st request.Stored, attempt int) (*request.Response, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.cfg.URL, bytes.NewReader(st.Body))
 	if err != nil {
-		return 0, &PermanentError{Err: errors.New("building the request failed (is RAVEN_URL a valid URL?)")}
+		return nil, &PermanentError{Err: errors.New("building the request failed (is RAVEN_URL a valid URL?)")}
 	}
 	// One attempt is one exchange on the wire. With GetBody set (NewRequest sets it for a
 	// bytes reader), net/http takes a POST carrying an Idempotency-Key for replayable and
@@ -154,11 +175,38 @@ func (c *Client) SendStatus(ctx context.Context, st request.Stored, attempt int)
 	tracing.Propagator.Inject(ctx, propagation.HeaderCarrier(req.Header))
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return 0, &TransientError{Err: noAnswer(err)}
+		return nil, &TransientError{Err: noAnswer(err)}
 	}
-	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxResponseBodyBytes))
+	body, truncated := c.readBody(resp.Body, resp.ContentLength)
 	_ = resp.Body.Close()
-	return resp.StatusCode, Classify(resp.StatusCode, resp.Header.Get("Retry-After"), time.Now())
+	answer := request.NewResponse(resp.StatusCode, resp.Header, c.cfg.KeepHeaders, body, truncated)
+	return answer, Classify(resp.StatusCode, resp.Header.Get("Retry-After"), time.Now())
+}
+
+// readBody reads the answer's body: up to KeepBytes kept (truncated when there was more,
+// or the body broke off), the rest up to maxResponseBodyBytes read and dropped, so that
+// the connection can carry the next attempt.
+//
+// size is the body's length when raven said it (-1 otherwise): the buffer is made to fit.
+func (c *Client) readBody(r io.Reader, size int64) (kept []byte, truncated bool) {
+	if keep := c.cfg.KeepBytes; keep > 0 && size != 0 {
+		r := io.LimitReader(r, int64(keep)+1)
+		if size > 0 {
+			// One read into a buffer of its size: the body ends one byte short of it,
+			// unless there is more than is kept, or ends sooner when it broke off.
+			buf := make([]byte, min(size, int64(keep))+1)
+			n, _ := io.ReadFull(r, buf)
+			kept, truncated = buf[:n], int64(n) < min(size, int64(keep))
+		} else {
+			b, err := io.ReadAll(r)
+			kept, truncated = b, err != nil
+		}
+		if len(kept) > keep {
+			kept, truncated = kept[:keep], true
+		}
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(r, maxResponseBodyBytes))
+	return kept, truncated
 }
 
 // Classify turns an HTTP status (and Retry-After header) into an outcome.

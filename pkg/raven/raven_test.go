@@ -353,10 +353,10 @@ func TestNoAnswerIsAWordNeverTheURL(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		status, err := rc.SendStatus(context.Background(), request.Stored{Request: request.Request{ID: "r1", ClientID: "bob", Body: []byte("{}")}}, 1)
+		answer, err := rc.SendAnswer(context.Background(), request.Stored{Request: request.Request{ID: "r1", ClientID: "bob", Body: []byte("{}")}}, 1)
 		var se *raven.SendError
-		if status != 0 || !errors.As(err, &se) {
-			t.Errorf("%s: %d %v, want no answer", c.kind, status, err)
+		if answer != nil || !errors.As(err, &se) {
+			t.Errorf("%s: %+v %v, want no answer", c.kind, answer, err)
 			continue
 		}
 		if se.Kind != c.kind {

@@ -1,6 +1,8 @@
 package request
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"slices"
 	"strings"
@@ -73,6 +75,19 @@ type Event struct {
 	// BodyDigest identifies the body of a request sent with an Idempotency-Key (accepted
 	// events): a copy sent with another body is refused, not taken for the same request.
 	BodyDigest string `json:"bodyDigest,omitempty"`
+	// Response is raven's answer to the attempt (delivered, attempt_failed, and
+	// dead_lettered after an attempt), as much of it as the dispatcher keeps.
+	Response *Response `json:"response,omitempty"`
+}
+
+// JSON is the event as the stores hold it: JSON without HTML escaping, so that raven's
+// answer kept in it (an HTML or XML body) is not written six bytes for each <, > or &.
+func (e Event) JSON() []byte {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(e) // an Event always encodes
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n"))
 }
 
 // Subject is where the event is published: its client's subject for its type.
@@ -158,10 +173,13 @@ type Status struct {
 	LastAttempt *AttemptInfo `json:"lastAttempt,omitempty"`
 	DeliveredAt time.Time    `json:"deliveredAt,omitzero"`
 	RavenStatus int          `json:"ravenStatus,omitempty"`
-	DeadLetter  *DeadInfo    `json:"deadLetter,omitempty"`
-	Replays     int          `json:"replays"`
-	Queue       *QueuePlace  `json:"queue,omitempty"`
-	UpdatedAt   time.Time    `json:"updatedAt,omitzero"`
+	// Response is raven's answer to the latest attempt it answered: the delivery's, the
+	// one that dead-lettered it, or while it is retried the last failed one's.
+	Response   *Response   `json:"response,omitempty"`
+	DeadLetter *DeadInfo   `json:"deadLetter,omitempty"`
+	Replays    int         `json:"replays"`
+	Queue      *QueuePlace `json:"queue,omitempty"`
+	UpdatedAt  time.Time   `json:"updatedAt,omitzero"`
 	// Seq is the request's sequence in the request stream while it is queued (not shown:
 	// for looking it up there).
 	Seq uint64 `json:"-"`
@@ -247,6 +265,9 @@ func StatusOf(id string, events []Event) Status {
 		}
 		if !e.NotBefore.IsZero() {
 			st.NotBefore = e.NotBefore
+		}
+		if e.Response != nil {
+			st.Response = e.Response
 		}
 		if e.Seq != 0 {
 			st.Seq = e.Seq

@@ -65,6 +65,9 @@ type Verdict struct {
 	Attempts     int       `json:"attempts"`
 	FirstAttempt time.Time `json:"first_attempt,omitzero"`
 	LastAttempt  time.Time `json:"last_attempt,omitzero"`
+	// Answer is raven's answer to the last attempt, for the dead_lettered event (nil when
+	// raven did not answer). The dead-letter stream does not keep it.
+	Answer *Response `json:"-"`
 }
 
 // DeadLetter is a request in the dead-letter stream, as operators see it: the request,

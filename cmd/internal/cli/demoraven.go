@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"maps"
@@ -33,7 +34,16 @@ func DemoRaven(log zerolog.Logger, record bool, fail map[string]int) http.Handle
 		rules.m = map[string]int{}
 	}
 	rec := ledger.New(ledger.Options{Forget: !record,
-		Respond: func(a ledger.Arrival) ledger.Response { return ledger.Response{Status: rules.status(a.ClientID)} },
+		Respond: func(a ledger.Arrival) ledger.Response {
+			// A short JSON answer, which the status read shows as raven's response.
+			status := rules.status(a.ClientID)
+			body := map[string]any{"received": a.ID, "clientId": a.ClientID, "attempt": a.Attempt}
+			if status >= 300 {
+				body = map[string]any{"error": fmt.Sprintf("the demo raven refuses %s's requests with %d (DEMO_RAVEN_FAIL)", a.ClientID, status)}
+			}
+			b, _ := json.Marshal(body)
+			return ledger.Response{Status: status, ContentType: "application/json", Body: b}
+		},
 		OnArrival: func(a ledger.Arrival, gap time.Duration) {
 			ev := dlog.Info().Str("client_id", a.ClientID).Str("request_id", a.ID).Int("attempt", a.Attempt).Int("status", a.Status)
 			if gap > 0 {

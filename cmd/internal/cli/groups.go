@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/mattn/go-isatty"
@@ -156,9 +157,11 @@ type Dispatch struct {
 // by ingest, as the Retry-After of a 429.
 func DispatchSettings(s *Settings) *Dispatch {
 	c := &Dispatch{}
-	var attempts, inFlight, recent, budgetInFlight int64
+	var attempts, inFlight, recent, budgetInFlight, keepBytes int64
 	s.URLs(&c.Raven.URL, "RAVEN_URL", "", "where requests are sent (POST)", "http", "https")
 	s.Duration(&c.Raven.Timeout, "RAVEN_TIMEOUT", raven.DefaultTimeout, time.Millisecond, "bound on one attempt to raven")
+	s.Int(&keepBytes, "RESPONSE_MAX_BYTES", raven.DefaultKeepBytes, 0, request.MaxAnswerBytes, "how much of raven's answer body is kept with each request's outcome, for penguin to read in its status (a failed attempt's: at most 4 KiB); 0 keeps none (raven's status is kept always)")
+	s.HeaderNames(&c.Raven.KeepHeaders, "RESPONSE_HEADERS", strings.Join(raven.DefaultKeepHeaders, ","), "raven's answer headers kept with it, comma-separated; the word none keeps none")
 	s.Duration(&c.Interval, "DISPATCH_INTERVAL", dispatch.DefaultInterval, time.Millisecond, "least time between the end of one attempt for a client and the start of the next")
 	s.Duration(&c.BackoffBase, "RETRY_BACKOFF_BASE", dispatch.DefaultBackoffBase, time.Millisecond, "backoff after a request's first transient failure; doubles after each")
 	s.Duration(&c.BackoffMax, "RETRY_BACKOFF_MAX", dispatch.DefaultBackoffMax, time.Millisecond, "cap on the retry backoff")
@@ -184,6 +187,7 @@ func DispatchSettings(s *Settings) *Dispatch {
 			c.RecentDeliveries = -1 // none
 		}
 		c.SendTimeout = c.Raven.Timeout
+		c.Raven.KeepBytes = int(keepBytes)
 	})
 	return c
 }

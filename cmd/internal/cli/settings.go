@@ -170,6 +170,51 @@ func (s *Settings) URLs(p *string, env, def, usage string, schemes ...string) {
 	s.specs[len(s.specs)-1].redact = queue.RedactURLs
 }
 
+// HeaderNames registers a setting that holds a comma-separated list of HTTP header
+// names, or the word none (an empty variable is one not set).
+func (s *Settings) HeaderNames(p *[]string, env, def, usage string) {
+	raw := new(string)
+	*raw = def
+	s.add(env, usage, "a comma-separated list of HTTP header names, or none", (*stringValue)(raw), func(v string) error {
+		for _, name := range splitList(v) {
+			if !headerName(name) {
+				return fmt.Errorf("%q is not a header name", name)
+			}
+		}
+		return nil
+	})
+	*p = splitList(def)
+	s.afterParse(func() { *p = splitList(*raw) })
+}
+
+func splitList(v string) []string {
+	if strings.TrimSpace(v) == "none" {
+		return nil
+	}
+	var out []string
+	for _, one := range strings.Split(v, ",") {
+		if one = strings.TrimSpace(one); one != "" {
+			out = append(out, one)
+		}
+	}
+	return out
+}
+
+// headerName says whether v is an HTTP header name (RFC 9110's token).
+func headerName(v string) bool {
+	if v == "" {
+		return false
+	}
+	for i := 0; i < len(v); i++ {
+		c := v[i]
+		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0 {
+			continue
+		}
+		return false
+	}
+	return true
+}
+
 // Secret registers a string setting whose value never appears in messages.
 func (s *Settings) Secret(p *string, env, usage string) {
 	s.add(env, usage, "any text", (*stringValue)(p), nil)
