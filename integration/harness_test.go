@@ -198,11 +198,16 @@ func (s *stack) startDispatcher() {
 	if err != nil {
 		s.t.Fatal(err)
 	}
+	stopLookups, err := s.q.ServeQueuedLookups()
+	if err != nil {
+		s.t.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- d.Run(ctx) }()
 	waitFor(s.t, time.Minute, "the dispatcher to run", d.Running)
 	s.stopDispatch = func() {
+		stopLookups()
 		stopLanes()
 		cancel()
 		if err := <-done; err != nil {

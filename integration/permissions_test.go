@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -229,6 +230,15 @@ func TestEachNATSUserDoesOnlyItsJob(t *testing.T) {
 	if st, err := pc.Status(ctx, "dora", ids[2]); err != nil || st.State != client.StatusDeadLettered {
 		t.Errorf("dora's first request reads %q (%v), want dead-lettered", st.State, err)
 	}
+	// A request whose record has gone (STATUS_RETENTION) while it waits is found queued:
+	// ingest's user asks, the dispatcher's answers from the queue.
+	late := s.postRaw(http.Header{"Content-Type": {"application/json"}, "Not-Before": {time.Now().Add(8 * time.Second).UTC().Format(time.RFC3339)}},
+		[]byte(`{"clientId":"erin"}`)).str("id")
+	s.accept("erin", late)
+	s.forgetAcceptance(ctx, "erin", late)
+	if st, err := pc.Status(ctx, "erin", late); err != nil || st.State != client.StatusQueued || st.NotBefore.IsZero() {
+		t.Errorf("erin's delayed request without its record reads %+v (%v), want queued with its Not-Before", st, err)
+	}
 
 	// ops: dispatchctl, as the README runs it, through its commands.
 	ctl := func(args ...string) string {
@@ -284,7 +294,7 @@ func TestEachNATSUserDoesOnlyItsJob(t *testing.T) {
 	ingest.mayNotPublish(request.DeadLetterPrefix+request.EncodeClientID("bob"), `x`)
 	ingest.mayNotPublish(request.EventPrefix+request.EncodeClientID("bob")+".x.delivered", `{}`)
 	ingest.mayNotPublish(queue.MetaSubject, ``)
-	for _, subj := range []string{"_INBOX.>", queue.InboxPrefix(queue.RoleDispatcher) + ".>", queue.InboxPrefix(queue.RoleOps) + ".>", "dispatch.ctl.lanes", ">"} {
+	for _, subj := range []string{"_INBOX.>", queue.InboxPrefix(queue.RoleDispatcher) + ".>", queue.InboxPrefix(queue.RoleOps) + ".>", "dispatch.ctl.lanes", "dispatch.ctl.queued", ">"} {
 		ingest.mayNotSubscribe(subj)
 	}
 
@@ -306,9 +316,10 @@ func TestEachNATSUserDoesOnlyItsJob(t *testing.T) {
 		"$JS.API.STREAM.UPDATE." + queue.RequestStream, "$JS.API.STREAM.CREATE.X", "$JS.API.STREAM.DELETE.KV_" + queue.ControlBucket} {
 		ops.mayNotPublish(subj, `{}`)
 	}
-	for _, subj := range []string{"_INBOX.>", queue.InboxPrefix(queue.RoleDispatcher) + ".>", queue.InboxPrefix(queue.RoleIngest) + ".>", "dispatch.ctl.lanes"} {
+	for _, subj := range []string{"_INBOX.>", queue.InboxPrefix(queue.RoleDispatcher) + ".>", queue.InboxPrefix(queue.RoleIngest) + ".>", "dispatch.ctl.lanes", "dispatch.ctl.queued"} {
 		ops.mayNotSubscribe(subj)
 	}
+	ops.mayNotPublish("dispatch.ctl.queued", `{}`)
 
 	follower.mayNotPublish("$JS.API.INFO", ``)
 	follower.mayNotPublish(request.RequestPrefix+request.EncodeClientID("alice"), `{}`)

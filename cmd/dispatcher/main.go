@@ -216,6 +216,11 @@ func runDispatcher(ctx context.Context, c *settings, q *queue.Queue, reg *promet
 		return err
 	}
 	defer stopLanes()
+	stopLookups, err := q.ServeQueuedLookups() // for ingest's status reads (ADR 12)
+	if err != nil {
+		return err
+	}
+	defer stopLookups()
 	adm, err := admin.New(admin.Config{Queue: q, Control: ctl, Log: log, Registerer: reg, LaneWait: c.laneWait, Interval: c.dispatch.Interval, Instance: c.dispatch.InstanceID, Tracing: tp})
 	if err != nil {
 		return err
@@ -256,10 +261,6 @@ func runDispatcher(ctx context.Context, c *settings, q *queue.Queue, reg *promet
 // demo raven, and stops them in that order's reverse: ingest first (no new requests), then
 // the dispatcher (drains attempts in flight), then NATS.
 func runStandalone(ctx context.Context, c *settings, log zerolog.Logger) error {
-	// This process runs ingest, which takes Not-Before up to MAX_NOT_BEFORE.
-	if w := cli.NotBeforeWarning(*c.queue, c.ingest.MaxNotBefore, c.events); w != "" {
-		log.Warn().Msg(w)
-	}
 	st, err := startStore(c, log)
 	if err != nil {
 		return err

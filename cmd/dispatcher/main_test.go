@@ -71,12 +71,6 @@ func TestSettings(t *testing.T) {
 				t.Fatalf("ops %q; want a container's :9091", c.ops.Addr)
 			}
 		}},
-		// The defaults agree: a default start warns of nothing.
-		{name: "DefaultsNoNotBeforeWarning", args: []string{"-standalone"}, check: func(t *testing.T, c *settings) {
-			if w := cli.NotBeforeWarning(*c.queue, c.ingest.MaxNotBefore, c.events); w != "" {
-				t.Fatalf("a default start warns: %s", w)
-			}
-		}},
 		{name: "EnvIsRead", env: map[string]string{"STANDALONE": "true", "DISPATCH_INTERVAL": "250ms", "PARTITIONS": "8", "MAX_ATTEMPTS": "3"}, check: func(t *testing.T, c *settings) {
 			if !c.standalone || c.dispatch.Interval != 250*time.Millisecond || c.queue.Partitions != 8 || c.dispatch.MaxAttempts != 3 {
 				t.Fatalf("env not applied: %+v %+v", c.dispatch.Config, c.queue)

@@ -39,9 +39,6 @@ func run(ctx context.Context, args []string, getenv func(string) string, _ io.Wr
 		return err
 	}
 	log := logs.Logger(stderr, "ingest")
-	if w := cli.NotBeforeWarning(*queueCfg, ingestCfg.MaxNotBefore, events); w != "" {
-		log.Warn().Msg(w)
-	}
 	// A batch waits PUBLISH_TIMEOUT for its acknowledgements: the queue gives up on them
 	// no sooner.
 	queueCfg.AckTimeout = ingestCfg.PublishTimeout

@@ -53,6 +53,10 @@ type StatusReader interface {
 	// WatchEvents calls fn with each event of request id of client clientID written
 	// from now on.
 	WatchEvents(clientID, id string, fn func(request.Event)) (stop func(), err error)
+	// AskQueued finds a request that has no status record in the queue itself (one
+	// delayed past STATUS_RETENTION): its status as queued, ok false when it is not
+	// queued.
+	AskQueued(ctx context.Context, clientID, id string) (st request.Status, ok bool, err error)
 }
 
 // Readiness reports whether the queue can take requests now.
@@ -233,6 +237,7 @@ type API struct {
 	publishing chan struct{} // a slot per publish waiting for JetStream
 	waits      chan struct{} // a slot per status read waiting for a final state
 	reads      chan struct{} // a slot per status read not waiting
+	asks       chan struct{} // a slot per ask whether a request is queued (askQueued)
 	batchBytes atomic.Int64  // bytes of the batches being read and stored
 	tracer     trace.Tracer  // nil: tracing is off
 	shares     *shares       // each tenant's (and unscoped token's) reads and delayed requests
@@ -247,7 +252,7 @@ func New(cfg Config, pub Publisher, ready Readiness, log zerolog.Logger) (*API, 
 	}
 	a := &API{cfg: cfg, pub: pub, ready: ready, log: log.With().Str("component", "ingest").Logger(),
 		publishing: make(chan struct{}, cfg.MaxPublishing), waits: make(chan struct{}, cfg.MaxStatusWaits),
-		reads: make(chan struct{}, cfg.MaxStatusReads), shares: newShares()}
+		reads: make(chan struct{}, cfg.MaxStatusReads), asks: make(chan struct{}, maxQueuedAsks), shares: newShares()}
 	if cfg.Backlogs != nil {
 		a.backlogs = newBacklogs(cfg.Backlogs, time.Second)
 	}

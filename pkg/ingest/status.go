@@ -123,6 +123,7 @@ func (a *API) readStatus(ctx context.Context, w http.ResponseWriter, clientID, i
 	}
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
+	asked := false
 	for {
 		rctx, cancel := context.WithTimeout(ctx, statusReadTimeout)
 		events, err := a.cfg.Status.StatusEvents(rctx, clientID, id)
@@ -138,6 +139,12 @@ func (a *API) readStatus(ctx context.Context, w http.ResponseWriter, clientID, i
 			// Read before ADR 10 by id alone: another client's request is not this one.
 			return request.StatusOf(id, nil), nil
 		}
+		if st.State == request.StateUnknown && !asked {
+			asked = true // once a read: the answer does not change while it waits
+			if q, ok := a.askQueued(ctx, clientID, id); ok {
+				st = q
+			}
+		}
 		if wait <= 0 || st.Final() {
 			return a.placed(ctx, st), nil
 		}
@@ -150,6 +157,38 @@ func (a *API) readStatus(ctx context.Context, w http.ResponseWriter, clientID, i
 		}
 	}
 }
+
+// askQueued looks for a request without a status record in the queue itself, through
+// the dispatchers (its NATS user may not read queued requests): a request delayed, or
+// held behind a delayed one, for longer than STATUS_RETENTION is found for as long as it
+// is queued, whatever the retention. At most maxQueuedAsks at once on this ingest (each
+// is a scan of the client's queue's headers by a dispatcher); past that, or when no
+// dispatcher answers, the status stays unknown, as without the ask.
+func (a *API) askQueued(ctx context.Context, clientID, id string) (request.Status, bool) {
+	select {
+	case a.asks <- struct{}{}:
+		defer func() { <-a.asks }()
+	default:
+		return request.Status{}, false
+	}
+	ctx, cancel := context.WithTimeout(ctx, queuedAskTimeout)
+	defer cancel()
+	st, ok, err := a.cfg.Status.AskQueued(ctx, clientID, id)
+	if err != nil {
+		a.log.Debug().Err(err).Str("request_id", id).Msg("asking the dispatchers whether the request is queued failed")
+		return request.Status{}, false
+	}
+	return st, ok
+}
+
+// maxQueuedAsks bounds the asks one ingest has the dispatchers working on at once, and
+// queuedAskTimeout each: an id that is unknown to the record is rare (a request delayed
+// past the retention, one accepted a few milliseconds ago, a mistyped id), and a caller
+// sending many must not keep the dispatchers scanning.
+const (
+	maxQueuedAsks    = 8
+	queuedAskTimeout = 2 * time.Second
+)
 
 // placed adds where a queued request stands in its client's queue, if that can be read
 // within statusReadTimeout (the status stands without it).

@@ -79,6 +79,10 @@ func (s statuses) WatchEvents(_, _ string, _ func(request.Event)) (func(), error
 	return func() {}, nil
 }
 
+func (s statuses) AskQueued(context.Context, string, string) (request.Status, bool, error) {
+	return request.Status{}, false, nil
+}
+
 func (r readiness) Ready(context.Context) error { return r.err }
 
 // exchange is one call and the status it must get.

@@ -69,7 +69,7 @@ func RolePermissions(r Role) Permissions {
 	case RoleIngest:
 		return Permissions{
 			Publish: join(
-				[]string{request.RequestPrefix + "*", request.EventPrefix + "*." + request.EventAccepted, "$JS.API.INFO"},
+				[]string{request.RequestPrefix + "*", request.EventPrefix + "*." + request.EventAccepted, "$JS.API.INFO", queuedSubject},
 				api(RequestStream, "STREAM.INFO", "STREAM.CREATE", "STREAM.MSG.DELETE"),
 				api(DeadLetterStream, "STREAM.INFO", "STREAM.CREATE"),
 				api(EventStream, "STREAM.INFO", "STREAM.CREATE", "DIRECT.GET"),
@@ -88,7 +88,7 @@ func RolePermissions(r Role) Permissions {
 				api(kvLeases, managed...), api(kvLeases, reads...),
 				api(kvControl, managed...), api(kvControl, reads...),
 			),
-			Subscribe: []string{InboxPrefix(r) + ".>", request.EventPrefix + ">", laneQuerySubject},
+			Subscribe: []string{InboxPrefix(r) + ".>", request.EventPrefix + ">", laneQuerySubject, queuedSubject},
 			Responses: true,
 		}
 	case RoleOps:

@@ -205,23 +205,9 @@ func CheckRetention(q queue.Config, events bool) error {
 	return nil
 }
 
-// DefaultMaxNotBefore is the services' MAX_NOT_BEFORE: STATUS_RETENTION's default, so
-// that with the defaults a request delayed as far as it may be keeps its status while it
-// waits, and a default start warns of nothing (NotBeforeWarning). The ingest package's
-// own default, for a Config that leaves the limit zero, is longer: this one is what the
-// binaries use.
-const DefaultMaxNotBefore = queue.DefaultStatusRetention
-
-// NotBeforeWarning says, when it is so, that a request delayed by Not-Before up to
-// MAX_NOT_BEFORE can outlive its status: its events are kept for STATUS_RETENTION from
-// when they were written, so one delayed longer reads as unknown while it still waits.
-// Empty when nothing is wrong, as with the defaults (DefaultMaxNotBefore). It is not a
-// refusal: most delays are short, and the settings that make it so were chosen.
-func NotBeforeWarning(q queue.Config, maxNotBefore time.Duration, events bool) string {
-	q = q.WithDefaults()
-	if !events || maxNotBefore <= q.StatusRetention {
-		return ""
-	}
-	return fmt.Sprintf("MAX_NOT_BEFORE=%s is longer than STATUS_RETENTION=%s: a request delayed by more than STATUS_RETENTION reads as status unknown while it still waits (it is still delivered); set STATUS_RETENTION to at least MAX_NOT_BEFORE, or lower MAX_NOT_BEFORE",
-		maxNotBefore, q.StatusRetention)
-}
+// DefaultMaxNotBefore is the services' MAX_NOT_BEFORE, 24 hours. (It was chosen as
+// STATUS_RETENTION's default when a request delayed past the retention read as unknown;
+// since ingest finds such a request in the queue through the dispatchers, the two are
+// independent.) The ingest package's own default, for a Config that leaves the limit
+// zero, is longer: this one is what the binaries use.
+const DefaultMaxNotBefore = 24 * time.Hour

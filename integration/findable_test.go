@@ -1,0 +1,89 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/penguinhq/dispatcher/client"
+	"github.com/penguinhq/dispatcher/pkg/queue"
+	"github.com/penguinhq/dispatcher/pkg/request"
+)
+
+// A request delayed past STATUS_RETENTION, and one queued behind it, are found for as
+// long as they are queued, after their accepted events have gone: ingest asks the
+// dispatchers, which find them in the queue itself (issue 34). Before, both read
+// unknown while they still waited. They are then delivered, and read so.
+func TestQueuedRequestOutlivesItsRecord(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, options{interval: 100 * time.Millisecond})
+	c := goClient(t, s.ingestBase())
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	notBefore := time.Now().Add(12 * time.Second).Truncate(time.Second)
+	head, err := c.Submit(ctx, "dora", []byte(`{"n":1}`), client.WithNotBefore(notBefore))
+	if err != nil {
+		t.Fatal(err)
+	}
+	behind, err := c.Submit(ctx, "dora", []byte(`{"n":2}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.accept("dora", head.ID, behind.ID)
+	// The record forgets them, as STATUS_RETENTION (at least a minute) would.
+	s.forgetAcceptance(ctx, "dora", head.ID, behind.ID)
+	if time.Now().After(notBefore.Add(-time.Second)) {
+		t.Skip("the machine took until the delayed request's time to get here; nothing left to check")
+	}
+	st, err := c.Status(ctx, "dora", head.ID)
+	if err != nil || st.State != client.StatusQueued || !st.NotBefore.Equal(notBefore) || st.AcceptedAt.IsZero() || st.Queue == nil || st.Queue.Backlog != 2 {
+		t.Fatalf("the delayed request without its record: %+v %+v (%v), want queued until %s, 2 in its client's queue", st, st.Queue, err, notBefore)
+	}
+	if st, err := c.Status(ctx, "dora", behind.ID); err != nil || st.State != client.StatusQueued {
+		t.Fatalf("the request behind it: %+v (%v), want queued", st, err)
+	}
+	if st, err := c.Status(ctx, "dora", request.NewID(time.Now().Add(-time.Minute))); err != nil || st.State != client.StatusUnknown {
+		t.Fatalf("an id never accepted: %+v (%v), want unknown", st, err)
+	}
+	for _, id := range []string{head.ID, behind.ID} {
+		st, err := c.Wait(ctx, "dora", id)
+		if err != nil || st.State != client.StatusDelivered {
+			t.Fatalf("%s: %+v (%v), want delivered", id, st, err)
+		}
+	}
+	s.finish(15*time.Second, 0)
+}
+
+// forgetAcceptance waits until the accepted events of clientID's requests ids are
+// written, then removes every accepted event of that client from the events stream, as
+// STATUS_RETENTION does when it has passed.
+func (s *stack) forgetAcceptance(ctx context.Context, clientID string, ids ...string) {
+	s.t.Helper()
+	waitForState(s.t, time.Minute, "the accepted events written", func() (bool, string) {
+		for _, id := range ids {
+			if ev, err := s.q.StatusEvents(ctx, clientID, id); err != nil || len(ev) == 0 {
+				return false, fmt.Sprintf("%s: %d events (%v)", id, len(ev), err)
+			}
+		}
+		return true, ""
+	})
+	js, err := jetstream.New(s.nc)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	events, err := js.Stream(ctx, queue.EventStream)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	if err := events.Purge(ctx, jetstream.WithPurgeSubject(request.ClientEventSubject(clientID, request.EventAccepted))); err != nil {
+		s.t.Fatal(err)
+	}
+	for _, id := range ids {
+		if ev, err := s.q.StatusEvents(ctx, clientID, id); err != nil || len(ev) != 0 {
+			s.t.Fatalf("%s after the purge: %v (%v), want no events", id, ev, err)
+		}
+	}
+}

@@ -1,0 +1,113 @@
+package queue
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/penguinhq/dispatcher/pkg/request"
+)
+
+// queuedSubject is where the dispatchers say whether a request is queued, for a status
+// read that found no record of it: a request delayed, or held behind a delayed one,
+// for longer than STATUS_RETENTION has outlived its accepted event, and is still found
+// in the queue itself, for as long as it is queued. Ingest's NATS user may not read
+// queued requests (SECURITY.md), so it asks: one dispatcher of the queue group answers
+// with what the headers say, never the body. Core NATS request/reply: nothing is stored.
+const queuedSubject = "dispatch.ctl.queued"
+
+// queuedGroup is the dispatchers' queue group on queuedSubject: one answers each ask.
+const queuedGroup = "dispatchers"
+
+type queuedAsk struct {
+	ClientID string    `json:"clientId"`
+	ID       string    `json:"id"`
+	By       time.Time `json:"by"` // the asker gives up then: an ask read later is not worth a scan
+}
+
+type queuedAnswer struct {
+	Found      bool      `json:"found"`
+	Seq        uint64    `json:"seq,omitempty"`
+	AcceptedAt time.Time `json:"acceptedAt,omitzero"`
+	NotBefore  time.Time `json:"notBefore,omitzero"`
+	Cycle      int       `json:"cycle,omitempty"`
+	Error      string    `json:"error,omitempty"`
+}
+
+// ServeQueuedLookups answers asks on queuedSubject (AskQueued) from this queue's
+// request stream, one at a time, until stop is called. A dispatcher serves them.
+func (q *Queue) ServeQueuedLookups() (stop func(), err error) {
+	sub, err := q.nc.QueueSubscribe(queuedSubject, queuedGroup, func(m *nats.Msg) {
+		var ask queuedAsk
+		if json.Unmarshal(m.Data, &ask) != nil || request.ValidateClientID(ask.ClientID) != nil || request.ValidateID(ask.ID) != nil {
+			return // not asked by this service: the asker times out
+		}
+		if time.Now().After(ask.By) {
+			return // the asker has given up
+		}
+		ctx, cancel := context.WithDeadline(context.Background(), ask.By)
+		defer cancel()
+		f, ok, err := q.FindRequest(ctx, ask.ID, ask.ClientID)
+		ans := queuedAnswer{Found: ok}
+		switch {
+		case err != nil:
+			ans.Error = err.Error()
+		case ok:
+			ans.Seq, ans.AcceptedAt, ans.NotBefore, ans.Cycle = f.Seq, f.AcceptedAt, f.NotBefore, f.Cycle
+		}
+		b, _ := json.Marshal(ans)
+		_ = m.Respond(b)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("serving queued lookups: %w", err)
+	}
+	return func() { _ = sub.Unsubscribe() }, nil
+}
+
+// ErrNoDispatcher is AskQueued's error when no dispatcher answered: none is running, or
+// none serves lookups (an older version).
+var ErrNoDispatcher = errors.New("no dispatcher answered")
+
+// AskQueued asks the dispatchers whether request id of client clientID is queued, and
+// if so gives its status as the queue says it: queued, since it was stored, not before
+// its time (its place in the queue is Place's to say). ok is false when it is not
+// queued.
+func (q *Queue) AskQueued(ctx context.Context, clientID, id string) (st request.Status, ok bool, err error) {
+	if err := request.ValidateClientID(clientID); err != nil {
+		return request.Status{}, false, err
+	}
+	if err := request.ValidateID(id); err != nil {
+		return request.Status{}, false, err
+	}
+	by, has := ctx.Deadline()
+	if !has {
+		by = time.Now().Add(5 * time.Second)
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, by)
+		defer cancel()
+	}
+	b, _ := json.Marshal(queuedAsk{ClientID: clientID, ID: id, By: by})
+	m, err := q.nc.RequestWithContext(ctx, queuedSubject, b)
+	if errors.Is(err, nats.ErrNoResponders) {
+		return request.Status{}, false, ErrNoDispatcher
+	}
+	if err != nil {
+		return request.Status{}, false, fmt.Errorf("asking the dispatchers about %s: %w", id, err)
+	}
+	var ans queuedAnswer
+	if err := json.Unmarshal(m.Data, &ans); err != nil {
+		return request.Status{}, false, fmt.Errorf("asking the dispatchers about %s: %w", id, err)
+	}
+	if ans.Error != "" {
+		return request.Status{}, false, fmt.Errorf("a dispatcher looking for %s: %s", id, ans.Error)
+	}
+	if !ans.Found {
+		return request.Status{}, false, nil
+	}
+	return request.Status{ID: id, ClientID: clientID, State: request.StateQueued, AcceptedAt: ans.AcceptedAt, NotBefore: ans.NotBefore,
+		Replays: ans.Cycle, UpdatedAt: ans.AcceptedAt, Seq: ans.Seq}, true, nil
+}
