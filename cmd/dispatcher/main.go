@@ -216,7 +216,7 @@ func runDispatcher(ctx context.Context, c *settings, q *queue.Queue, reg *promet
 		return err
 	}
 	defer stopLanes()
-	stopLookups, err := q.ServeQueuedLookups() // for ingest's status reads (ADR 12)
+	stopLookups, err := q.ServeQueuedLookups() // for ingest's status reads of requests without a record (ADR 10)
 	if err != nil {
 		return err
 	}
