@@ -68,6 +68,7 @@ var recordLayouts = []recordLayout{
 	{name: "the service's (ADR 10): accepted and delivered events per client and type, read as a status", subjects: serviceSubjects, service: true},
 	{name: "the service's (ADR 10), every 10th request of a client with a failed attempt first and every 25th dead-lettered, read as a status", subjects: serviceSubjects, service: true, mixed: true},
 	{name: "the service's (ADR 10), every 10th request of a client with a failed attempt first and every 25th dead-lettered, read as the console's timeline (every subject, as status reads did before)", subjects: serviceSubjects, service: true, mixed: true, timeline: true},
+	{name: "the service's (ADR 10), raven's 1 KiB answer on each delivered event (ADR 12), read as a status", subjects: serviceSubjects, service: true, body: 1024},
 }
 
 // serviceSubjects are the events the service writes for a request delivered at its first
@@ -177,9 +178,11 @@ func measureRecord(ctx context.Context, l recordLayout, n, c, lag int, idle, set
 	}
 	sample := make([]written, 0, 2000)
 	payload := map[string]any{"type": "delivered", "attempt": 1, "status": 200, "instance": "bench-dispatcher-1"}
-	if l.body > 0 {
-		payload["response"] = map[string]any{"status": 200, "headers": map[string]string{"Content-Type": "application/json"},
-			"body": string(make([]byte, l.body))}
+	var answer map[string]any
+	if l.body > 0 { // text, as a JSON answer is (zero bytes would be written six bytes each)
+		answer = map[string]any{"status": 200, "headers": map[string]string{"Content-Type": "application/json"},
+			"body": string(jsonAnswer(l.body)), "bodyBytes": l.body}
+		payload["response"] = answer
 	}
 	// With a lag, each client's last lag requests wait in a ring for their final event,
 	// written when the client's request lag rounds later is accepted: a read by time then
@@ -201,6 +204,10 @@ func measureRecord(ctx context.Context, l recordLayout, n, c, lag int, idle, set
 			if l.service { // as the service writes its events
 				m.Header = nats.Header{request.EventIDHeader: {w.id}}
 				payload["type"] = subj[strings.LastIndexByte(subj, '.')+1:]
+				delete(payload, "response")
+				if answer != nil && payload["type"] != request.EventAccepted { // an attempt's outcome carries raven's answer
+					payload["response"] = answer
+				}
 				data, _ = json.Marshal(payload)
 			}
 			m.Header.Set("Dispatch-Seq", strconv.FormatUint(w.seq, 10))

@@ -63,17 +63,33 @@ func (s *soak) explain() (causes map[string]string, timedOut map[string]bool) {
 	// kill from another instance.
 	for _, k := range s.kills {
 		for i, a := range arrivals {
-			if a.Header.Get("User-Agent") != "dispatcher/"+k.id || a.Status >= 300 || !a.StatusSent ||
-				a.Start.After(k.at) || !a.Start.After(k.at.Add(-killRemovalWindow)) {
-				continue
+			if _, ok := causes[a.ID]; !ok && killedBeforeRemoval(arrivals, i, k) {
+				causes[a.ID] = "dispatcher killed before removing it"
 			}
-			if _, ok := causes[a.ID]; ok || !resentAfter(arrivals[i+1:], a.ID, k) {
-				continue
-			}
-			causes[a.ID] = "dispatcher killed before removing it"
 		}
 	}
 	return causes, timedOut
+}
+
+// killedBeforeRemoval says whether arrivals[i] is a delivery by the killed dispatcher k
+// whose removal the kill may have cut short: raven answered it 2xx, it was sent up to
+// killRemovalWindow before the kill, or after it while its bytes were still on their way
+// (until its links closed: an attempt written just before the kill reaches raven
+// through its fault proxy a moment later), and another dispatcher sent it again after
+// the kill.
+func killedBeforeRemoval(arrivals []ledger.Arrival, i int, k kill) bool {
+	a := arrivals[i]
+	if a.Header.Get("User-Agent") != "dispatcher/"+k.id || a.Status >= 300 || !a.StatusSent {
+		return false
+	}
+	last := k.gone
+	if last.IsZero() {
+		last = k.at
+	}
+	if a.Start.After(last) || !a.Start.After(k.at.Add(-killRemovalWindow)) {
+		return false
+	}
+	return resentAfter(arrivals[i+1:], a.ID, k)
 }
 
 // killRemovalWindow is how long before a kill a killed dispatcher's delivery may still

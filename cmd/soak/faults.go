@@ -45,6 +45,9 @@ type faultStat struct {
 type kill struct {
 	id string
 	at time.Time
+	// gone is when its links (the fault proxies between it and raven and NATS) were
+	// closed: what it wrote before the kill may reach raven until then.
+	gone time.Time
 }
 
 // faultKind is one kind of fault: apply puts it on and returns what takes it off.
@@ -138,12 +141,14 @@ func (s *soak) kinds() []faultKind {
 			slot := s.rng.IntN(len(s.dispatchers))
 			d := s.dispatchers[slot]
 			d.p.send(syscall.SIGKILL)
-			s.kills = append(s.kills, kill{id: d.id, at: time.Now()})
+			killed := kill{id: d.id, at: time.Now()}
 			<-d.p.done
 			s.retired = append(s.retired, d)
 			for _, l := range d.links {
 				l.Close()
 			}
+			killed.gone = time.Now()
+			s.kills = append(s.kills, killed)
 			nd, err := s.startDispatcher(s.c, slot, d.gen+1)
 			if err != nil {
 				return "", nil, err
