@@ -155,3 +155,32 @@ func ExampleClient_Wait() {
 	// req-1 delivered 200 1
 	// application/json {"eaten":true}
 }
+
+// Penguin answers its own caller with raven's reply, the call to raven durable and spaced
+// by the dispatcher: Do stores the request once and returns when raven has answered.
+func ExampleClient_Do() {
+	ingest := newExampleIngest()
+	defer ingest.Close()
+	c, err := client.New(ingest.URL)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+
+	// Penguin's own handler (here called once, directly).
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		st, err := c.Do(r.Context(), "penguin-7", []byte(`{"fish":4}`))
+		if err != nil || st.Response == nil {
+			http.Error(w, "raven did not answer in time; the request is queued", http.StatusGatewayTimeout)
+			return
+		}
+		body, _ := st.Response.Body()
+		w.Header().Set("Content-Type", st.Response.Headers["Content-Type"])
+		w.WriteHeader(st.Response.Status)
+		_, _ = w.Write(body)
+	})
+	rec := httptest.NewRecorder()
+	handler.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/order", nil))
+	fmt.Println(rec.Code, rec.Header().Get("Content-Type"), rec.Body.String())
+	// Output: 200 application/json {"eaten":true}
+}

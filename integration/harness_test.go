@@ -270,7 +270,7 @@ func (s *stack) tryPost(header http.Header, body []byte) (answer, error) {
 	}
 	s.mu.Lock()
 	switch a.Status {
-	case http.StatusAccepted:
+	case http.StatusAccepted, http.StatusOK: // 200: stored, and final within its Prefer: wait
 		s.accepted = append(s.accepted, ledger.Accepted{ClientID: a.str("clientId"), ID: a.str("id")})
 	case http.StatusServiceUnavailable:
 		s.unavailable++

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -331,6 +332,12 @@ type accepted struct {
 }
 
 func (a *API) accept(w http.ResponseWriter, r *http.Request, scope *Scope) {
+	wait, waits, p := preferWait(r.Header)
+	if p != nil {
+		a.cfg.Metrics.outcome(p.Code)
+		writeProblem(w, *p)
+		return
+	}
 	buf := getBuffer()
 	defer putBuffer(buf) // after the publish returned: nats.go holds no part of the body then
 	req, p := a.parse(w, r, buf, scope)
@@ -342,9 +349,12 @@ func (a *API) accept(w http.ResponseWriter, r *http.Request, scope *Scope) {
 		writeProblem(w, *p)
 		return
 	}
+	var endPublishing func()
 	select {
 	case a.publishing <- struct{}{}:
-		defer func() { <-a.publishing }()
+		// Given back when the publish is done (before a Prefer: wait holds the answer).
+		endPublishing = sync.OnceFunc(func() { <-a.publishing })
+		defer endPublishing()
 	default:
 		a.unadmit(scope, req)
 		a.cfg.Metrics.outcome("overloaded")
@@ -389,6 +399,13 @@ func (a *API) accept(w http.ResponseWriter, r *http.Request, scope *Scope) {
 		a.unadmit(scope, req) // it was counted when first stored
 	}
 	a.stored(req, receipt)
+	if waits && a.cfg.Status != nil {
+		endPublishing()
+		cancel()
+		if a.answerWhenFinal(w, r, scope, req.ClientID, req.ID, wait) {
+			return
+		}
+	}
 	writeAccepted(w, accepted{ID: req.ID, ClientID: req.ClientID, Status: request.StateQueued, Duplicate: receipt.Duplicate, NotBefore: req.NotBefore})
 }
 

@@ -1,0 +1,33 @@
+package client
+
+import (
+	"context"
+	"fmt"
+)
+
+// Do sends body for clientID through the dispatcher and returns raven's answer: penguin's
+// call to raven, durable and spaced. It submits once (one Idempotency-Key across all its
+// retries: the request is stored once, whatever fails on the way), then waits (Wait's
+// long polls, which ride out reconnects and ingest restarts) until the request is final,
+// or ctx ends.
+//
+// The returned Status is final: delivered (Status.Response is raven's 2xx answer) or
+// dead-lettered (Status.DeadLetter says why; Status.Response is raven's answer to the
+// last attempt, when it answered). Either way the error is nil: raven's answer is the
+// result. An error means the request was not stored (a *Problem, such as a 400 or a full
+// backlog past ctx), or ctx ended before it was final: then Status is the last one read,
+// and the request is still queued: it will still be sent.
+//
+// Raven's body is kept up to the dispatcher's RESPONSE_MAX_BYTES (64 KiB by default):
+// Response.Truncated says when it was longer.
+func (c *Client) Do(ctx context.Context, clientID string, body []byte, opts ...SubmitOption) (Status, error) {
+	r, err := c.Submit(ctx, clientID, body, opts...)
+	if err != nil {
+		return Status{}, err
+	}
+	st, err := c.Wait(ctx, r.ClientID, r.ID)
+	if err != nil {
+		return st, fmt.Errorf("client: %s is stored and will be sent, but was not final in time: %w", r.ID, err)
+	}
+	return st, nil
+}

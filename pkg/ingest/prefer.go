@@ -1,0 +1,82 @@
+package ingest
+
+import (
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// PreferenceAppliedHeader is on an answer to a POST that asked, with Prefer: wait=N
+// (RFC 7240), to be held until the request reached a final state: "wait=N" with the
+// seconds it was held for at most (N, or MAX_STATUS_WAIT when that is less). The answer is
+// 200 with the status when the request got there in time, 202 as always when not.
+const PreferenceAppliedHeader = "Preference-Applied"
+
+// preferWait reads the wait preference of a POST's Prefer headers (RFC 7240): the
+// seconds of "wait=N", false when there is none. Other preferences are ignored, as the
+// RFC asks; a wait that is not a whole number of seconds, or given twice, is a 400,
+// checked before anything is stored.
+func preferWait(h http.Header) (time.Duration, bool, *problem) {
+	var wait time.Duration
+	found := false
+	for _, line := range h.Values("Prefer") {
+		for pref := range strings.SplitSeq(line, ",") {
+			token, params, _ := strings.Cut(strings.TrimSpace(pref), ";")
+			_ = params // wait takes no parameters; others' are ignored
+			name, value, hasValue := strings.Cut(token, "=")
+			if !strings.EqualFold(strings.TrimSpace(name), "wait") {
+				continue
+			}
+			value = strings.Trim(strings.TrimSpace(value), `"`)
+			secs, err := strconv.ParseUint(value, 10, 32)
+			if !hasValue || err != nil {
+				return 0, false, badRequest("prefer_wait_invalid", fmt.Sprintf("Prefer: %q: wait takes a whole number of seconds (Prefer: wait=10)", truncate(strings.TrimSpace(pref), 64)))
+			}
+			if found {
+				return 0, false, badRequest("prefer_wait_invalid", "Prefer: wait is given twice; give it once (Prefer: wait=10)")
+			}
+			wait, found = time.Duration(secs)*time.Second, true
+		}
+	}
+	return wait, found, nil
+}
+
+// answerWhenFinal holds the answer to a POST that asked to wait (Prefer: wait), as a
+// status read with ?wait does, until the request it stored is final (delivered,
+// dead-lettered) or the wait ends, and answers 200 with its status then, raven's answer
+// included: true when it answered. False, with Preference-Applied set when it waited,
+// when the wait ended first: the caller answers 202 as it would have, the request being
+// queued as before. It waits only with a waiting status read's slot (MAX_STATUS_WAITS,
+// and the token's share of them); without one it does not wait, and says nothing.
+func (a *API) answerWhenFinal(w http.ResponseWriter, r *http.Request, scope *Scope, clientID, id string, wait time.Duration) bool {
+	wait = min(wait, a.cfg.MaxStatusWait)
+	if wait <= 0 {
+		return false
+	}
+	select {
+	case a.waits <- struct{}{}:
+		defer func() { <-a.waits }()
+	default:
+		return false
+	}
+	release, p := a.takeTenantRead(scope, true)
+	if p != nil {
+		return false
+	}
+	defer release()
+	w.Header().Set(PreferenceAppliedHeader, "wait="+strconv.Itoa(int(wait/time.Second)))
+	st, err := a.readStatus(r.Context(), w, clientID, id, wait, scope)
+	if err != nil {
+		if r.Context().Err() == nil {
+			a.log.Debug().Err(err).Str("request_id", id).Msg("waiting for a final state to answer a POST failed; answering 202")
+		}
+		return false
+	}
+	if !st.Final() {
+		return false
+	}
+	writeJSON(w, http.StatusOK, st)
+	return true
+}
