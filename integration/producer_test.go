@@ -58,7 +58,18 @@ func (s *stack) accept(clientID string, ids ...string) {
 // postBatch sends body as a batch with Content-Type ct through the checked client.
 func postBatch(t *testing.T, hc *http.Client, base, ct string, body []byte) (int, http.Header, map[string]any) {
 	t.Helper()
-	resp, err := hc.Post(base+"/v1/requests/batch", ct, bytes.NewReader(body))
+	return postBatchWith(t, hc, base, http.Header{"Content-Type": {ct}}, body)
+}
+
+// postBatchWith is postBatch with these headers.
+func postBatchWith(t *testing.T, hc *http.Client, base string, h http.Header, body []byte) (int, http.Header, map[string]any) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, base+"/v1/requests/batch", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header = h
+	resp, err := hc.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -198,19 +199,67 @@ func TestOneRequestIsOneTrace(t *testing.T) {
 	s.finish(30*time.Second, 0)
 }
 
-// Without a tracer provider nothing is traced: raven receives no traceparent, even when
-// penguin sent one (ingest stores no trace context with tracing off).
-func TestNoTracesWhenTracingIsOff(t *testing.T) {
+// Without a tracer provider nothing is traced, and the caller's trace context passes
+// through unchanged, as W3C Trace Context asks of an intermediary: raven receives
+// penguin's traceparent and tracestate on every attempt (the first one refused here),
+// and a batch's on each item; a request sent without one, or with one that is not
+// valid, reaches raven without.
+func TestCallersTraceContextPassesThroughWithTracingOff(t *testing.T) {
 	t.Parallel()
-	s := newStack(t, options{interval: 50 * time.Millisecond})
+	var firstRefused sync.Once
+	s := newStack(t, options{interval: 50 * time.Millisecond, respond: func(a ledger.Arrival) ledger.Response {
+		refuse := false
+		if a.ClientID == "plain" {
+			firstRefused.Do(func() { refuse = true })
+		}
+		if refuse {
+			return ledger.Response{Status: 503}
+		}
+		return ledger.Response{}
+	}})
+	const parent, state = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "rojo=00f067aa0ba902b7,congo=t61rcWkgMzE"
 	h := jsonHeader()
-	h.Set("traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
+	h.Set("traceparent", parent)
+	h.Set("tracestate", state)
 	if a := s.postRaw(h, []byte(`{"clientId":"plain","n":1}`)); a.Status != http.StatusAccepted {
 		t.Fatalf("post: %d", a.Status)
 	}
-	waitFor(t, time.Minute, "the request to be delivered", func() bool { return s.ledger.Delivered() == 1 })
-	if tp := arrivalsOf(s.ledger, "plain")[0].Header.Get("traceparent"); tp != "" {
-		t.Fatalf("raven received the traceparent %q with tracing off", tp)
+	if a := s.postRaw(jsonHeader(), []byte(`{"clientId":"bare","n":1}`)); a.Status != http.StatusAccepted {
+		t.Fatalf("post: %d", a.Status)
+	}
+	bad := jsonHeader()
+	bad.Set("traceparent", "00-not-a-trace-01")
+	if a := s.postRaw(bad, []byte(`{"clientId":"bad","n":1}`)); a.Status != http.StatusAccepted {
+		t.Fatalf("post: %d", a.Status)
+	}
+	bh := http.Header{"Content-Type": {"application/x-ndjson"}, "Traceparent": {parent}}
+	code, _, body := postBatchWith(t, s.http, s.ingestBase(), bh, []byte("{\"clientId\":\"b1\",\"body\":{}}\n{\"clientId\":\"b2\",\"body\":{}}\n"))
+	if code != http.StatusOK || body["accepted"] != float64(2) {
+		t.Fatalf("batch: %d %v", code, body)
+	}
+	for _, r := range body["results"].([]any) {
+		item := r.(map[string]any)
+		s.accept(item["clientId"].(string), item["id"].(string))
+	}
+	waitFor(t, time.Minute, "the requests to be delivered", func() bool { return s.ledger.Delivered() == 5 })
+	plain := arrivalsOf(s.ledger, "plain")
+	if len(plain) != 2 {
+		t.Fatalf("plain arrived %d times, want 2 (one refused)", len(plain))
+	}
+	for i, a := range plain {
+		if a.Header.Get("traceparent") != parent || a.Header.Get("tracestate") != state {
+			t.Errorf("attempt %d reached raven with traceparent %q tracestate %q, want the caller's unchanged", i+1, a.Header.Get("traceparent"), a.Header.Get("tracestate"))
+		}
+	}
+	for _, c := range []string{"b1", "b2"} {
+		if tp := arrivalsOf(s.ledger, c)[0].Header.Get("traceparent"); tp != parent {
+			t.Errorf("batch item %s reached raven with traceparent %q, want the batch's", c, tp)
+		}
+	}
+	for _, c := range []string{"bare", "bad"} {
+		if tp := arrivalsOf(s.ledger, c)[0].Header.Get("traceparent"); tp != "" {
+			t.Errorf("%s reached raven with traceparent %q, want none", c, tp)
+		}
 	}
 	s.finish(10*time.Second, 0)
 }

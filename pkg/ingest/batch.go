@@ -140,6 +140,11 @@ func (a *API) acceptBatch(w http.ResponseWriter, r *http.Request, scope *Scope) 
 			for k := range taken {
 				reqs[k].TraceParent, reqs[k].TraceState = parent, state
 			}
+		} else if parent, state := tracing.FromHeader(r.Header); parent != "" {
+			// Tracing off: the caller's trace context, as it came, for raven.
+			for k := range taken {
+				reqs[k].TraceParent, reqs[k].TraceState = parent, state
+			}
 		}
 		ctx, cancel := context.WithTimeout(ctx, a.cfg.PublishTimeout)
 		start := time.Now()

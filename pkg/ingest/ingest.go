@@ -366,6 +366,9 @@ func (a *API) accept(w http.ResponseWriter, r *http.Request, scope *Scope) {
 	var span trace.Span
 	if a.tracer != nil {
 		ctx, span = a.startAccept(r, &req, "dispatch.accept")
+	} else {
+		// Tracing off: the caller's trace context is stored as it came, for raven.
+		req.TraceParent, req.TraceState = tracing.FromHeader(r.Header)
 	}
 	ctx, cancel := context.WithTimeout(ctx, a.cfg.PublishTimeout)
 	defer cancel()

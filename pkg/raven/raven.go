@@ -170,9 +170,16 @@ func (c *Client) SendAnswer(ctx context.Context, st request.Stored, attempt int)
 	req.Header.Set(request.HeaderClientID, st.ClientID)
 	req.Header.Set(request.HeaderAttempt, strconv.Itoa(attempt))
 	req.Header.Set("User-Agent", c.cfg.UserAgent)
-	// The attempt's trace context, when tracing is on (nothing is written otherwise):
-	// raven's own spans join the request's trace.
+	// The attempt's trace context, when tracing is on: raven's own spans join the
+	// request's trace. Otherwise the one stored with the request (the caller's, or the
+	// accept span's), passed on unchanged as an intermediary does.
 	tracing.Propagator.Inject(ctx, propagation.HeaderCarrier(req.Header))
+	if req.Header.Get("Traceparent") == "" && st.TraceParent != "" {
+		req.Header.Set("Traceparent", st.TraceParent)
+		if st.TraceState != "" {
+			req.Header.Set("Tracestate", st.TraceState)
+		}
+	}
 	resp, err := c.http.Do(req)
 	if err != nil {
 		return nil, &TransientError{Err: noAnswer(err)}

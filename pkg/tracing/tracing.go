@@ -16,6 +16,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"strings"
 
@@ -69,11 +70,32 @@ func Enabled(getenv func(string) string) bool {
 }
 
 // Inject returns the trace context of ctx's span as the traceparent and tracestate to
-// store with a request; empty when ctx has none.
+// store with a request; empty when ctx has none. A tracestate longer than
+// MaxTraceState is left out (W3C Trace Context lets a vendor drop it whole): it is stored
+// beside the request's body, in the room the body leaves.
 func Inject(ctx context.Context) (parent, state string) {
 	c := propagation.MapCarrier{}
 	Propagator.Inject(ctx, c)
-	return c["traceparent"], c["tracestate"]
+	parent, state = c["traceparent"], c["tracestate"]
+	if len(state) > MaxTraceState {
+		state = ""
+	}
+	return parent, state
+}
+
+// MaxTraceState is the longest tracestate stored with a request: W3C Trace Context asks
+// a participant to pass on at least 512 characters of it.
+const MaxTraceState = 512
+
+// FromHeader is the caller's trace context in h (traceparent, tracestate), validated as
+// the propagator reads it, to store with a request and pass on to raven when this
+// process traces nothing itself: an intermediary passes the caller's trace on. Empty
+// when h has none, or one that is not valid.
+func FromHeader(h http.Header) (parent, state string) {
+	if h.Get("Traceparent") == "" {
+		return "", ""
+	}
+	return Inject(Propagator.Extract(context.Background(), propagation.HeaderCarrier(h)))
 }
 
 // Extract returns ctx with the stored trace context as its remote parent, and that
