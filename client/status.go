@@ -41,6 +41,9 @@ type Status struct {
 	AcceptedAt time.Time `json:"acceptedAt,omitzero"`
 	// NotBefore is the earliest time the request goes to raven.
 	NotBefore time.Time `json:"notBefore,omitzero"`
+	// NotAfter is when the request stops being sent: not attempted by then, it is
+	// dead-lettered with the reason "expired".
+	NotAfter time.Time `json:"notAfter,omitzero"`
 	// Attempts is how many times the request was sent to raven.
 	Attempts int `json:"attempts"`
 	// LastAttempt is the latest of those times.

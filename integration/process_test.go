@@ -349,44 +349,6 @@ func TestEventsOffNeedsNoEventsStream(t *testing.T) {
 	}
 }
 
-// Ingest warns at start when a request may be delayed (MAX_NOT_BEFORE) longer than its
-// status is kept (STATUS_RETENTION), naming both settings. The defaults agree (24 h
-// each): a default start says nothing, nor does one with STATUS_RETENTION long enough,
-// or events off.
-func TestIngestWarnsOfNotBeforeOutlivingStatus(t *testing.T) {
-	t.Parallel()
-	nowhere := "nats://" + freeAddr(t) // no NATS: ingest logs its settings, then waits for it
-	for _, tc := range []struct {
-		name  string
-		env   map[string]string
-		says  string // the line's start, "" for none
-		level string
-	}{
-		{"Defaults", nil, "", ""},
-		{"ShortRetention", map[string]string{"STATUS_RETENTION": "12h"}, "MAX_NOT_BEFORE=24h0m0s is longer than STATUS_RETENTION=12h0m0s", "warn"},
-		{"LongRetention", map[string]string{"STATUS_RETENTION": "168h"}, "", ""},
-		{"EventsOff", map[string]string{"EVENTS": "false"}, "", ""},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			p := startBin(t, ingestBin, with(tc.env, "NATS_URL", nowhere, "INGEST_ADDR", freeAddr(t)))
-			waitFor(t, time.Minute, "ingest to try NATS", func() bool { return strings.Contains(p.out.String(), "not reachable yet") })
-			var got []map[string]any
-			for _, l := range logLines(p.out.String(), "") {
-				if strings.HasPrefix(fmt.Sprint(l["message"]), "MAX_NOT_BEFORE=") {
-					got = append(got, l)
-				}
-			}
-			switch {
-			case tc.says == "" && len(got) != 0:
-				t.Fatalf("said %v, want nothing of MAX_NOT_BEFORE", got)
-			case tc.says != "" && (len(got) != 1 || !strings.HasPrefix(got[0]["message"].(string), tc.says) || got[0]["level"] != tc.level):
-				t.Fatalf("said %v, want one %s line starting %q; output:\n%s", got, tc.level, tc.says, p.out.String())
-			}
-		})
-	}
-}
-
 // Standalone without RAVEN_URL starts a demo raven, says where, and logs each arrival with
 // the gap since that client's previous one.
 func TestStandaloneDemoRaven(t *testing.T) {

@@ -314,7 +314,8 @@ func (c *Console) deadLetters(r *http.Request, v *view) (string, error) {
 	return "deadletters", nil
 }
 
-var reasons = []string{request.ReasonPermanent, request.ReasonAttemptsExhausted, request.ReasonAgeExhausted, request.ReasonUndecodable, request.ReasonPurged}
+// reasons are the dead-letters page's filter: every reason.
+var reasons = request.Reasons
 
 type deadData struct {
 	Filter  queue.DeadFilter

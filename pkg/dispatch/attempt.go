@@ -116,6 +116,16 @@ func (d *Dispatcher) work(ctx context.Context, job Job, sendBy time.Time) Result
 	if lapsed(sendBy, d.now()) {
 		return Result{Subject: job.Subject, Kind: Held}
 	}
+	if st.Expired(d.now()) {
+		// Its Not-After passed before this attempt could start: never sent (an attempt
+		// already under way at the deadline was not cut short). Like a purge, no attempt
+		// is made, and the lane's spacing is untouched.
+		res := d.bury(ctx, job, st, request.Verdict{Reason: request.ReasonExpired, Attempts: attemptsOf(job, st)}, sendBy)
+		if res.Kind == DeadLettered {
+			d.log.Info().Str("client_id", st.ClientID).Str("request_id", st.ID).Func(tracing.Log(st.TraceParent)).Time("not_after", st.NotAfter).Msg("request expired (Not-After) unsent; dead-lettered")
+		}
+		return res
+	}
 	return d.attempt(ctx, job, st, sendBy)
 }
 
@@ -386,7 +396,7 @@ func (d *Dispatcher) writeNow(ctx context.Context, ev request.Event, sendBy time
 
 // eventOf is the event of type typ about st, At to be set by the caller.
 func eventOf(st request.Stored, typ string) request.Event {
-	ev := request.Event{Type: typ, ID: st.ID, ClientID: st.ClientID, Cycle: st.Cycle, Seq: st.Seq, NotBefore: st.NotBefore}
+	ev := request.Event{Type: typ, ID: st.ID, ClientID: st.ClientID, Cycle: st.Cycle, Seq: st.Seq, NotBefore: st.NotBefore, NotAfter: st.NotAfter}
 	if st.Cycle == 0 {
 		ev.AcceptedAt = st.AcceptedAt
 	}

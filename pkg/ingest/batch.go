@@ -30,6 +30,7 @@ type batchItem struct {
 	Body           json.RawMessage
 	IdempotencyKey *string
 	NotBefore      *string
+	NotAfter       *string
 }
 
 // batchResult is one item's result: queued with its id, or failed with its problem.
@@ -341,13 +342,18 @@ func (a *API) parseItem(raw json.RawMessage, now time.Time, scope *Scope) (reque
 		}
 		id = scope.idFromKey(it.ClientID, *it.IdempotencyKey)
 	}
-	var notBefore time.Time
+	var notBefore, notAfter time.Time
 	if it.NotBefore != nil {
 		if notBefore, p = a.notBefore(*it.NotBefore, now); p != nil {
 			return request.Request{}, p
 		}
 	}
-	return request.Request{ID: id, ClientID: it.ClientID, ContentType: "application/json", Body: it.Body, NotBefore: notBefore}, nil
+	if it.NotAfter != nil {
+		if notAfter, p = notAfterOf(*it.NotAfter, notBefore, now); p != nil {
+			return request.Request{}, p
+		}
+	}
+	return request.Request{ID: id, ClientID: it.ClientID, ContentType: "application/json", Body: it.Body, NotBefore: notBefore, NotAfter: notAfter}, nil
 }
 
 // decodeItem reads an item's fields, refusing what a single request's headers could not
@@ -409,8 +415,18 @@ func decodeItem(raw json.RawMessage) (batchItem, *problem) {
 				return it, p
 			}
 			it.NotBefore = &str
+		case "notAfter":
+			if len(v) > 0 && v[0] != '"' { // seconds from now, as a JSON number
+				s := string(v)
+				it.NotAfter = &s
+				continue
+			}
+			if p := asString("not_after_invalid"); p != nil {
+				return it, p
+			}
+			it.NotAfter = &str
 		default:
-			return it, badRequest("item_invalid", fmt.Sprintf("the item has an unknown field %q; an item has clientId, body, idempotencyKey and notBefore", truncate(key, 64)))
+			return it, badRequest("item_invalid", fmt.Sprintf("the item has an unknown field %q; an item has clientId, body, idempotencyKey, notBefore and notAfter", truncate(key, 64)))
 		}
 	}
 	return it, nil
@@ -419,7 +435,7 @@ func decodeItem(raw json.RawMessage) (batchItem, *problem) {
 // itemFields are the item fields seen so far, as bits in the order of itemFieldNames.
 type itemFields uint8
 
-var itemFieldNames = [...]string{"clientId", "body", "idempotencyKey", "notBefore"}
+var itemFieldNames = [...]string{"clientId", "body", "idempotencyKey", "notBefore", "notAfter"}
 
 // add records key as seen; false if it was seen before. An unknown key is left for the
 // caller to refuse.

@@ -19,6 +19,7 @@ var batchItems = []string{
 	`{"clientId":"","body":1}`, `{"clientId":1,"body":1}`, `{"clientId":null}`, `{"clientId":"a","clientId":"b"}`,
 	`{"body":1,"body":2}`, `{"other":1}`, `{"clientId":"a","extra":{"clientId":"b"}}`,
 	`{"idempotencyKey":7}`, `{"notBefore":true}`, `{"notBefore":-1.5}`, `{"notBefore":"\u0031"}`,
+	`{"clientId":"a","body":1,"notAfter":60}`, `{"notAfter":"2026-12-24T18:00:00Z"}`, `{"notAfter":false}`, `{"notAfter":1,"notAfter":2}`,
 	`[1]`, `"s"`, `7`, `null`, `{}`, `{"a":`, `not json`, `{"clientId":"a","body":{"k":"\""}}`,
 }
 
@@ -51,7 +52,7 @@ func checkDecodeItem(t *testing.T, raw []byte) {
 		if p != nil {
 			return fmt.Sprintf("problem %d %s %s", p.Status, p.Code, p.Detail)
 		}
-		return fmt.Sprintf("item %q %q %q %q", it.ClientID, it.Body, deref(it.IdempotencyKey), deref(it.NotBefore))
+		return fmt.Sprintf("item %q %q %q %q %q", it.ClientID, it.Body, deref(it.IdempotencyKey), deref(it.NotBefore), deref(it.NotAfter))
 	}
 	if g, w := str(got, gotP), str(want, wantP); g != w {
 		t.Errorf("item %q:\n scanner: %s\n decoder: %s", raw, g, w)
@@ -120,8 +121,18 @@ func decodeItemByDecoder(raw json.RawMessage) (batchItem, *problem) {
 				return it, p
 			}
 			it.NotBefore = &str
+		case "notAfter":
+			if len(v) > 0 && v[0] != '"' {
+				s := string(v)
+				it.NotAfter = &s
+				continue
+			}
+			if p := asString("not_after_invalid"); p != nil {
+				return it, p
+			}
+			it.NotAfter = &str
 		default:
-			return it, badRequest("item_invalid", fmt.Sprintf("the item has an unknown field %q; an item has clientId, body, idempotencyKey and notBefore", truncate(key, 64)))
+			return it, badRequest("item_invalid", fmt.Sprintf("the item has an unknown field %q; an item has clientId, body, idempotencyKey, notBefore and notAfter", truncate(key, 64)))
 		}
 	}
 	return it, nil

@@ -423,7 +423,7 @@ func (a *API) stored(req request.Request, receipt request.Receipt) {
 	}
 	if a.cfg.Events != nil {
 		a.cfg.Events.Record(request.Event{Type: request.EventAccepted, ID: req.ID, ClientID: req.ClientID, At: time.Now(),
-			Seq: receipt.Seq, NotBefore: req.NotBefore, AcceptedAt: time.Now(), Instance: a.cfg.Instance, BodyDigest: bodyDigest(req)})
+			Seq: receipt.Seq, NotBefore: req.NotBefore, NotAfter: req.NotAfter, AcceptedAt: time.Now(), Instance: a.cfg.Instance, BodyDigest: bodyDigest(req)})
 	}
 	if ev := a.log.Debug(); ev.Enabled() {
 		ev.Func(tracing.Log(req.TraceParent)).Str("client_id", req.ClientID).Str("request_id", req.ID).Uint64("seq", receipt.Seq).Bool("duplicate", receipt.Duplicate).Msg("request accepted")

@@ -101,8 +101,53 @@ func (a *API) parse(w http.ResponseWriter, r *http.Request, buf *[]byte, scope *
 	default:
 		return request.Request{}, badRequest("not_before_invalid", "send one Not-Before header, not several")
 	}
-	return request.Request{ID: id, ClientID: clientID, ContentType: ct, Body: body, NotBefore: notBefore}, nil
+	var notAfter time.Time
+	switch na := r.Header.Values(HeaderNotAfter); len(na) {
+	case 0:
+	case 1:
+		if notAfter, p = notAfterOf(na[0], notBefore, time.Now()); p != nil {
+			return request.Request{}, p
+		}
+	default:
+		return request.Request{}, badRequest("not_after_invalid", "send one Not-After header, not several")
+	}
+	return request.Request{ID: id, ClientID: clientID, ContentType: ct, Body: body, NotBefore: notBefore, NotAfter: notAfter}, nil
 }
+
+// HeaderNotAfter is the header that gives a request a deadline: an RFC 3339 time, or
+// whole seconds from now, after which it is not sent (dead-lettered as expired).
+const HeaderNotAfter = "Not-After"
+
+// notAfterOf reads a Not-After value (a header, or a batch item's field as text): an
+// RFC 3339 time, or whole seconds from now. It must lie ahead, and not before the
+// request's Not-Before (zero when it has none): a request that may never be sent is
+// refused rather than stored to expire.
+func notAfterOf(v string, notBefore, now time.Time) (time.Time, *problem) {
+	v = strings.TrimSpace(v)
+	var t time.Time
+	if v != "" && strings.Trim(v, "0123456789") == "" {
+		secs, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || secs > int64(maxNotAfter/time.Second) {
+			return time.Time{}, badRequest("not_after_invalid", fmt.Sprintf("Not-After %q is too far ahead: give an RFC 3339 time or a number of seconds up to %d", truncate(v, 64), int64(maxNotAfter/time.Second)))
+		}
+		t = now.Add(time.Duration(secs) * time.Second)
+	} else {
+		var err error
+		if t, err = time.Parse(time.RFC3339Nano, v); err != nil {
+			return time.Time{}, badRequest("not_after_invalid", fmt.Sprintf("Not-After %q is neither an RFC 3339 time (2026-12-24T18:00:00Z) nor whole seconds from now (300)", truncate(v, 64)))
+		}
+	}
+	if !t.After(now) {
+		return time.Time{}, badRequest("not_after_invalid", fmt.Sprintf("Not-After %q is not ahead: a request whose deadline has passed would never be sent; give a later time, or none", truncate(v, 64)))
+	}
+	if !notBefore.IsZero() && t.Before(notBefore) {
+		return time.Time{}, badRequest("not_after_invalid", fmt.Sprintf("Not-After %q is before the request's Not-Before (%s): it could never be sent", truncate(v, 64), notBefore.Format(time.RFC3339)))
+	}
+	return t.UTC(), nil
+}
+
+// maxNotAfter bounds a Not-After given in seconds, so that the sum stays a time.
+const maxNotAfter = 100 * 365 * 24 * time.Hour
 
 // HeaderNotBefore is the header that delays a request: an RFC 3339 time, or a delay in
 // whole seconds.

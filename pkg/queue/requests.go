@@ -272,9 +272,12 @@ func requestMsg(r request.Request) *nats.Msg {
 	return msg
 }
 
-// setPlanHeaders writes r's not-before time, replay count and trace context, when it has
-// them.
+// setPlanHeaders writes r's not-before and not-after times, replay count and trace
+// context, when it has them.
 func setPlanHeaders(h nats.Header, r request.Request) {
+	if !r.NotAfter.IsZero() {
+		h.Set(request.HeaderNotAfter, r.NotAfter.UTC().Format(time.RFC3339Nano))
+	}
 	if !r.NotBefore.IsZero() {
 		h.Set(request.HeaderNotBefore, r.NotBefore.UTC().Format(time.RFC3339Nano))
 	}
@@ -295,6 +298,7 @@ func storedOf(subject string, h nats.Header, body []byte, seq uint64, at time.Ti
 	clientID, _ := request.ClientIDOf(subject)
 	// A header that does not parse (not written by this service) reads as none.
 	notBefore, _ := time.Parse(time.RFC3339Nano, h.Get(request.HeaderNotBefore))
+	notAfter, _ := time.Parse(time.RFC3339Nano, h.Get(request.HeaderNotAfter))
 	cycle, _ := strconv.Atoi(h.Get(request.HeaderCycle))
 	return request.Stored{
 		Request: request.Request{
@@ -303,6 +307,7 @@ func storedOf(subject string, h nats.Header, body []byte, seq uint64, at time.Ti
 			ContentType: h.Get(request.HeaderContentType),
 			Body:        body,
 			NotBefore:   notBefore,
+			NotAfter:    notAfter,
 			Cycle:       max(cycle, 0),
 			TraceParent: h.Get(request.HeaderTraceParent),
 			TraceState:  h.Get(request.HeaderTraceState),

@@ -67,6 +67,8 @@ type Event struct {
 	Seq uint64 `json:"seq,omitempty"`
 	// NotBefore is the earliest the request may be attempted, when it has one.
 	NotBefore time.Time `json:"notBefore,omitzero"`
+	// NotAfter is when the request stops being sent, when it has one.
+	NotAfter time.Time `json:"notAfter,omitzero"`
 	// AcceptedAt is when the queue first stored the request (accepted, and carried on
 	// later events where known).
 	AcceptedAt time.Time `json:"acceptedAt,omitzero"`
@@ -169,6 +171,7 @@ type Status struct {
 	State       string       `json:"status"`
 	AcceptedAt  time.Time    `json:"acceptedAt,omitzero"`
 	NotBefore   time.Time    `json:"notBefore,omitzero"`
+	NotAfter    time.Time    `json:"notAfter,omitzero"`
 	Attempts    int          `json:"attempts"`
 	LastAttempt *AttemptInfo `json:"lastAttempt,omitempty"`
 	DeliveredAt time.Time    `json:"deliveredAt,omitzero"`
@@ -265,6 +268,9 @@ func StatusOf(id string, events []Event) Status {
 		}
 		if !e.NotBefore.IsZero() {
 			st.NotBefore = e.NotBefore
+		}
+		if !e.NotAfter.IsZero() {
+			st.NotAfter = e.NotAfter
 		}
 		if e.Response != nil {
 			st.Response = e.Response

@@ -11,6 +11,9 @@ const (
 	// HeaderNotBefore carries, on a stored message, the earliest time (RFC 3339) the
 	// request may be attempted.
 	HeaderNotBefore = "Dispatch-Not-Before"
+	// HeaderNotAfter carries, on a stored message, the time (RFC 3339) after which the
+	// request is not sent: dead-lettered as expired instead.
+	HeaderNotAfter = "Dispatch-Not-After"
 	// HeaderCycle carries, on a stored message, how many times the request was replayed.
 	HeaderCycle = "Dispatch-Cycle"
 
@@ -38,6 +41,9 @@ type Request struct {
 	Body []byte
 	// NotBefore is the earliest the request may be attempted; zero: at once.
 	NotBefore time.Time
+	// NotAfter is when the request stops being worth sending: an attempt not started by
+	// then is never made, and the request is dead-lettered as expired. Zero: never.
+	NotAfter time.Time
 	// Cycle is how many times the request was replayed from the dead-letter stream.
 	Cycle int
 	// TraceParent and TraceState are the W3C trace context the request was accepted (or
@@ -110,11 +116,17 @@ const (
 	ReasonAttemptsExhausted = "attempts-exhausted"
 	ReasonAgeExhausted      = "age-exhausted"
 	ReasonUndecodable       = "undecodable"
-	ReasonPurged            = "purged" // an operator purged the client's backlog
+	ReasonPurged            = "purged"  // an operator purged the client's backlog
+	ReasonExpired           = "expired" // its Not-After passed before an attempt started
 )
 
 // Reasons lists every reason for dead-lettering.
-var Reasons = []string{ReasonPermanent, ReasonAttemptsExhausted, ReasonAgeExhausted, ReasonUndecodable, ReasonPurged}
+var Reasons = []string{ReasonPermanent, ReasonAttemptsExhausted, ReasonAgeExhausted, ReasonUndecodable, ReasonPurged, ReasonExpired}
+
+// Expired says whether st may no longer be attempted at now: its Not-After has passed.
+func (st Stored) Expired(now time.Time) bool {
+	return !st.NotAfter.IsZero() && now.After(st.NotAfter)
+}
 
 // Receipt is what the queue says about a request it accepted.
 type Receipt struct {
