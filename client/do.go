@@ -14,9 +14,10 @@ import (
 // The returned Status is final: delivered (Status.Response is raven's 2xx answer) or
 // dead-lettered (Status.DeadLetter says why; Status.Response is raven's answer to the
 // last attempt, when it answered). Either way the error is nil: raven's answer is the
-// result. An error means the request was not stored (a *Problem, such as a 400 or a full
-// backlog past ctx), or ctx ended before it was final: then Status is the last one read,
-// and the request is still queued: it will still be sent.
+// result. An error means ctx ended before the request was final (Status is then the
+// last one read; the request is queued and will still be sent), or Submit failed: a
+// *Problem such as a 400, or ctx ending while it retried, when the request may have
+// been stored all the same (pass WithIdempotencyKey to send it again safely).
 //
 // Raven's body is kept up to the dispatcher's RESPONSE_MAX_BYTES (64 KiB by default):
 // Response.Truncated says when it was longer.

@@ -80,11 +80,13 @@ type Response struct {
 	Status int `json:"status"`
 	// Headers are the kept headers, by canonical name.
 	Headers map[string]string `json:"headers,omitempty"`
-	// Text is the kept body as sent when it is UTF-8; base64 when Base64 says so. Body
+	// Text is the kept body as sent when it is UTF-8; base64 when Encoding says so. Body
 	// decodes either.
 	Text string `json:"body,omitempty"`
 	// Encoding is "base64" when Text holds a body that was not UTF-8.
 	Encoding string `json:"bodyEncoding,omitempty"`
+	// BodyBytes is how many bytes of raven's body were kept.
+	BodyBytes int `json:"bodyBytes,omitempty"`
 	// Truncated says raven's body was longer than what was kept.
 	Truncated bool `json:"truncated,omitempty"`
 }

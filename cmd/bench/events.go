@@ -29,7 +29,7 @@ func benchEvents(ctx context.Context, s settings, log io.Writer) ([]row, error) 
 				return err
 			}
 			mo, me := slices.Max(off), slices.Max(on)
-			fmt.Fprintf(log, "bench: %s (%s): %.0f sends/s %s, %.0f %s (rounds %.0f / %.0f)\n", strings.Fields(name)[0], mode, me, onWord, mo, offWord, on, off)
+			fmt.Fprintf(log, "bench: %s (%s): %.0f sends/s %s, %.0f %s (rounds %.0f / %.0f)\n", strings.TrimSuffix(strings.Fields(name)[0], ":"), mode, me, onWord, mo, offWord, on, off)
 			rows = append(rows, row{
 				figure:    fmt.Sprintf("%s; %s)", name, mode),
 				value:     fmt.Sprintf("%.0f/s", me),

@@ -339,7 +339,11 @@ func (a *API) accept(w http.ResponseWriter, r *http.Request, scope *Scope) {
 		return
 	}
 	buf := getBuffer()
-	defer putBuffer(buf) // after the publish returned: nats.go holds no part of the body then
+	defer func() {
+		if buf != nil { // after the publish returned: nats.go holds no part of the body then
+			putBuffer(buf)
+		}
+	}()
 	req, p := a.parse(w, r, buf, scope)
 	if p == nil {
 		p = a.admit(r.Context(), scope, req)
@@ -405,6 +409,8 @@ func (a *API) accept(w http.ResponseWriter, r *http.Request, scope *Scope) {
 	if waits && a.cfg.Status != nil {
 		endPublishing()
 		cancel()
+		putBuffer(buf) // the body is stored: a wait does not hold it
+		buf = nil
 		if a.answerWhenFinal(w, r, scope, req.ClientID, req.ID, wait) {
 			return
 		}

@@ -16,8 +16,10 @@ const PreferenceAppliedHeader = "Preference-Applied"
 
 // preferWait reads the wait preference of a POST's Prefer headers (RFC 7240): the
 // seconds of "wait=N", false when there is none. Other preferences are ignored, as the
-// RFC asks; a wait that is not a whole number of seconds, or given twice, is a 400,
-// checked before anything is stored.
+// RFC asks. Stricter than the RFC (which takes the first of a preference given twice
+// and lets a malformed one be ignored): a wait that is not a whole number of seconds, or
+// given twice, is a 400, checked before anything is stored, so that a caller that meant
+// to wait learns it will not.
 func preferWait(h http.Header) (time.Duration, bool, *problem) {
 	var wait time.Duration
 	found := false
@@ -67,7 +69,7 @@ func (a *API) answerWhenFinal(w http.ResponseWriter, r *http.Request, scope *Sco
 	}
 	defer release()
 	w.Header().Set(PreferenceAppliedHeader, "wait="+strconv.Itoa(int(wait/time.Second)))
-	st, err := a.readStatus(r.Context(), w, clientID, id, wait, scope)
+	st, err := a.readStatus(r.Context(), w, clientID, id, wait, scope, false)
 	if err != nil {
 		if r.Context().Err() == nil {
 			a.log.Debug().Err(err).Str("request_id", id).Msg("waiting for a final state to answer a POST failed; answering 202")

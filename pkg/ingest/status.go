@@ -75,7 +75,7 @@ func (a *API) status(w http.ResponseWriter, r *http.Request, scope *Scope) {
 		return
 	}
 	defer release()
-	st, err := a.readStatus(r.Context(), w, clientID, id, wait, scope)
+	st, err := a.readStatus(r.Context(), w, clientID, id, wait, scope, true)
 	if err != nil {
 		if r.Context().Err() != nil {
 			return // the caller left
@@ -96,7 +96,12 @@ const WaitCappedHeader = "Wait-Capped"
 // final or the wait ends. The watch starts before the first read, so that no event falls
 // between the two, and the events it hears count with those read: one heard may not be
 // readable yet.
-func (a *API) readStatus(ctx context.Context, w http.ResponseWriter, clientID, id string, wait time.Duration, scope *Scope) (request.Status, error) {
+//
+// lookup adds what a status read answers beyond the record: a request without one found
+// in the queue (askQueued), and a queued request's place. A POST waiting for its own
+// request's end (Prefer: wait) needs neither: it knows the request is stored, and
+// answers only a final status.
+func (a *API) readStatus(ctx context.Context, w http.ResponseWriter, clientID, id string, wait time.Duration, scope *Scope, lookup bool) (request.Status, error) {
 	if !scope.Allows(clientID) {
 		// Another tenant's request reads as one never sent: its id says nothing.
 		return request.StatusOf(id, nil), nil
@@ -123,7 +128,7 @@ func (a *API) readStatus(ctx context.Context, w http.ResponseWriter, clientID, i
 	}
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
-	asked := false
+	asked := !lookup
 	for {
 		rctx, cancel := context.WithTimeout(ctx, statusReadTimeout)
 		events, err := a.cfg.Status.StatusEvents(rctx, clientID, id)
@@ -146,12 +151,12 @@ func (a *API) readStatus(ctx context.Context, w http.ResponseWriter, clientID, i
 			}
 		}
 		if wait <= 0 || st.Final() {
-			return a.placed(ctx, st), nil
+			return a.placed(ctx, st, lookup), nil
 		}
 		select {
 		case <-changed:
 		case <-timer.C:
-			return a.placed(ctx, st), nil
+			return a.placed(ctx, st, lookup), nil
 		case <-ctx.Done():
 			return st, ctx.Err()
 		}
@@ -192,7 +197,10 @@ const (
 
 // placed adds where a queued request stands in its client's queue, if that can be read
 // within statusReadTimeout (the status stands without it).
-func (a *API) placed(ctx context.Context, st request.Status) request.Status {
+func (a *API) placed(ctx context.Context, st request.Status, place bool) request.Status {
+	if !place || st.Final() {
+		return st
+	}
 	ctx, cancel := context.WithTimeout(ctx, statusReadTimeout)
 	defer cancel()
 	st.Queue = a.cfg.Status.Place(ctx, st)

@@ -69,6 +69,8 @@ type EventWriter struct {
 
 	failing atomic.Bool // the last write failed: WriteNow does not wait then
 
+	eventLimit int // the most bytes of an event's JSON: the server's max_payload less headroom
+
 	costs writeCosts // how to write what waits: Run's alone (writeAtomic)
 
 	mu      sync.Mutex
@@ -86,9 +88,17 @@ type queuedEvent struct {
 // Defaults for the event writer.
 const (
 	DefaultEventBuffer = 100_000
-	eventBatch         = 2048
-	eventAckWait       = 5 * time.Second
-	eventRetryMax      = time.Second
+	// answersBuffered is how many events may wait with raven's answer's body (up to
+	// 256 KiB each): past it, events wait without it (EventWriter.enqueue).
+	answersBuffered = 1_000
+	// eventHeadroom is left of the server's max_payload for an event's headers.
+	eventHeadroom = 4 << 10
+	// atomicBatchBytes bounds an atomic batch's bytes as well as its messages: the
+	// server stages a batch whole before it commits it.
+	atomicBatchBytes = 8 << 20
+	eventBatch       = 2048
+	eventAckWait     = 5 * time.Second
+	eventRetryMax    = time.Second
 )
 
 // NewEventWriter returns a writer for this queue's events stream; instance names the
@@ -99,7 +109,7 @@ func (q *Queue) NewEventWriter(instance string, buffer int, reg prometheus.Regis
 		buffer = DefaultEventBuffer
 	}
 	return &EventWriter{js: q.js, log: log.With().Str("component", "events").Logger(), instance: instance,
-		in: make(chan queuedEvent, buffer), metrics: newEventMetrics(reg)}
+		in: make(chan queuedEvent, buffer), metrics: newEventMetrics(reg), eventLimit: q.eventLimit()}
 }
 
 // Record queues e to be written. It never blocks: with the buffer full it drops e,
@@ -136,7 +146,14 @@ func (w *EventWriter) enqueue(e request.Event, done chan struct{}) bool {
 	if e.At.IsZero() {
 		e.At = time.Now()
 	}
+	e = e.Fit(w.eventLimit)
 	w.mu.Lock()
+	if e.Response != nil && e.Response.BodyBytes > 0 && w.pending >= answersBuffered {
+		// The stream has not taken events for a while: what waits is bounded by
+		// bytes too, so the bodies of raven's answers give way (their status and
+		// headers stay). A final event kept in the queue meanwhile keeps this cut too.
+		e.Response = e.Response.Cut(0)
+	}
 	select {
 	case w.in <- queuedEvent{Event: e, done: done}:
 		w.pending++
@@ -254,8 +271,8 @@ func (w *EventWriter) Run(ctx context.Context, grace time.Duration) {
 // after that one.
 func (w *EventWriter) write(batch []queuedEvent) []queuedEvent {
 	errs := make([]error, len(batch))
-	for lo := 0; lo < len(batch); lo += atomicMax {
-		hi := min(lo+atomicMax, len(batch))
+	for lo, hi := 0, 0; lo < len(batch); lo = hi {
+		hi = chunkEnd(batch, lo)
 		chunk, start := batch[lo:hi], time.Now()
 		atomically := w.costs.atomicNext(len(chunk), start)
 		switch {
@@ -376,6 +393,30 @@ func (q *Queue) WriteEvent(ctx context.Context, e request.Event) error {
 		return fmt.Errorf("writing the %s event of request %s: %w", e.Type, e.ID, err)
 	}
 	return nil
+}
+
+// chunkEnd is where the chunk of batch starting at lo ends: at most atomicMax events and,
+// past the first, atomicBatchBytes of them.
+func chunkEnd(batch []queuedEvent, lo int) int {
+	hi, bytes := lo, 0
+	for hi < len(batch) && hi-lo < atomicMax {
+		size := 256 // an event without an answer: about its JSON
+		if r := batch[hi].Response; r != nil {
+			size += 2 * (len(r.Body) + 64*len(r.Headers))
+		}
+		if hi > lo && bytes+size > atomicBatchBytes {
+			break
+		}
+		bytes += size
+		hi++
+	}
+	return hi
+}
+
+// eventLimit is the most bytes of an event's JSON this queue's server takes in one
+// message, with room for its headers.
+func (q *Queue) eventLimit() int {
+	return max(int(q.nc.MaxPayload())-eventHeadroom, 16<<10)
 }
 
 func eventMsg(e request.Event) *nats.Msg {

@@ -30,7 +30,7 @@ func (q *Queue) KeepOutcome(ctx context.Context, e request.Event) error {
 		return nil // no status to keep: not a request this service stored
 	}
 	m := nats.NewMsg(request.OutcomeSubject(e.ClientID))
-	m.Data = e.JSON()
+	m.Data = e.Fit(q.eventLimit()).JSON()
 	ack, err := q.js.PublishMsg(ctx, m, jetstream.WithMsgID(outcomeMsgID(e)), jetstream.WithExpectStream(RequestStream))
 	if err == nil {
 		q.writes.note(nil)

@@ -24,16 +24,23 @@ const queuedSubject = "dispatch.ctl.queued"
 const queuedGroup = "dispatchers"
 
 type queuedAsk struct {
-	ClientID string    `json:"clientId"`
-	ID       string    `json:"id"`
-	By       time.Time `json:"by"` // the asker gives up then: an ask read later is not worth a scan
+	ClientID string `json:"clientId"`
+	ID       string `json:"id"`
+	// WithinMs is how long the asker waits for the answer, in milliseconds: the scan
+	// gives up then (at most maxQueuedScan), relative so that clocks apart do not
+	// matter.
+	WithinMs int64 `json:"withinMs"`
 }
+
+// maxQueuedScan bounds a dispatcher's scan for an ask, whatever the asker says.
+const maxQueuedScan = 5 * time.Second
 
 type queuedAnswer struct {
 	Found      bool      `json:"found"`
 	Seq        uint64    `json:"seq,omitempty"`
 	AcceptedAt time.Time `json:"acceptedAt,omitzero"`
 	NotBefore  time.Time `json:"notBefore,omitzero"`
+	NotAfter   time.Time `json:"notAfter,omitzero"`
 	Cycle      int       `json:"cycle,omitempty"`
 	Error      string    `json:"error,omitempty"`
 }
@@ -46,10 +53,11 @@ func (q *Queue) ServeQueuedLookups() (stop func(), err error) {
 		if json.Unmarshal(m.Data, &ask) != nil || request.ValidateClientID(ask.ClientID) != nil || request.ValidateID(ask.ID) != nil {
 			return // not asked by this service: the asker times out
 		}
-		if time.Now().After(ask.By) {
+		within := min(time.Duration(ask.WithinMs)*time.Millisecond, maxQueuedScan)
+		if within <= 0 {
 			return // the asker has given up
 		}
-		ctx, cancel := context.WithDeadline(context.Background(), ask.By)
+		ctx, cancel := context.WithTimeout(context.Background(), within)
 		defer cancel()
 		f, ok, err := q.FindRequest(ctx, ask.ID, ask.ClientID)
 		ans := queuedAnswer{Found: ok}
@@ -57,7 +65,7 @@ func (q *Queue) ServeQueuedLookups() (stop func(), err error) {
 		case err != nil:
 			ans.Error = err.Error()
 		case ok:
-			ans.Seq, ans.AcceptedAt, ans.NotBefore, ans.Cycle = f.Seq, f.AcceptedAt, f.NotBefore, f.Cycle
+			ans.Seq, ans.AcceptedAt, ans.NotBefore, ans.NotAfter, ans.Cycle = f.Seq, f.AcceptedAt, f.NotBefore, f.NotAfter, f.Cycle
 		}
 		b, _ := json.Marshal(ans)
 		_ = m.Respond(b)
@@ -83,14 +91,15 @@ func (q *Queue) AskQueued(ctx context.Context, clientID, id string) (st request.
 	if err := request.ValidateID(id); err != nil {
 		return request.Status{}, false, err
 	}
-	by, has := ctx.Deadline()
-	if !has {
-		by = time.Now().Add(5 * time.Second)
+	within := maxQueuedScan
+	if by, has := ctx.Deadline(); has {
+		within = time.Until(by)
+	} else {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithDeadline(ctx, by)
+		ctx, cancel = context.WithTimeout(ctx, within)
 		defer cancel()
 	}
-	b, _ := json.Marshal(queuedAsk{ClientID: clientID, ID: id, By: by})
+	b, _ := json.Marshal(queuedAsk{ClientID: clientID, ID: id, WithinMs: within.Milliseconds()})
 	m, err := q.nc.RequestWithContext(ctx, queuedSubject, b)
 	if errors.Is(err, nats.ErrNoResponders) {
 		return request.Status{}, false, ErrNoDispatcher
@@ -109,5 +118,5 @@ func (q *Queue) AskQueued(ctx context.Context, clientID, id string) (st request.
 		return request.Status{}, false, nil
 	}
 	return request.Status{ID: id, ClientID: clientID, State: request.StateQueued, AcceptedAt: ans.AcceptedAt, NotBefore: ans.NotBefore,
-		Replays: ans.Cycle, UpdatedAt: ans.AcceptedAt, Seq: ans.Seq}, true, nil
+		NotAfter: ans.NotAfter, Replays: ans.Cycle, UpdatedAt: ans.AcceptedAt, Seq: ans.Seq}, true, nil
 }

@@ -53,8 +53,9 @@ func NewResponse(status int, header http.Header, keep []string, body []byte, tru
 			}
 			joined := strings.Join(v, ", ")
 			if len(joined) > maxHeaderBytes {
-				joined = strings.ToValidUTF8(joined[:maxHeaderBytes], "")
+				joined = strings.Clone(joined[:maxHeaderBytes]) // not the whole value behind it
 			}
+			joined = strings.ToValidUTF8(joined, "")
 			r.Headers[http.CanonicalHeaderKey(name)] = joined
 		}
 	}
@@ -95,6 +96,31 @@ func jsonTextBytes(b []byte) int {
 		}
 	}
 	return n
+}
+
+// Fit is e with raven's answer cut so that its JSON (Event.JSON) is at most limit bytes:
+// the body cut first, then the headers left out. An event must fit in one NATS message
+// whatever raven answered and whatever the server's max_payload; the answer is what
+// gives way. e as it is when it fits, or has no answer.
+func (e Event) Fit(limit int) Event {
+	if e.Response == nil {
+		return e
+	}
+	for over := len(e.JSON()) - limit; over > 0; over = len(e.JSON()) - limit {
+		r := e.Response
+		switch {
+		case r.BodyBytes > 0:
+			// Each byte of the body is at least one byte of the JSON.
+			e.Response = r.Cut(max(0, r.BodyBytes-over))
+		case len(r.Headers) > 0:
+			c := *r
+			c.Headers, c.Truncated = nil, true
+			e.Response = &c
+		default:
+			return e // only the status is left: the event is as small as it gets
+		}
+	}
+	return e
 }
 
 // Bytes is the kept body as raven sent it (decoded when it is base64).

@@ -94,3 +94,31 @@ func TestCutBinaryIsNotTakenForText(t *testing.T) {
 		}
 	}
 }
+
+// An event with raven's answer fits any limit a server's max_payload sets: the body is
+// cut, then the headers go; the status stays.
+func TestEventFitsItsLimit(t *testing.T) {
+	t.Parallel()
+	h := http.Header{"Content-Type": {"text/plain"}, "X-Big": {strings.Repeat("h", 5000)}}
+	body := []byte(strings.Repeat("\"é", 100_000)) // quotes: twice their size in JSON
+	ev := request.Event{Type: request.EventDelivered, ID: "x", ClientID: "c", At: time.Now(),
+		Response: request.NewResponse(200, h, []string{"Content-Type", "X-Big"}, body, false)}
+	for _, limit := range []int{1 << 20, 64 << 10, 2 << 10, 300} {
+		got := ev.Fit(limit)
+		if n := len(got.JSON()); n > limit && (got.Response.BodyBytes > 0 || len(got.Response.Headers) > 0) {
+			t.Errorf("limit %d: %d bytes, with %d bytes of body and %d headers left", limit, n, got.Response.BodyBytes, len(got.Response.Headers))
+		}
+		if got.Response.Status != 200 {
+			t.Errorf("limit %d: the status went", limit)
+		}
+		if len(got.JSON()) < len(ev.JSON()) && !got.Response.Truncated {
+			t.Errorf("limit %d: cut, but not marked truncated", limit)
+		}
+	}
+	if small := ev.Fit(1 << 30); small.Response != ev.Response {
+		t.Error("an event that fits was changed")
+	}
+	if ev.Response.BodyBytes != len(body) {
+		t.Error("Fit changed the event it was given")
+	}
+}

@@ -34,4 +34,9 @@ func TestResponseSettings(t *testing.T) {
 			t.Errorf("%s=%q: %v, want refused naming it", env, bad, err)
 		}
 	}
+	for env, bad := range map[string]string{"RESPONSE_HEADERS": "none,X-Id"} {
+		if _, err := parse(map[string]string{env: bad}); err == nil || !strings.Contains(err.Error(), env) {
+			t.Errorf("%s=%q: %v, want refused naming it", env, bad, err)
+		}
+	}
 }

@@ -176,6 +176,11 @@ func (s *Settings) HeaderNames(p *[]string, env, def, usage string) {
 	raw := new(string)
 	*raw = def
 	s.add(env, usage, "a comma-separated list of HTTP header names, or none", (*stringValue)(raw), func(v string) error {
+		for _, name := range strings.Split(v, ",") {
+			if name = strings.TrimSpace(name); strings.EqualFold(name, "none") && strings.TrimSpace(v) != name {
+				return errors.New("none stands alone: it means no headers")
+			}
+		}
 		for _, name := range splitList(v) {
 			if !headerName(name) {
 				return fmt.Errorf("%q is not a header name", name)
