@@ -262,6 +262,31 @@ func TestSubmitNotBefore(t *testing.T) {
 	}
 }
 
+func TestSubmitNotAfter(t *testing.T) {
+	t.Parallel()
+	zone := time.FixedZone("UTC+2", 2*60*60)
+	for name, tc := range map[string]struct {
+		opts []client.SubmitOption
+		want string
+	}{
+		"InUTCWithNanoseconds": {opts: []client.SubmitOption{client.WithNotAfter(time.Date(2030, 1, 2, 5, 4, 5, 123456789, zone))}, want: "2030-01-02T03:04:05.123456789Z"},
+		"None":                 {want: ""},
+		"TakenBack":            {opts: []client.SubmitOption{client.WithNotAfter(time.Now()), client.WithNotAfter(time.Time{})}, want: ""},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			ingest := newFakeIngest(t, func(n int, w http.ResponseWriter, r *http.Request, body []byte) { writeQueued(w, r) })
+			c := newTestClient(t, ingest)
+			if _, err := c.Submit(testContext(t, 10*time.Second), "penguin-7", []byte(`{}`), tc.opts...); err != nil {
+				t.Fatalf("Submit: %v", err)
+			}
+			if got := ingest.Calls()[0].header.Get("Not-After"); got != tc.want {
+				t.Errorf("Not-After = %q; want %q", got, tc.want)
+			}
+		})
+	}
+}
+
 // In a synctest bubble: the wait of a second takes none, and the gap is exact.
 func TestSubmitRetriesOn429HonouringRetryAfter(t *testing.T) {
 	t.Parallel()

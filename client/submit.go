@@ -33,6 +33,7 @@ type SubmitOption func(*submitSettings)
 type submitSettings struct {
 	idempotencyKey string
 	notBefore      string // the Not-Before header, empty for none
+	notAfter       string // the Not-After header, empty for none
 }
 
 // WithIdempotencyKey sends key (1 to 256 printable ASCII characters) as the
@@ -51,6 +52,21 @@ func WithNotBefore(t time.Time) SubmitOption {
 		s.notBefore = ""
 		if !t.IsZero() {
 			s.notBefore = t.UTC().Format(time.RFC3339Nano)
+		}
+	}
+}
+
+// WithNotAfter gives the request a deadline: not attempted by t, it is never sent to
+// raven but dead-lettered with the reason "expired" (Status.DeadLetter.Reason); an
+// attempt under way at t is not cut short. It is sent in UTC as RFC 3339 with
+// nanoseconds, and must lie ahead and not before the request's Not-Before, else ingest
+// refuses the request (a *Problem, code not_after_invalid). A zero t takes back an
+// earlier WithNotAfter.
+func WithNotAfter(t time.Time) SubmitOption {
+	return func(s *submitSettings) {
+		s.notAfter = ""
+		if !t.IsZero() {
+			s.notAfter = t.UTC().Format(time.RFC3339Nano)
 		}
 	}
 }
@@ -104,6 +120,9 @@ func (c *Client) Submit(ctx context.Context, clientID string, body []byte, opts 
 	header.Set("Idempotency-Key", s.idempotencyKey)
 	if s.notBefore != "" {
 		header.Set("Not-Before", s.notBefore)
+	}
+	if s.notAfter != "" {
+		header.Set("Not-After", s.notAfter)
 	}
 	var answer receiptAnswer
 	op := "client: submitting for " + clientID

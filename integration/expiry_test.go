@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"sync/atomic"
@@ -80,6 +81,10 @@ func TestNotAfterExpiresUnsent(t *testing.T) {
 		if a := post(`{"n":9}`, bad...); a.Status != http.StatusBadRequest || a.str("code") != "not_after_invalid" {
 			t.Errorf("%v: %d %v, want 400 not_after_invalid", bad, a.Status, a.Body)
 		}
+	}
+	var refused *client.Problem
+	if _, err := c.Submit(ctx, "tia", []byte(`{"n":8}`), client.WithNotAfter(time.Now().Add(-time.Minute))); !errors.As(err, &refused) || refused.Code != "not_after_invalid" {
+		t.Errorf("the Go client's WithNotAfter in the past: %v, want ingest's not_after_invalid", err)
 	}
 	if got := s.storedEver(); got != before {
 		t.Errorf("the refused requests stored %d", got-before)
