@@ -235,18 +235,24 @@ func TestSubmitSendsRequest(t *testing.T) {
 	}
 }
 
-func TestSubmitNotBefore(t *testing.T) {
+// Not-Before and Not-After are sent as the options say: in UTC with nanoseconds, a delay
+// rounded up to whole seconds, the last option winning, none taken back by a zero time.
+func TestSubmitNotBeforeAndNotAfter(t *testing.T) {
 	t.Parallel()
 	zone := time.FixedZone("UTC+2", 2*60*60)
 	for name, tc := range map[string]struct {
-		opts []client.SubmitOption
-		want string
+		opts   []client.SubmitOption
+		header string
+		want   string
 	}{
-		"NotBeforeInUTCWithNanoseconds": {opts: []client.SubmitOption{client.WithNotBefore(time.Date(2030, 1, 2, 5, 4, 5, 123456789, zone))}, want: "2030-01-02T03:04:05.123456789Z"},
-		"DelayRoundedUp":                {opts: []client.SubmitOption{client.WithDelay(1500 * time.Millisecond)}, want: "2"},
-		"DelayWholeSeconds":             {opts: []client.SubmitOption{client.WithDelay(2 * time.Second)}, want: "2"},
-		"NoDelay":                       {opts: []client.SubmitOption{client.WithDelay(0)}, want: ""},
-		"LastWins":                      {opts: []client.SubmitOption{client.WithNotBefore(time.Now()), client.WithDelay(time.Minute)}, want: "60"},
+		"NotBeforeInUTCWithNanoseconds": {opts: []client.SubmitOption{client.WithNotBefore(time.Date(2030, 1, 2, 5, 4, 5, 123456789, zone))}, header: "Not-Before", want: "2030-01-02T03:04:05.123456789Z"},
+		"DelayRoundedUp":                {opts: []client.SubmitOption{client.WithDelay(1500 * time.Millisecond)}, header: "Not-Before", want: "2"},
+		"DelayWholeSeconds":             {opts: []client.SubmitOption{client.WithDelay(2 * time.Second)}, header: "Not-Before", want: "2"},
+		"NoDelay":                       {opts: []client.SubmitOption{client.WithDelay(0)}, header: "Not-Before", want: ""},
+		"LastWins":                      {opts: []client.SubmitOption{client.WithNotBefore(time.Now()), client.WithDelay(time.Minute)}, header: "Not-Before", want: "60"},
+		"NotAfterInUTCWithNanoseconds":  {opts: []client.SubmitOption{client.WithNotAfter(time.Date(2030, 1, 2, 5, 4, 5, 123456789, zone))}, header: "Not-After", want: "2030-01-02T03:04:05.123456789Z"},
+		"NoNotAfter":                    {header: "Not-After", want: ""},
+		"NotAfterTakenBack":             {opts: []client.SubmitOption{client.WithNotAfter(time.Now()), client.WithNotAfter(time.Time{})}, header: "Not-After", want: ""},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -255,33 +261,8 @@ func TestSubmitNotBefore(t *testing.T) {
 			if _, err := c.Submit(testContext(t, 10*time.Second), "penguin-7", []byte(`{}`), tc.opts...); err != nil {
 				t.Fatalf("Submit: %v", err)
 			}
-			if got := ingest.Calls()[0].header.Get("Not-Before"); got != tc.want {
-				t.Errorf("Not-Before = %q; want %q", got, tc.want)
-			}
-		})
-	}
-}
-
-func TestSubmitNotAfter(t *testing.T) {
-	t.Parallel()
-	zone := time.FixedZone("UTC+2", 2*60*60)
-	for name, tc := range map[string]struct {
-		opts []client.SubmitOption
-		want string
-	}{
-		"InUTCWithNanoseconds": {opts: []client.SubmitOption{client.WithNotAfter(time.Date(2030, 1, 2, 5, 4, 5, 123456789, zone))}, want: "2030-01-02T03:04:05.123456789Z"},
-		"None":                 {want: ""},
-		"TakenBack":            {opts: []client.SubmitOption{client.WithNotAfter(time.Now()), client.WithNotAfter(time.Time{})}, want: ""},
-	} {
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			ingest := newFakeIngest(t, func(n int, w http.ResponseWriter, r *http.Request, body []byte) { writeQueued(w, r) })
-			c := newTestClient(t, ingest)
-			if _, err := c.Submit(testContext(t, 10*time.Second), "penguin-7", []byte(`{}`), tc.opts...); err != nil {
-				t.Fatalf("Submit: %v", err)
-			}
-			if got := ingest.Calls()[0].header.Get("Not-After"); got != tc.want {
-				t.Errorf("Not-After = %q; want %q", got, tc.want)
+			if got := ingest.Calls()[0].header.Get(tc.header); got != tc.want {
+				t.Errorf("%s = %q; want %q", tc.header, got, tc.want)
 			}
 		})
 	}

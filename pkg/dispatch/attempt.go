@@ -92,17 +92,8 @@ func (d *Dispatcher) work(ctx context.Context, job Job, sendBy time.Time) Result
 	case !ok:
 		return Result{Subject: job.Subject, Kind: Empty}
 	case st.Seq <= job.PurgeThrough:
-		// An operator purged the client's backlog up to here: dead-letter it unsent. No
-		// attempt is made, so the lane's spacing is untouched. Like a send, it is only
-		// started while the partition is surely ours.
-		if lapsed(sendBy, d.now()) {
-			return Result{Subject: job.Subject, Kind: Held}
-		}
-		res := d.bury(ctx, job, st, request.Verdict{Reason: request.ReasonPurged, Attempts: attemptsOf(job, st)}, sendBy)
-		if res.Kind == DeadLettered {
-			d.log.Info().Str("client_id", st.ClientID).Str("request_id", st.ID).Func(tracing.Log(st.TraceParent)).Msg("request purged to the dead-letter stream")
-		}
-		return res
+		// An operator purged the client's backlog up to here.
+		return d.unsent(ctx, job, st, request.ReasonPurged, sendBy, "request purged to the dead-letter stream")
 	case job.Paused:
 		return Result{Subject: job.Subject, Kind: Parked}
 	case st.NotBefore.After(job.SendAt):
@@ -113,20 +104,29 @@ func (d *Dispatcher) work(ctx context.Context, job Job, sendBy time.Time) Result
 	if !sleepUntil(ctx, d.now, job.SendAt) {
 		return Result{Subject: job.Subject, Kind: Failed}
 	}
+	if st.Expired(d.now()) {
+		// Its Not-After passed before this attempt could start: never sent (an attempt
+		// already under way at the deadline was not cut short).
+		return d.unsent(ctx, job, st, request.ReasonExpired, sendBy, "request expired (Not-After) unsent; dead-lettered")
+	}
 	if lapsed(sendBy, d.now()) {
 		return Result{Subject: job.Subject, Kind: Held}
 	}
-	if st.Expired(d.now()) {
-		// Its Not-After passed before this attempt could start: never sent (an attempt
-		// already under way at the deadline was not cut short). Like a purge, no attempt
-		// is made, and the lane's spacing is untouched.
-		res := d.bury(ctx, job, st, request.Verdict{Reason: request.ReasonExpired, Attempts: attemptsOf(job, st)}, sendBy)
-		if res.Kind == DeadLettered {
-			d.log.Info().Str("client_id", st.ClientID).Str("request_id", st.ID).Func(tracing.Log(st.TraceParent)).Time("not_after", st.NotAfter).Msg("request expired (Not-After) unsent; dead-lettered")
-		}
-		return res
-	}
 	return d.attempt(ctx, job, st, sendBy)
+}
+
+// unsent dead-letters st without an attempt, for reason, and logs msg when it did. No
+// attempt is made, so the lane's spacing is untouched. Like a send, it is only started
+// while the partition is surely ours.
+func (d *Dispatcher) unsent(ctx context.Context, job Job, st request.Stored, reason string, sendBy time.Time, msg string) Result {
+	if lapsed(sendBy, d.now()) {
+		return Result{Subject: job.Subject, Kind: Held}
+	}
+	res := d.bury(ctx, job, st, request.Verdict{Reason: reason, Attempts: attemptsOf(job, st)}, sendBy)
+	if res.Kind == DeadLettered {
+		d.log.Info().Str("client_id", st.ClientID).Str("request_id", st.ID).Func(tracing.Log(st.TraceParent)).Msg(msg)
+	}
+	return res
 }
 
 // sleepUntil waits until t by now's clock; false when ctx ended first.

@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -353,12 +352,14 @@ func (a *API) accept(w http.ResponseWriter, r *http.Request, scope *Scope) {
 		writeProblem(w, *p)
 		return
 	}
-	var endPublishing func()
+	publishing := true // the slot is held; given back when the publish is done
 	select {
 	case a.publishing <- struct{}{}:
-		// Given back when the publish is done (before a Prefer: wait holds the answer).
-		endPublishing = sync.OnceFunc(func() { <-a.publishing })
-		defer endPublishing()
+		defer func() {
+			if publishing {
+				<-a.publishing
+			}
+		}()
 	default:
 		a.unadmit(scope, req)
 		a.cfg.Metrics.outcome("overloaded")
@@ -407,7 +408,8 @@ func (a *API) accept(w http.ResponseWriter, r *http.Request, scope *Scope) {
 	}
 	a.stored(req, receipt)
 	if waits && a.cfg.Status != nil {
-		endPublishing()
+		<-a.publishing // not held through the wait
+		publishing = false
 		cancel()
 		putBuffer(buf) // the body is stored: a wait does not hold it
 		buf = nil

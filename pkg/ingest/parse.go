@@ -123,25 +123,17 @@ const HeaderNotAfter = "Not-After"
 // request's Not-Before (zero when it has none): a request that may never be sent is
 // refused rather than stored to expire.
 func notAfterOf(v string, notBefore, now time.Time) (time.Time, *problem) {
-	v = strings.TrimSpace(v)
-	var t time.Time
-	if v != "" && strings.Trim(v, "0123456789") == "" {
-		secs, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || secs > int64(maxNotAfter/time.Second) {
-			return time.Time{}, badRequest("not_after_invalid", fmt.Sprintf("Not-After %q is too far ahead: give an RFC 3339 time or a number of seconds up to %d", truncate(v, 64), int64(maxNotAfter/time.Second)))
-		}
-		t = now.Add(time.Duration(secs) * time.Second)
-	} else {
-		var err error
-		if t, err = time.Parse(time.RFC3339Nano, v); err != nil {
-			return time.Time{}, badRequest("not_after_invalid", fmt.Sprintf("Not-After %q is neither an RFC 3339 time (2026-12-24T18:00:00Z) nor whole seconds from now (300)", truncate(v, 64)))
-		}
-	}
-	if !t.After(now) {
-		return time.Time{}, badRequest("not_after_invalid", fmt.Sprintf("Not-After %q is not ahead: a request whose deadline has passed would never be sent; give a later time, or none", truncate(v, 64)))
-	}
-	if !notBefore.IsZero() && t.Before(notBefore) {
-		return time.Time{}, badRequest("not_after_invalid", fmt.Sprintf("Not-After %q is before the request's Not-Before (%s): it could never be sent", truncate(v, 64), notBefore.Format(time.RFC3339)))
+	t, ok, tooFar := timeOf(v, now, maxNotAfter)
+	v = truncate(strings.TrimSpace(v), 64)
+	switch {
+	case tooFar:
+		return time.Time{}, badRequest("not_after_invalid", fmt.Sprintf("Not-After %q is too far ahead: give an RFC 3339 time or a number of seconds up to %d", v, int64(maxNotAfter/time.Second)))
+	case !ok:
+		return time.Time{}, badRequest("not_after_invalid", fmt.Sprintf("Not-After %q is neither an RFC 3339 time (2026-12-24T18:00:00Z) nor whole seconds from now (300)", v))
+	case !t.After(now):
+		return time.Time{}, badRequest("not_after_invalid", fmt.Sprintf("Not-After %q is not ahead: a request whose deadline has passed would never be sent; give a later time, or none", v))
+	case !notBefore.IsZero() && t.Before(notBefore):
+		return time.Time{}, badRequest("not_after_invalid", fmt.Sprintf("Not-After %q is before the request's Not-Before (%s): it could never be sent", v, notBefore.Format(time.RFC3339)))
 	}
 	return t.UTC(), nil
 }
@@ -157,27 +149,32 @@ const HeaderNotBefore = "Not-Before"
 // RFC 3339 time, or a delay in whole seconds from now. A time already past is no delay
 // (zero); one beyond MaxNotBefore is refused.
 func (a *API) notBefore(v string, now time.Time) (time.Time, *problem) {
-	v = strings.TrimSpace(v)
-	var t time.Time
-	if v != "" && strings.Trim(v, "0123456789") == "" {
-		secs, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || time.Duration(secs) > a.cfg.MaxNotBefore/time.Second {
-			return time.Time{}, a.notBeforeTooFar(v)
-		}
-		t = now.Add(time.Duration(secs) * time.Second)
-	} else {
-		var err error
-		if t, err = time.Parse(time.RFC3339Nano, v); err != nil {
-			return time.Time{}, badRequest("not_before_invalid", fmt.Sprintf("Not-Before %q is neither an RFC 3339 time (2026-12-24T18:00:00Z) nor a delay in whole seconds (90)", truncate(v, 64)))
-		}
-	}
-	if t.After(now.Add(a.cfg.MaxNotBefore)) {
-		return time.Time{}, a.notBeforeTooFar(v)
-	}
-	if !t.After(now) {
+	t, ok, tooFar := timeOf(v, now, a.cfg.MaxNotBefore)
+	switch {
+	case tooFar || ok && t.After(now.Add(a.cfg.MaxNotBefore)):
+		return time.Time{}, a.notBeforeTooFar(strings.TrimSpace(v))
+	case !ok:
+		return time.Time{}, badRequest("not_before_invalid", fmt.Sprintf("Not-Before %q is neither an RFC 3339 time (2026-12-24T18:00:00Z) nor a delay in whole seconds (90)", truncate(strings.TrimSpace(v), 64)))
+	case !t.After(now):
 		return time.Time{}, nil
 	}
 	return t.UTC(), nil
+}
+
+// timeOf reads a time given as an RFC 3339 time or as whole seconds from now (the
+// Not-Before and Not-After headers and batch fields). tooFar: seconds beyond limit (a
+// time given as such is the caller's to bound); ok false: neither form.
+func timeOf(v string, now time.Time, limit time.Duration) (t time.Time, ok, tooFar bool) {
+	v = strings.TrimSpace(v)
+	if v != "" && strings.Trim(v, "0123456789") == "" {
+		secs, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || time.Duration(secs) > limit/time.Second {
+			return time.Time{}, false, true
+		}
+		return now.Add(time.Duration(secs) * time.Second), true, false
+	}
+	t, err := time.Parse(time.RFC3339Nano, v)
+	return t, err == nil, false
 }
 
 func (a *API) notBeforeTooFar(v string) *problem {

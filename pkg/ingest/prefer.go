@@ -25,8 +25,7 @@ func preferWait(h http.Header) (time.Duration, bool, *problem) {
 	found := false
 	for _, line := range h.Values("Prefer") {
 		for pref := range strings.SplitSeq(line, ",") {
-			token, params, _ := strings.Cut(strings.TrimSpace(pref), ";")
-			_ = params // wait takes no parameters; others' are ignored
+			token, _, _ := strings.Cut(strings.TrimSpace(pref), ";") // parameters: wait takes none
 			name, value, hasValue := strings.Cut(token, "=")
 			if !strings.EqualFold(strings.TrimSpace(name), "wait") {
 				continue

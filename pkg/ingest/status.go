@@ -198,7 +198,7 @@ const (
 // placed adds where a queued request stands in its client's queue, if that can be read
 // within statusReadTimeout (the status stands without it).
 func (a *API) placed(ctx context.Context, st request.Status, place bool) request.Status {
-	if !place || st.Final() {
+	if !place {
 		return st
 	}
 	ctx, cancel := context.WithTimeout(ctx, statusReadTimeout)

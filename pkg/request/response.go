@@ -103,8 +103,8 @@ func jsonTextBytes(b []byte) int {
 // whatever raven answered and whatever the server's max_payload; the answer is what
 // gives way. e as it is when it fits, or has no answer.
 func (e Event) Fit(limit int) Event {
-	if e.Response == nil {
-		return e
+	if e.Response == nil || e.Response.jsonBound() <= limit {
+		return e // fits without encoding it to see (the common case, on the send path)
 	}
 	for over := len(e.JSON()) - limit; over > 0; over = len(e.JSON()) - limit {
 		r := e.Response
@@ -122,6 +122,20 @@ func (e Event) Fit(limit int) Event {
 	}
 	return e
 }
+
+// jsonBound is more than an event carrying r can take in JSON: a kept body is at most
+// twice its size there (setBody), a header value at most six times, and the event's
+// other fields (ids, times, an error's few words) well under eventRest.
+func (r *Response) jsonBound() int {
+	n := 2*len(r.Body) + eventRest
+	for k, v := range r.Headers {
+		n += 6 * (len(k) + len(v))
+	}
+	return n
+}
+
+// eventRest bounds an event's JSON without raven's answer.
+const eventRest = 4 << 10
 
 // Bytes is the kept body as raven sent it (decoded when it is base64).
 func (r *Response) Bytes() ([]byte, error) {
