@@ -12,7 +12,8 @@ import (
 // State is where a request is on its way to raven.
 type State string
 
-// The states ingest reports. Only StatusDelivered and StatusDeadLettered are final.
+// The states ingest reports. Only StatusDelivered, StatusDeadLettered and
+// StatusCancelled are final.
 const (
 	// StatusQueued is stored and waiting for its turn.
 	StatusQueued State = "queued"
@@ -22,6 +23,9 @@ const (
 	StatusDelivered State = "delivered"
 	// StatusDeadLettered was given up on; see Status.DeadLetter.
 	StatusDeadLettered State = "dead_lettered"
+	// StatusCancelled was cancelled (Client.Cancel) while queued: it left the queue
+	// unsent, and raven never receives it.
+	StatusCancelled State = "cancelled"
 	// StatusUnknown is an id ingest does not know: never accepted, older than the
 	// retention, or accepted a few milliseconds ago and not yet written. It is not
 	// final.
@@ -50,6 +54,8 @@ type Status struct {
 	LastAttempt *Attempt `json:"lastAttempt,omitempty"`
 	// DeliveredAt is when raven accepted the request.
 	DeliveredAt time.Time `json:"deliveredAt,omitzero"`
+	// CancelledAt is when a cancel removed the request from its client's queue.
+	CancelledAt time.Time `json:"cancelledAt,omitzero"`
 	// RavenStatus is the HTTP status raven accepted the request with.
 	RavenStatus int `json:"ravenStatus,omitempty"`
 	// Response is raven's answer to the latest attempt it answered: the delivery's, the
@@ -66,10 +72,11 @@ type Status struct {
 	UpdatedAt time.Time `json:"updatedAt,omitzero"`
 }
 
-// Final reports whether the status will not change by itself: delivered or
-// dead-lettered. (A dead-lettered request may still be replayed by an operator.)
+// Final reports whether the status will not change by itself: delivered,
+// dead-lettered or cancelled. (A dead-lettered request may still be replayed by an
+// operator.)
 func (s Status) Final() bool {
-	return s.State == StatusDelivered || s.State == StatusDeadLettered
+	return s.State == StatusDelivered || s.State == StatusDeadLettered || s.State == StatusCancelled
 }
 
 // Response is raven's answer as the dispatcher keeps it: its status, the headers the

@@ -16,6 +16,7 @@ const (
 	StateInFlight     = request.StateInFlight
 	StateDeadLettered = request.StateDeadLettered
 	StateDelivered    = request.StateDelivered
+	StateCancelled    = request.StateCancelled
 	StateUnknown      = request.StateUnknown
 )
 
@@ -108,6 +109,8 @@ func (s *Service) where(ctx context.Context, id, clientID string, rec *request.S
 			rs.Detail = fmt.Sprintf("raven accepted it at %s, after %s (status %d)", rec.DeliveredAt.UTC().Format(time.RFC3339Nano), Count(rec.Attempts, "attempt", "attempts"), rec.RavenStatus)
 		case request.StateDeadLettered:
 			rs.Detail = "dead-lettered (" + rec.DeadLetter.Reason + "), and no longer in the dead-letter stream: replayed, or removed"
+		case request.StateCancelled:
+			rs.Detail = fmt.Sprintf("cancelled at %s: it left its client's queue unsent, and raven never receives it", rec.CancelledAt.UTC().Format(time.RFC3339Nano))
 		}
 		return rs, nil
 	}

@@ -80,6 +80,7 @@ func (l *loop) startDue() {
 // sendBy is when the partition's lease could lapse (zero: never); an attempt that could
 // not start by then is not made and the lane is held.
 func (d *Dispatcher) work(ctx context.Context, job Job, sendBy time.Time) Result {
+	gen := d.sending.look() // before the head is read: see sending
 	st, ok, err := d.src.Head(ctx, job.Subject)
 	var undecodable interface{ Undecodable() bool }
 	switch {
@@ -93,6 +94,10 @@ func (d *Dispatcher) work(ctx context.Context, job Job, sendBy time.Time) Result
 		return Result{Subject: job.Subject, Kind: Empty}
 	case st.Seq <= job.PurgeThrough:
 		// An operator purged the client's backlog up to here.
+		if !d.sending.commit(job.Subject, st.ID, gen) {
+			return Result{Subject: job.Subject, Kind: Failed} // a cancel took it, or may have
+		}
+		defer d.sending.settled(job.Subject)
 		return d.unsent(ctx, job, st, request.ReasonPurged, sendBy, "request purged to the dead-letter stream")
 	case job.Paused:
 		return Result{Subject: job.Subject, Kind: Parked}
@@ -104,6 +109,10 @@ func (d *Dispatcher) work(ctx context.Context, job Job, sendBy time.Time) Result
 	if !sleepUntil(ctx, d.now, job.SendAt) {
 		return Result{Subject: job.Subject, Kind: Failed}
 	}
+	if !d.sending.commit(job.Subject, st.ID, gen) {
+		return Result{Subject: job.Subject, Kind: Failed} // a cancel took it, or may have: read the head again
+	}
+	defer d.sending.settled(job.Subject)
 	if st.Expired(d.now()) {
 		// Its Not-After passed before this attempt could start: never sent (an attempt
 		// already under way at the deadline was not cut short).

@@ -26,6 +26,8 @@ type Dispatcher struct {
 	overdue, lapsed        atomic.Int64 // counted every second by the loop
 	running                atomic.Bool
 	queries                chan laneQuery
+	owns                   chan ownAsk // cancels asking the loop about a partition
+	sending                *sending    // keeps cancels and attempts of one request apart
 	recent                 *recent
 	activity               *activity
 	gov                    *governor
@@ -59,7 +61,7 @@ func New(cfg Config, src Source, snd Sender, log zerolog.Logger) (*Dispatcher, e
 	}
 	log = log.With().Str("component", "dispatch").Str("instance", cfg.InstanceID).Logger()
 	d := &Dispatcher{cfg: cfg, src: src, snd: snd, log: log, now: time.Now, rand: rand.Float64,
-		queries: make(chan laneQuery), recent: newRecent(cfg.RecentDeliveries), activity: newActivity(cfg.AttemptHistory)}
+		queries: make(chan laneQuery), owns: make(chan ownAsk), sending: newSending(), recent: newRecent(cfg.RecentDeliveries), activity: newActivity(cfg.AttemptHistory)}
 	d.gov = newGovernor(cfg, src.Partitions(), log)
 	if cfg.Tracing != nil {
 		d.tracer = cfg.Tracing.Tracer(tracing.Name)

@@ -173,6 +173,8 @@ func (l *loop) serve(ctx context.Context) {
 			l.steer(c, false)
 		case q := <-d.queries:
 			q.reply <- l.lanesOf(q)
+		case q := <-d.owns:
+			q.reply <- l.ownOf(q.subject)
 		case <-timer.C:
 		case <-ticker.C:
 			l.askResync()

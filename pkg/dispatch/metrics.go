@@ -22,6 +22,7 @@ type Metrics struct {
 	leftOver      prometheus.Counter
 	budgetWaits   prometheus.Histogram
 	rateChanges   *prometheus.CounterVec
+	cancels       *prometheus.CounterVec
 	reg           prometheus.Registerer
 }
 
@@ -77,6 +78,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help:    "While raven's budget or adaptive mode is in force: for each attempt handed out, how long its lane had been due (waiting for the budget, a pause, or the loop).",
 			Buckets: prometheus.ExponentialBuckets(0.001, 3, 12),
 		}),
+		cancels: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "dispatch_cancels_total",
+			Help: "Cancels this instance decided, as the owner of the request's client, by outcome: cancelled (left the queue unsent), in_flight (refused: an attempt was under way), not_queued (it had ended already), handover (refused: the client's partition changed hands lately).",
+		}, []string{"outcome"}),
 		rateChanges: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "dispatch_raven_rate_changes_total",
 			Help: "Changes of the limits this instance holds itself to towards raven, by why: budget (configured or steered), share (partitions moved), refused and slow (adaptive cuts), increase (adaptive), paused and resumed (a 503 with Retry-After).",
@@ -84,7 +89,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	m.reg = reg
 	reg.MustRegister(m.attempts, m.attemptTime, m.gap, m.gapRatio, m.belowInterval, m.deadLetters, m.removals, m.leftOver,
-		m.budgetWaits, m.rateChanges)
+		m.budgetWaits, m.rateChanges, m.cancels)
+	for _, o := range []CancelOutcome{Cancelled, CancelInFlight, CancelNotQueued, CancelHandover} {
+		m.cancels.WithLabelValues(o.String())
+	}
 	for _, w := range rateWhys {
 		m.rateChanges.WithLabelValues(w)
 	}
@@ -189,6 +197,12 @@ func (m *Metrics) removalFailed() {
 func (m *Metrics) unremoved() {
 	if m != nil {
 		m.leftOver.Inc()
+	}
+}
+
+func (m *Metrics) cancel(outcome string) {
+	if m != nil {
+		m.cancels.WithLabelValues(outcome).Inc()
 	}
 }
 

@@ -20,6 +20,9 @@ type Source interface {
 	// that cannot be sent (its subject names no client) comes with ok true and an error
 	// with a method Undecodable() bool that returns true: it is dead-lettered unsent.
 	Head(ctx context.Context, subject string) (st request.Stored, ok bool, err error)
+	// Find looks for the queued request id on subject, reading its headers only (no
+	// body); ok is false when it is not queued there.
+	Find(ctx context.Context, subject, id string) (st request.Stored, ok bool, err error)
 	// Delete removes a request; one already gone is not an error.
 	Delete(ctx context.Context, seq uint64) error
 	// AddDeadLetter writes a request to the dead-letter stream (it stays in the queue).

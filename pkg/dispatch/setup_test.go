@@ -101,6 +101,18 @@ func (m *memSource) Head(_ context.Context, subj string) (request.Stored, bool, 
 	return request.Stored{}, false, nil
 }
 
+func (m *memSource) Find(_ context.Context, subj, id string) (request.Stored, bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, st := range m.queued {
+		if st.Subject == subj && st.ID == id {
+			st.Body = nil
+			return st, true, nil
+		}
+	}
+	return request.Stored{}, false, nil
+}
+
 func (m *memSource) Delete(_ context.Context, seq uint64) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()

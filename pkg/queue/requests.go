@@ -235,6 +235,29 @@ func (q *Queue) Head(ctx context.Context, subject string) (st request.Stored, ok
 	return st, true, nil
 }
 
+// Find looks for the queued request id on subject, reading headers only; ok is false
+// when it is not queued there. It reads the client's queue from its head.
+func (q *Queue) Find(ctx context.Context, subject, id string) (st request.Stored, ok bool, err error) {
+	if _, err := request.ClientIDOf(subject); err != nil {
+		return request.Stored{}, false, err
+	}
+	errFound := errors.New("found")
+	err = q.scan(ctx, q.reqs, subject, true, func(m jetstream.Msg, md *jetstream.MsgMetadata) error {
+		if m.Headers().Get(request.HeaderID) != id {
+			return nil
+		}
+		st, ok = storedOf(m.Subject(), m.Headers(), nil, md.Sequence.Stream, md.Timestamp), true
+		return errFound
+	})
+	if errors.Is(err, errFound) {
+		return st, true, nil
+	}
+	if err != nil {
+		return request.Stored{}, false, fmt.Errorf("looking for %s on %s: %w", id, subject, err)
+	}
+	return request.Stored{}, false, nil
+}
+
 // Delete removes one request from the queue; a request already gone is not an error.
 func (q *Queue) Delete(ctx context.Context, seq uint64) error {
 	err := q.reqs.DeleteMsg(ctx, seq)

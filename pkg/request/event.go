@@ -40,10 +40,13 @@ const (
 	// EventReplayed: an operator replayed the dead letter: the request is queued again,
 	// at the end of its client's queue.
 	EventReplayed = "replayed"
+	// EventCancelled: penguin (or an operator) cancelled the request while it was queued
+	// and not in flight; it left the queue unsent and is not dead-lettered.
+	EventCancelled = "cancelled"
 )
 
 // EventTypes lists every event type.
-var EventTypes = []string{EventAccepted, EventAttemptStarted, EventAttemptFailed, EventDelivered, EventDeadLettered, EventPurged, EventReplayed}
+var EventTypes = []string{EventAccepted, EventAttemptStarted, EventAttemptFailed, EventDelivered, EventDeadLettered, EventPurged, EventReplayed, EventCancelled}
 
 // Event is one outcome of one request, as the events stream holds it (JSON).
 type Event struct {
@@ -110,7 +113,7 @@ func ClientEventSubject(clientID, typ string) string {
 // Final says whether the event ends its cycle: nothing more happens to the request
 // unless an operator replays it.
 func (e Event) Final() bool {
-	return e.Type == EventDelivered || e.Type == EventDeadLettered || e.Type == EventPurged
+	return e.Type == EventDelivered || e.Type == EventDeadLettered || e.Type == EventPurged || e.Type == EventCancelled
 }
 
 // LegacyEventFilter is the subject filter of every event of request id as written
@@ -161,6 +164,7 @@ const (
 	StateInFlight     = "in_flight"
 	StateDelivered    = "delivered"
 	StateDeadLettered = "dead_lettered"
+	StateCancelled    = "cancelled"
 	StateUnknown      = "unknown"
 )
 
@@ -175,7 +179,9 @@ type Status struct {
 	Attempts    int          `json:"attempts"`
 	LastAttempt *AttemptInfo `json:"lastAttempt,omitempty"`
 	DeliveredAt time.Time    `json:"deliveredAt,omitzero"`
-	RavenStatus int          `json:"ravenStatus,omitempty"`
+	// CancelledAt is when a cancel removed it from the queue, unsent (state cancelled).
+	CancelledAt time.Time `json:"cancelledAt,omitzero"`
+	RavenStatus int       `json:"ravenStatus,omitempty"`
 	// Response is raven's answer to the latest attempt it answered: the delivery's, the
 	// one that dead-lettered it, or while it is retried the last failed one's.
 	Response   *Response   `json:"response,omitempty"`
@@ -214,7 +220,9 @@ type QueuePlace struct {
 }
 
 // Final says whether the state is one a request stays in unless replayed.
-func (s Status) Final() bool { return s.State == StateDelivered || s.State == StateDeadLettered }
+func (s Status) Final() bool {
+	return s.State == StateDelivered || s.State == StateDeadLettered || s.State == StateCancelled
+}
 
 // StatusOf works out a request's status from its events, in whatever order they were
 // stored: events are written by several processes (ingest, dispatchers, replay), each
@@ -286,6 +294,8 @@ func StatusOf(id string, events []Event) Status {
 	case final != nil && final.Type == EventDelivered:
 		st.State, st.DeliveredAt, st.RavenStatus = StateDelivered, final.At, final.Status
 		st.LastAttempt = &AttemptInfo{At: final.At, Status: final.Status}
+	case final != nil && final.Type == EventCancelled:
+		st.State, st.CancelledAt = StateCancelled, final.At
 	case final != nil:
 		st.State = StateDeadLettered
 		st.DeadLetter = &DeadInfo{Reason: final.Reason, At: final.At, LastStatus: final.Status, LastError: final.Error,

@@ -218,12 +218,15 @@ func ConformSource(t *testing.T, open func(t *testing.T) SourceUnderTest) {
 	u.Add("alice", "a1")
 	u.Add("alice", "a2")
 	u.Add("bob", "b1")
-	var alice string
+	var alice, bob string
 	for range 3 {
 		select {
 		case s := <-subjects:
-			if id, _ := request.ClientIDOf(s); id == "alice" {
+			switch id, _ := request.ClientIDOf(s); id {
+			case "alice":
 				alice = s
+			case "bob":
+				bob = s
 			}
 		case <-time.After(10 * time.Second):
 			t.Fatal("the watch did not give the subjects of the requests queued")
@@ -251,6 +254,16 @@ func ConformSource(t *testing.T, open func(t *testing.T) SourceUnderTest) {
 	if err != nil || !ok || st.ID != "a1" || st.ClientID != "alice" {
 		t.Fatalf("head %+v %v %v; want a1 of alice", st, ok, err)
 	}
+	// Find: a request behind the head, by id on its client's subject, headers only.
+	if f, ok, err := src.Find(ctx, alice, "a2"); err != nil || !ok || f.ID != "a2" || f.ClientID != "alice" || f.Seq <= st.Seq || f.Subject != alice || len(f.Body) != 0 {
+		t.Fatalf("find a2 on alice's subject: %+v %v %v; want a2 behind a1, without its body", f, ok, err)
+	}
+	if _, ok, err := src.Find(ctx, bob, "a2"); ok || err != nil {
+		t.Fatalf("find a2 on bob's subject: ok %v err %v; want not there", ok, err)
+	}
+	if _, ok, err := src.Find(ctx, alice, "zz"); ok || err != nil {
+		t.Fatalf("find an id never queued: ok %v err %v; want not there", ok, err)
+	}
 	if err := src.AddDeadLetter(ctx, st, request.Verdict{Reason: request.ReasonPermanent}); err != nil {
 		t.Fatalf("dead-letter: %v", err)
 	}
@@ -272,6 +285,9 @@ func ConformSource(t *testing.T, open func(t *testing.T) SourceUnderTest) {
 	}
 	if _, ok, err := src.Head(ctx, alice); ok || err != nil {
 		t.Fatalf("head of an empty subject: ok %v err %v; want none", ok, err)
+	}
+	if _, ok, err := src.Find(ctx, alice, "a2"); ok || err != nil {
+		t.Fatalf("find a2 once deleted: ok %v err %v; want not there", ok, err)
 	}
 }
 

@@ -105,6 +105,19 @@ func (q *Queue) head(subj string) (request.Stored, bool) {
 	return request.Stored{}, false
 }
 
+// find is request id on subj, if it is queued there.
+func (q *Queue) find(subj, id string) (request.Stored, bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for _, st := range q.msgs {
+		if st.Subject == subj && st.ID == id {
+			st.Body = nil // headers only, as the real queue reads it
+			return st, true
+		}
+	}
+	return request.Stored{}, false
+}
+
 // delete removes seq and returns it, if it was there.
 func (q *Queue) delete(seq uint64) (request.Stored, bool) {
 	q.mu.Lock()
@@ -172,6 +185,16 @@ func (v *QueueView) Head(ctx context.Context, subj string) (request.Stored, bool
 	var st request.Stored
 	var ok bool
 	if err := v.in.call(ctx, portQueue, "head", int(fnv32(subj)), func() { st, ok = v.q.head(subj) }); err != nil {
+		return request.Stored{}, false, err
+	}
+	return st, ok, nil
+}
+
+// Find implements dispatch.Source.
+func (v *QueueView) Find(ctx context.Context, subj, id string) (request.Stored, bool, error) {
+	var st request.Stored
+	var ok bool
+	if err := v.in.call(ctx, portQueue, "find", int(fnv32(subj)), func() { st, ok = v.q.find(subj, id) }); err != nil {
 		return request.Stored{}, false, err
 	}
 	return st, ok, nil

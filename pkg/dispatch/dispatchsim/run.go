@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -17,10 +18,12 @@ const Partitions = 8
 
 // Report is what one run found.
 type Report struct {
-	Seed       uint64
-	Faults     int // faults in its timeline
-	Requests   int
-	Attempts   int
+	Seed     uint64
+	Faults   int // faults in its timeline
+	Requests int
+	Attempts int
+	// Cancels is how many cancels were answered, by outcome (cancelled, in_flight, ...).
+	Cancels    map[string]int
 	Violations []string
 	// Overdue is the lanes the live instances counted overdue at the end (their
 	// dispatch_lanes_overdue): a stall the metric shows.
@@ -122,6 +125,7 @@ func Run(seed uint64) *Report {
 			}})
 		}
 	}
+	steps = append(steps, w.cancelSteps()...)
 	slices.SortStableFunc(steps, func(a, b event) int { return cmp.Compare(a.at, b.at) })
 	for len(steps) > 0 {
 		s := steps[0]
@@ -145,6 +149,9 @@ func Run(seed uint64) *Report {
 	}
 	end()
 	rep := w.check(left)
+	w.mu.Lock()
+	rep.Cancels = maps.Clone(w.cancelAnswers)
+	w.mu.Unlock()
 	rep.Overdue = overdue
 	return rep
 }
@@ -255,10 +262,15 @@ func (w *World) check(left []request.Stored) *Report {
 		}
 	}
 
-	// G3: no attempt of a request before each earlier request of its client was accepted
-	// or dead-lettered.
+	cancelled := w.checkCancels(attempts, fail, at)
+
+	// G3: no attempt of a request before each earlier request of its client was accepted,
+	// dead-lettered or cancelled.
 	done := func(id string, by time.Time) bool {
 		if a, ok := accepted[id]; ok && !a.AcceptedAt.After(by) {
+			return true
+		}
+		if t, ok := cancelled[id]; ok && !t.After(by) {
 			return true
 		}
 		d, ok := dead[id]
@@ -292,14 +304,14 @@ func (w *World) check(left []request.Stored) *Report {
 		}
 	}
 
-	// Nothing lost, and liveness: by the end every request was accepted or dead-lettered,
-	// and none is left in the queue.
+	// Nothing lost, and liveness: by the end every request was accepted, dead-lettered or
+	// cancelled, and none is left in the queue.
 	queued := map[string]bool{}
 	for _, st := range left {
 		queued[st.ID] = true
 	}
 	for _, st := range added {
-		if _, ok := accepted[st.ID]; !ok && !queued[st.ID] {
+		if _, ok := accepted[st.ID]; !ok && !queued[st.ID] && cancelled[st.ID].IsZero() {
 			if _, ok := dead[st.ID]; !ok {
 				fail(st.ClientID, "G4: %s left the queue neither delivered nor dead-lettered", st.ID)
 			}

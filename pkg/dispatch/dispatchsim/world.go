@@ -115,15 +115,17 @@ type World struct {
 	raven    *Raven
 	timeline []Fault
 
-	mu        sync.Mutex
-	instances []*Instance // every one that ran
-	live      []*Instance
-	kills     map[string]time.Time // instance name: when killed
-	deletes   map[uint64][]deleteCall
-	finals    map[uint64]bool // requests whose final event is stored (events or queue)
-	unkept    [][2]string     // G10: removals that landed before the final event was stored (client, what)
-	notes     []string
-	nextID    int
+	mu            sync.Mutex
+	instances     []*Instance // every one that ran
+	live          []*Instance
+	kills         map[string]time.Time // instance name: when killed
+	deletes       map[uint64][]deleteCall
+	finals        map[uint64]bool // requests whose final event is stored (events or queue)
+	unkept        [][2]string     // G10: removals that landed before the final event was stored (client, what)
+	cancelled     []cancelCall    // cancels answered Cancelled
+	cancelAnswers map[string]int  // cancels answered, by outcome
+	notes         []string
+	nextID        int
 }
 
 // deleteCall is one removal of a request from the queue, or (keep) the keeping of its

@@ -1,0 +1,244 @@
+package dispatch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/penguinhq/dispatcher/pkg/request"
+	"github.com/penguinhq/dispatcher/pkg/tracing"
+)
+
+// A cancel removes a queued request that is not in flight, unsent (issue 31, ADR 13).
+// Its promise: once Cancel says Cancelled, raven never receives the request. Only the
+// instance that owns the client's partition decides, as it alone may start attempts
+// there:
+//
+//   - Attempts of an earlier owner: the partition's fence (since) is when they have all
+//     ended. Before it, Cancel says CancelHandover and decides nothing.
+//   - Attempts of a later owner: the removal must land while this instance's lease is
+//     surely valid (validUntil plus the margin, as a delivery's removal); a later owner
+//     reads the client's queue only after that, and finds the request gone. One that
+//     lands later is not called a cancel.
+//   - Attempts of this instance: the sending guard below.
+
+// sending keeps a cancel and an attempt of the same request apart on one instance. A
+// worker commits to the request it read at its client's head just before it sends it
+// (or dead-letters it unsent); a cancel marks the request before it looks for it in the
+// queue, and holds the mark until its removal has landed:
+//
+//   - a commit made before the mark: the cancel sees it, and says CancelInFlight;
+//   - a commit tried while the mark is held: refused, the worker reads the head again;
+//   - a commit tried after the mark is gone, by a worker that read the head before the
+//     removal landed: refused too, as the generation it read before its head read has
+//     moved on (the cancel moves it on as it lets the mark go).
+type sending struct {
+	mu         sync.Mutex
+	gen        uint64
+	attempting map[string]string // subject: id of the request committed to
+	cancelling map[string]int    // ids being cancelled
+}
+
+func newSending() *sending {
+	return &sending{attempting: map[string]string{}, cancelling: map[string]int{}}
+}
+
+// look is the generation, read by a worker before it reads its client's head.
+func (s *sending) look() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.gen
+}
+
+// commit says whether the worker that read gen before reading request id at subject's
+// head may send it (or dead-letter it): no cancel marked it, nor let a mark go since.
+func (s *sending) commit(subject, id string, gen uint64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.gen != gen || s.cancelling[id] > 0 {
+		return false
+	}
+	s.attempting[subject] = id
+	return true
+}
+
+// settled ends subject's commit: its request was delivered, dead-lettered or will be
+// retried.
+func (s *sending) settled(subject string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.attempting, subject)
+}
+
+// mark marks request id of subject as being cancelled, unless an attempt of it is
+// committed to (inFlight).
+func (s *sending) mark(subject, id string) (inFlight bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.attempting[subject] == id {
+		return true
+	}
+	s.cancelling[id]++
+	return false
+}
+
+// unmark lets the mark go, once the cancel's removal landed (or failed).
+func (s *sending) unmark(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cancelling[id]--; s.cancelling[id] <= 0 {
+		delete(s.cancelling, id)
+	}
+	s.gen++
+}
+
+// CancelOutcome says how a cancel ended.
+type CancelOutcome int
+
+const (
+	// CancelNotOwner: this instance does not own the client's partition now, or its
+	// lease could lapse before a removal lands. It decides nothing; the owner does.
+	CancelNotOwner CancelOutcome = iota
+	// Cancelled: the request left the queue unsent, and raven never receives it.
+	Cancelled
+	// CancelInFlight: an attempt of the request is under way (or it is being
+	// dead-lettered unsent); raven may receive it.
+	CancelInFlight
+	// CancelNotQueued: the request is not in its client's queue: it ended already
+	// (delivered, dead-lettered, cancelled), or was never accepted.
+	CancelNotQueued
+	// CancelHandover: the partition changed hands lately, and an attempt by its earlier
+	// owner may still be under way until CancelResult.Until.
+	CancelHandover
+)
+
+func (o CancelOutcome) String() string {
+	switch o {
+	case Cancelled:
+		return "cancelled"
+	case CancelInFlight:
+		return "in_flight"
+	case CancelNotQueued:
+		return "not_queued"
+	case CancelHandover:
+		return "handover"
+	}
+	return "not_owner"
+}
+
+// CancelResult is a cancel's answer.
+type CancelResult struct {
+	Outcome CancelOutcome
+	// Request is the request cancelled (no body), for Cancelled.
+	Request request.Stored
+	// At is when its removal landed, for Cancelled.
+	At time.Time
+	// Until is when an earlier owner's attempts have surely ended, for CancelHandover.
+	Until time.Time
+}
+
+// ErrCancelLate is Cancel's error when the removal landed, but only after the
+// partition's lease could have lapsed: a later owner may have read the request first,
+// so it is not called cancelled. Its status says what became of it.
+var ErrCancelLate = errors.New("the removal landed after this dispatcher's lease could have lapsed; read the request's status")
+
+// ownAsk asks the loop about the partition of a subject.
+type ownAsk struct {
+	subject string
+	reply   chan ownAnswer
+}
+
+type ownAnswer struct {
+	open              bool
+	since, validUntil time.Time
+}
+
+func (l *loop) ownOf(subject string) ownAnswer {
+	_, part := l.owner(subject)
+	if part == nil {
+		return ownAnswer{}
+	}
+	return ownAnswer{open: true, since: part.since, validUntil: part.validUntil}
+}
+
+// Cancel removes request id from subject's queue, unsent, if it is queued and not in
+// flight, and only if this instance owns the client's partition (CancelNotOwner: ask
+// the owner). Its cancelled event is written before the removal, or kept in the queue
+// with it (G10, ADR 9). An error says nothing was decided, except ErrCancelLate.
+func (d *Dispatcher) Cancel(ctx context.Context, subject, id string) (CancelResult, error) {
+	if _, err := request.PartitionOf(subject); err != nil {
+		return CancelResult{}, err
+	}
+	own, err := d.askOwner(ctx, subject)
+	if err != nil {
+		return CancelResult{}, err
+	}
+	res, err := d.cancel(ctx, subject, id, own)
+	if err == nil && res.Outcome != CancelNotOwner {
+		d.cfg.Metrics.cancel(res.Outcome.String())
+	}
+	return res, err
+}
+
+func (d *Dispatcher) cancel(ctx context.Context, subject, id string, own ownAnswer) (CancelResult, error) {
+	now := d.now()
+	switch {
+	case !own.open || lapsed(own.validUntil, now):
+		return CancelResult{Outcome: CancelNotOwner}, nil
+	case now.Before(own.since):
+		return CancelResult{Outcome: CancelHandover, Until: own.since}, nil
+	}
+	if d.sending.mark(subject, id) {
+		return CancelResult{Outcome: CancelInFlight}, nil
+	}
+	defer d.sending.unmark(id)
+	// Surely valid until: the removal must land by then (see above).
+	by := time.Time{}
+	if !own.validUntil.IsZero() {
+		by = own.validUntil.Add(d.cfg.leaseMargin())
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, by)
+		defer cancel()
+	}
+	st, ok, err := d.src.Find(ctx, subject, id)
+	if err != nil {
+		return CancelResult{}, fmt.Errorf("looking for %s in its client's queue: %w", id, err)
+	}
+	if !ok {
+		return CancelResult{Outcome: CancelNotQueued}, nil
+	}
+	var unwritten *request.Event
+	if d.cfg.Events != nil {
+		ev := eventOf(st, request.EventCancelled)
+		ev.At = d.now()
+		unwritten = d.writeNow(ctx, ev, own.validUntil)
+	}
+	if err := d.keepThenDelete(st, unwritten)(ctx); err != nil {
+		return CancelResult{}, fmt.Errorf("removing %s from its client's queue: %w", id, err)
+	}
+	at := d.now()
+	if !by.IsZero() && at.After(by) {
+		d.log.Warn().Str("client_id", st.ClientID).Str("request_id", st.ID).Msg("cancelled request removed only after the partition's lease could have lapsed; not answered as cancelled")
+		return CancelResult{}, ErrCancelLate
+	}
+	d.log.Info().Str("client_id", st.ClientID).Str("request_id", st.ID).Func(tracing.Log(st.TraceParent)).Msg("request cancelled; it left the queue unsent")
+	return CancelResult{Outcome: Cancelled, Request: st, At: at}, nil
+}
+
+// askOwner asks the loop whether subject's partition is this instance's.
+func (d *Dispatcher) askOwner(ctx context.Context, subject string) (ownAnswer, error) {
+	q := ownAsk{subject: subject, reply: make(chan ownAnswer, 1)}
+	select {
+	case d.owns <- q:
+	case <-ctx.Done():
+		return ownAnswer{}, fmt.Errorf("dispatcher did not answer: %w", ctx.Err())
+	}
+	select {
+	case a := <-q.reply:
+		return a, nil
+	case <-ctx.Done():
+		return ownAnswer{}, fmt.Errorf("dispatcher did not answer: %w", ctx.Err())
+	}
+}

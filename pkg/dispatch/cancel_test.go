@@ -1,0 +1,309 @@
+package dispatch
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/penguinhq/dispatcher/pkg/request"
+)
+
+// hookedSource is a memSource that calls afterHead once a Head has read the head, and
+// afterFind once a Find has looked: the moment a cancel and a worker cross.
+type hookedSource struct {
+	*memSource
+	afterHead, afterFind func()
+}
+
+func (h *hookedSource) Head(ctx context.Context, subj string) (request.Stored, bool, error) {
+	st, ok, err := h.memSource.Head(ctx, subj)
+	if h.afterHead != nil {
+		h.afterHead()
+	}
+	return st, ok, err
+}
+
+func (h *hookedSource) Find(ctx context.Context, subj, id string) (request.Stored, bool, error) {
+	st, ok, err := h.memSource.Find(ctx, subj, id)
+	if h.afterFind != nil {
+		h.afterFind()
+	}
+	return st, ok, err
+}
+
+// recordingEvents is an event writer that keeps what it was given, in order.
+type recordingEvents struct {
+	mu     sync.Mutex
+	events []request.Event
+	fail   bool // WriteNow says it did not write
+}
+
+func (e *recordingEvents) Record(ev request.Event) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.events = append(e.events, ev)
+}
+
+func (e *recordingEvents) WriteNow(_ context.Context, ev request.Event) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.fail {
+		return false
+	}
+	e.events = append(e.events, ev)
+	return true
+}
+
+func (e *recordingEvents) types() []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var out []string
+	for _, ev := range e.events {
+		out = append(out, ev.Type+":"+ev.ID)
+	}
+	return out
+}
+
+// setupHooked is setup on a hookedSource.
+func setupHooked(t *testing.T, cfg Config) (*bundle, *hookedSource) {
+	t.Helper()
+	b := setup(t, cfg)
+	h := &hookedSource{memSource: b.src}
+	d, err := New(b.d.cfg, h, b.snd, zerolog.New(b.log))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.now, d.rand = b.clock.now, func() float64 { return 0.5 }
+	b.d = d
+	return b, h
+}
+
+// owned is what the loop says of a partition this instance owns without a lease, taken
+// over long ago.
+var owned = ownAnswer{open: true, since: start.Add(-time.Hour)}
+
+func TestCancelRemovesAQueuedRequestUnsent(t *testing.T) {
+	t.Parallel()
+	ev := &recordingEvents{}
+	b := setup(t, Config{Events: ev})
+	subj := subject(1, "alice")
+	r1 := b.src.add(subj, "r1", start)
+	b.src.add(subj, "r2", start)
+	ctx := context.Background()
+
+	res, err := b.d.cancel(ctx, subj, "r2", owned)
+	if err != nil || res.Outcome != Cancelled || res.Request.ID != "r2" || res.Request.ClientID != "alice" {
+		t.Fatalf("cancel of r2 behind the head: %+v, %v; want cancelled", res, err)
+	}
+	if got := b.src.ids(); !slices.Equal(got, []string{"r1"}) {
+		t.Fatalf("queue after the cancel: %v; want r1 only", got)
+	}
+	if got := ev.types(); !slices.Equal(got, []string{"cancelled:r2"}) {
+		t.Fatalf("events: %v; want r2's cancelled event, written before its removal", got)
+	}
+	if got := b.src.deadLetters(); len(got) != 0 {
+		t.Fatalf("a cancel dead-letters nothing; dead letters: %v", sortedIDs(got))
+	}
+	if r := b.d.work(ctx, b.job(subj), time.Time{}); r.Kind != Delivered {
+		t.Fatalf("r1 after r2's cancel: %v; want delivered", r.Kind)
+	}
+	if r := b.d.work(ctx, b.job(subj), time.Time{}); r.Kind != Empty {
+		t.Fatalf("after r1, the queue: %v; want empty", r.Kind)
+	}
+	for _, a := range b.snd.attempts() {
+		if a.id != r1.ID {
+			t.Fatalf("raven received %s; only r1 was to go", a.id)
+		}
+	}
+	res, err = b.d.cancel(ctx, subj, "r2", owned)
+	if err != nil || res.Outcome != CancelNotQueued {
+		t.Fatalf("cancel of r2 again: %+v, %v; want not queued", res, err)
+	}
+	res, err = b.d.cancel(ctx, subj, "r1", owned)
+	if err != nil || res.Outcome != CancelNotQueued {
+		t.Fatalf("cancel of r1, delivered: %+v, %v; want not queued", res, err)
+	}
+}
+
+// With the events not taking writes, the cancelled event is kept in the queue before the
+// removal (G10 across a crash, as for a delivery).
+func TestCancelKeepsItsEventWhenTheEventsDoNotTakeIt(t *testing.T) {
+	t.Parallel()
+	b := setup(t, Config{Events: &recordingEvents{fail: true}})
+	subj := subject(2, "bob")
+	b.src.add(subj, "r1", start)
+	res, err := b.d.cancel(context.Background(), subj, "r1", owned)
+	if err != nil || res.Outcome != Cancelled {
+		t.Fatalf("cancel: %+v, %v", res, err)
+	}
+	if len(b.src.kept) != 1 || b.src.kept[0].Type != request.EventCancelled || b.src.kept[0].ID != "r1" {
+		t.Fatalf("kept in the queue: %+v; want r1's cancelled event", b.src.kept)
+	}
+	// And when neither takes it, nothing is removed and nothing is called cancelled.
+	b.src.add(subj, "r2", start)
+	b.src.keepFails = 1000
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	if res, err := b.d.cancel(ctx, subj, "r2", owned); err == nil {
+		t.Fatalf("cancel with neither the events nor the queue taking its event: %+v; want an error", res)
+	}
+	if got := b.src.ids(); !slices.Equal(got, []string{"r2"}) {
+		t.Fatalf("queue: %v; r2 must stay", got)
+	}
+}
+
+func TestCancelOfTheRequestInFlightIsRefused(t *testing.T) {
+	t.Parallel()
+	b := setup(t, Config{})
+	subj := subject(1, "alice")
+	b.src.add(subj, "r1", start)
+	b.src.add(subj, "r2", start)
+	sending, release := make(chan struct{}), make(chan struct{})
+	b.snd.answer = func(st request.Stored, _ int) error {
+		close(sending)
+		<-release
+		return nil
+	}
+	done := make(chan Result)
+	go func() { done <- b.d.work(context.Background(), b.job(subj), time.Time{}) }()
+	<-sending
+	res, err := b.d.cancel(context.Background(), subj, "r1", owned)
+	if err != nil || res.Outcome != CancelInFlight {
+		t.Fatalf("cancel of r1 while raven has it: %+v, %v; want in flight", res, err)
+	}
+	// The request behind it is not in flight: its cancel goes ahead meanwhile.
+	res, err = b.d.cancel(context.Background(), subj, "r2", owned)
+	if err != nil || res.Outcome != Cancelled {
+		t.Fatalf("cancel of r2 while r1 is in flight: %+v, %v; want cancelled", res, err)
+	}
+	close(release)
+	if r := <-done; r.Kind != Delivered {
+		t.Fatalf("r1's attempt: %v; want delivered", r.Kind)
+	}
+	if got := b.src.ids(); len(got) != 0 {
+		t.Fatalf("queue: %v; want empty", got)
+	}
+}
+
+// A worker that read the request at the head before a cancel removed it does not send
+// it: the cancel's generation moved on. Without it, raven received a cancelled request.
+func TestWorkerThatReadTheHeadBeforeACancelDoesNotSendIt(t *testing.T) {
+	t.Parallel()
+	b, h := setupHooked(t, Config{})
+	subj := subject(3, "carol")
+	b.src.add(subj, "r1", start)
+	var res CancelResult
+	var cerr error
+	h.afterHead = func() {
+		h.afterHead = nil
+		res, cerr = b.d.cancel(context.Background(), subj, "r1", owned) // lands between the head read and the send
+	}
+	r := b.d.work(context.Background(), b.job(subj), time.Time{})
+	if cerr != nil || res.Outcome != Cancelled {
+		t.Fatalf("cancel: %+v, %v; want cancelled", res, cerr)
+	}
+	if got := b.snd.attempts(); len(got) != 0 {
+		t.Fatalf("raven received %v after its cancel was answered", got)
+	}
+	if r.Kind != Failed {
+		t.Fatalf("the worker's job: %v; want failed (read the head again)", r.Kind)
+	}
+	if r := b.d.work(context.Background(), b.job(subj), time.Time{}); r.Kind != Empty {
+		t.Fatalf("the next job: %v; want empty", r.Kind)
+	}
+}
+
+// A worker that commits while a cancel of its request is under way (looking for it, its
+// removal not landed yet) does not send it either.
+func TestWorkerDoesNotSendARequestBeingCancelled(t *testing.T) {
+	t.Parallel()
+	b, h := setupHooked(t, Config{})
+	subj := subject(3, "dave")
+	b.src.add(subj, "r1", start)
+	var r Result
+	h.afterFind = func() {
+		h.afterFind = nil
+		r = b.d.work(context.Background(), b.job(subj), time.Time{}) // the whole job, mid-cancel
+	}
+	res, err := b.d.cancel(context.Background(), subj, "r1", owned)
+	if err != nil || res.Outcome != Cancelled {
+		t.Fatalf("cancel: %+v, %v; want cancelled", res, err)
+	}
+	if got := b.snd.attempts(); len(got) != 0 {
+		t.Fatalf("raven received %v while it was being cancelled", got)
+	}
+	if r.Kind != Failed {
+		t.Fatalf("the worker's job: %v; want failed", r.Kind)
+	}
+}
+
+// Only the owner decides, and not while an earlier owner's attempt may be under way;
+// and a removal that lands after the lease could have lapsed is not called a cancel.
+func TestCancelDecidesOnlyWhileSurelyTheOwner(t *testing.T) {
+	t.Parallel()
+	b := setup(t, Config{Leases: watchOnly{written: true}, LeaseTTL: testTTL, SendTimeout: time.Second})
+	subj := subject(0, "erin")
+	b.src.add(subj, "r1", start)
+	ctx := context.Background()
+	now := b.clock.now()
+	for _, c := range []struct {
+		name string
+		own  ownAnswer
+		want CancelOutcome
+	}{
+		{"not owned", ownAnswer{}, CancelNotOwner},
+		{"lease lapsed", ownAnswer{open: true, since: now.Add(-time.Hour), validUntil: now}, CancelNotOwner},
+		{"fence ahead", ownAnswer{open: true, since: now.Add(time.Second), validUntil: now.Add(time.Minute)}, CancelHandover},
+	} {
+		res, err := b.d.cancel(ctx, subj, "r1", c.own)
+		if err != nil || res.Outcome != c.want {
+			t.Fatalf("%s: %+v, %v; want %v", c.name, res, err, c.want)
+		}
+		if c.want == CancelHandover && !res.Until.Equal(c.own.since) {
+			t.Fatalf("%s: until %s; want the fence %s", c.name, res.Until, c.own.since)
+		}
+	}
+	if got := b.src.ids(); !slices.Equal(got, []string{"r1"}) {
+		t.Fatalf("queue: %v; nothing decided, r1 stays", got)
+	}
+	// The clock passes the lease (and its margin) while the removal is made.
+	h := &hookedSource{memSource: b.src, afterFind: func() { b.clock.advance(time.Hour) }}
+	b.d.src = h
+	_, err := b.d.cancel(ctx, subj, "r1", ownAnswer{open: true, since: now.Add(-time.Hour), validUntil: now.Add(time.Second)})
+	if !errors.Is(err, ErrCancelLate) {
+		t.Fatalf("a removal landing after the lease: %v; want ErrCancelLate", err)
+	}
+}
+
+// The sending guard's own rules, each crossing of a commit and a cancel.
+func TestSendingGuard(t *testing.T) {
+	t.Parallel()
+	s := newSending()
+	g := s.look()
+	if !s.commit("a", "r1", g) {
+		t.Fatal("a commit with no cancel about is refused")
+	}
+	if !s.mark("a", "r1") {
+		t.Fatal("a cancel of the request committed to is not told it is in flight")
+	}
+	if s.mark("a", "r2") {
+		t.Fatal("a cancel of another request of the client is told it is in flight")
+	}
+	s.settled("a")
+	if s.commit("a", "r2", s.look()) {
+		t.Fatal("a commit to a request being cancelled is let through")
+	}
+	g = s.look()
+	s.unmark("r2")
+	if s.commit("a", "r2", g) {
+		t.Fatal("a commit by a worker that looked before the cancel let go is let through")
+	}
+	if !s.commit("a", "r3", s.look()) {
+		t.Fatal("a commit after the cancel, looked at afresh, is refused")
+	}
+}
