@@ -226,3 +226,25 @@ func (c *Client) pollDuration(ctx context.Context) time.Duration {
 	}
 	return poll
 }
+
+// Cancel asks ingest to cancel request id of client clientID while it is queued and not
+// in flight: it leaves its client's queue unsent, and raven never receives it. The
+// status returned is StatusCancelled (again for a request cancelled already: a retried
+// Cancel reads the same). A request that can no longer be cancelled comes back as a
+// *Problem: 409 "in_flight" while an attempt is under way (raven may receive it), 409
+// "not_cancellable" once it ended otherwise, 404 "not_found" for one ingest does not
+// know. A 503 (no dispatcher owns the client just now) is retried as every call is.
+func (c *Client) Cancel(ctx context.Context, clientID, id string) (Status, error) {
+	if id == "" {
+		return Status{}, fmt.Errorf("client: cancelling: %w", ErrIDMissing)
+	}
+	if clientID == "" {
+		return Status{}, fmt.Errorf("client: cancelling %s: %w", id, ErrClientIDMissing)
+	}
+	path := "/v1/requests/" + url.PathEscape(id) + "?" + url.Values{"clientId": {clientID}}.Encode()
+	var s Status
+	if err := c.call(ctx, "client: cancelling "+id, http.MethodDelete, path, nil, nil, &s); err != nil {
+		return Status{}, err
+	}
+	return s, nil
+}

@@ -405,17 +405,30 @@ func TestConsoleInARealBrowser(t *testing.T) {
 		t.Fatalf("a POST without the CSRF token: %d (%v), want 403", status, err)
 	}
 
+	// Cancel the paused client's second request from its request page: it leaves the
+	// queue unsent, and its page says cancelled.
+	asked := time.Now()
+	cancelled := "/console/request?id=" + evilIDs[1] + "&client=" + url.QueryEscape(evil)
+	b.open(cancelled)
+	b.waitText("#request-state", "queued")
+	b.do("cancel it", chromedp.Click(chromedp.CSS("#cancel button")))
+	b.waitText("#flash", "Cancelled")
+	b.reopenUntil(cancelled, "#request-state", "cancelled")
+	s.cancelledAsked(evilIDs[1], asked)
+	b.screenshot("request-cancelled")
+	evilIDs = evilIDs[:1]
+
 	// Purge the paused evil client from its page: the confirmation says how many, and
-	// both go to the dead letters unsent.
+	// the one left goes to the dead letters unsent.
 	b.open("/console/client?id=" + url.QueryEscape(evil))
 	b.do("open the purge page", chromedp.Click(chromedp.CSS("#purge-link")))
-	b.waitText("#purge-count", "2")
+	b.waitText("#purge-count", "1")
 	b.screenshot("purge")
 	if got := len(arrivalsOf(s.ledger, evil)); got != 0 {
 		t.Fatalf("raven received %d of the paused client's requests", got)
 	}
 	b.do("purge", chromedp.Click(chromedp.CSS("#purge button")))
-	b.waitText("#flash", "Purged: 2 requests")
+	b.waitText("#flash", "Purged: 1 request")
 	// The purge is recorded at once; the dispatcher dead-letters the requests when the
 	// client's lane next comes round (on a loaded machine, not by the time the page says so).
 	waitForState(t, time.Minute, "both purged requests among the dead letters", func() (bool, string) {

@@ -10,8 +10,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"strings"
 	"sync"
@@ -25,6 +27,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/penguinhq/dispatcher/integration/itest"
+	"github.com/penguinhq/dispatcher/pkg/admin"
 	"github.com/penguinhq/dispatcher/pkg/dispatch"
 	"github.com/penguinhq/dispatcher/pkg/fault"
 	"github.com/penguinhq/dispatcher/pkg/ingest"
@@ -89,6 +92,7 @@ type stack struct {
 	accepted    []ledger.Accepted
 	unavailable int             // 503 answers: their requests may have been stored all the same
 	replayed    map[string]bool // ids replayed from the dead-letter stream
+	cancelled   map[string]time.Time // ids a cancel was answered cancelled for: when it was asked
 
 	// attemptsOnce makes the ledger check that no attempt arrived twice: for tests in
 	// which one dispatcher runs throughout.
@@ -202,11 +206,16 @@ func (s *stack) startDispatcher() {
 	if err != nil {
 		s.t.Fatal(err)
 	}
+	stopCancels, err := admin.ServeCancels(s.q, d, "test", log)
+	if err != nil {
+		s.t.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- d.Run(ctx) }()
 	waitFor(s.t, time.Minute, "the dispatcher to run", d.Running)
 	s.stopDispatch = func() {
+		stopCancels()
 		stopLookups()
 		stopLanes()
 		cancel()
@@ -247,6 +256,41 @@ func (s *stack) postRaw(header http.Header, body []byte) answer {
 		s.t.Fatal(err)
 	}
 	return a
+}
+
+// cancel asks ingest to cancel request id of client (DELETE), and keeps a 200 for the
+// ledger's check: raven must receive no attempt of it from the time it was asked.
+func (s *stack) cancel(client, id string) answer {
+	s.t.Helper()
+	req, err := http.NewRequest(http.MethodDelete, s.ingestURL+"/"+id+"?clientId="+url.QueryEscape(client), nil)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	asked := time.Now()
+	resp, err := s.http.Do(req)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	a := answer{Status: resp.StatusCode, Header: resp.Header}
+	_ = json.NewDecoder(resp.Body).Decode(&a.Body)
+	if a.Status == http.StatusOK && a.str("status") == "cancelled" {
+		s.cancelledAsked(id, asked)
+	}
+	return a
+}
+
+// cancelledAsked keeps, for the ledger's check, that a cancel of id asked at asked was
+// answered cancelled (the first such cancel counts).
+func (s *stack) cancelledAsked(id string, asked time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cancelled == nil {
+		s.cancelled = map[string]time.Time{}
+	}
+	if _, ok := s.cancelled[id]; !ok {
+		s.cancelled[id] = asked
+	}
 }
 
 // tryPost is postRaw for goroutines other than the test's: it returns what went wrong.
@@ -445,8 +489,8 @@ var (
 	parseMetrics = itest.ParseMetrics
 )
 
-// waitDone waits until the queue is empty and every accepted request was delivered or
-// dead-lettered. The timeout bounds a hang, it does not judge speed: it is at least
+// waitDone waits until the queue is empty and every accepted request was delivered,
+// dead-lettered or cancelled. The timeout bounds a hang, it does not judge speed: it is at least
 // three minutes, whatever the caller says (beside another CI run, fault tests' last
 // retries outlasted a minute and a half), and the wait says where it stands each 30 s. When it passes, the ledger is checked before the test
 // fails, so that a lost request is reported as lost, not only as a wait that ended.
@@ -456,8 +500,11 @@ func (s *stack) waitDone(timeout time.Duration) {
 	began, told := time.Now(), time.Now()
 	ok, seen := itest.Poll(timeout, func() (bool, string) {
 		queued, delivered, dead, accepted := s.queued(), s.ledger.Delivered(), len(s.dead()), s.acceptedCount()
-		done, seen := queued == 0 && delivered+dead >= accepted,
-			fmt.Sprintf("%d queued, %d delivered, %d dead-lettered, %d accepted", queued, delivered, dead, accepted)
+		s.mu.Lock()
+		cancelled := len(s.cancelled)
+		s.mu.Unlock()
+		done, seen := queued == 0 && delivered+dead+cancelled >= accepted,
+			fmt.Sprintf("%d queued, %d delivered, %d dead-lettered, %d cancelled, %d accepted", queued, delivered, dead, cancelled, accepted)
 		if !done && time.Since(told) >= 30*time.Second {
 			told = time.Now()
 			s.t.Logf("still waiting after %s for every request to be delivered; seen: %s", time.Since(began).Round(time.Second), seen)
@@ -516,8 +563,9 @@ func (s *stack) checkLedgerWith(maxDuplicates int, explained, timedOut map[strin
 	s.mu.Lock()
 	accepted := append([]ledger.Accepted(nil), s.accepted...)
 	unavailable := s.unavailable
+	cancelled := maps.Clone(s.cancelled)
 	s.mu.Unlock()
-	rep := s.ledger.Check(ledger.Expect{Interval: s.opts.interval, Accepted: accepted, Dead: s.dead(), Replayed: s.replayed,
+	rep := s.ledger.Check(ledger.Expect{Interval: s.opts.interval, Accepted: accepted, Dead: s.dead(), Replayed: s.replayed, Cancelled: cancelled,
 		AllowUnacknowledged: unavailable > 0, AttemptsOnce: s.attemptsOnce, Explained: explained, TimedOut: timedOut})
 	s.t.Logf("ledger: %s", rep)
 	for _, v := range rep.Violations {

@@ -85,6 +85,8 @@ var commands = []command{
 		flags: func(f *flag.FlagSet, o *opts) {
 			f.StringVar(&o.client, "client", "", "the request's clientId: its status record is read by client, and that client's queue is searched")
 		}, minArgs: 1, maxArgs: 1, run: requestState},
+	{name: "cancel", args: "<clientId> <id>", summary: "cancel one queued request that is not in flight: it leaves its client's queue unsent, and raven never receives it",
+		minArgs: 2, maxArgs: 2, run: cancelRequest},
 	{name: "deadletters", summary: "list dead letters, oldest first, with filters",
 		flags: func(f *flag.FlagSet, o *opts) {
 			filterFlags(f, o)
@@ -330,6 +332,20 @@ func requestState(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	return e.print(rs, func(w *tabwriter.Writer) { printRequest(w, rs) })
+}
+
+// cancelRequest asks the dispatcher that owns the client to cancel the request.
+func cancelRequest(ctx context.Context, e *env, args []string) error {
+	out, err := e.svc.Cancel(ctx, args[0], args[1])
+	if err != nil {
+		return err
+	}
+	return e.print(out, func(w *tabwriter.Writer) {
+		fmt.Fprintf(w, "id\t%s\nstate\t%s\ndetail\t%s\n", printable(args[1]), out.State, printable(out.Detail))
+		if r := out.Record; r != nil && !r.CancelledAt.IsZero() {
+			fmt.Fprintf(w, "cancelled at\t%s\n", r.CancelledAt.Format(time.RFC3339Nano))
+		}
+	})
 }
 
 // printRequest writes where a request is, a line for each fact known.

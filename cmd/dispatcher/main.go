@@ -221,6 +221,11 @@ func runDispatcher(ctx context.Context, c *settings, q *queue.Queue, reg *promet
 		return err
 	}
 	defer stopLookups()
+	stopCancels, err := admin.ServeCancels(q, d, c.dispatch.InstanceID, log) // the cancels of the clients it owns (ADR 13)
+	if err != nil {
+		return err
+	}
+	defer stopCancels()
 	adm, err := admin.New(admin.Config{Queue: q, Control: ctl, Log: log, Registerer: reg, LaneWait: c.laneWait, Interval: c.dispatch.Interval, Instance: c.dispatch.InstanceID, Tracing: tp})
 	if err != nil {
 		return err

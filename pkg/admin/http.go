@@ -27,6 +27,7 @@ func (s *Service) Handler(token string) http.Handler {
 	r.Use(s.authorize(token))
 	r.Get("/v1/clients", s.handle(s.getClients))                      // ?sort=backlog|age|next&limit=&page=&search=
 	r.Get("/v1/requests/{id}", s.handle(s.getRequest))                // ?client=
+	r.Delete("/v1/requests/{id}", s.handle(s.deleteRequest))          // ?client= (cancel)
 	r.Get("/v1/deadletters", s.handle(s.getDeadLetters))              // ?client=&id=&reason=&since=&until=&limit=
 	r.Post("/v1/replay", s.handle(s.postReplay))                      // {"id","client","reason","since","until","all","dry_run"}
 	r.Get("/v1/steering", s.handle(s.getSteering))                    //
@@ -104,6 +105,10 @@ func (s *Service) getClients(r *http.Request) (any, error) {
 
 func (s *Service) getRequest(r *http.Request) (any, error) {
 	return s.Request(r.Context(), chi.URLParam(r, "id"), r.URL.Query().Get("client"))
+}
+
+func (s *Service) deleteRequest(r *http.Request) (any, error) {
+	return s.Cancel(r.Context(), r.URL.Query().Get("client"), chi.URLParam(r, "id"))
 }
 
 func (s *Service) getDeadLetters(r *http.Request) (any, error) {
@@ -260,6 +265,12 @@ func (s *Service) handle(fn func(*http.Request) (any, error)) http.HandlerFunc {
 		switch {
 		case errors.Is(err, ErrInvalid):
 			httpapi.WriteProblem(w, httpapi.Problem{Status: http.StatusBadRequest, Code: "invalid", Detail: err.Error()})
+		case errors.Is(err, ErrConflict):
+			httpapi.WriteProblem(w, httpapi.Problem{Status: http.StatusConflict, Code: "conflict", Detail: err.Error()})
+		case errors.Is(err, ErrNotFound):
+			httpapi.WriteProblem(w, httpapi.Problem{Status: http.StatusNotFound, Code: "not_found", Detail: err.Error()})
+		case errors.Is(err, ErrUnavailable):
+			httpapi.WriteProblem(w, httpapi.Problem{Status: http.StatusServiceUnavailable, Code: "unavailable", RetryAfter: time.Second, Detail: err.Error()})
 		case err != nil:
 			// The cause goes to the log, not to the caller.
 			s.log.Warn().Err(err).Str("path", r.URL.Path).Msg("admin call failed")

@@ -1,7 +1,8 @@
 // Package admin is what operators do to a running service: inspect clients, requests
 // and dead letters, replay dead letters, and steer the dispatchers (intervals, pause,
 // purge). The dispatchctl command and the dispatcher's admin HTTP API are both thin
-// layers over it; neither ever deletes a request outright.
+// layers over it; neither ever deletes a request outright (a cancel is asked of the
+// dispatcher that owns the request's client, which removes it).
 package admin
 
 import (
@@ -23,6 +24,28 @@ var ErrInvalid = errors.New("invalid")
 
 func invalid(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, args...))
+}
+
+// ErrConflict marks an operation the thing's state does not allow now (a cancel of a
+// request in flight, or ended); ErrNotFound one on a thing that is not there;
+// ErrUnavailable one that cannot be made just now (no dispatcher owns the client, say).
+// The error text says what to do.
+var (
+	ErrConflict    = errors.New("conflict")
+	ErrNotFound    = errors.New("not found")
+	ErrUnavailable = errors.New("unavailable")
+)
+
+func conflict(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrConflict, fmt.Sprintf(format, args...))
+}
+
+func notFound(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrNotFound, fmt.Sprintf(format, args...))
+}
+
+func unavailable(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrUnavailable, fmt.Sprintf(format, args...))
 }
 
 // DefaultLaneWait is how long a Service waits, by default, for the dispatchers to

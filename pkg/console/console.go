@@ -141,6 +141,7 @@ func (c *Console) Handler() http.Handler {
 	mux.HandleFunc("GET "+Prefix+"deadletters", c.page(c.deadLetters))
 	mux.HandleFunc("POST "+Prefix+"deadletters/replay", c.action(c.replay))
 	mux.HandleFunc("GET "+Prefix+"request", c.page(c.request))
+	mux.HandleFunc("POST "+Prefix+"request/cancel", c.action(c.cancel))
 	mux.HandleFunc("GET "+Prefix+"steering", c.page(c.steering))
 	mux.HandleFunc("POST "+Prefix+"steering/interval", c.action(c.setInterval))
 	mux.HandleFunc(Prefix, func(w http.ResponseWriter, r *http.Request) {
@@ -338,6 +339,10 @@ func statusOf(err error) int {
 		return es.status
 	case errors.Is(err, admin.ErrInvalid):
 		return http.StatusBadRequest
+	case errors.Is(err, admin.ErrConflict):
+		return http.StatusConflict
+	case errors.Is(err, admin.ErrNotFound):
+		return http.StatusNotFound
 	default:
 		return http.StatusServiceUnavailable
 	}

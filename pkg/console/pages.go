@@ -271,6 +271,8 @@ func flashText(q url.Values) string {
 		return fmt.Sprintf("Purged: %s moved to the dead letters (reason purged).", admin.Count(n, "request", "requests"))
 	case "global":
 		return "Global interval set."
+	case "cancelled":
+		return "Cancelled: the request left its client's queue unsent; raven never receives it."
 	}
 	return ""
 }
@@ -397,6 +399,22 @@ func (c *Console) request(r *http.Request, v *view) (string, error) {
 	}
 	v.Data = d
 	return "request", nil
+}
+
+// cancel cancels a queued request (its form on the request page), and goes back to the
+// request's page, which shows it cancelled.
+func (c *Console) cancel(w http.ResponseWriter, r *http.Request) {
+	id := strings.TrimSpace(r.PostForm.Get("id"))
+	client, err := clientIDParam(r, "client")
+	if err != nil {
+		c.fail(w, r, statusOf(err), err.Error())
+		return
+	}
+	if _, err := c.cfg.Admin.Cancel(r.Context(), client, id); err != nil {
+		c.fail(w, r, statusOf(err), err.Error())
+		return
+	}
+	http.Redirect(w, r, Prefix+"request?"+url.Values{"id": {id}, "client": {client}, "flash": {"cancelled"}}.Encode(), http.StatusSeeOther)
 }
 
 type requestData struct {

@@ -95,7 +95,7 @@ func TestMethodNotAllowedSaysWhatIsAllowed(t *testing.T) {
 	for _, c := range []struct{ method, path, allow string }{
 		{http.MethodGet, "/v1/requests", "POST"},
 		{http.MethodPut, "/v1/openapi.json", "GET"},
-		{http.MethodDelete, "/v1/requests/01abc", "GET"},
+		{http.MethodPut, "/v1/requests/01abc", "GET, DELETE"},
 		{http.MethodPost, "/healthz", "GET"},
 	} {
 		rec := serve(t, ingest.Config{}, c.method, c.path, "", "", "")

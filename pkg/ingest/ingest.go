@@ -230,21 +230,23 @@ func (c Config) Validate() error {
 
 // API serves the ingest endpoints.
 type API struct {
-	cfg        Config
-	pub        Publisher
-	ready      Readiness
-	log        zerolog.Logger
-	publishing chan struct{} // a slot per publish waiting for JetStream
-	waits      chan struct{} // a slot per status read waiting for a final state
-	reads      chan struct{} // a slot per status read not waiting
-	asks       chan struct{} // a slot per ask whether a request is queued (askQueued)
-	batchBytes atomic.Int64  // bytes of the batches being read and stored
-	tracer     trace.Tracer  // nil: tracing is off
-	shares     *shares       // each tenant's (and unscoped token's) reads and delayed requests
-	backlogs   *backlogs     // who has a backlog; nil without Config.Backlogs
+	cfg         Config
+	pub         Publisher
+	ready       Readiness
+	log         zerolog.Logger
+	publishing  chan struct{} // a slot per publish waiting for JetStream
+	waits       chan struct{} // a slot per status read waiting for a final state
+	reads       chan struct{} // a slot per status read not waiting
+	asks        chan struct{} // a slot per ask whether a request is queued (askQueued)
+	batchBytes  atomic.Int64  // bytes of the batches being read and stored
+	tracer      trace.Tracer  // nil: tracing is off
+	shares      *shares       // each tenant's (and unscoped token's) reads and delayed requests
+	backlogs    *backlogs     // who has a backlog; nil without Config.Backlogs
+	cancels     Canceller     // nil: DELETE answers 501
+	cancelSlots chan struct{} // a slot per cancel being decided
 }
 
-// New returns the API.
+// New returns the API. A pub that is also a Canceller (the queue) serves cancels.
 func New(cfg Config, pub Publisher, ready Readiness, log zerolog.Logger) (*API, error) {
 	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
@@ -252,7 +254,11 @@ func New(cfg Config, pub Publisher, ready Readiness, log zerolog.Logger) (*API, 
 	}
 	a := &API{cfg: cfg, pub: pub, ready: ready, log: log.With().Str("component", "ingest").Logger(),
 		publishing: make(chan struct{}, cfg.MaxPublishing), waits: make(chan struct{}, cfg.MaxStatusWaits),
-		reads: make(chan struct{}, cfg.MaxStatusReads), asks: make(chan struct{}, maxQueuedAsks), shares: newShares()}
+		reads: make(chan struct{}, cfg.MaxStatusReads), asks: make(chan struct{}, maxQueuedAsks), shares: newShares(),
+		cancelSlots: make(chan struct{}, maxCancels)}
+	if c, ok := pub.(Canceller); ok {
+		a.cancels = c
+	}
 	if cfg.Backlogs != nil {
 		a.backlogs = newBacklogs(cfg.Backlogs, time.Second)
 	}
@@ -286,6 +292,7 @@ func endAccept(span trace.Span, outcome string, status int) {
 //	POST /v1/requests        accept a request for dispatch
 //	POST /v1/requests/batch  accept many (a JSON array or NDJSON)
 //	GET  /v1/requests/{id}   a request's status (?wait=30s: until final)
+//	DELETE /v1/requests/{id} cancel a queued request that is not in flight
 //	GET  /v1/openapi.json    the API's OpenAPI document
 //	GET  /healthz            the process is alive
 //	GET  /readyz             the queue is reachable and its streams are in place
@@ -295,6 +302,7 @@ func (a *API) Handler() http.Handler {
 	r.Method(http.MethodPost, "/v1/requests", single)
 	r.Method(http.MethodPost, "/v1/requests/batch", a.authorize(a.acceptBatch))
 	r.Method(http.MethodGet, "/v1/requests/{id}", a.authorize(a.status))
+	r.Method(http.MethodDelete, "/v1/requests/{id}", a.authorize(a.cancel))
 	r.Method(http.MethodGet, "/v1/openapi.json", openapi.Handler(openapi.Ingest()))
 	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})

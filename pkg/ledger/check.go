@@ -44,6 +44,10 @@ type Expect struct {
 	// the sender's next attempt may start. After such an attempt only the start-to-start
 	// gap is checked, as after one the sender visibly hung up on (Aborted).
 	TimedOut map[string]bool
+	// Cancelled holds the ids a cancel was answered cancelled for, each with when that
+	// cancel was asked: such a request settled without being delivered, and raven must
+	// receive no attempt of it that starts from then on, nor ever accept it.
+	Cancelled map[string]time.Time
 }
 
 // TimedOutKey names attempt number attempt of request id in Expect.TimedOut.
@@ -155,11 +159,14 @@ func (c *checker) client(client string, as []Arrival) {
 			}
 		} else {
 			for _, skipped := range c.order[client][pos:k] {
-				if !done[skipped] && !c.e.Dead[skipped] && !c.e.Replayed[skipped] {
+				if _, cancelled := c.e.Cancelled[skipped]; !done[skipped] && !c.e.Dead[skipped] && !c.e.Replayed[skipped] && !cancelled {
 					c.violate("client %q: %s attempted before %s was delivered or dead-lettered", client, a.ID, skipped)
 				}
 			}
 			pos = k
+		}
+		if at, cancelled := c.e.Cancelled[a.ID]; cancelled && !a.Start.Before(at) {
+			c.violate("client %q: raven received %s at %s, after a cancel asked at %s was answered cancelled", client, a.ID, a.Start.Format(time.RFC3339Nano), at.Format(time.RFC3339Nano))
 		}
 		if ok(a) {
 			c.deliveredOnce(client, a.ID)
@@ -206,14 +213,18 @@ func (c *checker) deliveredOnce(client, id string) {
 	c.delivered[id]++
 }
 
-// loss checks that every accepted request was delivered or dead-lettered, not both (G4).
+// loss checks that every accepted request was delivered, dead-lettered or cancelled, and
+// only one of those (G4).
 func (c *checker) loss() {
 	for _, a := range c.e.Accepted {
 		switch {
 		case c.delivered[a.ID] > 0 && c.e.Dead[a.ID]:
 			c.violate("request %s (client %q) was both delivered and dead-lettered", a.ID, a.ClientID)
+		case c.delivered[a.ID] > 0 && !c.e.Cancelled[a.ID].IsZero():
+			c.violate("request %s (client %q) was accepted by raven, yet a cancel was answered cancelled", a.ID, a.ClientID)
 		case c.delivered[a.ID] > 0:
 		case c.e.Dead[a.ID]:
+		case !c.e.Cancelled[a.ID].IsZero():
 		default:
 			c.rep.Lost++
 			c.violate("request %s (client %q) was accepted but neither delivered nor dead-lettered", a.ID, a.ClientID)

@@ -59,6 +59,7 @@ func TestSchemaFields(t *testing.T) {
 		{openapi.Admin(), "BudgetView", admin.BudgetView{}},
 		{openapi.Admin(), "InstanceBudget", admin.InstanceBudget{}},
 		{openapi.Admin(), "RequestState", admin.RequestState{}},
+		{openapi.Admin(), "CancelOutcome", admin.CancelOutcome{}},
 		{openapi.Admin(), "LaneInfo", dispatch.LaneInfo{}},
 		{openapi.Admin(), "Delivery", dispatch.Delivery{}},
 		{openapi.Admin(), "RequestRecord", request.Status{}},

@@ -159,7 +159,8 @@ func (r *eventRead) read(ctx context.Context) error {
 
 // readFrom reads the request's events from margin before where they start, each type
 // from its subject: in one round trip its acceptance, its replays and its delivery; in a
-// second its other final events (not for a status once it is delivered); in a third its
+// second its other final events (dead-lettered, purged, cancelled; not for a status once
+// it is delivered); in a third its
 // attempts, up to its final event (not for a status of a delivered request).
 func (r *eventRead) readFrom(ctx context.Context, margin time.Duration) error {
 	subject := func(typ string) string { return request.ClientEventSubject(r.client, typ) }
@@ -216,11 +217,12 @@ func (r *eventRead) readFrom(ctx context.Context, margin time.Duration) error {
 		more, err := r.scanAll(ctx, from, []scan{
 			{filter: subject(request.EventDeadLettered), stop: final(0, copyFloor)},
 			{filter: subject(request.EventPurged), stop: final(0, copyFloor)},
+			{filter: subject(request.EventCancelled), stop: final(0, copyFloor)},
 		})
 		if err != nil {
 			return err
 		}
-		finals = slices.Concat(finals, more[0], more[1])
+		finals = slices.Concat(finals, more[0], more[1], more[2])
 	}
 	if replay != nil {
 		stop := final(cycle, floor)
@@ -230,11 +232,12 @@ func (r *eventRead) readFrom(ctx context.Context, margin time.Duration) error {
 				{filter: subject(request.EventDelivered), stop: stop},
 				{filter: subject(request.EventDeadLettered), stop: stop},
 				{filter: subject(request.EventPurged), stop: stop},
+				{filter: subject(request.EventCancelled), stop: stop},
 			})
 			if err != nil {
 				return err
 			}
-			finals = slices.Concat(finals, again[0], again[1], again[2])
+			finals = slices.Concat(finals, again[0], again[1], again[2], again[3])
 		}
 	}
 	for _, f := range found {

@@ -18,7 +18,8 @@ type Role string
 // The roles.
 const (
 	// RoleIngest takes requests: it publishes them and their accepted events, creates the
-	// streams if they are missing, and reads the events for statuses. It cannot read a
+	// streams if they are missing, reads the events for statuses, and asks the
+	// dispatchers to cancel a request (the owner of its client decides, and removes it). It cannot read a
 	// queued body or a dead letter, nor touch leases or steering. It may remove a message
 	// from the request stream: its test write (WatchWrites, every 2 s) is the removal of
 	// one that does not exist, the only write that tells it the store failed, and came
@@ -33,6 +34,7 @@ const (
 	RoleDispatcher Role = "dispatcher"
 	// RoleOps is dispatchctl: steering, dead letters (read, replay: it puts a request back
 	// and writes its replayed event), purge (asked of the dispatchers through steering),
+	// cancel (asked of the dispatchers, which remove the request and write its event),
 	// inspection, and the servers' JetStream report. It reads leases but cannot write
 	// them; it cannot remove a queued request, write a dead letter or another event, nor
 	// create, change or delete streams (but for the steering bucket, which it creates if
@@ -69,7 +71,7 @@ func RolePermissions(r Role) Permissions {
 	case RoleIngest:
 		return Permissions{
 			Publish: join(
-				[]string{request.RequestPrefix + "*", request.EventPrefix + "*." + request.EventAccepted, "$JS.API.INFO", queuedSubject},
+				[]string{request.RequestPrefix + "*", request.EventPrefix + "*." + request.EventAccepted, "$JS.API.INFO", queuedSubject, cancelSubject},
 				api(RequestStream, "STREAM.INFO", "STREAM.CREATE", "STREAM.MSG.DELETE"),
 				api(DeadLetterStream, "STREAM.INFO", "STREAM.CREATE"),
 				api(EventStream, "STREAM.INFO", "STREAM.CREATE", "DIRECT.GET"),
@@ -81,21 +83,21 @@ func RolePermissions(r Role) Permissions {
 			Publish: join(
 				[]string{request.RequestPrefix + "*", request.DeadLetterPrefix + "*", request.EventPrefix + ">", request.OutcomePrefix + "*", "$JS.API.INFO",
 					"$KV." + LeaseBucket + ".>", "$KV." + ControlBucket + ".>", "$SYS.REQ.ACCOUNT.PING.STATZ", laneQuerySubject,
-					MetaSubject},
+					MetaSubject, cancelSubject},
 				api(RequestStream, managed...), api(RequestStream, reads...), api(RequestStream, "STREAM.MSG.DELETE"),
 				api(DeadLetterStream, managed...), api(DeadLetterStream, reads...), api(DeadLetterStream, "STREAM.MSG.DELETE"),
 				api(EventStream, managed...), api(EventStream, reads...),
 				api(kvLeases, managed...), api(kvLeases, reads...),
 				api(kvControl, managed...), api(kvControl, reads...),
 			),
-			Subscribe: []string{InboxPrefix(r) + ".>", request.EventPrefix + ">", laneQuerySubject, queuedSubject},
+			Subscribe: []string{InboxPrefix(r) + ".>", request.EventPrefix + ">", laneQuerySubject, queuedSubject, cancelSubject},
 			Responses: true,
 		}
 	case RoleOps:
 		return Permissions{
 			Publish: join(
 				[]string{request.RequestPrefix + "*", request.EventPrefix + "*." + request.EventReplayed, "$JS.API.INFO",
-					"$KV." + ControlBucket + ".>", "$SYS.REQ.ACCOUNT.PING.STATZ", MetaSubject, laneQuerySubject},
+					"$KV." + ControlBucket + ".>", "$SYS.REQ.ACCOUNT.PING.STATZ", MetaSubject, laneQuerySubject, cancelSubject},
 				api(RequestStream, "STREAM.INFO"), api(RequestStream, reads...),
 				api(DeadLetterStream, "STREAM.INFO"), api(DeadLetterStream, reads...), api(DeadLetterStream, "STREAM.MSG.DELETE"),
 				api(EventStream, "STREAM.INFO"), api(EventStream, reads...),

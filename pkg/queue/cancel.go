@@ -1,0 +1,143 @@
+package queue
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/penguinhq/dispatcher/pkg/request"
+)
+
+// cancelSubject is where a cancel is asked of the dispatchers (ingest's DELETE, the
+// admin API, dispatchctl cancel). Every dispatcher hears it; the one that owns the
+// client's partition decides and answers, the others keep quiet (ADR 13). Core NATS
+// request/reply: the decision is stored by the owner itself (the cancelled event and the
+// removal), never by the asker.
+const cancelSubject = "dispatch.ctl.cancel"
+
+// maxCancelWork bounds a dispatcher's work on one cancel (the search of the client's
+// queue and the removal), whatever the asker says; maxCancelsAtOnce bounds the cancels
+// one dispatcher works on at once (more are not answered: the asker sees no owner).
+const (
+	maxCancelWork    = 5 * time.Second
+	maxCancelsAtOnce = 16
+)
+
+// The outcomes of a cancel, as CancelAnswer.Outcome says them.
+const (
+	CancelCancelled = "cancelled"  // it left the queue unsent; raven never receives it
+	CancelInFlight  = "in_flight"  // an attempt is under way (or it is being dead-lettered)
+	CancelNotQueued = "not_queued" // not in its client's queue: it ended, or was never accepted
+	CancelHandover  = "handover"   // the client's partition changed hands lately; ask again after Until
+)
+
+type cancelAsk struct {
+	ClientID string `json:"clientId"`
+	ID       string `json:"id"`
+	// WithinMs is how long the asker waits for the answer, in milliseconds: the owner
+	// gives up then (at most maxCancelWork), relative so that clocks apart do not matter.
+	WithinMs int64 `json:"withinMs"`
+}
+
+// CancelAnswer is the owner's answer to a cancel.
+type CancelAnswer struct {
+	Outcome  string `json:"outcome"`
+	Instance string `json:"instance"`
+	// For CancelCancelled: what the request was, and when its removal landed.
+	At         time.Time `json:"at,omitzero"`
+	AcceptedAt time.Time `json:"acceptedAt,omitzero"`
+	NotBefore  time.Time `json:"notBefore,omitzero"`
+	NotAfter   time.Time `json:"notAfter,omitzero"`
+	Cycle      int       `json:"cycle,omitempty"`
+	// Until is, for CancelHandover, when an earlier owner's attempts have surely ended.
+	Until time.Time `json:"until,omitzero"`
+	// Error says the owner could not decide (the queue did not answer in time, say).
+	Error string `json:"error,omitempty"`
+}
+
+// Status is the cancelled request's status, for CancelCancelled.
+func (a CancelAnswer) Status(clientID, id string) request.Status {
+	return request.Status{ID: id, ClientID: clientID, State: request.StateCancelled, AcceptedAt: a.AcceptedAt,
+		NotBefore: a.NotBefore, NotAfter: a.NotAfter, Replays: a.Cycle, CancelledAt: a.At, UpdatedAt: a.At}
+}
+
+// ServeCancels answers cancels on cancelSubject with decide, given the subject the
+// client's requests are stored on, until stop is called. decide says answer false when
+// this dispatcher does not own the client: it keeps quiet, and the owner answers.
+func (q *Queue) ServeCancels(decide func(ctx context.Context, subject, id string) (a CancelAnswer, answer bool)) (stop func(), err error) {
+	slots := make(chan struct{}, maxCancelsAtOnce)
+	sub, err := q.nc.Subscribe(cancelSubject, func(m *nats.Msg) {
+		var ask cancelAsk
+		if json.Unmarshal(m.Data, &ask) != nil || request.ValidateClientID(ask.ClientID) != nil || request.ValidateID(ask.ID) != nil {
+			return // not asked by this service: the asker times out
+		}
+		within := min(time.Duration(ask.WithinMs)*time.Millisecond, maxCancelWork)
+		if within <= 0 {
+			return
+		}
+		select {
+		case slots <- struct{}{}:
+		default:
+			return
+		}
+		go func() {
+			defer func() { <-slots }()
+			ctx, cancel := context.WithTimeout(context.Background(), within)
+			defer cancel()
+			a, ok := decide(ctx, q.StoredSubject(ask.ClientID), ask.ID)
+			if !ok {
+				return
+			}
+			b, _ := json.Marshal(a)
+			_ = m.Respond(b)
+		}()
+	})
+	if err != nil {
+		return nil, fmt.Errorf("serving cancels: %w", err)
+	}
+	return func() { _ = sub.Unsubscribe() }, nil
+}
+
+// ErrNoOwner is AskCancel's error when dispatchers run but none answered in time: the
+// client's partition has no owner just now (a handover, or every dispatcher busy).
+var ErrNoOwner = errors.New("no dispatcher owns the request's client just now")
+
+// AskCancel asks the dispatchers to cancel request id of client clientID, and gives the
+// owner's answer. ErrNoDispatcher: none runs; ErrNoOwner: none answered within ctx (or
+// maxCancelWork). An answer with Error set is returned as an error.
+func (q *Queue) AskCancel(ctx context.Context, clientID, id string) (CancelAnswer, error) {
+	if err := request.ValidateClientID(clientID); err != nil {
+		return CancelAnswer{}, err
+	}
+	if err := request.ValidateID(id); err != nil {
+		return CancelAnswer{}, err
+	}
+	within := maxCancelWork
+	if by, has := ctx.Deadline(); has {
+		within = min(time.Until(by), maxCancelWork)
+	}
+	ctx, cancel := context.WithTimeout(ctx, within)
+	defer cancel()
+	b, _ := json.Marshal(cancelAsk{ClientID: clientID, ID: id, WithinMs: within.Milliseconds()})
+	m, err := q.nc.RequestWithContext(ctx, cancelSubject, b)
+	switch {
+	case errors.Is(err, nats.ErrNoResponders):
+		return CancelAnswer{}, ErrNoDispatcher
+	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout):
+		return CancelAnswer{}, ErrNoOwner
+	case err != nil:
+		return CancelAnswer{}, fmt.Errorf("asking the dispatchers to cancel %s: %w", id, err)
+	}
+	var a CancelAnswer
+	if err := json.Unmarshal(m.Data, &a); err != nil {
+		return CancelAnswer{}, fmt.Errorf("asking the dispatchers to cancel %s: %w", id, err)
+	}
+	if a.Error != "" {
+		return a, fmt.Errorf("the dispatcher %s cancelling %s: %s", a.Instance, id, a.Error)
+	}
+	return a, nil
+}
