@@ -90,8 +90,8 @@ type stack struct {
 
 	mu          sync.Mutex
 	accepted    []ledger.Accepted
-	unavailable int             // 503 answers: their requests may have been stored all the same
-	replayed    map[string]bool // ids replayed from the dead-letter stream
+	unavailable int                  // 503 answers: their requests may have been stored all the same
+	replayed    map[string]bool      // ids replayed from the dead-letter stream
 	cancelled   map[string]time.Time // ids a cancel was answered cancelled for: when it was asked
 
 	// attemptsOnce makes the ledger check that no attempt arrived twice: for tests in

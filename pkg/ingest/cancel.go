@@ -7,8 +7,6 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/go-chi/chi/v5"
-
 	"github.com/penguinhq/dispatcher/pkg/queue"
 	"github.com/penguinhq/dispatcher/pkg/request"
 )
@@ -32,18 +30,9 @@ const (
 // an attempt is under way or it has ended otherwise, 404 when it is unknown, 503 with
 // Retry-After when it cannot be decided now.
 func (a *API) cancel(w http.ResponseWriter, r *http.Request, scope *Scope) {
-	id := chi.URLParam(r, "id")
-	if err := request.ValidateID(id); err != nil {
-		writeProblem(w, *badRequest("id_invalid", fmt.Sprintf("%q is not a request id: %s", truncate(id, 64), err)))
-		return
-	}
-	clientID := r.URL.Query().Get("clientId")
-	if clientID == "" {
-		writeProblem(w, *badRequest("client_id_missing", fmt.Sprintf("a cancel names the request's client as well: DELETE /v1/requests/%s?clientId=<its clientId> (the 202 answer gave both)", id)))
-		return
-	}
-	if err := request.ValidateClientID(clientID); err != nil {
-		writeProblem(w, *badRequest("client_id_invalid", fmt.Sprintf("clientId %q: %s", truncate(clientID, 64), err)))
+	id, clientID, p := requestNamed(r, "a cancel", "")
+	if p != nil {
+		writeProblem(w, *p)
 		return
 	}
 	if a.cancels == nil {

@@ -25,18 +25,9 @@ func (a *API) status(w http.ResponseWriter, r *http.Request, scope *Scope) {
 			Detail: "request status is off on this ingest (EVENTS=false): turn events on to read statuses"})
 		return
 	}
-	id := chi.URLParam(r, "id")
-	if err := request.ValidateID(id); err != nil {
-		writeProblem(w, *badRequest("id_invalid", fmt.Sprintf("%q is not a request id: %s", truncate(id, 64), err)))
-		return
-	}
-	clientID := r.URL.Query().Get("clientId")
-	if clientID == "" {
-		writeProblem(w, *badRequest("client_id_missing", fmt.Sprintf("a status read names the request's client as well: GET /v1/requests/%s?clientId=<its clientId> (the 202 answer gave both); statuses are kept by client", id)))
-		return
-	}
-	if err := request.ValidateClientID(clientID); err != nil {
-		writeProblem(w, *badRequest("client_id_invalid", fmt.Sprintf("clientId %q: %s", truncate(clientID, 64), err)))
+	id, clientID, p := requestNamed(r, "a status read", "; statuses are kept by client")
+	if p != nil {
+		writeProblem(w, *p)
 		return
 	}
 	var wait time.Duration
@@ -86,6 +77,24 @@ func (a *API) status(w http.ResponseWriter, r *http.Request, scope *Scope) {
 		return
 	}
 	writeJSON(w, http.StatusOK, st)
+}
+
+// requestNamed reads the request a call names: its id in the path and its client in
+// ?clientId= (what, such as "a status read", is said in the problem when one is
+// missing, with why).
+func requestNamed(r *http.Request, what, why string) (id, clientID string, p *problem) {
+	id = chi.URLParam(r, "id")
+	if err := request.ValidateID(id); err != nil {
+		return "", "", badRequest("id_invalid", fmt.Sprintf("%q is not a request id: %s", truncate(id, 64), err))
+	}
+	clientID = r.URL.Query().Get("clientId")
+	if clientID == "" {
+		return "", "", badRequest("client_id_missing", fmt.Sprintf("%s names the request's client as well: %s /v1/requests/%s?clientId=<its clientId> (the 202 answer gave both)%s", what, r.Method, id, why))
+	}
+	if err := request.ValidateClientID(clientID); err != nil {
+		return "", "", badRequest("client_id_invalid", fmt.Sprintf("clientId %q: %s", truncate(clientID, 64), err))
+	}
+	return id, clientID, nil
 }
 
 // WaitCappedHeader is on a status answer whose ?wait was over MaxStatusWait

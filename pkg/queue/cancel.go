@@ -116,24 +116,13 @@ func (q *Queue) AskCancel(ctx context.Context, clientID, id string) (CancelAnswe
 	if err := request.ValidateID(id); err != nil {
 		return CancelAnswer{}, err
 	}
-	within := maxCancelWork
-	if by, has := ctx.Deadline(); has {
-		within = min(time.Until(by), maxCancelWork)
-	}
-	ctx, cancel := context.WithTimeout(ctx, within)
-	defer cancel()
-	b, _ := json.Marshal(cancelAsk{ClientID: clientID, ID: id, WithinMs: within.Milliseconds()})
-	m, err := q.nc.RequestWithContext(ctx, cancelSubject, b)
-	switch {
-	case errors.Is(err, nats.ErrNoResponders):
-		return CancelAnswer{}, ErrNoDispatcher
-	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout):
-		return CancelAnswer{}, ErrNoOwner
-	case err != nil:
-		return CancelAnswer{}, fmt.Errorf("asking the dispatchers to cancel %s: %w", id, err)
-	}
 	var a CancelAnswer
-	if err := json.Unmarshal(m.Data, &a); err != nil {
+	if err := q.askDispatchers(ctx, cancelSubject, maxCancelWork, func(within time.Duration) any {
+		return cancelAsk{ClientID: clientID, ID: id, WithinMs: within.Milliseconds()}
+	}, &a); err != nil {
+		if errors.Is(err, ErrNoDispatcher) || errors.Is(err, ErrNoOwner) {
+			return CancelAnswer{}, err
+		}
 		return CancelAnswer{}, fmt.Errorf("asking the dispatchers to cancel %s: %w", id, err)
 	}
 	if a.Error != "" {

@@ -80,6 +80,29 @@ func (q *Queue) ServeQueuedLookups() (stop func(), err error) {
 // none serves lookups (an older version).
 var ErrNoDispatcher = errors.New("no dispatcher answered")
 
+// askDispatchers asks the dispatchers on subject, within ctx's deadline (at most most),
+// and decodes the first answer into answer. ask makes the question, given how long the
+// asker waits. ErrNoDispatcher: none listens; ErrNoOwner: none answered in time.
+func (q *Queue) askDispatchers(ctx context.Context, subject string, most time.Duration, ask func(within time.Duration) any, answer any) error {
+	within := most
+	if by, has := ctx.Deadline(); has {
+		within = min(time.Until(by), most)
+	}
+	ctx, cancel := context.WithTimeout(ctx, within)
+	defer cancel()
+	b, _ := json.Marshal(ask(within))
+	m, err := q.nc.RequestWithContext(ctx, subject, b)
+	switch {
+	case errors.Is(err, nats.ErrNoResponders):
+		return ErrNoDispatcher
+	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout):
+		return ErrNoOwner
+	case err != nil:
+		return err
+	}
+	return json.Unmarshal(m.Data, answer)
+}
+
 // AskQueued asks the dispatchers whether request id of client clientID is queued, and
 // if so gives its status as the queue says it: queued, since it was stored, not before
 // its time (its place in the queue is Place's to say). ok is false when it is not
@@ -91,24 +114,10 @@ func (q *Queue) AskQueued(ctx context.Context, clientID, id string) (st request.
 	if err := request.ValidateID(id); err != nil {
 		return request.Status{}, false, err
 	}
-	within := maxQueuedScan
-	if by, has := ctx.Deadline(); has {
-		within = time.Until(by)
-	} else {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, within)
-		defer cancel()
-	}
-	b, _ := json.Marshal(queuedAsk{ClientID: clientID, ID: id, WithinMs: within.Milliseconds()})
-	m, err := q.nc.RequestWithContext(ctx, queuedSubject, b)
-	if errors.Is(err, nats.ErrNoResponders) {
-		return request.Status{}, false, ErrNoDispatcher
-	}
-	if err != nil {
-		return request.Status{}, false, fmt.Errorf("asking the dispatchers about %s: %w", id, err)
-	}
 	var ans queuedAnswer
-	if err := json.Unmarshal(m.Data, &ans); err != nil {
+	if err := q.askDispatchers(ctx, queuedSubject, maxQueuedScan, func(within time.Duration) any {
+		return queuedAsk{ClientID: clientID, ID: id, WithinMs: within.Milliseconds()}
+	}, &ans); err != nil {
 		return request.Status{}, false, fmt.Errorf("asking the dispatchers about %s: %w", id, err)
 	}
 	if ans.Error != "" {
