@@ -375,6 +375,12 @@ func (a *API) accept(w http.ResponseWriter, r *http.Request, scope *Scope) {
 			Detail: "too many requests are being stored at once; this one was not accepted; retry after the Retry-After delay"})
 		return
 	}
+	var wt *waiting // Prefer: wait, its watch started before the request is stored
+	if waits && a.cfg.Status != nil {
+		if wt = a.startWait(scope, req.ClientID, req.ID, wait); wt != nil {
+			defer wt.release()
+		}
+	}
 	ctx := r.Context()
 	var span trace.Span
 	if a.tracer != nil {
@@ -414,14 +420,14 @@ func (a *API) accept(w http.ResponseWriter, r *http.Request, scope *Scope) {
 	if receipt.Duplicate {
 		a.unadmit(scope, req) // it was counted when first stored
 	}
-	a.stored(req, receipt)
-	if waits && a.cfg.Status != nil {
+	acc := a.stored(req, receipt)
+	if wt != nil {
 		<-a.publishing // not held through the wait
 		publishing = false
 		cancel()
 		putBuffer(buf) // the body is stored: a wait does not hold it
 		buf = nil
-		if a.answerWhenFinal(w, r, scope, req.ClientID, req.ID, wait) {
+		if a.answerWhenFinal(w, r, scope, wt, acc, receipt.Duplicate) {
 			return
 		}
 	}
@@ -430,20 +436,25 @@ func (a *API) accept(w http.ResponseWriter, r *http.Request, scope *Scope) {
 
 // stored counts and records a request the queue acknowledged: its accepted event is
 // written in the background, not waited for (a status read may say unknown for the
-// moment it takes).
-func (a *API) stored(req request.Request, receipt request.Receipt) {
+// moment it takes). It returns the event (without the body's digest).
+func (a *API) stored(req request.Request, receipt request.Receipt) (accepted request.Event) {
 	if receipt.Duplicate {
 		a.cfg.Metrics.outcome("duplicate")
 	} else {
 		a.cfg.Metrics.outcome("accepted")
 	}
+	now := time.Now()
+	accepted = request.Event{Type: request.EventAccepted, ID: req.ID, ClientID: req.ClientID, At: now,
+		Seq: receipt.Seq, NotBefore: req.NotBefore, NotAfter: req.NotAfter, AcceptedAt: now, Instance: a.cfg.Instance}
 	if a.cfg.Events != nil {
-		a.cfg.Events.Record(request.Event{Type: request.EventAccepted, ID: req.ID, ClientID: req.ClientID, At: time.Now(),
-			Seq: receipt.Seq, NotBefore: req.NotBefore, NotAfter: req.NotAfter, AcceptedAt: time.Now(), Instance: a.cfg.Instance, BodyDigest: bodyDigest(req)})
+		ev := accepted
+		ev.BodyDigest = bodyDigest(req)
+		a.cfg.Events.Record(ev)
 	}
 	if ev := a.log.Debug(); ev.Enabled() {
 		ev.Func(tracing.Log(req.TraceParent)).Str("client_id", req.ClientID).Str("request_id", req.ID).Uint64("seq", receipt.Seq).Bool("duplicate", receipt.Duplicate).Msg("request accepted")
 	}
+	return accepted
 }
 
 // publishProblem is the one map from queue errors to HTTP answers.

@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/penguinhq/dispatcher/pkg/request"
 )
 
 // PreferenceAppliedHeader is on an answer to a POST that asked, with Prefer: wait=N
@@ -44,40 +46,85 @@ func preferWait(h http.Header) (time.Duration, bool, *problem) {
 	return wait, found, nil
 }
 
-// answerWhenFinal holds the answer to a POST that asked to wait (Prefer: wait), as a
-// status read with ?wait does, until the request it stored is final (delivered,
-// dead-lettered) or the wait ends, and answers 200 with its status then, raven's answer
-// included: true when it answered. False, with Preference-Applied set when it waited,
-// when the wait ended first: the caller answers 202 as it would have, the request being
-// queued as before. It waits only with a waiting status read's slot (MAX_STATUS_WAITS,
-// and the token's share of them); without one it does not wait, and says nothing.
-func (a *API) answerWhenFinal(w http.ResponseWriter, r *http.Request, scope *Scope, clientID, id string, wait time.Duration) bool {
+// waiting is a POST's wait for its request's end (Prefer: wait): its slot, and the
+// watch of the request's events, started before the request is stored so that it hears
+// every one of them: a new request's final status then needs no read of the record.
+type waiting struct {
+	wait    time.Duration
+	watch   *watching
+	release func()
+}
+
+// startWait takes a waiting status read's slot (MAX_STATUS_WAITS, and the token's share
+// of them) and starts watching request id's events, before the request is stored. Nil
+// when there is no slot, or the watch cannot start: the POST then does not wait, and
+// says nothing of it.
+func (a *API) startWait(scope *Scope, clientID, id string, wait time.Duration) *waiting {
 	wait = min(wait, a.cfg.MaxStatusWait)
 	if wait <= 0 {
-		return false
+		return nil
 	}
 	select {
 	case a.waits <- struct{}{}:
-		defer func() { <-a.waits }()
 	default:
-		return false
+		return nil
 	}
 	release, p := a.takeTenantRead(scope, true)
 	if p != nil {
-		return false
+		<-a.waits
+		return nil
 	}
-	defer release()
-	w.Header().Set(PreferenceAppliedHeader, "wait="+strconv.Itoa(int(wait/time.Second)))
-	st, err := a.readStatus(r.Context(), w, clientID, id, wait, scope, false)
+	watch, err := a.watch(clientID, id)
 	if err != nil {
-		if r.Context().Err() == nil {
-			a.log.Debug().Err(err).Str("request_id", id).Msg("waiting for a final state to answer a POST failed; answering 202")
+		release()
+		<-a.waits
+		return nil
+	}
+	return &waiting{wait: wait, watch: watch, release: func() { watch.stop(); release(); <-a.waits }}
+}
+
+// answerWhenFinal holds the answer to a POST that asked to wait (Prefer: wait), as a
+// status read with ?wait does, until the request it stored is final (delivered,
+// dead-lettered, cancelled) or the wait ends, and answers 200 with its status then,
+// raven's answer included: true when it answered. False, with Preference-Applied set,
+// when the wait ended first: the caller answers 202 as it would have, the request being
+// queued as before.
+//
+// A new request's status is worked out from its accepted event and the events its
+// watch heard, without a read: the watch began before the request was stored. One sent
+// again with its Idempotency-Key (dup) may have ended before: its record is read.
+func (a *API) answerWhenFinal(w http.ResponseWriter, r *http.Request, scope *Scope, wt *waiting, accepted request.Event, dup bool) bool {
+	w.Header().Set(PreferenceAppliedHeader, "wait="+strconv.Itoa(int(wt.wait/time.Second)))
+	if dup {
+		st, err := a.readStatus(r.Context(), w, accepted.ClientID, accepted.ID, wt.wait, scope, false)
+		if err != nil {
+			if r.Context().Err() == nil {
+				a.log.Debug().Err(err).Str("request_id", accepted.ID).Msg("waiting for a final state to answer a POST failed; answering 202")
+			}
+			return false
 		}
-		return false
+		if !st.Final() {
+			return false
+		}
+		writeJSON(w, http.StatusOK, st)
+		return true
 	}
-	if !st.Final() {
-		return false
+	// The server's write timeout is for answers that do not wait: this one may.
+	_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(wt.wait + 10*time.Second))
+	timer := time.NewTimer(wt.wait)
+	defer timer.Stop()
+	for {
+		st := request.StatusOf(accepted.ID, append([]request.Event{accepted}, wt.watch.events()...))
+		if st.Final() {
+			writeJSON(w, http.StatusOK, st)
+			return true
+		}
+		select {
+		case <-wt.watch.changed:
+		case <-timer.C:
+			return false
+		case <-r.Context().Done():
+			return false
+		}
 	}
-	writeJSON(w, http.StatusOK, st)
-	return true
 }

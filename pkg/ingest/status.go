@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
@@ -115,25 +116,15 @@ func (a *API) readStatus(ctx context.Context, w http.ResponseWriter, clientID, i
 		// Another tenant's request reads as one never sent: its id says nothing.
 		return request.StatusOf(id, nil), nil
 	}
-	var mu sync.Mutex
-	var heard []request.Event
-	changed := make(chan struct{}, 1)
+	watch := &watching{}
 	if wait > 0 {
 		// The server's write timeout is for answers that do not wait: this one may.
 		_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(wait + 10*time.Second))
-		stop, err := a.cfg.Status.WatchEvents(clientID, id, func(e request.Event) {
-			mu.Lock()
-			heard = append(heard, e)
-			mu.Unlock()
-			select {
-			case changed <- struct{}{}:
-			default:
-			}
-		})
-		if err != nil {
+		var err error
+		if watch, err = a.watch(clientID, id); err != nil {
 			return request.Status{}, err
 		}
-		defer stop()
+		defer watch.stop()
 	}
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
@@ -145,9 +136,7 @@ func (a *API) readStatus(ctx context.Context, w http.ResponseWriter, clientID, i
 		if err != nil {
 			return request.Status{}, err
 		}
-		mu.Lock()
-		events = append(events, heard...)
-		mu.Unlock()
+		events = append(events, watch.events()...)
 		st := request.StatusOf(id, events)
 		if st.ClientID != "" && st.ClientID != clientID {
 			// Read before ADR 10 by id alone: another client's request is not this one.
@@ -163,13 +152,47 @@ func (a *API) readStatus(ctx context.Context, w http.ResponseWriter, clientID, i
 			return a.placed(ctx, st, lookup), nil
 		}
 		select {
-		case <-changed:
+		case <-watch.changed:
 		case <-timer.C:
 			return a.placed(ctx, st, lookup), nil
 		case <-ctx.Done():
 			return st, ctx.Err()
 		}
 	}
+}
+
+// watching is a watch of one request's events: those heard so far, and a signal at each.
+type watching struct {
+	mu      sync.Mutex
+	heard   []request.Event
+	changed chan struct{} // nil: not watching
+	stop    func()
+}
+
+// watch starts watching request id of clientID's events from now on.
+func (a *API) watch(clientID, id string) (*watching, error) {
+	wt := &watching{changed: make(chan struct{}, 1)}
+	stop, err := a.cfg.Status.WatchEvents(clientID, id, func(e request.Event) {
+		wt.mu.Lock()
+		wt.heard = append(wt.heard, e)
+		wt.mu.Unlock()
+		select {
+		case wt.changed <- struct{}{}:
+		default:
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	wt.stop = stop
+	return wt, nil
+}
+
+// events are the events heard so far.
+func (wt *watching) events() []request.Event {
+	wt.mu.Lock()
+	defer wt.mu.Unlock()
+	return slices.Clone(wt.heard)
 }
 
 // askQueued looks for a request without a status record in the queue itself, through
