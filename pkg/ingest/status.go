@@ -128,6 +128,14 @@ func (a *API) readStatus(ctx context.Context, w http.ResponseWriter, clientID, i
 	}
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
+	// The watch hears only what is published once its subscription is in place, and an
+	// event published a moment before that may be stored only after the first read
+	// (the stream stores, and with fsync on syncs, after it passes a message on): neither
+	// sees it. So the record is read again now and then, sooner first: such a final event
+	// is then found within a quarter of a second, not at the end of the wait.
+	every := firstReread
+	reread := time.NewTimer(every)
+	defer reread.Stop()
 	asked := !lookup
 	for {
 		rctx, cancel := context.WithTimeout(ctx, statusReadTimeout)
@@ -153,6 +161,9 @@ func (a *API) readStatus(ctx context.Context, w http.ResponseWriter, clientID, i
 		}
 		select {
 		case <-watch.changed:
+		case <-reread.C:
+			every = min(2*every, maxReread)
+			reread.Reset(every)
 		case <-timer.C:
 			return a.placed(ctx, st, lookup), nil
 		case <-ctx.Done():
@@ -160,6 +171,13 @@ func (a *API) readStatus(ctx context.Context, w http.ResponseWriter, clientID, i
 		}
 	}
 }
+
+// firstReread and maxReread space a waiting read's own reads of the record, beside its
+// watch: a quarter of a second after it began, then twice as long each time, up to 8 s.
+const (
+	firstReread = 250 * time.Millisecond
+	maxReread   = 8 * time.Second
+)
 
 // watching is a watch of one request's events: those heard so far, and a signal at each.
 type watching struct {
