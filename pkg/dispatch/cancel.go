@@ -133,7 +133,7 @@ type CancelResult struct {
 	Outcome CancelOutcome
 	// Request is the request cancelled (no body), for Cancelled.
 	Request request.Stored
-	// At is when its removal landed, for Cancelled.
+	// At is when it was cancelled (its cancelled event's time), for Cancelled.
 	At time.Time
 	// Until is when an earlier owner's attempts have surely ended, for CancelHandover.
 	Until time.Time
@@ -209,17 +209,17 @@ func (d *Dispatcher) cancel(ctx context.Context, subject, id string, own ownAnsw
 	if !ok {
 		return CancelResult{Outcome: CancelNotQueued}, nil
 	}
+	at := d.now() // the event's time, and the answer's: a status read later says the same
 	var unwritten *request.Event
 	if d.cfg.Events != nil {
 		ev := eventOf(st, request.EventCancelled)
-		ev.At = d.now()
+		ev.At = at
 		unwritten = d.writeNow(ctx, ev, own.validUntil)
 	}
 	if err := d.keepThenDelete(st, unwritten)(ctx); err != nil {
 		return CancelResult{}, fmt.Errorf("removing %s from its client's queue: %w", id, err)
 	}
-	at := d.now()
-	if !by.IsZero() && at.After(by) {
+	if !by.IsZero() && d.now().After(by) {
 		d.log.Warn().Str("client_id", st.ClientID).Str("request_id", st.ID).Msg("cancelled request removed only after the partition's lease could have lapsed; not answered as cancelled")
 		return CancelResult{}, ErrCancelLate
 	}
