@@ -26,19 +26,12 @@ func ServeCancels(q *queue.Queue, d *dispatch.Dispatcher, instance string, log z
 			a.Error = err.Error()
 			return a, true
 		}
-		switch res.Outcome {
-		case dispatch.CancelNotOwner:
+		if res.Outcome == dispatch.CancelNotOwner {
 			return a, false
-		case dispatch.Cancelled:
-			a.Outcome, a.At = queue.CancelCancelled, res.At
-			a.AcceptedAt, a.NotBefore, a.NotAfter, a.Cycle = res.Request.AcceptedAt, res.Request.NotBefore, res.Request.NotAfter, res.Request.Cycle
-		case dispatch.CancelInFlight:
-			a.Outcome = queue.CancelInFlight
-		case dispatch.CancelNotQueued:
-			a.Outcome = queue.CancelNotQueued
-		case dispatch.CancelHandover:
-			a.Outcome, a.Until = queue.CancelHandover, res.Until
 		}
+		a.Outcome = res.Outcome.String() // the queue's Cancel* words are these
+		a.At, a.Until = res.At, res.Until
+		a.AcceptedAt, a.NotBefore, a.NotAfter, a.Cycle = res.Request.AcceptedAt, res.Request.NotBefore, res.Request.NotAfter, res.Request.Cycle
 		return a, true
 	})
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/penguinhq/dispatcher/pkg/request"
@@ -35,8 +36,8 @@ import (
 //     removal landed: refused too, as the generation it read before its head read has
 //     moved on (the cancel moves it on as it lets the mark go).
 type sending struct {
+	gen        atomic.Uint64 // moved on under mu; read without it by look
 	mu         sync.Mutex
-	gen        uint64
 	attempting map[string]string // subject: id of the request committed to
 	cancelling map[string]int    // ids being cancelled
 }
@@ -45,19 +46,16 @@ func newSending() *sending {
 	return &sending{attempting: map[string]string{}, cancelling: map[string]int{}}
 }
 
-// look is the generation, read by a worker before it reads its client's head.
-func (s *sending) look() uint64 {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.gen
-}
+// look is the generation, read by a worker before it reads its client's head (every
+// attempt's path: no lock).
+func (s *sending) look() uint64 { return s.gen.Load() }
 
 // commit says whether the worker that read gen before reading request id at subject's
 // head may send it (or dead-letter it): no cancel marked it, nor let a mark go since.
 func (s *sending) commit(subject, id string, gen uint64) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.gen != gen || s.cancelling[id] > 0 {
+	if s.gen.Load() != gen || s.cancelling[id] > 0 {
 		return false
 	}
 	s.attempting[subject] = id
@@ -91,7 +89,7 @@ func (s *sending) unmark(id string) {
 	if s.cancelling[id]--; s.cancelling[id] <= 0 {
 		delete(s.cancelling, id)
 	}
-	s.gen++
+	s.gen.Add(1)
 }
 
 // CancelOutcome says how a cancel ended.

@@ -117,6 +117,8 @@ func (a *API) readStatus(ctx context.Context, w http.ResponseWriter, clientID, i
 		return request.StatusOf(id, nil), nil
 	}
 	watch := &watching{}
+	var timer, reread *time.Timer
+	every := firstReread
 	if wait > 0 {
 		// The server's write timeout is for answers that do not wait: this one may.
 		_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(wait + 10*time.Second))
@@ -125,17 +127,17 @@ func (a *API) readStatus(ctx context.Context, w http.ResponseWriter, clientID, i
 			return request.Status{}, err
 		}
 		defer watch.stop()
+		timer = time.NewTimer(wait)
+		defer timer.Stop()
+		// The watch hears only what is published once its subscription is in place, and
+		// an event published a moment before that may be stored only after the first read
+		// (the stream stores, and with fsync on syncs, after it passes a message on):
+		// neither sees it. So the record is read again now and then, sooner first: such a
+		// final event is then found within a quarter of a second, not at the end of the
+		// wait.
+		reread = time.NewTimer(every)
+		defer reread.Stop()
 	}
-	timer := time.NewTimer(wait)
-	defer timer.Stop()
-	// The watch hears only what is published once its subscription is in place, and an
-	// event published a moment before that may be stored only after the first read
-	// (the stream stores, and with fsync on syncs, after it passes a message on): neither
-	// sees it. So the record is read again now and then, sooner first: such a final event
-	// is then found within a quarter of a second, not at the end of the wait.
-	every := firstReread
-	reread := time.NewTimer(every)
-	defer reread.Stop()
 	asked := !lookup
 	for {
 		rctx, cancel := context.WithTimeout(ctx, statusReadTimeout)

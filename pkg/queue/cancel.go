@@ -35,14 +35,6 @@ const (
 	CancelHandover  = "handover"   // the client's partition changed hands lately; ask again after Until
 )
 
-type cancelAsk struct {
-	ClientID string `json:"clientId"`
-	ID       string `json:"id"`
-	// WithinMs is how long the asker waits for the answer, in milliseconds: the owner
-	// gives up then (at most maxCancelWork), relative so that clocks apart do not matter.
-	WithinMs int64 `json:"withinMs"`
-}
-
 // CancelAnswer is the owner's answer to a cancel.
 type CancelAnswer struct {
 	Outcome  string `json:"outcome"`
@@ -71,13 +63,9 @@ func (a CancelAnswer) Status(clientID, id string) request.Status {
 func (q *Queue) ServeCancels(decide func(ctx context.Context, subject, id string) (a CancelAnswer, answer bool)) (stop func(), err error) {
 	slots := make(chan struct{}, maxCancelsAtOnce)
 	sub, err := q.nc.Subscribe(cancelSubject, func(m *nats.Msg) {
-		var ask cancelAsk
-		if json.Unmarshal(m.Data, &ask) != nil || request.ValidateClientID(ask.ClientID) != nil || request.ValidateID(ask.ID) != nil {
-			return // not asked by this service: the asker times out
-		}
-		within := min(time.Duration(ask.WithinMs)*time.Millisecond, maxCancelWork)
-		if within <= 0 {
-			return
+		ask, within, ok := readAsk(m, maxCancelWork)
+		if !ok {
+			return // not asked by this service (the asker times out), or given up
 		}
 		select {
 		case slots <- struct{}{}:
@@ -117,9 +105,7 @@ func (q *Queue) AskCancel(ctx context.Context, clientID, id string) (CancelAnswe
 		return CancelAnswer{}, err
 	}
 	var a CancelAnswer
-	if err := q.askDispatchers(ctx, cancelSubject, maxCancelWork, func(within time.Duration) any {
-		return cancelAsk{ClientID: clientID, ID: id, WithinMs: within.Milliseconds()}
-	}, &a); err != nil {
+	if err := q.askDispatchers(ctx, cancelSubject, clientID, id, maxCancelWork, &a); err != nil {
 		if errors.Is(err, ErrNoDispatcher) || errors.Is(err, ErrNoOwner) {
 			return CancelAnswer{}, err
 		}

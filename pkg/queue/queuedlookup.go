@@ -23,13 +23,25 @@ const queuedSubject = "dispatch.ctl.queued"
 // queuedGroup is the dispatchers' queue group on queuedSubject: one answers each ask.
 const queuedGroup = "dispatchers"
 
-type queuedAsk struct {
+// dispatcherAsk is a question about one request asked of the dispatchers (whether it is
+// queued; a cancel).
+type dispatcherAsk struct {
 	ClientID string `json:"clientId"`
 	ID       string `json:"id"`
-	// WithinMs is how long the asker waits for the answer, in milliseconds: the scan
-	// gives up then (at most maxQueuedScan), relative so that clocks apart do not
-	// matter.
+	// WithinMs is how long the asker waits for the answer, in milliseconds: the
+	// dispatcher gives up then (at most its own bound), relative so that clocks apart do
+	// not matter.
 	WithinMs int64 `json:"withinMs"`
+}
+
+// readAsk decodes an ask from m and says how long it may take (at most most); ok false
+// for one this service did not send, or whose asker has given up: it is not answered.
+func readAsk(m *nats.Msg, most time.Duration) (ask dispatcherAsk, within time.Duration, ok bool) {
+	if json.Unmarshal(m.Data, &ask) != nil || request.ValidateClientID(ask.ClientID) != nil || request.ValidateID(ask.ID) != nil {
+		return ask, 0, false
+	}
+	within = min(time.Duration(ask.WithinMs)*time.Millisecond, most)
+	return ask, within, within > 0
 }
 
 // maxQueuedScan bounds a dispatcher's scan for an ask, whatever the asker says.
@@ -49,13 +61,9 @@ type queuedAnswer struct {
 // request stream, one at a time, until stop is called. A dispatcher serves them.
 func (q *Queue) ServeQueuedLookups() (stop func(), err error) {
 	sub, err := q.nc.QueueSubscribe(queuedSubject, queuedGroup, func(m *nats.Msg) {
-		var ask queuedAsk
-		if json.Unmarshal(m.Data, &ask) != nil || request.ValidateClientID(ask.ClientID) != nil || request.ValidateID(ask.ID) != nil {
-			return // not asked by this service: the asker times out
-		}
-		within := min(time.Duration(ask.WithinMs)*time.Millisecond, maxQueuedScan)
-		if within <= 0 {
-			return // the asker has given up
+		ask, within, ok := readAsk(m, maxQueuedScan)
+		if !ok {
+			return // not asked by this service (the asker times out), or given up
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), within)
 		defer cancel()
@@ -80,17 +88,17 @@ func (q *Queue) ServeQueuedLookups() (stop func(), err error) {
 // none serves lookups (an older version).
 var ErrNoDispatcher = errors.New("no dispatcher answered")
 
-// askDispatchers asks the dispatchers on subject, within ctx's deadline (at most most),
-// and decodes the first answer into answer. ask makes the question, given how long the
-// asker waits. ErrNoDispatcher: none listens; ErrNoOwner: none answered in time.
-func (q *Queue) askDispatchers(ctx context.Context, subject string, most time.Duration, ask func(within time.Duration) any, answer any) error {
+// askDispatchers asks the dispatchers on subject about request id of clientID, within
+// ctx's deadline (at most most), and decodes the first answer into answer.
+// ErrNoDispatcher: none listens; ErrNoOwner: none answered in time.
+func (q *Queue) askDispatchers(ctx context.Context, subject, clientID, id string, most time.Duration, answer any) error {
 	within := most
 	if by, has := ctx.Deadline(); has {
 		within = min(time.Until(by), most)
 	}
 	ctx, cancel := context.WithTimeout(ctx, within)
 	defer cancel()
-	b, _ := json.Marshal(ask(within))
+	b, _ := json.Marshal(dispatcherAsk{ClientID: clientID, ID: id, WithinMs: within.Milliseconds()})
 	m, err := q.nc.RequestWithContext(ctx, subject, b)
 	switch {
 	case errors.Is(err, nats.ErrNoResponders):
@@ -115,9 +123,7 @@ func (q *Queue) AskQueued(ctx context.Context, clientID, id string) (st request.
 		return request.Status{}, false, err
 	}
 	var ans queuedAnswer
-	if err := q.askDispatchers(ctx, queuedSubject, maxQueuedScan, func(within time.Duration) any {
-		return queuedAsk{ClientID: clientID, ID: id, WithinMs: within.Milliseconds()}
-	}, &ans); err != nil {
+	if err := q.askDispatchers(ctx, queuedSubject, clientID, id, maxQueuedScan, &ans); err != nil {
 		return request.Status{}, false, fmt.Errorf("asking the dispatchers about %s: %w", id, err)
 	}
 	if ans.Error != "" {

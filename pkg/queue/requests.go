@@ -235,27 +235,15 @@ func (q *Queue) Head(ctx context.Context, subject string) (st request.Stored, ok
 	return st, true, nil
 }
 
-// Find looks for the queued request id on subject, reading headers only; ok is false
-// when it is not queued there. It reads the client's queue from its head.
+// Find looks for the queued request id on subject, reading headers only (FindRequest on
+// the subject's client); ok is false when it is not queued there.
 func (q *Queue) Find(ctx context.Context, subject, id string) (st request.Stored, ok bool, err error) {
-	if _, err := request.ClientIDOf(subject); err != nil {
+	clientID, err := request.ClientIDOf(subject)
+	if err != nil {
 		return request.Stored{}, false, err
 	}
-	errFound := errors.New("found")
-	err = q.scan(ctx, q.reqs, subject, true, func(m jetstream.Msg, md *jetstream.MsgMetadata) error {
-		if m.Headers().Get(request.HeaderID) != id {
-			return nil
-		}
-		st, ok = storedOf(m.Subject(), m.Headers(), nil, md.Sequence.Stream, md.Timestamp), true
-		return errFound
-	})
-	if errors.Is(err, errFound) {
-		return st, true, nil
-	}
-	if err != nil {
-		return request.Stored{}, false, fmt.Errorf("looking for %s on %s: %w", id, subject, err)
-	}
-	return request.Stored{}, false, nil
+	f, ok, err := q.FindRequest(ctx, id, clientID)
+	return f.Stored, ok, err
 }
 
 // Delete removes one request from the queue; a request already gone is not an error.
