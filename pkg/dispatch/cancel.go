@@ -34,13 +34,28 @@ import (
 //   - a commit tried while the mark is held: refused, the worker reads the head again;
 //   - a commit tried after the mark is gone, by a worker that read the head before the
 //     removal landed: refused too, as the generation it read before its head read has
-//     moved on (the cancel moves it on as it lets the mark go).
+//     moved on (the cancel moves it on as it lets the mark go) by a cancel of its own
+//     client (another client's cancel leaves its send alone).
 type sending struct {
 	gen        atomic.Uint64 // moved on under mu; read without it by look
 	mu         sync.Mutex
 	attempting map[string]string // subject: id of the request committed to
 	cancelling map[string]int    // ids being cancelled
+	// let go: the subjects of the last marks let go, with the generation each moved to,
+	// oldest first. A commit is refused only for its own client's cancels (another
+	// client's must not hold its send back, G6); one that looked before all of these
+	// cannot tell, and is refused.
+	letGo []letGo
 }
+
+type letGo struct {
+	subject string
+	gen     uint64
+}
+
+// maxLetGo is how many marks let go sending remembers: cancels are rare, and a worker
+// commits within about a lead of its look.
+const maxLetGo = 256
 
 func newSending() *sending {
 	return &sending{attempting: map[string]string{}, cancelling: map[string]int{}}
@@ -51,15 +66,30 @@ func newSending() *sending {
 func (s *sending) look() uint64 { return s.gen.Load() }
 
 // commit says whether the worker that read gen before reading request id at subject's
-// head may send it (or dead-letter it): no cancel marked it, nor let a mark go since.
+// head may send it (or dead-letter it): no cancel marked it, nor let a mark of its
+// client go since.
 func (s *sending) commit(subject, id string, gen uint64) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.gen.Load() != gen || s.cancelling[id] > 0 {
+	if s.cancelling[id] > 0 || s.gen.Load() != gen && s.cancelledSince(subject, gen) {
 		return false
 	}
 	s.attempting[subject] = id
 	return true
+}
+
+// cancelledSince says whether a mark on subject was let go after generation gen, or
+// may have been (the memory of marks let go does not reach back that far).
+func (s *sending) cancelledSince(subject string, gen uint64) bool {
+	if len(s.letGo) == 0 || s.letGo[0].gen > gen+1 {
+		return true
+	}
+	for _, l := range s.letGo {
+		if l.gen > gen && l.subject == subject {
+			return true
+		}
+	}
+	return false
 }
 
 // settled ends subject's commit: its request was delivered, dead-lettered or will be
@@ -82,14 +112,18 @@ func (s *sending) mark(subject, id string) (inFlight bool) {
 	return false
 }
 
-// unmark lets the mark go, once the cancel's removal landed (or failed).
-func (s *sending) unmark(id string) {
+// unmark lets the mark on request id of subject go, once the cancel's removal landed
+// (or failed).
+func (s *sending) unmark(subject, id string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.cancelling[id]--; s.cancelling[id] <= 0 {
 		delete(s.cancelling, id)
 	}
-	s.gen.Add(1)
+	if len(s.letGo) == maxLetGo {
+		s.letGo = append(s.letGo[:0], s.letGo[1:]...)
+	}
+	s.letGo = append(s.letGo, letGo{subject: subject, gen: s.gen.Add(1)})
 }
 
 // CancelOutcome says how a cancel ended.
@@ -191,7 +225,7 @@ func (d *Dispatcher) cancel(ctx context.Context, subject, id string, own ownAnsw
 	if d.sending.mark(subject, id) {
 		return CancelResult{Outcome: CancelInFlight}, nil
 	}
-	defer d.sending.unmark(id)
+	defer d.sending.unmark(subject, id)
 	// Surely valid until: the removal must land by then (see above).
 	by := time.Time{}
 	if !own.validUntil.IsZero() {

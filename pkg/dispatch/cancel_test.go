@@ -3,6 +3,7 @@ package dispatch
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -299,9 +300,29 @@ func TestSendingGuard(t *testing.T) {
 		t.Fatal("a commit to a request being cancelled is let through")
 	}
 	g = s.look()
-	s.unmark("r2")
+	s.unmark("a", "r2")
 	if s.commit("a", "r2", g) {
 		t.Fatal("a commit by a worker that looked before the cancel let go is let through")
+	}
+	// Another client's cancel does not hold a send back (G6): a worker of client b that
+	// looked before a cancel of a's request commits all the same.
+	g = s.look()
+	if s.mark("a", "r4") {
+		t.Fatal("a cancel of a request not committed to is told it is in flight")
+	}
+	s.unmark("a", "r4")
+	if !s.commit("b", "r9", g) {
+		t.Fatal("a cancel of client a's request refused client b's send")
+	}
+	s.settled("b")
+	// A worker that looked before every mark remembered cannot tell: it is refused.
+	g = s.look()
+	for i := range maxLetGo + 1 {
+		s.mark("a", fmt.Sprint("x", i))
+		s.unmark("a", fmt.Sprint("x", i))
+	}
+	if s.commit("b", "r10", g) {
+		t.Fatal("a commit that looked before the marks remembered is let through")
 	}
 	if !s.commit("a", "r3", s.look()) {
 		t.Fatal("a commit after the cancel, looked at afresh, is refused")
