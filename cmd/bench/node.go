@@ -20,6 +20,7 @@ import (
 	"github.com/penguinhq/dispatcher/cmd/internal/cli"
 	"github.com/penguinhq/dispatcher/pkg/dispatch"
 	"github.com/penguinhq/dispatcher/pkg/ingest"
+	"github.com/penguinhq/dispatcher/pkg/natsnode"
 	"github.com/penguinhq/dispatcher/pkg/queue"
 	"github.com/penguinhq/dispatcher/pkg/raven"
 	"github.com/penguinhq/dispatcher/pkg/request"
@@ -45,7 +46,7 @@ func startNodeListening(ctx context.Context, syncAlways bool, cfg queue.Config, 
 	if err != nil {
 		return nil, err
 	}
-	emb, err := queue.StartEmbedded(queue.EmbeddedConfig{StoreDir: dir, SyncAlways: syncAlways, Listen: listen}, zerolog.Nop())
+	emb, err := natsnode.StartEmbedded(natsnode.EmbeddedConfig{StoreDir: dir, SyncAlways: syncAlways, Listen: listen}, zerolog.Nop())
 	if err != nil {
 		os.RemoveAll(dir)
 		return nil, err

@@ -31,6 +31,7 @@ import (
 	"github.com/penguinhq/dispatcher/pkg/console"
 	"github.com/penguinhq/dispatcher/pkg/dispatch"
 	"github.com/penguinhq/dispatcher/pkg/ingest"
+	"github.com/penguinhq/dispatcher/pkg/natsnode"
 	"github.com/penguinhq/dispatcher/pkg/queue"
 	"github.com/penguinhq/dispatcher/pkg/raven"
 )
@@ -289,7 +290,7 @@ func runStandalone(ctx context.Context, c *settings, log zerolog.Logger) error {
 	// write errors, and tells of a server it cannot start again. Its fields are set
 	// while it is stopped: it reads them as it runs.
 	var fatal func() error
-	st.configureGuard(func(guard *queue.StoreGuard) {
+	st.configureGuard(func(guard *natsnode.StoreGuard) {
 		q.UseGuard(guard)
 		fatal = untilFatal(ctx, ns)
 	})
@@ -395,7 +396,7 @@ func loopback(addr string) bool {
 // store is the embedded JetStream server and its store guard, which brings the store
 // back by itself after its disk was full (restarting the server in place).
 type store struct {
-	ns        *queue.Node
+	ns        *natsnode.Node
 	self      queue.Security // how this process connects to it
 	stopGuard func()
 }
@@ -406,7 +407,7 @@ func startStore(c *settings, log zerolog.Logger) (*store, error) {
 	if err := os.MkdirAll(storeDir, 0o750); err != nil {
 		return nil, fmt.Errorf("DATA_DIR=%q: %w", c.dataDir, err)
 	}
-	cfg := queue.EmbeddedConfig{StoreDir: storeDir, Listen: c.natsListen, SyncAlways: c.natsSync == "always"}
+	cfg := natsnode.EmbeddedConfig{StoreDir: storeDir, Listen: c.natsListen, SyncAlways: c.natsSync == "always"}
 	// The process's own connection: unauthenticated in process, unless NATS_LISTEN has
 	// users; then as the dispatcher, with a password no one else knows.
 	st := &store{self: queue.Security{InboxPrefix: queue.InboxPrefix(queue.RoleDispatcher)}}
@@ -415,7 +416,7 @@ func startStore(c *settings, log zerolog.Logger) (*store, error) {
 		st.self.User, st.self.Password = string(queue.RoleDispatcher), rand.Text()
 		cfg.Users[queue.RoleDispatcher] = st.self.Password
 	}
-	ns, err := queue.StartEmbedded(cfg, log)
+	ns, err := natsnode.StartEmbedded(cfg, log)
 	if err != nil {
 		return nil, err
 	}
@@ -453,7 +454,7 @@ func (st *store) runGuard() {
 
 // configureGuard calls set with the guard stopped, then runs it again: the guard reads
 // its fields as it runs, so they are not for changing meanwhile.
-func (st *store) configureGuard(set func(*queue.StoreGuard)) {
+func (st *store) configureGuard(set func(*natsnode.StoreGuard)) {
 	st.stopGuard()
 	set(st.ns.Guard)
 	st.runGuard()
@@ -468,7 +469,7 @@ func (st *store) stop() {
 // untilFatal is a part that ends with the guard's error when it cannot start the
 // embedded server again: the process then exits (status 2), for a supervisor to start it
 // anew.
-func untilFatal(ctx context.Context, ns *queue.Node) func() error {
+func untilFatal(ctx context.Context, ns *natsnode.Node) func() error {
 	fatal := make(chan error, 1)
 	ns.Guard.OnFatal = func(err error) {
 		select {

@@ -18,7 +18,7 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/penguinhq/dispatcher/pkg/queue"
+	"github.com/penguinhq/dispatcher/pkg/natsnode"
 )
 
 const exe = "natsnode"
@@ -27,7 +27,7 @@ func main() {
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	log := zerolog.New(os.Stderr).With().Timestamp().Str("service", exe).Logger()
-	node, err := queue.StartNodeFromArgs(exe, os.Args[1:], usage, log)
+	node, err := natsnode.StartNodeFromArgs(exe, os.Args[1:], usage, log)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "%s: %s\n", exe, err)
 		os.Exit(1)

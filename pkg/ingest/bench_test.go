@@ -19,6 +19,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/penguinhq/dispatcher/pkg/ingest"
+	"github.com/penguinhq/dispatcher/pkg/natsnode"
 	"github.com/penguinhq/dispatcher/pkg/queue"
 	"github.com/penguinhq/dispatcher/pkg/request"
 )
@@ -75,7 +76,7 @@ var benchServer *server.Server
 
 // benchQueue starts an embedded JetStream server (benchServer) and opens the queue on it.
 func benchQueue(b *testing.B) *queue.Queue {
-	emb, err := queue.StartEmbedded(queue.EmbeddedConfig{StoreDir: b.TempDir()}, zerolog.Nop())
+	emb, err := natsnode.StartEmbedded(natsnode.EmbeddedConfig{StoreDir: b.TempDir()}, zerolog.Nop())
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/penguinhq/dispatcher/pkg/ingest"
+	"github.com/penguinhq/dispatcher/pkg/natsnode"
 	"github.com/penguinhq/dispatcher/pkg/queue"
 	"github.com/penguinhq/dispatcher/pkg/request"
 )
@@ -108,9 +109,9 @@ func TestConcurrentBodiesAreStoredIntact(t *testing.T) {
 }
 
 // embeddedQueue starts an embedded JetStream server and opens the queue on it.
-func embeddedQueue(t *testing.T) (*queue.Node, *queue.Queue) {
+func embeddedQueue(t *testing.T) (*natsnode.Node, *queue.Queue) {
 	t.Helper()
-	emb, err := queue.StartEmbedded(queue.EmbeddedConfig{StoreDir: t.TempDir()}, zerolog.Nop())
+	emb, err := natsnode.StartEmbedded(natsnode.EmbeddedConfig{StoreDir: t.TempDir()}, zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/rs/zerolog"
 )
 
 // A writer takes the way that has cost less per message lately, tries the other once a
@@ -66,12 +66,16 @@ func TestWriteCostsChooseTheCheaperWay(t *testing.T) {
 // stored. Here a plain subscriber answers as such a server would.
 func TestAtomicCommitAnsweredAsOneMessageIsAnError(t *testing.T) {
 	t.Parallel()
-	node, err := StartEmbedded(EmbeddedConfig{StoreDir: t.TempDir()}, zerolog.Nop())
+	srv, err := server.NewServer(&server.Options{JetStream: true, StoreDir: t.TempDir(), DontListen: true, NoLog: true, NoSigs: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(node.Shutdown)
-	nc, err := nats.Connect("", nats.InProcessServer(node.Server()))
+	go srv.Start()
+	if !srv.ReadyForConnections(time.Minute) {
+		t.Fatal("nats server not ready")
+	}
+	t.Cleanup(srv.Shutdown)
+	nc, err := nats.Connect("", nats.InProcessServer(srv))
 	if err != nil {
 		t.Fatal(err)
 	}

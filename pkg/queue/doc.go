@@ -1,7 +1,7 @@
 // Package queue is the project's only door to NATS: it creates the streams, publishes
 // accepted requests, lists and watches the clients that have a backlog, reads a client's
-// head request, deletes it once sent, and moves it to the dead-letter stream. It also
-// starts an embedded nats-server for the standalone mode.
+// head request, deletes it once sent, and moves it to the dead-letter stream. It does not
+// link nats-server: a server running in the process is package natsnode's.
 //
 // Requests live in the REQUESTS stream, one subject per client:
 //

@@ -5,8 +5,6 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/nats-io/nats-server/v2/server"
-
 	"github.com/penguinhq/dispatcher/pkg/request"
 )
 
@@ -163,24 +161,6 @@ func join(lists ...[]string) []string {
 		}
 	}
 	return out
-}
-
-// Server is p as the embedded server's options take it.
-func (p Permissions) Server() *server.Permissions {
-	sp := &server.Permissions{
-		Publish:   &server.SubjectPermission{Allow: slices.Clone(p.Publish)},
-		Subscribe: &server.SubjectPermission{Allow: slices.Clone(p.Subscribe)},
-	}
-	if len(p.Publish) == 0 {
-		sp.Publish = &server.SubjectPermission{Deny: []string{">"}}
-	}
-	if len(p.Subscribe) == 0 {
-		sp.Subscribe = &server.SubjectPermission{Deny: []string{">"}}
-	}
-	if p.Responses {
-		sp.Response = &server.ResponsePermission{MaxMsgs: server.DEFAULT_ALLOW_RESPONSE_MAX_MSGS, Expires: server.DEFAULT_ALLOW_RESPONSE_EXPIRATION}
-	}
-	return sp
 }
 
 // Conf is p in nats.conf's syntax, as the value of a user's permissions.

@@ -21,7 +21,7 @@ type Queue struct {
 	reqs   jetstream.Stream
 	dead   jetstream.Stream
 	writes writeHealth
-	guard  *StoreGuard // set by UseGuard when the server runs in this process
+	guard  StoreGuard // set by UseGuard when the server runs in this process
 	// outcomes count the final events kept in the request stream (KeepOutcome).
 	outcomes outcomeMetrics
 

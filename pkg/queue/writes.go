@@ -114,7 +114,7 @@ func isStoreFailure(err error) bool {
 // WriteErr says why the store does not take writes now, as far as this queue has seen
 // (and its store guard, when the server runs in this process); nil when it does.
 func (q *Queue) WriteErr() error {
-	if !q.writes.broken.Load() && (q.guard == nil || !q.guard.broken.Load()) {
+	if !q.writes.broken.Load() && (q.guard == nil || !q.guard.Broken()) {
 		return nil // the common case, without a lock: it is asked on every publish
 	}
 	if q.guard != nil {
@@ -128,9 +128,21 @@ func (q *Queue) WriteErr() error {
 // UseGuard makes WriteErr and Ready report what g knows of the store too (the queue's
 // server runs in this process, guarded by g), and g hear of the storage errors this
 // queue's writes meet: they are what tells it of a store that failed on a removal.
-func (q *Queue) UseGuard(g *StoreGuard) {
+func (q *Queue) UseGuard(g StoreGuard) {
 	q.guard = g
-	g.Clients = q.writes.get
+	g.HearClients(q.writes.get)
+}
+
+// StoreGuard watches the store of a NATS server running in this process
+// (natsnode.StoreGuard).
+type StoreGuard interface {
+	// Err says why the store cannot take writes now; nil when it can.
+	Err() error
+	// Broken says whether Err is not nil, cheaply: it is asked on every write.
+	Broken() bool
+	// HearClients gives the guard what the queue's writes met: a store that failed on a
+	// removal shows in its clients' answers, not in the server's health check.
+	HearClients(func() error)
 }
 
 // probeWrite is the test write: the removal of a request that does not exist from the

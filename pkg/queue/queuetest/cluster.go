@@ -14,7 +14,7 @@ import (
 
 	"github.com/penguinhq/dispatcher/pkg/fault"
 	"github.com/penguinhq/dispatcher/pkg/freeport"
-	"github.com/penguinhq/dispatcher/pkg/queue"
+	"github.com/penguinhq/dispatcher/pkg/natsnode"
 )
 
 // Cluster is an in-process JetStream cluster on loopback. nats-server's own cluster helpers
@@ -23,7 +23,7 @@ import (
 type Cluster struct {
 	t      testing.TB
 	opts   []*server.Options
-	Nodes  []*queue.Node    // nil while a node is stopped
+	Nodes  []*natsnode.Node // nil while a node is stopped
 	stops  []func()         // stop each running node's guard
 	routes [][]*fault.Proxy // routes[i][j]: node i's connection to node j, with ProxyRoutes
 }
@@ -51,7 +51,7 @@ func NewClusterWith(t testing.TB, n int, o ClusterOptions) *Cluster {
 	ports := freePorts(t, 2*n) // distinct: a client port is never another node's route port
 	clientPorts, routePorts := ports[:n], ports[n:]
 	base := t.TempDir()
-	c := &Cluster{t: t, Nodes: make([]*queue.Node, n), stops: make([]func(), n)}
+	c := &Cluster{t: t, Nodes: make([]*natsnode.Node, n), stops: make([]func(), n)}
 	var sink string
 	if o.ProxyRoutes {
 		sink = gossipSink(t)
@@ -163,7 +163,7 @@ func (c *Cluster) Start(i int) {
 		return
 	}
 	base := c.opts[i]
-	n, err := queue.StartNode(func() (*server.Options, error) { o := *base; return &o, nil }, nil, zerolog.Nop())
+	n, err := natsnode.StartNode(func() (*server.Options, error) { o := *base; return &o, nil }, nil, zerolog.Nop())
 	if err != nil {
 		c.t.Fatalf("node %d: %v", i, err)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/penguinhq/dispatcher/pkg/freeport"
+	"github.com/penguinhq/dispatcher/pkg/natsnode"
 	"github.com/penguinhq/dispatcher/pkg/queue"
 	"github.com/penguinhq/dispatcher/pkg/request"
 )
@@ -39,7 +40,7 @@ func ServerWith(t testing.TB, dir, listen string, configure func(*server.Options
 
 // GuardedServerAt is ServerAt with the store guard running, as the standalone binary
 // runs it: JetStream comes back by itself after the store's file system was full.
-func GuardedServerAt(t testing.TB, dir, listen string) *queue.Node {
+func GuardedServerAt(t testing.TB, dir, listen string) *natsnode.Node {
 	t.Helper()
 	e := start(t, dir, listen, nil)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -49,7 +50,7 @@ func GuardedServerAt(t testing.TB, dir, listen string) *queue.Node {
 	return e
 }
 
-func start(t testing.TB, dir, listen string, configure func(*server.Options)) *queue.Node {
+func start(t testing.TB, dir, listen string, configure func(*server.Options)) *natsnode.Node {
 	t.Helper()
 	if listen == "127.0.0.1:0" {
 		// A port below the ephemeral range: a restarted server binds its port again, and
@@ -60,7 +61,7 @@ func start(t testing.TB, dir, listen string, configure func(*server.Options)) *q
 		}
 		listen = addr
 	}
-	s, err := queue.StartEmbedded(queue.EmbeddedConfig{StoreDir: dir, Listen: listen, Configure: configure}, zerolog.Nop())
+	s, err := natsnode.StartEmbedded(natsnode.EmbeddedConfig{StoreDir: dir, Listen: listen, Configure: configure}, zerolog.Nop())
 	if err != nil {
 		t.Fatalf("starting embedded nats: %v", err)
 	}

@@ -1,12 +1,15 @@
-package queue
+package natsnode
 
 import (
 	"fmt"
 	"net"
+	"slices"
 	"strconv"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/rs/zerolog"
+
+	"github.com/penguinhq/dispatcher/pkg/queue"
 )
 
 // EmbeddedConfig configures an in-process nats-server with JetStream.
@@ -23,12 +26,30 @@ type EmbeddedConfig struct {
 	// MaxPayload is the largest message the server takes. Defaults to 8 MiB.
 	MaxPayload int32
 	// Users, when not empty, are the only users the server takes: each role's user (named
-	// as the role) with this password and that role's permissions (RolePermissions).
-	// Empty: no authentication.
-	Users map[Role]string
+	// as the role) with this password and that role's permissions
+	// (queue.RolePermissions). Empty: no authentication.
+	Users map[queue.Role]string
 	// Configure, if not nil, changes the server options last (tests use it for users and
 	// TLS).
 	Configure func(*server.Options)
+}
+
+// serverPermissions is p as the server's options take it.
+func serverPermissions(p queue.Permissions) *server.Permissions {
+	sp := &server.Permissions{
+		Publish:   &server.SubjectPermission{Allow: slices.Clone(p.Publish)},
+		Subscribe: &server.SubjectPermission{Allow: slices.Clone(p.Subscribe)},
+	}
+	if len(p.Publish) == 0 {
+		sp.Publish = &server.SubjectPermission{Deny: []string{">"}}
+	}
+	if len(p.Subscribe) == 0 {
+		sp.Subscribe = &server.SubjectPermission{Deny: []string{">"}}
+	}
+	if p.Responses {
+		sp.Response = &server.ResponsePermission{MaxMsgs: server.DEFAULT_ALLOW_RESPONSE_MAX_MSGS, Expires: server.DEFAULT_ALLOW_RESPONSE_EXPIRATION}
+	}
+	return sp
 }
 
 // StartEmbedded starts a single-node JetStream server and waits until it accepts
@@ -69,9 +90,9 @@ func StartEmbedded(cfg EmbeddedConfig, log zerolog.Logger) (*Node, error) {
 			Host:       host,
 			Port:       port,
 		}
-		for _, r := range Roles {
+		for _, r := range queue.Roles {
 			if pw, ok := cfg.Users[r]; ok {
-				opts.Users = append(opts.Users, &server.User{Username: string(r), Password: pw, Permissions: RolePermissions(r).Server()})
+				opts.Users = append(opts.Users, &server.User{Username: string(r), Password: pw, Permissions: serverPermissions(queue.RolePermissions(r))})
 			}
 		}
 		if cfg.Configure != nil {

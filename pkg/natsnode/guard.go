@@ -1,4 +1,4 @@
-package queue
+package natsnode
 
 import (
 	"context"
@@ -42,11 +42,6 @@ type StoreGuard struct {
 	// OnFatal, if set, hears that the server could not be started again after a few
 	// tries, so the node has none running: a supervisor should restart the process.
 	OnFatal func(error)
-	// Clients, if set, says what the server's clients have seen: a storage error in
-	// answer to their writes. A single server keeps a failed write's error in the
-	// stream's file store, and when a removal failed first the server's health check
-	// does not show it (it shows a failed publish): the queue's clients do.
-	Clients func() error
 
 	node     *Node
 	probe    string // the test file
@@ -63,6 +58,11 @@ type StoreGuard struct {
 	healthyFor   time.Duration // how long it had been fine when it broke this time
 	lastProbe    time.Time
 	lastBig      time.Time // the last 4 MiB test write
+	// clients, if set, says what the server's clients have seen: a storage error in
+	// answer to their writes. A single server keeps a failed write's error in the
+	// stream's file store, and when a removal failed first the server's health check
+	// does not show it (it shows a failed publish): the queue's clients do.
+	clients func() error
 }
 
 func newGuard(n *Node, storeDir string, log zerolog.Logger) *StoreGuard {
@@ -75,6 +75,17 @@ func (g *StoreGuard) Err() error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return g.err
+}
+
+// Broken says whether Err is not nil, without taking a lock.
+func (g *StoreGuard) Broken() bool { return g.broken.Load() }
+
+// HearClients makes the guard ask clients, at each check, for a storage error the
+// server's clients met in answer to their writes (queue.Queue.UseGuard).
+func (g *StoreGuard) HearClients(clients func() error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.clients = clients
 }
 
 // Restarts is how many times the guard restarted the server.
@@ -151,8 +162,11 @@ func (g *StoreGuard) jetStreamFault() error {
 			return errors.New(e.Error)
 		}
 	}
-	if g.Clients != nil {
-		return g.Clients()
+	g.mu.Lock()
+	clients := g.clients
+	g.mu.Unlock()
+	if clients != nil {
+		return clients()
 	}
 	return nil
 }
