@@ -125,7 +125,7 @@ func TestDispatchersShareAndFailOver(t *testing.T) {
 	// b stops gracefully and hands its partitions back: c takes them at once, well before
 	// b's leases would have expired.
 	b.signal(syscall.SIGTERM)
-	if code := b.cmd.ProcessState.ExitCode(); code != 0 {
+	if code := b.ExitCode(); code != 0 {
 		t.Fatalf("b exited %d on SIGTERM", code)
 	}
 	if o := c.owners(); o["b"] != 0 {

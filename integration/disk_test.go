@@ -153,7 +153,7 @@ func standaloneDiskFull(t testing.TB, underLoad bool) {
 	stopFeed()
 
 	s.waitDone(60 * time.Second)
-	out := p.out.String()
+	out := p.Output()
 	explained, timedOut := s.fromLogs(out)
 	rep := s.ledger.Check(ledger.Expect{Interval: interval, Accepted: s.accepted, Dead: s.dead(), AllowUnacknowledged: true,
 		Explained: explained, TimedOut: timedOut})
@@ -216,7 +216,7 @@ func TestClusterNodeDiskFullRecoversByItself(t *testing.T) {
 	c.waitDone(90 * time.Second)
 	a.signal(syscall.SIGTERM)
 	b.signal(syscall.SIGTERM)
-	c.checkExplained(a.out.String(), b.out.String())
+	c.checkExplained(a.Output(), b.Output())
 }
 
 // natsnode (the compose stack's NATS node: nats-server with the store guard) runs with
@@ -268,8 +268,8 @@ system_account: SYS
 		return err == nil && a.Status == http.StatusAccepted && status(ops+"/readyz") == http.StatusOK
 	})
 	t.Logf("recovered %s after the space came back", time.Since(freedAt).Round(time.Millisecond))
-	if len(logLines(node.out.String(), "the store's file system takes writes again")) == 0 {
-		t.Errorf("natsnode did not say it restarted the server; output:\n%s", node.out)
+	if len(logLines(node.Output(), "the store's file system takes writes again")) == 0 {
+		t.Errorf("natsnode did not say it restarted the server; output:\n%s", node.Output())
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/penguinhq/dispatcher/integration/itest"
 	"github.com/penguinhq/dispatcher/pkg/dispatch"
 	"github.com/penguinhq/dispatcher/pkg/queue"
 	"github.com/penguinhq/dispatcher/pkg/raven"
@@ -74,7 +75,7 @@ func TestFencingAcrossLeaseTakeover(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var logs syncBuffer // both instances' lines at info and above, to explain duplicates
+	var logs itest.Buffer // both instances' lines at info and above, to explain duplicates
 	start := func(id string, store dispatch.LeaseStore) func() {
 		d, err := dispatch.New(dispatch.Config{Policy: s.policy(), SendTimeout: timeout,
 			Leases: store, LeaseTTL: ttl, InstanceID: id}, s.q, rc, testLogAlso(&logs))

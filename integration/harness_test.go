@@ -100,7 +100,7 @@ type stack struct {
 
 	stopDispatch func()
 	metrics      *prometheus.Registry // the running dispatcher's
-	dispatchLog  syncBuffer           // what the dispatchers logged at info and above, as JSON lines
+	dispatchLog  itest.Buffer         // what the dispatchers logged at info and above, as JSON lines
 }
 
 func newStack(t testing.TB, o options) *stack {

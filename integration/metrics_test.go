@@ -105,11 +105,11 @@ func TestMetricsMatchTheRecordingRaven(t *testing.T) {
 	// alarming: the only warning is ingest's that it is open to anyone (no token set).
 	// The dispatcher sums its partitions up in one line.
 	waitFor(t, time.Minute, "the dispatcher to log its partitions", func() bool {
-		return len(logLines(disp.out.String(), "partitions acquired")) > 0
+		return len(logLines(disp.Output(), "partitions acquired")) > 0
 	})
 	// A warning of a slow store (a heartbeat or a listing that ran out of time) is the
 	// machine's, not the defaults': seen with two CI runs side by side.
-	for name, out := range map[string]string{"ingest": ing.out.String(), "dispatcher": disp.out.String()} {
+	for name, out := range map[string]string{"ingest": ing.Output(), "dispatcher": disp.Output()} {
 		for _, l := range logLines(out, "") {
 			slow := strings.Contains(fmt.Sprint(l["error"]), "context deadline exceeded")
 			if l["level"] == "warn" && !slow && !strings.HasPrefix(l["message"].(string), "ingest accepts requests from anyone") {
@@ -117,7 +117,7 @@ func TestMetricsMatchTheRecordingRaven(t *testing.T) {
 			}
 		}
 	}
-	if got := logLines(disp.out.String(), "partitions acquired"); len(got) != 1 || got[0]["acquired"] != 64.0 {
+	if got := logLines(disp.Output(), "partitions acquired"); len(got) != 1 || got[0]["acquired"] != 64.0 {
 		t.Errorf("the dispatcher logged its partitions as %v, want one line of 64", got)
 	}
 
@@ -257,11 +257,11 @@ func TestMetricsMatchTheRecordingRaven(t *testing.T) {
 
 	for _, p := range []*proc{disp, ing} {
 		p.signal(syscall.SIGTERM)
-		if code := p.cmd.ProcessState.ExitCode(); code != 0 {
-			t.Fatalf("exit %d on SIGTERM, want 0:\n%s", code, p.out)
+		if code := p.ExitCode(); code != 0 {
+			t.Fatalf("exit %d on SIGTERM, want 0:\n%s", code, p.Output())
 		}
-		if !bytes.Contains([]byte(p.out.String()), []byte("stopped")) && p == ing {
-			t.Fatalf("ingest did not log its stop:\n%s", p.out)
+		if !bytes.Contains([]byte(p.Output()), []byte("stopped")) && p == ing {
+			t.Fatalf("ingest did not log its stop:\n%s", p.Output())
 		}
 	}
 }

@@ -82,7 +82,7 @@ func TestDispatcherLinkToNATSFails(t *testing.T) {
 			stopFeed()
 			s.waitDone(60 * time.Second)
 			p.signal(syscall.SIGTERM)
-			s.checkExplained(p.out.String())
+			s.checkExplained(p.Output())
 		})
 	}
 }
@@ -179,7 +179,7 @@ func TestClusterNodePartitioned(t *testing.T) {
 	c.waitDone(90 * time.Second)
 	a.signal(syscall.SIGTERM)
 	b.signal(syscall.SIGTERM)
-	c.checkExplained(a.out.String(), b.out.String())
+	c.checkExplained(a.Output(), b.Output())
 }
 
 // A dispatcher is paused (SIGSTOP) for longer than its lease while sending, another takes
@@ -236,7 +236,7 @@ func TestDispatcherPausedPastItsLease(t *testing.T) {
 	// starts nothing: what raven saw of a between the stop and the resume was on the wire
 	// at the stop, however late a loaded machine let raven record it.)
 	acquired := map[int][]time.Time{}
-	for _, a := range acquisitions(a.out.String()) {
+	for _, a := range acquisitions(a.Output()) {
 		if a.at.After(resumedAt) {
 			acquired[a.p] = append(acquired[a.p], a.at)
 		}
@@ -259,7 +259,7 @@ func TestDispatcherPausedPastItsLease(t *testing.T) {
 	s.waitDone(60 * time.Second)
 	a.signal(syscall.SIGTERM)
 	b.signal(syscall.SIGTERM)
-	s.checkExplained(a.out.String(), b.out.String())
+	s.checkExplained(a.Output(), b.Output())
 }
 
 // The lease store's clock jumps forward: it removes every lease and heartbeat early,
@@ -316,7 +316,7 @@ func TestLeasesRemovedEarlyByTheStoresClock(t *testing.T) {
 		waitForState(t, time.Minute, "every partition acquired again after the removal", func() (bool, string) {
 			again := map[int]bool{}
 			for _, p := range []*proc{a, b} {
-				for _, a := range acquisitions(p.out.String()) {
+				for _, a := range acquisitions(p.Output()) {
 					if a.at.After(removedAt) {
 						again[a.p] = true
 					}
@@ -325,7 +325,7 @@ func TestLeasesRemovedEarlyByTheStoresClock(t *testing.T) {
 			return len(again) == 64, fmt.Sprintf("%d of 64 acquired again", len(again))
 		})
 		for id, p := range map[string]*proc{"a": a, "b": b} {
-			for _, a := range acquisitions(p.out.String()) {
+			for _, a := range acquisitions(p.Output()) {
 				if a.at.After(removedAt) && before[a.p] != id {
 					moved++
 				}
@@ -339,7 +339,7 @@ func TestLeasesRemovedEarlyByTheStoresClock(t *testing.T) {
 	s.waitDone(120 * time.Second)
 	a.signal(syscall.SIGTERM)
 	b.signal(syscall.SIGTERM)
-	s.checkExplained(a.out.String(), b.out.String())
+	s.checkExplained(a.Output(), b.Output())
 }
 
 // expireEarly removes every lease and heartbeat from the lease bucket's stream as an

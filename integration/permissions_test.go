@@ -440,7 +440,7 @@ func TestStandaloneListenTakesTheRoleUsers(t *testing.T) {
 		t.Errorf("ingest read a stored request: %s", msg.Data)
 	}
 	s.check(0)
-	if strings.Contains(p.out.String(), "without authentication") {
-		t.Errorf("the standalone warned of no authentication with users set:\n%s", p.out)
+	if strings.Contains(p.Output(), "without authentication") {
+		t.Errorf("the standalone warned of no authentication with users set:\n%s", p.Output())
 	}
 }

@@ -3,13 +3,11 @@ package integration
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -40,29 +38,11 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// proc is a service binary running as its own OS process.
+// proc is a service binary running as its own OS process (itest.Proc, which the soak
+// runs its processes with too), failing its test when a signal cannot be sent.
 type proc struct {
-	t    testing.TB
-	cmd  *exec.Cmd
-	out  *syncBuffer
-	done chan struct{}
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+	*itest.Proc
+	t testing.TB
 }
 
 func startProc(t testing.TB, env map[string]string, args ...string) *proc {
@@ -70,62 +50,37 @@ func startProc(t testing.TB, env map[string]string, args ...string) *proc {
 	return startBin(t, dispatcherBin, env, args...)
 }
 
+// startBin starts bin; its operators' listener is on any free port unless env gives one
+// (tests run side by side). It is killed when the test ends, and its output printed if
+// the test failed.
 func startBin(t testing.TB, bin string, env map[string]string, args ...string) *proc {
 	t.Helper()
-	cmd := exec.Command(bin, args...)
-	// Any free port for the operators' listener unless the test gives one: tests run
-	// side by side.
-	cmd.Env = []string{"LOG_FORMAT=json", "LOG_LEVEL=info", "OPS_ADDR=127.0.0.1:0", "PATH=" + os.Getenv("PATH")}
-	for k, v := range env {
-		cmd.Env = append(cmd.Env, k+"="+v)
+	ip, err := itest.Start(itest.Spec{Bin: bin, Args: args, Env: env})
+	if err != nil {
+		t.Fatal(err)
 	}
-	p := &proc{t: t, cmd: cmd, out: &syncBuffer{}, done: make(chan struct{})}
-	cmd.Stdout, cmd.Stderr = p.out, p.out
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("starting %s: %v", bin, err)
-	}
-	go func() { _ = cmd.Wait(); close(p.done) }()
+	p := &proc{Proc: ip, t: t}
 	t.Cleanup(func() {
 		p.signal(syscall.SIGKILL)
 		if t.Failed() {
-			t.Logf("output of pid %d:\n%s", cmd.Process.Pid, p.out)
+			t.Logf("output of pid %d:\n%s", p.Pid(), p.Output())
 		}
 	})
 	return p
 }
 
-// exited says whether the process has ended.
-func (p *proc) exited() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
-}
-
 // send sends sig and returns at once (SIGSTOP, SIGCONT).
 func (p *proc) send(sig syscall.Signal) {
 	p.t.Helper()
-	if err := p.cmd.Process.Signal(sig); err != nil {
-		p.t.Fatalf("sending %s to pid %d: %v", sig, p.cmd.Process.Pid, err)
+	if err := p.Signal(sig); err != nil {
+		p.t.Fatalf("sending %s to pid %d: %v", sig, p.Pid(), err)
 	}
 }
 
 // signal sends sig and waits for the process to exit.
 func (p *proc) signal(sig syscall.Signal) {
-	select {
-	case <-p.done:
-		return
-	default:
-	}
-	_ = p.cmd.Process.Signal(sig)
-	select {
-	case <-p.done:
-	case <-time.After(30 * time.Second):
-		p.t.Errorf("pid %d did not exit within 30s of %s", p.cmd.Process.Pid, sig)
-		_ = p.cmd.Process.Kill()
-		<-p.done
+	if !p.Stop(sig, 30*time.Second) {
+		p.t.Errorf("pid %d did not exit within 30s of %s", p.Pid(), sig)
 	}
 }
 
@@ -165,10 +120,10 @@ func TestDispatcherKilledMidSendAndRestarted(t *testing.T) {
 	for range 6 {
 		select {
 		case <-arrived:
-		case <-p.done:
-			t.Fatalf("the dispatcher exited after %d arrivals; output:\n%s", started.Load(), p.out)
+		case <-p.Done():
+			t.Fatalf("the dispatcher exited after %d arrivals; output:\n%s", started.Load(), p.Output())
 		case <-time.After(60 * time.Second):
-			t.Fatalf("only %d arrivals before the kill; output:\n%s", started.Load(), p.out)
+			t.Fatalf("only %d arrivals before the kill; output:\n%s", started.Load(), p.Output())
 		}
 	}
 	p.signal(syscall.SIGKILL) // raven is holding the 6th request: the kill lands mid-send
@@ -224,8 +179,8 @@ func TestStandaloneRestartWithBacklog(t *testing.T) {
 			}
 			waitFor(t, time.Minute, "a few deliveries", func() bool { return s.ledger.Delivered() >= 4 })
 			p.signal(sig)
-			if sig == syscall.SIGTERM && p.cmd.ProcessState.ExitCode() != 0 {
-				t.Fatalf("standalone exited %d on SIGTERM, want 0; output:\n%s", p.cmd.ProcessState.ExitCode(), p.out)
+			if sig == syscall.SIGTERM && p.ExitCode() != 0 {
+				t.Fatalf("standalone exited %d on SIGTERM, want 0; output:\n%s", p.ExitCode(), p.Output())
 			}
 			left := clients*each - s.ledger.Delivered()
 			if left < clients {
@@ -365,10 +320,10 @@ func TestStandaloneDemoRaven(t *testing.T) {
 	s.post("bob", 0)
 	var lines []map[string]any
 	waitFor(t, time.Minute, "four arrivals logged by the demo raven", func() bool {
-		lines = logLines(p.out.String(), "raven received")
+		lines = logLines(p.Output(), "raven received")
 		return len(lines) >= 4
 	})
-	if said := logLines(p.out.String(), "demo raven listening"); len(said) != 1 || said[0]["url"] != "http://"+demoAddr+"/" {
+	if said := logLines(p.Output(), "demo raven listening"); len(said) != 1 || said[0]["url"] != "http://"+demoAddr+"/" {
 		t.Fatalf("the demo raven did not say where it listens: %v", said)
 	}
 	gaps := map[string][]any{}
@@ -386,19 +341,9 @@ func TestStandaloneDemoRaven(t *testing.T) {
 	}
 }
 
-// logLines returns the JSON log lines whose message starts with msg.
+// logLines returns the JSON log lines of out whose message starts with msg.
 func logLines(out, msg string) []map[string]any {
-	var found []map[string]any
-	for _, line := range strings.Split(out, "\n") {
-		var m map[string]any
-		if json.Unmarshal([]byte(line), &m) != nil {
-			continue
-		}
-		if text, _ := m["message"].(string); strings.HasPrefix(text, msg) {
-			found = append(found, m)
-		}
-	}
-	return found
+	return itest.LogLines(strings.NewReader(out), msg)
 }
 
 // waitReady waits until the ingest API at base answers readyz with 200.
@@ -411,11 +356,11 @@ func TestIngestWaitsForNATS(t *testing.T) {
 	// It failed to reach NATS and said it will try again (a process that gives up exits
 	// instead), then NATS starts.
 	waitFor(t, time.Minute, "ingest to fail to reach NATS and retry", func() bool {
-		return strings.Contains(p.out.String(), "not reachable yet; retrying") || p.exited()
+		return strings.Contains(p.Output(), "not reachable yet; retrying") || p.Exited()
 	})
 	select {
-	case <-p.done:
-		t.Fatalf("ingest exited while NATS was not up yet; output:\n%s", p.out)
+	case <-p.Done():
+		t.Fatalf("ingest exited while NATS was not up yet; output:\n%s", p.Output())
 	default:
 	}
 	queuetest.ServerAt(t, t.TempDir(), natsAddr)

@@ -111,15 +111,15 @@ func TestIngestBearerTokensAndRotation(t *testing.T) {
 		if err := os.WriteFile(file, []byte(content), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		kept := strings.Count(p.out.String(), "keeping the tokens in force")
+		kept := strings.Count(p.Output(), "keeping the tokens in force")
 		waitFor(t, time.Minute, "ingest to look at the changed tokens file", func() bool {
-			return strings.Count(p.out.String(), "keeping the tokens in force") > kept
+			return strings.Count(p.Output(), "keeping the tokens in force") > kept
 		})
 		if code, _, _ := postWith(t, c, url, "token-C", "bob"); code != 202 {
 			t.Fatalf("after a tokens file %q, token-C got %d, want 202 (tokens kept)", content, code)
 		}
 	}
-	out := p.out.String()
+	out := p.Output()
 	for _, secret := range []string{"token-A", "token-B", "token-C", "token-X"} {
 		if strings.Contains(out, secret) {
 			t.Fatalf("ingest logged the token %q:\n%s", secret, out)

@@ -143,7 +143,7 @@ func (c *cluster) openQueue(ctx context.Context, cfg queue.Config) (*queue.Queue
 // leader and two current followers.
 func (c *cluster) healthy(q *queue.Queue) bool {
 	for _, nd := range c.nodes {
-		if !nd.p.alive() || httpStatus("http://"+nd.monitor+"/healthz?js-enabled-only=true") != 200 {
+		if nd.p.Exited() || httpStatus("http://"+nd.monitor+"/healthz?js-enabled-only=true") != 200 {
 			return false
 		}
 	}
@@ -204,7 +204,7 @@ func (c *cluster) close() {
 	}
 	for _, nd := range c.nodes {
 		if nd.p != nil {
-			nd.p.stop(syscall.SIGTERM, 15*time.Second)
+			nd.p.Stop(syscall.SIGTERM, 15*time.Second)
 		}
 		if nd.tmpfs {
 			_ = fault.Unmount(nd.store)

@@ -28,7 +28,7 @@ func (s *soak) explain() (causes map[string]string, timedOut map[string]bool) {
 	}
 	causes, timedOut = map[string]string{}, map[string]bool{}
 	for _, d := range append(append([]*service{}, s.dispatchers...), s.retired...) {
-		for _, l := range d.p.logLines(dispatch.LogRemovalFailed, dispatch.LogRemovalLate, dispatch.LogAttemptFailed) {
+		for _, l := range d.p.LogLines(dispatch.LogRemovalFailed, dispatch.LogRemovalLate, dispatch.LogAttemptFailed) {
 			id, _ := l["request_id"].(string)
 			msg, _ := l["message"].(string)
 			cause, _ := l["error"].(string)

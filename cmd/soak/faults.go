@@ -134,15 +134,15 @@ func (s *soak) kinds() []faultKind {
 		}},
 		{name: "a dispatcher paused (SIGSTOP) past its lease", min: s.leaseTTL + 2*time.Second, max: s.leaseTTL + 4*time.Second, apply: func(s *soak) (string, func(), error) {
 			d := s.dispatchers[s.rng.IntN(len(s.dispatchers))]
-			d.p.send(syscall.SIGSTOP)
-			return d.id, func() { d.p.send(syscall.SIGCONT) }, nil
+			_ = d.p.Signal(syscall.SIGSTOP)
+			return d.id, func() { _ = d.p.Signal(syscall.SIGCONT) }, nil
 		}},
 		{name: "a dispatcher killed (SIGKILL) and replaced", apply: func(s *soak) (string, func(), error) {
 			slot := s.rng.IntN(len(s.dispatchers))
 			d := s.dispatchers[slot]
-			d.p.send(syscall.SIGKILL)
+			_ = d.p.Signal(syscall.SIGKILL)
 			killed := kill{id: d.id, at: time.Now()}
-			<-d.p.done
+			<-d.p.Done()
 			s.retired = append(s.retired, d)
 			for _, l := range d.links {
 				l.Close()

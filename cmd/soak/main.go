@@ -32,6 +32,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/penguinhq/dispatcher/integration/itest"
 	"github.com/penguinhq/dispatcher/pkg/fault"
 	"github.com/penguinhq/dispatcher/pkg/ledger"
 	"github.com/penguinhq/dispatcher/pkg/queue"
@@ -122,7 +123,7 @@ func runSoak(ctx context.Context, args []string, out io.Writer) error {
 	s.load.mu.Unlock()
 	statusesRead, brokenStatuses := finalStatuses(bases, accepted, s.delivered(), deadLetters(s.q))
 	for _, d := range s.dispatchers {
-		d.p.stop(syscall.SIGTERM, 20*time.Second)
+		d.p.Stop(syscall.SIGTERM, 20*time.Second)
 	}
 	failed = s.verdict(out, f, drainedAt)
 	s.load.mu.Lock()
@@ -151,12 +152,7 @@ func build(bin, dir string, out io.Writer) (string, error) {
 	}
 	bin = filepath.Join(dir, "bin")
 	fmt.Fprintln(out, "building natsnode, ingest and dispatcher")
-	cmd := exec.Command("go", "build", "-o", bin+"/", "./cmd/natsnode", "./cmd/ingest", "./cmd/dispatcher")
-	cmd.Stdout, cmd.Stderr = out, out
-	if err := cmd.Run(); err != nil {
-		return "", fmt.Errorf("building the binaries (run from the repository): %w", err)
-	}
-	return bin, nil
+	return bin, itest.Build(bin, out, "natsnode", "ingest", "dispatcher")
 }
 
 // setUp starts the cluster, the recording raven behind its fault proxy, two ingests and

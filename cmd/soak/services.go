@@ -60,7 +60,7 @@ func (s *service) heal() {
 
 func (s *service) close() {
 	if s.p != nil {
-		s.p.stop(syscall.SIGTERM, 20*time.Second)
+		s.p.Stop(syscall.SIGTERM, 20*time.Second)
 	}
 	for _, l := range s.links {
 		l.Close()

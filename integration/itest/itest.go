@@ -1,6 +1,7 @@
-// Package itest holds what the integration test packages share: waiting with a
-// deadline, free loopback ports, reading a /metrics page, building the binaries. It is
-// for tests only.
+// Package itest holds what the integration test packages and the soak (cmd/soak) share:
+// the service's binaries built and run as processes with their logs (proc.go), waiting
+// with a deadline, free loopback ports, reading a /metrics page. It is for tests and the
+// soak only.
 package itest
 
 import (
@@ -156,15 +157,24 @@ func BuildBinaries(names ...string) (dir string, err error) {
 	if err != nil {
 		return "", err
 	}
-	args := []string{"build", "-o", dir}
+	if err := Build(dir, os.Stderr, names...); err != nil {
+		os.RemoveAll(dir)
+		return "", err
+	}
+	return dir, nil
+}
+
+// Build builds the named commands of this module (cmd/<name>) into dir, printing what
+// the build prints to out. It runs from anywhere inside the module.
+func Build(dir string, out io.Writer, names ...string) error {
+	args := []string{"build", "-o", dir + string(os.PathSeparator)}
 	for _, n := range names {
 		args = append(args, "github.com/penguinhq/dispatcher/cmd/"+n)
 	}
 	build := exec.Command("go", args...)
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	build.Stdout, build.Stderr = out, out
 	if err := build.Run(); err != nil {
-		os.RemoveAll(dir)
-		return "", fmt.Errorf("building the binaries: %w", err)
+		return fmt.Errorf("building %s (run from inside the module): %w", strings.Join(names, ", "), err)
 	}
-	return dir, nil
+	return nil
 }

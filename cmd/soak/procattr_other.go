@@ -1,7 +1,0 @@
-//go:build !linux
-
-package main
-
-import "syscall"
-
-func procAttr() *syscall.SysProcAttr { return nil }
