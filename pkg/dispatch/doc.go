@@ -5,15 +5,24 @@
 //
 // The pieces:
 //
-//   - Policy: interval, retry backoff with jitter, and when to give up.
-//   - Scheduler: the lanes (one per client with a backlog) and a timer heap of when each
-//     may next start an attempt. It is pure state with the time passed in, so its rules are
-//     tested exactly with a fake clock.
-//   - Dispatcher: runs a Scheduler against a Source (the queue) and a Sender (raven),
-//     starting a worker for each lane that falls due.
+//   - Policy (policy.go): interval, retry backoff with jitter, and when to give up.
+//   - Scheduler (scheduler.go, lane.go): the lanes (one per client with a backlog) and a
+//     timer heap of when each may next start an attempt. It is pure state with the time
+//     passed in, so its rules are tested exactly with a fake clock.
+//   - The loop (dispatcher.go, loop.go, job.go, partitions.go): runs a Scheduler against
+//     a Source (the queue), handing each lane that falls due to a worker.
+//   - Ownership (ownership.go): partition leases, their renewal, and the fence a new
+//     owner waits out before its first attempt (ADR 4).
+//   - The attempt (attempt.go): a worker reads the head, sends it with a Sender (raven),
+//     judges the answer, writes the outcome's event and removes or dead-letters the
+//     request (ADR 9).
+//   - Raven's budget (budget.go): a token bucket shared by the instances through their
+//     leases, and its adaptive mode (ADR 7).
 //   - Cancel (cancel.go): the owner of a client's partition removes a queued request that
 //     is not in flight, past the partition's fence and inside its lease; a sending guard
 //     keeps it apart from the owner's own workers (ADR 13).
+//   - What operators ask (activity.go, recent.go, lanequery.go) and what it counts
+//     (metrics.go).
 //
 // Each package this one talks to is seen through a small interface declared here; cmd/
 // wires the real queue and raven client in.

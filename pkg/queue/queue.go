@@ -13,7 +13,10 @@ import (
 	"github.com/penguinhq/dispatcher/pkg/request"
 )
 
-// Queue is the request and dead-letter streams, opened on one connection.
+// Queue is the service's JetStream on one connection: the request and dead-letter
+// streams it holds open, and through the same connection the events stream (writes in
+// events.go, reads in eventread.go), the lease, control and steering buckets, and the
+// dispatchers' asks (lanes, queued requests, cancels).
 type Queue struct {
 	nc     *nats.Conn
 	js     jetstream.JetStream

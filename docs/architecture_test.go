@@ -1,0 +1,165 @@
+// Package docs holds docs/architecture.md to the tree it describes.
+package docs
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"go/build"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+)
+
+const root = ".."
+
+// The package table lists every package of the tree, each once, and its rows run in
+// import order: a package imports none listed below it.
+func TestArchitectureListsEveryPackageInImportOrder(t *testing.T) {
+	t.Parallel()
+	rows := packageRows(t)
+	at := map[string]int{}
+	for i, p := range rows {
+		if _, twice := at[p]; twice {
+			t.Errorf("docs/architecture.md lists %s twice", p)
+		}
+		at[p] = i
+	}
+	dirs := packageDirs(t)
+	for _, d := range dirs {
+		if _, ok := at[d]; !ok {
+			t.Errorf("package %s is not in docs/architecture.md's package table: add a row (in import order) saying what it is for", d)
+		}
+	}
+	for _, p := range rows {
+		if !slices.Contains(dirs, p) {
+			t.Errorf("docs/architecture.md lists %s, which is no package of the tree", p)
+		}
+	}
+	module := modulePath(t)
+	for _, p := range rows {
+		pkg, err := build.ImportDir(filepath.Join(root, p), 0)
+		if err != nil {
+			var none *build.NoGoError
+			if errors.As(err, &none) {
+				continue // test files only
+			}
+			t.Fatalf("%s: %v", p, err)
+		}
+		for _, imp := range pkg.Imports {
+			dep, ok := strings.CutPrefix(imp, module+"/")
+			if !ok {
+				continue
+			}
+			if i, listed := at[dep]; listed && i > at[p] {
+				t.Errorf("%s imports %s, which docs/architecture.md lists below it: imports run down the table", p, dep)
+			}
+		}
+	}
+}
+
+// The binaries that only talk to NATS do not link nats-server: it is several megabytes
+// and a surface they do not use.
+func TestClientBinariesDoNotLinkNATSServer(t *testing.T) {
+	t.Parallel()
+	if _, err := exec.LookPath("go"); err != nil {
+		t.Skip("no go command on PATH to list the binaries' dependencies")
+	}
+	for _, cmd := range []string{"./cmd/ingest", "./cmd/dispatchctl", "./cmd/healthcheck"} {
+		out, err := exec.Command("go", "list", "-C", root, "-deps", cmd).Output()
+		if err != nil {
+			t.Fatalf("go list -deps %s: %v", cmd, err)
+		}
+		for _, dep := range strings.Fields(string(out)) {
+			if strings.HasPrefix(dep, "github.com/nats-io/nats-server") {
+				t.Errorf("%s links %s: keep the embedded server in pkg/natsnode, out of what it imports", cmd, dep)
+				break
+			}
+		}
+	}
+}
+
+var rowPath = regexp.MustCompile("^\\| `([^`]+)` \\|")
+
+// packageRows is the first column of the table under "## Packages", in order.
+func packageRows(t *testing.T) []string {
+	t.Helper()
+	b, err := os.ReadFile("architecture.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rows []string
+	in := false
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.HasPrefix(line, "## ") {
+			in = line == "## Packages"
+			continue
+		}
+		if m := rowPath.FindStringSubmatch(line); in && m != nil {
+			rows = append(rows, m[1])
+		}
+	}
+	if len(rows) == 0 {
+		t.Fatal("docs/architecture.md has no package table under \"## Packages\"")
+	}
+	return rows
+}
+
+// packageDirs is every directory of the tree that holds Go files, as `go ./...` sees
+// them (no hidden directories, no testdata).
+func packageDirs(t *testing.T) []string {
+	t.Helper()
+	seen := map[string]bool{}
+	var dirs []string
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		name := d.Name()
+		if d.IsDir() {
+			if path != root && (strings.HasPrefix(name, ".") || strings.HasPrefix(name, "_") || name == "testdata" || name == "node_modules") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(name, ".go") {
+			return nil
+		}
+		dir, err := filepath.Rel(root, filepath.Dir(path))
+		if err != nil {
+			return err
+		}
+		dir = filepath.ToSlash(dir)
+		if !seen[dir] && dir != "." {
+			seen[dir] = true
+			dirs = append(dirs, dir)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dirs
+}
+
+func modulePath(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(root, "go.mod"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if m, ok := strings.CutPrefix(line, "module "); ok {
+			return strings.TrimSpace(m)
+		}
+	}
+	t.Fatal("go.mod names no module")
+	return ""
+}
