@@ -2,10 +2,11 @@
 package docs
 
 import (
-	"bufio"
-	"bytes"
 	"errors"
+	"go/ast"
 	"go/build"
+	"go/parser"
+	"go/token"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -84,25 +85,104 @@ func TestClientBinariesDoNotLinkNATSServer(t *testing.T) {
 	}
 }
 
-var rowPath = regexp.MustCompile("^\\| `([^`]+)` \\|")
+// The size bounds of issue 32: files and functions over them are named in the doc's
+// "Sizes" section, as tables or as still to split, and a name there must still be over.
+func TestNoFileOrFunctionOverItsBound(t *testing.T) {
+	t.Parallel()
+	const maxFileLines, maxFuncLines = 450, 80
+	excepted := sizeExceptions(t)
+	over := map[string]int{} // "path" or "path Func" → lines
+	fset := token.NewFileSet()
+	for _, dir := range packageDirs(t) {
+		files, err := filepath.Glob(filepath.Join(root, dir, "*.go"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, path := range files {
+			if strings.HasSuffix(path, "_test.go") {
+				continue
+			}
+			f, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rel := dir + "/" + filepath.Base(path)
+			if n := fset.File(f.Pos()).LineCount(); n > maxFileLines {
+				over[rel] = n
+			}
+			for _, d := range f.Decls {
+				fn, ok := d.(*ast.FuncDecl)
+				if !ok || fn.Body == nil {
+					continue
+				}
+				if n := fset.Position(fn.End()).Line - fset.Position(fn.Pos()).Line + 1; n > maxFuncLines {
+					over[rel+" "+fn.Name.Name] = n
+				}
+			}
+		}
+	}
+	for name, n := range over {
+		if !excepted[name] {
+			t.Errorf("%s is %d lines, over its bound (files %d, functions %d): split it, or name it in docs/architecture.md's Sizes if it is a table", name, n, maxFileLines, maxFuncLines)
+		}
+	}
+	for name := range excepted {
+		if _, ok := over[name]; !ok {
+			t.Errorf("docs/architecture.md's Sizes names %s, which is within its bound now (or gone): take it off the list", name)
+		}
+	}
+}
 
-// packageRows is the first column of the table under "## Packages", in order.
-func packageRows(t *testing.T) []string {
+var sizeItem = regexp.MustCompile("^- `([^`]+)`(?: `([^`]+)`)?$")
+
+// sizeExceptions is the names listed under "## Sizes": "path" or "path Func".
+func sizeExceptions(t *testing.T) map[string]bool {
+	t.Helper()
+	out := map[string]bool{}
+	for _, line := range section(t, "## Sizes") {
+		if m := sizeItem.FindStringSubmatch(line); m != nil {
+			name := m[1]
+			if m[2] != "" {
+				name += " " + m[2]
+			}
+			out[name] = true
+		}
+	}
+	return out
+}
+
+// section is the lines of architecture.md under the heading, up to the next "## ".
+func section(t *testing.T, heading string) []string {
 	t.Helper()
 	b, err := os.ReadFile("architecture.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	var rows []string
+	var lines []string
 	in := false
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	for sc.Scan() {
-		line := sc.Text()
+	for _, line := range strings.Split(string(b), "\n") {
 		if strings.HasPrefix(line, "## ") {
-			in = line == "## Packages"
+			in = line == heading
 			continue
 		}
-		if m := rowPath.FindStringSubmatch(line); in && m != nil {
+		if in {
+			lines = append(lines, line)
+		}
+	}
+	if len(lines) == 0 {
+		t.Fatalf("docs/architecture.md has no section %q", heading)
+	}
+	return lines
+}
+
+var rowPath = regexp.MustCompile("^\\| `([^`]+)` \\|")
+
+// packageRows is the first column of the table under "## Packages", in order.
+func packageRows(t *testing.T) []string {
+	t.Helper()
+	var rows []string
+	for _, line := range section(t, "## Packages") {
+		if m := rowPath.FindStringSubmatch(line); m != nil {
 			rows = append(rows, m[1])
 		}
 	}
