@@ -14,7 +14,6 @@ import (
 
 	"github.com/penguinhq/dispatcher/pkg/dispatch"
 	"github.com/penguinhq/dispatcher/pkg/ledger"
-	"github.com/penguinhq/dispatcher/pkg/queue"
 	"github.com/penguinhq/dispatcher/pkg/request"
 )
 
@@ -192,7 +191,7 @@ func (s *stack) budgets(n int) map[string]dispatch.BudgetState {
 	if n == 0 {
 		wait = time.Second
 	}
-	answers, _ := s.q.QueryLanesUntil(context.Background(), queue.LaneQuery{Budget: true}, wait, n)
+	answers, _ := s.q.QueryLanesUntil(context.Background(), request.LaneQuery{Budget: true}, wait, n)
 	out := map[string]dispatch.BudgetState{}
 	for _, raw := range answers {
 		var a dispatch.LaneAnswer

@@ -196,8 +196,8 @@ func (s *stack) startDispatcher() {
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	stopLanes, err := s.q.ServeLaneQueries(func(ctx context.Context, lq queue.LaneQuery) (any, error) {
-		return d.Answer(ctx, dispatch.Ask(lq))
+	stopLanes, err := s.q.ServeLaneQueries(func(ctx context.Context, lq request.LaneQuery) (any, error) {
+		return d.Answer(ctx, lq)
 	})
 	if err != nil {
 		s.t.Fatal(err)

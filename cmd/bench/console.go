@@ -56,8 +56,8 @@ func benchConsole(ctx context.Context, s settings, log io.Writer) ([]row, error)
 		return nil, err
 	}
 	defer stopDispatch()
-	stopLanes, err := n.q.ServeLaneQueries(func(ctx context.Context, lq queue.LaneQuery) (any, error) {
-		return d.Answer(ctx, dispatch.Ask(lq))
+	stopLanes, err := n.q.ServeLaneQueries(func(ctx context.Context, lq request.LaneQuery) (any, error) {
+		return d.Answer(ctx, lq)
 	})
 	if err != nil {
 		return nil, err

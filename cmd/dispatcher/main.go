@@ -34,6 +34,7 @@ import (
 	"github.com/penguinhq/dispatcher/pkg/natsnode"
 	"github.com/penguinhq/dispatcher/pkg/queue"
 	"github.com/penguinhq/dispatcher/pkg/raven"
+	"github.com/penguinhq/dispatcher/pkg/request"
 )
 
 func main() {
@@ -210,8 +211,8 @@ func runDispatcher(ctx context.Context, c *settings, q *queue.Queue, reg *promet
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
 	go q.WatchWrites(watchCtx, 0, log)
-	stopLanes, err := q.ServeLaneQueries(func(ctx context.Context, lq queue.LaneQuery) (any, error) {
-		return d.Answer(ctx, dispatch.Ask(lq))
+	stopLanes, err := q.ServeLaneQueries(func(ctx context.Context, lq request.LaneQuery) (any, error) {
+		return d.Answer(ctx, lq)
 	})
 	if err != nil {
 		return err

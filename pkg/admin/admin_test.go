@@ -366,7 +366,7 @@ func TestLaneQueriesStopWaitingOnceEveryKnownDispatcherAnswered(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, id := range []string{"d1", "d2"} {
-		stop, err := q.ServeLaneQueries(func(context.Context, queue.LaneQuery) (any, error) {
+		stop, err := q.ServeLaneQueries(func(context.Context, request.LaneQuery) (any, error) {
 			act := dispatch.Activity{Window: dispatch.ActivityWindow, Outcomes: map[string]int{dispatch.OutcomeDelivered: 6}}
 			return dispatch.LaneAnswer{Instance: id, Activity: &act}, nil
 		})

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/penguinhq/dispatcher/pkg/dispatch"
-	"github.com/penguinhq/dispatcher/pkg/queue"
 	"github.com/penguinhq/dispatcher/pkg/request"
 )
 
@@ -35,7 +34,7 @@ type InstanceBudget struct {
 
 // Budget reads raven's budget, and asks every dispatcher how it holds it.
 func (s *Service) Budget(ctx context.Context) (BudgetView, error) {
-	return s.budgetOf(ctx, s.ask(ctx, queue.LaneQuery{Budget: true}))
+	return s.budgetOf(ctx, s.ask(ctx, request.LaneQuery{Budget: true}))
 }
 
 // budgetOf is the budget as operators set it, and as the dispatchers answered.

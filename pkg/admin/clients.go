@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/penguinhq/dispatcher/pkg/dispatch"
-	"github.com/penguinhq/dispatcher/pkg/queue"
 	"github.com/penguinhq/dispatcher/pkg/request"
 )
 
@@ -25,7 +24,7 @@ func (s *Service) lanes(ctx context.Context, subjects []string) map[string]laneO
 	if len(subjects) == 0 {
 		return out
 	}
-	for _, a := range s.ask(ctx, queue.LaneQuery{Subjects: subjects}) {
+	for _, a := range s.ask(ctx, request.LaneQuery{Subjects: subjects}) {
 		for _, l := range a.Lanes {
 			out[l.Subject] = laneOf{l, a.Instance}
 		}
@@ -241,7 +240,7 @@ func (s *Service) oldestHeadsWanted(search string, to int) int {
 // and returns their next sends by subject.
 func (s *Service) dueOrder(ctx context.Context, n int) map[string]time.Time {
 	out := map[string]time.Time{}
-	for _, a := range s.ask(ctx, queue.LaneQuery{ByDue: true, Limit: n}) {
+	for _, a := range s.ask(ctx, request.LaneQuery{ByDue: true, Limit: n}) {
 		for _, l := range a.Lanes {
 			out[l.Subject] = l.NextSend
 		}

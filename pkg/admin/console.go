@@ -3,7 +3,6 @@ package admin
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"slices"
 	"sort"
 	"sync"
@@ -16,86 +15,6 @@ import (
 
 // What the operators' console reads beyond the admin API's calls: one client on one
 // screen, and the service's last minute.
-
-// ask sends lq to the dispatchers and decodes their answers. It stops waiting once as
-// many have answered as are known to run: those with a live heartbeat (with leases), or
-// as many as answered lately; so that a page is not held for the whole lane wait. A
-// query that gets fewer answers waits the whole lane wait, as does the first after
-// answersKept, which finds an instance that joined without leases.
-func (s *Service) ask(ctx context.Context, lq queue.LaneQuery) []dispatch.LaneAnswer {
-	expect := s.expected(ctx)
-	raw, err := s.q.QueryLanesUntil(ctx, lq, s.laneWait, expect)
-	if err != nil {
-		return nil
-	}
-	if expect == 0 || len(raw) < expect { // waited the whole lane wait: as many as there are
-		s.answered(len(raw))
-	}
-	out := make([]dispatch.LaneAnswer, 0, len(raw))
-	for _, r := range raw {
-		var a dispatch.LaneAnswer
-		if json.Unmarshal(r, &a) == nil {
-			out = append(out, a)
-		}
-	}
-	return out
-}
-
-// answersKept is how long the count of answers a query got is relied on.
-const answersKept = 30 * time.Second
-
-// expected is how many answers to wait for: the dispatchers with a live heartbeat (read
-// at most every two seconds), or more if more answered within answersKept; 0 (wait the
-// whole lane wait) when neither is known.
-func (s *Service) expected(ctx context.Context) int {
-	s.aliveMu.Lock()
-	stale := time.Since(s.aliveAt) >= 2*time.Second && !s.aliveReading
-	if stale {
-		s.aliveReading = true // one reader; the others use the last count meanwhile
-	}
-	s.aliveMu.Unlock()
-	if stale {
-		// Read apart from the caller's context (a page closed midway must not leave a
-		// count of none) and outside the lock (a slow server must not hold every page).
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-		st, err := s.q.LeaseStatus(rctx)
-		cancel()
-		n := 0
-		for _, in := range st.Instances {
-			if !in.Heartbeat.IsZero() {
-				n++
-			}
-		}
-		s.aliveMu.Lock()
-		s.aliveReading = false
-		if err == nil { // a failed read is not a count: keep the last, read again next time
-			s.aliveN, s.aliveAt = n, time.Now()
-		}
-		s.aliveMu.Unlock()
-	}
-	s.aliveMu.Lock()
-	defer s.aliveMu.Unlock()
-	if time.Since(s.seenAt) >= answersKept {
-		return s.aliveN
-	}
-	return max(s.aliveN, s.seenN)
-}
-
-// answered notes that a query that waited the whole lane wait got n answers.
-func (s *Service) answered(n int) {
-	s.aliveMu.Lock()
-	defer s.aliveMu.Unlock()
-	s.seenN, s.seenAt = n, time.Now()
-}
-
-type aliveCache struct {
-	aliveMu      sync.Mutex
-	aliveAt      time.Time
-	aliveN       int
-	aliveReading bool
-	seenAt       time.Time
-	seenN        int
-}
 
 // MaxQueuedShown is how many of a client's queued requests ClientView lists.
 const MaxQueuedShown = 50
@@ -164,7 +83,7 @@ func (s *Service) Client(ctx context.Context, clientID string) (ClientView, erro
 	for i, st := range queued {
 		v.Queued[i] = QueuedRequest{ID: st.ID, Seq: st.Seq, AcceptedAt: st.AcceptedAt, NotBefore: st.NotBefore}
 	}
-	for _, a := range s.ask(ctx, queue.LaneQuery{Subjects: []string{subject}, History: true}) {
+	for _, a := range s.ask(ctx, request.LaneQuery{Subjects: []string{subject}, History: true}) {
 		v.History = append(v.History, a.History[subject]...)
 	}
 	// Two instances remember attempts when the client moved between them: in time order.
@@ -208,7 +127,7 @@ func (s *Service) Overview(ctx context.Context) Overview {
 	var wg sync.WaitGroup
 	var stErr error
 	wg.Go(func() { o.Status, stErr = s.status(ctx) })
-	answers := s.ask(ctx, queue.LaneQuery{Activity: true, Budget: true})
+	answers := s.ask(ctx, request.LaneQuery{Activity: true, Budget: true})
 	b, bErr := s.budgetOf(ctx, answers)
 	wg.Wait()
 	for _, a := range answers {

@@ -170,7 +170,7 @@ func (s *Service) deadLettered(ctx context.Context, id, clientID string) (Reques
 
 // sent asks the dispatchers whether one of them delivered the request lately.
 func (s *Service) sent(ctx context.Context, id string) (RequestState, bool) {
-	for _, a := range s.ask(ctx, queue.LaneQuery{IDs: []string{id}}) {
+	for _, a := range s.ask(ctx, request.LaneQuery{IDs: []string{id}}) {
 		if len(a.Delivered) == 0 {
 			continue
 		}

@@ -3,6 +3,8 @@ package dispatch
 import (
 	"context"
 	"fmt"
+
+	"github.com/penguinhq/dispatcher/pkg/request"
 )
 
 type laneQuery struct {
@@ -66,24 +68,9 @@ type LaneAnswer struct {
 	Activity *Activity `json:"activity,omitempty"`
 }
 
-// Ask is what operators ask the dispatchers (queue.LaneQuery, field for field).
-type Ask struct {
-	Subjects []string
-	Limit    int
-	IDs      []string
-	Budget   bool
-	// ByDue asks for the waiting lanes with the earliest next send, up to Limit, in
-	// that order.
-	ByDue bool
-	// History asks for the last attempts of Subjects' clients.
-	History bool
-	// Activity asks for the instance's last minute.
-	Activity bool
-}
-
-// Answer answers an Ask: AnswerLanes's answer, with the lanes by due, the clients'
+// Answer answers a lane query: AnswerLanes's answer, with the lanes by due, the clients'
 // histories and the instance's activity when asked for.
-func (d *Dispatcher) Answer(ctx context.Context, q Ask) (LaneAnswer, error) {
+func (d *Dispatcher) Answer(ctx context.Context, q request.LaneQuery) (LaneAnswer, error) {
 	if q.ByDue {
 		lanes, err := d.askLoop(ctx, laneQuery{limit: min(max(q.Limit, 1), MaxDueLanes), byDue: true})
 		return LaneAnswer{Instance: d.cfg.InstanceID, Lanes: lanes}, err

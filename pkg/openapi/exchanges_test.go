@@ -550,7 +550,7 @@ func requestsWithRecords(t *testing.T, q *queue.Queue) (queued, inFlight, delive
 	if err != nil || !ok {
 		t.Fatalf("client d: %v %v", ok, err)
 	}
-	stop, err := q.ServeLaneQueries(func(_ context.Context, lq queue.LaneQuery) (any, error) {
+	stop, err := q.ServeLaneQueries(func(_ context.Context, lq request.LaneQuery) (any, error) {
 		a := dispatch.LaneAnswer{Instance: "dispatcher-1"}
 		if slices.Contains(lq.Subjects, subject) {
 			a.Lanes = []dispatch.LaneInfo{{Subject: subject, State: dispatch.LaneInFlight, Attempts: 1, LastEnd: now, Interval: 5 * time.Second}}

@@ -7,30 +7,19 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/penguinhq/dispatcher/pkg/request"
 )
 
 // laneQuerySubject is where dispatchers answer operators' questions about their lanes.
 // The answer is core NATS request/reply: nothing is stored.
 const laneQuerySubject = "dispatch.ctl.lanes"
 
-// LaneQuery asks every dispatcher about its lanes for the given request subjects, or
-// about up to Limit of its lanes when Subjects and IDs are both empty, and whether it
-// delivered any of the request IDs lately; with Budget, about raven's budget instead.
-type LaneQuery struct {
-	Subjects []string `json:"subjects,omitempty"`
-	Limit    int      `json:"limit,omitempty"`
-	IDs      []string `json:"ids,omitempty"`
-	Budget   bool     `json:"budget,omitempty"`
-	ByDue    bool     `json:"by_due,omitempty"`   // the waiting lanes due first, up to Limit
-	History  bool     `json:"history,omitempty"`  // the last attempts of Subjects' clients
-	Activity bool     `json:"activity,omitempty"` // each instance's last minute
-}
-
 // ServeLaneQueries answers lane queries with what answer returns (JSON), until stop is
 // called.
-func (q *Queue) ServeLaneQueries(answer func(ctx context.Context, lq LaneQuery) (any, error)) (stop func(), err error) {
+func (q *Queue) ServeLaneQueries(answer func(ctx context.Context, lq request.LaneQuery) (any, error)) (stop func(), err error) {
 	sub, err := q.nc.Subscribe(laneQuerySubject, func(m *nats.Msg) {
-		var lq LaneQuery
+		var lq request.LaneQuery
 		if err := json.Unmarshal(m.Data, &lq); err != nil {
 			return
 		}
@@ -54,13 +43,13 @@ func (q *Queue) ServeLaneQueries(answer func(ctx context.Context, lq LaneQuery) 
 
 // QueryLanes sends lq to every dispatcher and returns the answers that arrive within
 // wait, one per dispatcher.
-func (q *Queue) QueryLanes(ctx context.Context, lq LaneQuery, wait time.Duration) ([]json.RawMessage, error) {
+func (q *Queue) QueryLanes(ctx context.Context, lq request.LaneQuery, wait time.Duration) ([]json.RawMessage, error) {
 	return q.QueryLanesUntil(ctx, lq, wait, 0)
 }
 
 // QueryLanesUntil is QueryLanes that returns as soon as expect answers arrived (expect
 // 0: waits the whole wait).
-func (q *Queue) QueryLanesUntil(ctx context.Context, lq LaneQuery, wait time.Duration, expect int) ([]json.RawMessage, error) {
+func (q *Queue) QueryLanesUntil(ctx context.Context, lq request.LaneQuery, wait time.Duration, expect int) ([]json.RawMessage, error) {
 	b, err := json.Marshal(lq)
 	if err != nil {
 		return nil, err
