@@ -11,13 +11,13 @@
 //     passed in, so its rules are tested exactly with a fake clock.
 //   - The loop (dispatcher.go, loop.go, job.go, partitions.go): runs a Scheduler against
 //     a Source (the queue), handing each lane that falls due to a worker.
-//   - Ownership (ownership.go): partition leases, their renewal, and the fence a new
-//     owner waits out before its first attempt (ADR 4).
-//   - The attempt (attempt.go): a worker reads the head, sends it with a Sender (raven),
-//     judges the answer, writes the outcome's event and removes or dead-letters the
-//     request (ADR 9).
-//   - Raven's budget (budget.go): a token bucket shared by the instances through their
-//     leases, and its adaptive mode (ADR 7).
+//   - Ownership (ownership.go, acquire.go, leasewatch.go): partition leases, their
+//     renewal, and the fence a new owner waits out before its first attempt (ADR 4).
+//   - The attempt (attempt.go): a worker reads the head, sends it with a Sender (raven)
+//     and judges the answer; settle.go writes the outcome's event and removes or
+//     dead-letters the request (ADR 9); observe.go records it for operators.
+//   - Raven's budget (budget.go, governor.go): each instance's share of it, kept with a
+//     token bucket, and its adaptive mode (ADR 7).
 //   - Cancel (cancel.go): the owner of a client's partition removes a queued request that
 //     is not in flight, past the partition's fence and inside its lease; a sending guard
 //     keeps it apart from the owner's own workers (ADR 13).

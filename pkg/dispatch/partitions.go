@@ -51,7 +51,7 @@ func (l *loop) list(p int) {
 
 func (l *loop) ownership(e ownEvent) {
 	now := l.d.now()
-	l.d.gov.recount = true // raven's budget is shared by the partitions one may send for
+	l.d.gov.partitionsChanged() // raven's budget is shared by the partitions one may send for
 	part := l.owned[e.partition]
 	switch e.kind {
 	case ownAcquired:
@@ -85,12 +85,12 @@ func (l *loop) dropIfDrained(p int, part *partition) {
 	if part.inFlight > 0 || l.owned[p] != part {
 		return // attempts in flight, or let go of already
 	}
-	if part.release != nil && l.d.gov.budget.MaxInFlight > 0 {
+	if part.release != nil && l.d.gov.limitsInFlight() {
 		now := l.d.now()
 		if l.d.gov.needsCount(now) {
 			l.countOpen(now)
 		}
-		if l.sched.InFlight() > l.d.gov.shareInFlight {
+		if l.d.gov.overShare(l.sched.InFlight()) {
 			l.releasing = true
 			return
 		}
@@ -144,7 +144,7 @@ func (l *loop) done(r outcome) {
 	if part.open() {
 		return
 	}
-	l.d.gov.recount = true
+	l.d.gov.partitionsChanged()
 	l.sched.Forget(r.Subject)
 	if part != nil {
 		l.dropIfDrained(r.partition, part)

@@ -3,9 +3,7 @@ package queue
 import (
 	"context"
 	"errors"
-	"fmt"
 	"slices"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -16,7 +14,6 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/penguinhq/dispatcher/pkg/request"
-	"github.com/penguinhq/dispatcher/pkg/retry"
 )
 
 // EventStream holds every request's events (request.Event) on request.EventPrefix
@@ -374,68 +371,6 @@ func firstErr(errs []error) error {
 		}
 	}
 	return nil
-}
-
-// WriteEvent writes e and waits for the acknowledgement, retrying a few times within
-// ctx: for processes that write an event now and then (a replay) and have no writer.
-func (q *Queue) WriteEvent(ctx context.Context, e request.Event) error {
-	if e.At.IsZero() {
-		e.At = time.Now()
-	}
-	if err := request.ValidateID(e.ID); err != nil || e.ClientID == "" {
-		return fmt.Errorf("event of request %q: not a request this service stored", e.ID)
-	}
-	_, err := retry.Do(ctx, retry.Policy{First: 100 * time.Millisecond, Max: time.Second, Tries: 5}, func(ctx context.Context) error {
-		_, err := q.js.PublishMsg(ctx, eventMsg(e), jetstream.WithMsgID(eventMsgID(e)), jetstream.WithExpectStream(EventStream))
-		return err
-	})
-	if err != nil {
-		return fmt.Errorf("writing the %s event of request %s: %w", e.Type, e.ID, err)
-	}
-	return nil
-}
-
-// chunkEnd is where the chunk of batch starting at lo ends: at most atomicMax events and,
-// past the first, atomicBatchBytes of them.
-func chunkEnd(batch []queuedEvent, lo int) int {
-	hi, bytes := lo, 0
-	for hi < len(batch) && hi-lo < atomicMax {
-		size := 256 // an event without an answer: about its JSON
-		if r := batch[hi].Response; r != nil {
-			size += 2 * (len(r.Body) + 64*len(r.Headers))
-		}
-		if hi > lo && bytes+size > atomicBatchBytes {
-			break
-		}
-		bytes += size
-		hi++
-	}
-	return hi
-}
-
-// eventLimit is the most bytes of an event's JSON this queue's server takes in one
-// message, with room for its headers.
-func (q *Queue) eventLimit() int {
-	return max(int(q.nc.MaxPayload())-eventHeadroom, 16<<10)
-}
-
-func eventMsg(e request.Event) *nats.Msg {
-	m := nats.NewMsg(e.Subject())
-	m.Header.Set(request.EventIDHeader, e.ID)
-	m.Data = e.JSON()
-	return m
-}
-
-// eventMsgID makes a write retried after its acknowledgement was lost land once. An
-// attempt's event holds its time too: two alike in all else (an attempt numbered 1 again
-// by a restarted dispatcher of the same name) are two attempts, both written. Other
-// events do not: a request sent again with its Idempotency-Key is not accepted again.
-func eventMsgID(e request.Event) string {
-	id := e.ID + ":" + e.Type + ":" + strconv.Itoa(e.Cycle) + ":" + strconv.Itoa(e.Attempt) + ":" + strconv.FormatUint(e.Seq, 10) + ":" + e.Instance
-	if e.Type == request.EventAttemptStarted || e.Type == request.EventAttemptFailed {
-		id += ":" + strconv.FormatInt(e.At.UnixNano(), 36)
-	}
-	return id
 }
 
 type eventMetrics struct {
