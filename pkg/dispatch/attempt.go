@@ -78,9 +78,9 @@ func (l *loop) startDue() {
 func (d *Dispatcher) work(ctx context.Context, job Job, sendBy time.Time) Result {
 	gen := d.sending.look() // before the head is read: see sending
 	st, ok, err := d.src.Head(ctx, job.Subject)
-	var undecodable interface{ Undecodable() bool }
+	var undecodable *request.UndecodableError
 	switch {
-	case errors.As(err, &undecodable) && undecodable.Undecodable():
+	case errors.As(err, &undecodable):
 		d.log.Warn().Str("subject", job.Subject).Uint64("seq", st.Seq).Msg("message not written by ingest; dead-lettering it unsent")
 		return d.bury(ctx, job, st, request.Verdict{Reason: request.ReasonUndecodable, LastError: err.Error()}, sendBy)
 	case err != nil:
@@ -211,9 +211,9 @@ func (d *Dispatcher) attempt(ctx context.Context, job Job, st request.Stored, se
 		why.Reason = request.ReasonPermanent
 	default:
 		if why.Reason = d.cfg.GiveUp(attempt, first, end); why.Reason == "" {
-			var ra interface{ RetryAfter() time.Duration }
-			if errors.As(err, &ra) {
-				res.RetryAfter = ra.RetryAfter()
+			var tr *request.TransientError
+			if errors.As(err, &tr) {
+				res.RetryAfter = tr.After
 			}
 			res.Kind, res.Seq, res.Attempts, res.FirstAttempt = Retry, st.Seq, attempt, first
 			about(d.log.Info()).Err(err).Dur("retry_after", res.RetryAfter).Msg(LogAttemptFailed)
@@ -243,15 +243,15 @@ func (d *Dispatcher) attempt(ctx context.Context, job Job, st request.Stored, se
 	return res
 }
 
-// judge says what an attempt's error means: delivered (nil), a permanent failure (an
-// error whose Permanent() says so), or a transient one. It is made here only, for the
-// decision and for the metrics alike.
+// judge says what an attempt's error means: delivered (nil), a permanent failure (a
+// request.PermanentError), or a transient one. It is made here only, for the decision
+// and for the metrics alike.
 func judge(err error) string {
-	var perm interface{ Permanent() bool }
+	var perm *request.PermanentError
 	switch {
 	case err == nil:
 		return OutcomeDelivered
-	case errors.As(err, &perm) && perm.Permanent():
+	case errors.As(err, &perm):
 		return OutcomePermanent
 	default:
 		return OutcomeTransient
@@ -307,28 +307,22 @@ func (d *Dispatcher) retry(ctx context.Context, logged bool, op func() error) er
 // overloaded says whether an attempt's failure says raven is overloaded (429, 503, or
 // a timeout), and for a 503 with Retry-After how long raven asked every sender to wait.
 func overloaded(err error, status int) (bool, time.Duration) {
-	var timeout interface{ Timeout() bool }
 	switch {
 	case err == nil:
 		return false, 0
 	case status == http.StatusServiceUnavailable:
-		var ra interface{ RetryAfter() time.Duration }
-		if errors.As(err, &ra) {
-			return true, ra.RetryAfter()
+		var tr *request.TransientError
+		if errors.As(err, &tr) {
+			return true, tr.After
 		}
 		return true, 0
 	case status == http.StatusTooManyRequests:
 		return true, 0
-	case status == 0 && (errors.Is(err, context.DeadlineExceeded) || errors.As(err, &timeout) && timeout.Timeout()):
+	case status == 0 && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, request.ErrNoAnswerInTime)):
 		return true, 0
 	}
 	return false, 0
 }
 
-func statusOf(err error) int {
-	var sc interface{ StatusCode() int }
-	if errors.As(err, &sc) {
-		return sc.StatusCode()
-	}
-	return 0
-}
+// statusOf is raven's HTTP status in an attempt's error, 0 when none.
+func statusOf(err error) int { return request.RavenStatus(err) }

@@ -17,18 +17,6 @@ import (
 // Unit tests of the attempt's branches (work), one head request at a time, against the
 // in-memory source and the test's clock.
 
-type permanentErr struct{ status int }
-
-func (e permanentErr) Error() string   { return "rejected" }
-func (e permanentErr) Permanent() bool { return true }
-func (e permanentErr) StatusCode() int { return e.status }
-
-type retryAfterErr struct{ after time.Duration }
-
-func (e retryAfterErr) Error() string             { return "busy" }
-func (e retryAfterErr) RetryAfter() time.Duration { return e.after }
-func (e retryAfterErr) StatusCode() int           { return 429 }
-
 func TestWorkDeliversAndRemoves(t *testing.T) {
 	t.Parallel()
 	b := setup(t, Config{})
@@ -228,7 +216,7 @@ func TestWorkTransientFailureRetriesThenGivesUp(t *testing.T) {
 	b := setup(t, Config{Policy: Policy{MaxAttempts: 3}})
 	subj := subject(1, "jack")
 	st := b.src.add(subj, "r1", start)
-	b.snd.answer = func(request.Stored, int) error { return retryAfterErr{after: 7 * time.Second} }
+	b.snd.answer = func(request.Stored, int) error { return &request.TransientError{Status: 429, After: 7 * time.Second} }
 	job := b.job(subj)
 	for attempt := 1; attempt <= 2; attempt++ {
 		res := b.d.work(context.Background(), job, time.Time{})
@@ -256,7 +244,7 @@ func TestWorkPermanentFailureIsDeadLetteredAtOnce(t *testing.T) {
 	b := setup(t, Config{})
 	subj := subject(3, "kim")
 	b.src.add(subj, "bad", start)
-	b.snd.answer = func(request.Stored, int) error { return permanentErr{status: 422} }
+	b.snd.answer = func(request.Stored, int) error { return &request.PermanentError{Status: 422} }
 	if res := b.d.work(context.Background(), b.job(subj), time.Time{}); res.Kind != DeadLettered {
 		t.Fatalf("result %+v, want DeadLettered", res)
 	}
@@ -357,4 +345,31 @@ func TestMaxAgeEndsTheRetries(t *testing.T) {
 				last.Sub(a[0].at), a[len(a)-2].at.Sub(a[0].at))
 		}
 	})
+}
+
+// The attempt reads raven's outcome by the shared words alone (request's error types),
+// wrapped or not, as the queue and raven's client return them.
+func TestAttemptErrorsAreReadByTheSharedWords(t *testing.T) {
+	t.Parallel()
+	busy := fmt.Errorf("sending: %w", &request.TransientError{Status: 503, After: 3 * time.Second})
+	if got := judge(busy); got != OutcomeTransient {
+		t.Errorf("judge(503) = %s, want %s", got, OutcomeTransient)
+	}
+	if st := statusOf(busy); st != 503 {
+		t.Errorf("statusOf(503) = %d", st)
+	}
+	if over, wait := overloaded(busy, statusOf(busy)); !over || wait != 3*time.Second {
+		t.Errorf("overloaded(503, Retry-After 3s) = %v %s", over, wait)
+	}
+	refused := fmt.Errorf("sending: %w", &request.PermanentError{Status: 422})
+	if got, st := judge(refused), statusOf(refused); got != OutcomePermanent || st != 422 {
+		t.Errorf("judge(422) = %s (status %d), want %s", got, st, OutcomePermanent)
+	}
+	if over, _ := overloaded(refused, 422); over {
+		t.Error("a 422 counted as raven overloaded")
+	}
+	timedOut := fmt.Errorf("sending: %w", request.ErrNoAnswerInTime)
+	if over, _ := overloaded(timedOut, 0); !over || judge(timedOut) != OutcomeTransient {
+		t.Errorf("a timeout: overloaded %v, judged %s", over, judge(timedOut))
+	}
 }

@@ -17,8 +17,8 @@ type Source interface {
 	// trouble after which a backlog listing is due.
 	Watch(ctx context.Context, fn func(subject string), onErr func(error)) (stop func(), err error)
 	// Head reads the oldest request on subject; ok is false when there is none. A request
-	// that cannot be sent (its subject names no client) comes with ok true and an error
-	// with a method Undecodable() bool that returns true: it is dead-lettered unsent.
+	// that cannot be sent (its subject names no client) comes with ok true and a
+	// *request.UndecodableError: it is dead-lettered unsent.
 	Head(ctx context.Context, subject string) (st request.Stored, ok bool, err error)
 	// Find looks for the queued request id on subject, reading its headers only (no
 	// body); ok is false when it is not queued there.
@@ -53,9 +53,10 @@ type Steering interface {
 	WatchSteering(ctx context.Context, fn func(request.SteerChange)) (current []request.SteerChange, stop func(), err error)
 }
 
-// Sender makes one attempt of a request. It returns nil when raven accepted it. An error
-// with a method Permanent() bool that returns true is not retried; one with RetryAfter()
-// time.Duration delays the retry; StatusCode() int, if present, is recorded.
+// Sender makes one attempt of a request. It returns nil when raven accepted it. A
+// *request.PermanentError is not retried; a *request.TransientError's After delays the
+// retry; either's Status is recorded; an error that Is request.ErrNoAnswerInTime counts
+// as raven overloaded.
 type Sender interface {
 	Send(ctx context.Context, st request.Stored, attempt int) error
 }

@@ -41,11 +41,6 @@ type deadLetter struct {
 	why request.Verdict
 }
 
-type undecodableErr struct{}
-
-func (undecodableErr) Error() string     { return "not written by ingest" }
-func (undecodableErr) Undecodable() bool { return true }
-
 func newMemSource(partitions int) *memSource {
 	return &memSource{partitions: partitions, undecodable: map[uint64]bool{}}
 }
@@ -93,7 +88,7 @@ func (m *memSource) Head(_ context.Context, subj string) (request.Stored, bool, 
 	for _, st := range m.queued {
 		if st.Subject == subj {
 			if m.undecodable[st.Seq] {
-				return st, true, undecodableErr{}
+				return st, true, &request.UndecodableError{Err: errors.New("not written by ingest")}
 			}
 			return st, true, nil
 		}

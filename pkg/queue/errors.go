@@ -1,6 +1,10 @@
 package queue
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/penguinhq/dispatcher/pkg/request"
+)
 
 // Errors the queue returns when it does not take a request. Ingest maps them to HTTP
 // answers; none of them means anything already queued was touched.
@@ -15,17 +19,8 @@ var (
 
 // UndecodableError is what Head returns with a message whose subject holds no valid
 // clientId token: it was not written by ingest. It is to be dead-lettered, never sent.
-type UndecodableError struct{ Err error }
-
-func (e *UndecodableError) Error() string {
-	return "subject holds no valid clientId: " + e.Err.Error()
-}
-
-// Unwrap returns the decoding error.
-func (e *UndecodableError) Unwrap() error { return e.Err }
-
-// Undecodable marks the error for the dispatcher, which knows it by this method.
-func (e *UndecodableError) Undecodable() bool { return true }
+// It is the shared words' (package request), which the dispatcher reads.
+type UndecodableError = request.UndecodableError
 
 // Dead-letter headers, added to a request when it is moved to the dead-letter stream.
 const (

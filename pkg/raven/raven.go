@@ -250,51 +250,12 @@ func ParseRetryAfter(v string, now time.Time) time.Duration {
 	return d
 }
 
-// PermanentError is an answer that retrying will not change (4xx other than 408, 425
-// and 429, or a redirect).
-type PermanentError struct {
-	Status int
-	Err    error
-}
-
-func (e *PermanentError) Error() string {
-	if e.Err != nil {
-		return "permanent failure: " + e.Err.Error()
-	}
-	return fmt.Sprintf("permanent failure: raven answered %d", e.Status)
-}
-
-// Unwrap returns the cause, if any.
-func (e *PermanentError) Unwrap() error { return e.Err }
-
-// Permanent marks the outcome as not worth retrying.
-func (e *PermanentError) Permanent() bool { return true }
-
-// StatusCode is raven's HTTP status, 0 when there was none.
-func (e *PermanentError) StatusCode() int { return e.Status }
-
-// TransientError is a failure worth retrying: no answer, a timeout, 408, 425, 429 or 5xx.
-type TransientError struct {
-	Status int           // 0 when raven did not answer
-	After  time.Duration // raven's Retry-After, 0 when absent
-	Err    error
-}
-
-func (e *TransientError) Error() string {
-	if e.Err != nil {
-		return "transient failure: " + e.Err.Error()
-	}
-	return fmt.Sprintf("transient failure: raven answered %d", e.Status)
-}
-
-// Unwrap returns the cause, if any.
-func (e *TransientError) Unwrap() error { return e.Err }
-
-// RetryAfter is how long raven asked to wait, 0 when it did not say.
-func (e *TransientError) RetryAfter() time.Duration { return e.After }
-
-// StatusCode is raven's HTTP status, 0 when there was none.
-func (e *TransientError) StatusCode() int { return e.Status }
+// PermanentError and TransientError are the shared words' (package request): the
+// dispatcher reads them with errors.As.
+type (
+	PermanentError = request.PermanentError
+	TransientError = request.TransientError
+)
 
 // The words for an exchange with raven that got no answer (SendError.Kind).
 const (
@@ -336,6 +297,11 @@ func (e *SendError) Unwrap() error { return e.cause }
 // Timeout says whether raven did not answer in time (what the adaptive budget counts as
 // raven overloaded).
 func (e *SendError) Timeout() bool { return e.Kind == NoAnswerTimeout }
+
+// Is makes an exchange that timed out request.ErrNoAnswerInTime.
+func (e *SendError) Is(target error) bool {
+	return target == request.ErrNoAnswerInTime && e.Timeout()
+}
 
 // noAnswer turns what net/http returned for an exchange without an answer into a
 // SendError.
