@@ -201,7 +201,7 @@ func TestEventsFollowEachRequest(t *testing.T) {
 	}
 	// And the status record says the same.
 	clientOf := map[string]string{hal: "hal", ida: "ida", jo: "jo"}
-	for id, state := range map[string]string{hal: request.StateDelivered, ida: request.StateDelivered, jo: request.StateDeadLettered} {
+	for id, state := range map[string]request.State{hal: request.StateDelivered, ida: request.StateDelivered, jo: request.StateDeadLettered} {
 		st, err := s.q.Status(ctx, clientOf[id], id)
 		if err != nil || st.State != state {
 			t.Errorf("status of %s: %+v %v, want %s", id, st, err, state)

@@ -192,7 +192,7 @@ func TestMetricsMatchTheRecordingRaven(t *testing.T) {
 	}
 	// Every reason's counter is there from the start, at zero where nothing happened.
 	for _, r := range request.Reasons {
-		metric(t, m, `dispatch_dead_letters_total{reason="`+r+`"}`)
+		metric(t, m, `dispatch_dead_letters_total{reason="`+string(r)+`"}`)
 	}
 
 	im := scrape(t, "http://"+ingestOps+"/metrics")

@@ -510,9 +510,9 @@ func TestTenantsCannotReachEachOther(t *testing.T) {
 	}
 	// A reads B's status: as for an id never given. B reads it.
 	waitFor(t, time.Minute, "B's request to be readable as queued", func() bool {
-		return do("GET", base+"/"+mine.ID+"?clientId=bob-of-B", "token-B", "").State == request.StateQueued
+		return do("GET", base+"/"+mine.ID+"?clientId=bob-of-B", "token-B", "").State == string(request.StateQueued)
 	})
-	if a := do("GET", base+"/"+mine.ID+"?clientId=bob-of-B", "token-A", ""); a.Code != 200 || a.State != request.StateUnknown {
+	if a := do("GET", base+"/"+mine.ID+"?clientId=bob-of-B", "token-A", ""); a.Code != 200 || a.State != string(request.StateUnknown) {
 		t.Errorf("A reading B's request: %d %s, want 200 unknown", a.Code, a.State)
 	}
 	// B's key again with another body: 409; the first stands.

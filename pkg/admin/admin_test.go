@@ -66,7 +66,7 @@ func (f *fixture) publish(t testing.TB, client, id string) {
 }
 
 // bury moves client's head request to the dead-letter stream, as a dispatcher would.
-func (f *fixture) bury(t testing.TB, client, reason string) {
+func (f *fixture) bury(t testing.TB, client string, reason request.Reason) {
 	t.Helper()
 	ctx := context.Background()
 	subj, _, ok, err := f.q.ClientSubject(ctx, client)
@@ -247,7 +247,7 @@ func TestDeadLettersListAndReplay(t *testing.T) {
 		DeadLetters []admin.DeadLetterBody `json:"dead_letters"`
 	}
 	f.call(t, "GET", "/admin/v1/deadletters?id=d1&body=true", token, "", &bodies)
-	if d := bodies.DeadLetters; bodies.Total != 1 || len(d) != 1 || d[0].Body == nil || d[0].Headers["Dispatch-Dead-Reason"][0] != request.ReasonPermanent {
+	if d := bodies.DeadLetters; bodies.Total != 1 || len(d) != 1 || d[0].Body == nil || d[0].Headers["Dispatch-Dead-Reason"][0] != string(request.ReasonPermanent) {
 		t.Fatalf("d1 with its body: %+v, want its body and headers", bodies)
 	}
 

@@ -40,7 +40,7 @@ func ServeCancels(q *queue.Queue, d *dispatch.Dispatcher, instance string, log z
 type CancelOutcome struct {
 	// State is the request's state after the cancel: cancelled, or what it was when the
 	// cancel could not be made.
-	State  string          `json:"state"`
+	State  request.State   `json:"state"`
 	Detail string          `json:"detail"`
 	Record *request.Status `json:"record,omitempty"`
 }

@@ -171,7 +171,7 @@ func (s *Service) replay(ctx context.Context, r request.DeadLetter) (ReplayItem,
 		// with the replay's context, so its next attempts are the replay's children.
 		_, orig := tracing.Extract(ctx, r.TraceParent, r.TraceState)
 		opts := []trace.SpanStartOption{trace.WithNewRoot(), trace.WithAttributes(attribute.String("dispatch.request_id", r.ID),
-			attribute.Int("dispatch.cycle", r.Cycle+1), attribute.String("dispatch.dead_reason", r.Reason))}
+			attribute.Int("dispatch.cycle", r.Cycle+1), attribute.String("dispatch.dead_reason", string(r.Reason)))}
 		if orig.IsValid() {
 			opts = append(opts, trace.WithLinks(trace.Link{SpanContext: orig, Attributes: []attribute.KeyValue{attribute.String("dispatch.link", "replay of")}}))
 		}

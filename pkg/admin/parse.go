@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/penguinhq/dispatcher/pkg/queue"
+	"github.com/penguinhq/dispatcher/pkg/request"
 )
 
 // ParseInterval reads an interval an operator gives: a duration of at least MinInterval
@@ -24,7 +25,7 @@ func ParseInterval(s string) (time.Duration, error) {
 // FilterOf builds a dead-letter filter from text: since and until are RFC 3339 times
 // or durations back from now ("2h").
 func FilterOf(id, client, reason, since, until string, now time.Time) (queue.DeadFilter, error) {
-	f := queue.DeadFilter{ID: id, ClientID: client, Reason: reason}
+	f := queue.DeadFilter{ID: id, ClientID: client, Reason: request.Reason(reason)}
 	var err error
 	if f.Since, err = timeOf("since", since, now); err != nil {
 		return f, err

@@ -23,7 +23,7 @@ const (
 // RequestState is where one request is.
 type RequestState struct {
 	ID         string              `json:"id"`
-	State      string              `json:"state"`
+	State      request.State       `json:"state"`
 	Detail     string              `json:"detail"`
 	ClientID   string              `json:"client_id,omitempty"`
 	AcceptedAt time.Time           `json:"accepted_at,omitzero"`
@@ -108,7 +108,7 @@ func (s *Service) where(ctx context.Context, id, clientID string, rec *request.S
 		case request.StateDelivered:
 			rs.Detail = fmt.Sprintf("raven accepted it at %s, after %s (status %d)", rec.DeliveredAt.UTC().Format(time.RFC3339Nano), Count(rec.Attempts, "attempt", "attempts"), rec.RavenStatus)
 		case request.StateDeadLettered:
-			rs.Detail = "dead-lettered (" + rec.DeadLetter.Reason + "), and no longer in the dead-letter stream: replayed, or removed"
+			rs.Detail = "dead-lettered (" + string(rec.DeadLetter.Reason) + "), and no longer in the dead-letter stream: replayed, or removed"
 		case request.StateCancelled:
 			rs.Detail = fmt.Sprintf("cancelled at %s: it left its client's queue unsent, and raven never receives it", rec.CancelledAt.UTC().Format(time.RFC3339Nano))
 		}
@@ -165,7 +165,7 @@ func (s *Service) deadLettered(ctx context.Context, id, clientID string) (Reques
 		return RequestState{}, false, nil
 	}
 	return RequestState{ID: id, State: StateDeadLettered, ClientID: dead.ClientID, AcceptedAt: dead.AcceptedAt, DeadLetter: dead,
-		Detail: "in the dead-letter stream (" + dead.Reason + "); replay puts it back in its client's queue"}, true, nil
+		Detail: "in the dead-letter stream (" + string(dead.Reason) + "); replay puts it back in its client's queue"}, true, nil
 }
 
 // sent asks the dispatchers whether one of them delivered the request lately.

@@ -279,7 +279,7 @@ func flashText(q url.Values) string {
 
 // deadFilter reads the dead-letter filter from a form or query.
 func deadFilter(form url.Values) (queue.DeadFilter, error) {
-	f := queue.DeadFilter{ClientID: strings.TrimSpace(form.Get("client")), Reason: strings.TrimSpace(form.Get("reason"))}
+	f := queue.DeadFilter{ClientID: strings.TrimSpace(form.Get("client")), Reason: request.Reason(strings.TrimSpace(form.Get("reason")))}
 	var err1, err2 error
 	f.Since, err1 = timeField("since", form.Get("since"))
 	f.Until, err2 = timeField("until", form.Get("until"))
@@ -324,7 +324,7 @@ type deadData struct {
 	Form    url.Values
 	List    []request.DeadLetter
 	Total   int
-	Reasons []string
+	Reasons []request.Reason
 }
 
 // MaxSelected is the most dead letters one replay of selected ones takes.

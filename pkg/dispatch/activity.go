@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/penguinhq/dispatcher/pkg/request"
 )
 
 // What an instance did lately, kept for the operators' console: each client's last
@@ -178,10 +180,10 @@ func (a *activity) attempt(subject string, at Attempt) {
 }
 
 // deadLettered counts one dead letter for reason at now.
-func (a *activity) deadLettered(reason string, now time.Time) {
+func (a *activity) deadLettered(reason request.Reason, now time.Time) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.at(now).dead[reason]++
+	a.at(now).dead[string(reason)]++
 }
 
 // history returns subject's last attempts, oldest first.

@@ -123,7 +123,7 @@ func (d *Dispatcher) work(ctx context.Context, job Job, sendBy time.Time) Result
 // unsent dead-letters st without an attempt, for reason, and logs msg when it did. No
 // attempt is made, so the lane's spacing is untouched. Like a send, it is only started
 // while the partition is surely ours.
-func (d *Dispatcher) unsent(ctx context.Context, job Job, st request.Stored, reason string, sendBy time.Time, msg string) Result {
+func (d *Dispatcher) unsent(ctx context.Context, job Job, st request.Stored, reason request.Reason, sendBy time.Time, msg string) Result {
 	if lapsed(sendBy, d.now()) {
 		return Result{Subject: job.Subject, Kind: Held}
 	}
@@ -167,7 +167,7 @@ func (d *Dispatcher) attempt(ctx context.Context, job Job, st request.Stored, se
 	end := d.now()
 	startedWritten()
 	judged := judge(err)
-	deadReason := "" // set below when this attempt dead-letters the request
+	var deadReason request.Reason // set below when this attempt dead-letters the request
 	if span != nil {
 		defer func() { endAttempt(span, judged, status, err, deadReason) }()
 	}
@@ -238,7 +238,7 @@ func (d *Dispatcher) attempt(ctx context.Context, job Job, st request.Stored, se
 	}
 	d.deadLettered(why.Reason)
 	deadReason = why.Reason
-	about(d.log.Warn()).Str("reason", why.Reason).Int("last_status", why.LastStatus).Msg("request dead-lettered")
+	about(d.log.Warn()).Str("reason", string(why.Reason)).Int("last_status", why.LastStatus).Msg("request dead-lettered")
 	res.Kind = DeadLettered
 	return res
 }

@@ -100,7 +100,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.attempts.WithLabelValues(o)
 	}
 	for _, r := range request.Reasons { // every series from zero, as Prometheus asks
-		m.deadLetters.WithLabelValues(r)
+		m.deadLetters.WithLabelValues(string(r))
 	}
 	return m
 }
@@ -206,8 +206,8 @@ func (m *Metrics) cancel(outcome string) {
 	}
 }
 
-func (m *Metrics) deadLettered(reason string) {
+func (m *Metrics) deadLettered(reason request.Reason) {
 	if m != nil {
-		m.deadLetters.WithLabelValues(reason).Inc()
+		m.deadLetters.WithLabelValues(string(reason)).Inc()
 	}
 }

@@ -28,7 +28,7 @@ func (d *Dispatcher) noteAttempt(job Job, st request.Stored, attempt int, start,
 }
 
 // deadLettered counts a dead letter for reason, in the metrics and the Activity.
-func (d *Dispatcher) deadLettered(reason string) {
+func (d *Dispatcher) deadLettered(reason request.Reason) {
 	d.cfg.Metrics.deadLettered(reason)
 	d.activity.deadLettered(reason, d.now())
 }
@@ -58,7 +58,7 @@ func (d *Dispatcher) startAttempt(ctx context.Context, job Job, st request.Store
 
 // endAttempt ends an attempt's span with its outcome, raven's status, and the
 // dead-lettering it led to, if it did.
-func endAttempt(span trace.Span, outcome string, status int, err error, deadReason string) {
+func endAttempt(span trace.Span, outcome string, status int, err error, deadReason request.Reason) {
 	span.SetAttributes(attribute.String("dispatch.outcome", outcome))
 	if status != 0 {
 		span.SetAttributes(attribute.Int("http.response.status_code", status))
@@ -67,7 +67,7 @@ func endAttempt(span trace.Span, outcome string, status int, err error, deadReas
 		span.SetStatus(codes.Error, outcome)
 	}
 	if deadReason != "" {
-		span.AddEvent("dispatch.dead_lettered", trace.WithAttributes(attribute.String("dispatch.reason", deadReason)))
+		span.AddEvent("dispatch.dead_lettered", trace.WithAttributes(attribute.String("dispatch.reason", string(deadReason))))
 	}
 	span.End()
 }

@@ -104,7 +104,7 @@ func (p Policy) Backoff(attempt int, rnd float64) time.Duration {
 // when its age starts, its first attempt (zero: it has no age): MaxAge bounds how long a
 // request is retried once it could go, not how long it waited for its Not-Before or
 // behind its client's earlier requests.
-func (p Policy) GiveUp(attempt int, dueSince, now time.Time) string {
+func (p Policy) GiveUp(attempt int, dueSince, now time.Time) request.Reason {
 	switch {
 	case attempt >= p.MaxAttempts:
 		return request.ReasonAttemptsExhausted

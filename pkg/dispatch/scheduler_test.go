@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/penguinhq/dispatcher/pkg/dispatch"
+	"github.com/penguinhq/dispatcher/pkg/request"
 )
 
 var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -216,7 +217,7 @@ func TestGiveUp(t *testing.T) {
 		name    string
 		attempt int
 		age     time.Duration
-		wantWhy string
+		wantWhy request.Reason
 	}{
 		{"Retry", 1, time.Minute, ""},
 		{"AttemptsExhausted", 5, time.Minute, "attempts-exhausted"},

@@ -266,7 +266,7 @@ func (b *bundle) job(subj string) Job {
 func sortedIDs(ds []deadLetter) []string {
 	var out []string
 	for _, d := range ds {
-		out = append(out, d.ID+":"+d.why.Reason)
+		out = append(out, d.ID+":"+string(d.why.Reason))
 	}
 	sort.Strings(out)
 	return out

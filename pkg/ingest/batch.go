@@ -163,7 +163,7 @@ func (a *API) acceptBatch(w http.ResponseWriter, r *http.Request, scope *Scope) 
 				continue
 			}
 			a.stored(reqs[k], receipts[k])
-			res.Status, res.ID, res.ClientID, res.Duplicate, res.NotBefore = request.StateQueued, reqs[k].ID, reqs[k].ClientID, receipts[k].Duplicate, reqs[k].NotBefore
+			res.Status, res.ID, res.ClientID, res.Duplicate, res.NotBefore = string(request.StateQueued), reqs[k].ID, reqs[k].ClientID, receipts[k].Duplicate, reqs[k].NotBefore
 		}
 	}
 	ans := batchAnswer{Results: results}

@@ -110,12 +110,12 @@ func (a *API) cancel(w http.ResponseWriter, r *http.Request, scope *Scope) {
 // statusWord is a final status in a few words.
 func statusWord(st request.Status) string {
 	if st.State == request.StateDeadLettered && st.DeadLetter != nil {
-		return st.State + " (" + st.DeadLetter.Reason + ")"
+		return string(st.State) + " (" + string(st.DeadLetter.Reason) + ")"
 	}
 	if !st.Final() {
-		return st.State + " (it has just left the queue; its final status follows)"
+		return string(st.State) + " (it has just left the queue; its final status follows)"
 	}
-	return st.State
+	return string(st.State)
 }
 
 func notQueued(id, clientID string) problem {

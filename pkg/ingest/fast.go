@@ -63,7 +63,7 @@ func writeAccepted(w http.ResponseWriter, v accepted) {
 	b = append(b, `,"clientId":`...)
 	b = appendJSONString(b, v.ClientID)
 	b = append(b, `,"status":`...)
-	b = appendJSONString(b, v.Status)
+	b = appendJSONString(b, string(v.Status))
 	if v.Duplicate {
 		b = append(b, `,"duplicate":true`...)
 	}

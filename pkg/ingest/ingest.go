@@ -167,11 +167,11 @@ func (rt router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 type accepted struct {
-	ID        string    `json:"id"`
-	ClientID  string    `json:"clientId"`
-	Status    string    `json:"status"`
-	Duplicate bool      `json:"duplicate,omitempty"`
-	NotBefore time.Time `json:"notBefore,omitzero"`
+	ID        string        `json:"id"`
+	ClientID  string        `json:"clientId"`
+	Status    request.State `json:"status"`
+	Duplicate bool          `json:"duplicate,omitempty"`
+	NotBefore time.Time     `json:"notBefore,omitzero"`
 }
 
 func (a *API) accept(w http.ResponseWriter, r *http.Request, scope *Scope) {

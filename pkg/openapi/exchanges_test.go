@@ -230,7 +230,7 @@ func TestIngestExchanges(t *testing.T) {
 		accepted := func(id string) request.Event {
 			return request.Event{Type: request.EventAccepted, ID: id, ClientID: "p", At: now, AcceptedAt: now, NotBefore: now.Add(time.Minute), Seq: 9}
 		}
-		ev := func(id, typ string, attempt, status int, reason string) request.Event {
+		ev := func(id, typ string, attempt, status int, reason request.Reason) request.Event {
 			return request.Event{Type: typ, ID: id, ClientID: "p", At: now.Add(time.Second), Attempt: attempt, Status: status, Error: "raven said no", Reason: reason, Cycle: 1}
 		}
 		queued, inFlight, delivered, dead, unknown, failing := id(1), id(2), id(3), id(4), id(5), id(6)
@@ -400,7 +400,10 @@ func TestAdminExchanges(t *testing.T) {
 		}
 	}
 	// Bury c's request, and a's first, as a dispatcher would.
-	for _, c := range []struct{ client, reason string }{{"c", request.ReasonPermanent}, {"a", request.ReasonAttemptsExhausted}} {
+	for _, c := range []struct {
+		client string
+		reason request.Reason
+	}{{"c", request.ReasonPermanent}, {"a", request.ReasonAttemptsExhausted}} {
 		subj, _, ok, err := q.ClientSubject(ctx, c.client)
 		if err != nil || !ok {
 			t.Fatalf("client %s: %v %v", c.client, ok, err)
@@ -483,7 +486,8 @@ func TestAdminExchanges(t *testing.T) {
 	lsrv := httptest.NewServer(lr)
 	t.Cleanup(lsrv.Close)
 	for _, c := range []struct {
-		path, state            string
+		path                   string
+		state                  request.State
 		lane, delivery, record bool
 	}{
 		{"r2?client=a", request.StateQueued, false, false, false},

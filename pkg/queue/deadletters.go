@@ -34,7 +34,7 @@ func (q *Queue) AddDeadLetter(ctx context.Context, st request.Stored, why reques
 		h.Set(request.HeaderContentType, st.ContentType)
 	}
 	setPlanHeaders(h, st.Request)
-	h.Set(headerDeadReason, why.Reason)
+	h.Set(headerDeadReason, string(why.Reason))
 	h.Set(headerDeadLastStatus, strconv.Itoa(why.LastStatus))
 	if why.LastError != "" {
 		h.Set(headerDeadLastError, headerSafe(why.LastError))
@@ -88,7 +88,7 @@ func deadLetterOf(subject string, h nats.Header, body []byte, seq uint64, at tim
 	return request.DeadLetter{
 		Seq: seq, ID: st.ID, ClientID: st.ClientID, AcceptedAt: parse(headerDeadAcceptedAt),
 		Verdict: request.Verdict{
-			Reason:       h.Get(headerDeadReason),
+			Reason:       request.Reason(h.Get(headerDeadReason)),
 			LastStatus:   status,
 			LastError:    h.Get(headerDeadLastError),
 			Attempts:     attempts,
@@ -102,11 +102,11 @@ func deadLetterOf(subject string, h nats.Header, body []byte, seq uint64, at tim
 
 // DeadFilter selects dead letters; its zero value selects all.
 type DeadFilter struct {
-	ClientID string    // only this client's
-	ID       string    // only the request with this id
-	Reason   string    // only those dead-lettered for this reason
-	Since    time.Time // dead-lettered at or after
-	Until    time.Time // dead-lettered before
+	ClientID string         // only this client's
+	ID       string         // only the request with this id
+	Reason   request.Reason // only those dead-lettered for this reason
+	Since    time.Time      // dead-lettered at or after
+	Until    time.Time      // dead-lettered before
 	// IDs, when not empty, selects only the requests with these ids (and ID, if set).
 	IDs []string
 	// Through, when not 0, selects only dead letters at or before this sequence of the

@@ -27,7 +27,10 @@ func TestTheRecordKeepsASubjectPerClientNotPerRequest(t *testing.T) {
 	defer cancel()
 	w := runWriter(t, q, nil)
 	clients := []string{"ann", "ben", "cy"}
-	type req struct{ client, id, state string }
+	type req struct {
+		client, id string
+		state      request.State
+	}
 	var reqs []req
 	for i := range 300 {
 		r := req{client: clients[i%3], id: request.NewID(time.Now())}

@@ -65,7 +65,7 @@ type Event struct {
 	// Error is why an attempt failed without an answer from raven (or with one, briefly).
 	Error string `json:"error,omitempty"`
 	// Reason is why it was dead-lettered: one of the Reason constants.
-	Reason string `json:"reason,omitempty"`
+	Reason Reason `json:"reason,omitempty"`
 	// Seq is the request's sequence in the request stream (accepted and replayed).
 	Seq uint64 `json:"seq,omitempty"`
 	// NotBefore is the earliest the request may be attempted, when it has one.
@@ -158,21 +158,24 @@ func ValidateID(id string) error {
 
 const idAlphabet = "0123456789abcdefghjkmnpqrstvwxyz"
 
-// States of a request, as its status says.
+// State is where a request is, as its status says.
+type State string
+
+// The states of a request.
 const (
-	StateQueued       = "queued"
-	StateInFlight     = "in_flight"
-	StateDelivered    = "delivered"
-	StateDeadLettered = "dead_lettered"
-	StateCancelled    = "cancelled"
-	StateUnknown      = "unknown"
+	StateQueued       State = "queued"
+	StateInFlight     State = "in_flight"
+	StateDelivered    State = "delivered"
+	StateDeadLettered State = "dead_lettered"
+	StateCancelled    State = "cancelled"
+	StateUnknown      State = "unknown"
 )
 
 // Status is where a request is, worked out from its events (StatusOf).
 type Status struct {
 	ID          string       `json:"id"`
 	ClientID    string       `json:"clientId,omitempty"`
-	State       string       `json:"status"`
+	State       State        `json:"status"`
 	AcceptedAt  time.Time    `json:"acceptedAt,omitzero"`
 	NotBefore   time.Time    `json:"notBefore,omitzero"`
 	NotAfter    time.Time    `json:"notAfter,omitzero"`
@@ -203,7 +206,7 @@ type AttemptInfo struct {
 
 // DeadInfo says why a request is in the dead-letter stream.
 type DeadInfo struct {
-	Reason     string    `json:"reason"`
+	Reason     Reason    `json:"reason"`
 	At         time.Time `json:"at"`
 	LastStatus int       `json:"lastStatus,omitempty"`
 	LastError  string    `json:"lastError,omitempty"`

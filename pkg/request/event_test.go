@@ -33,7 +33,7 @@ func TestStatusOf(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		events []request.Event
-		want   string
+		want   request.State
 		check  func(t *testing.T, st request.Status)
 	}{
 		{"None", nil, request.StateUnknown, nil},

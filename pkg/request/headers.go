@@ -65,7 +65,7 @@ type Stored struct {
 // Verdict says why a request was given up: moved to the dead-letter stream unsent or
 // undelivered.
 type Verdict struct {
-	Reason       string    `json:"reason"`                // one of the Reason constants
+	Reason       Reason    `json:"reason"`                // one of the Reason constants
 	LastStatus   int       `json:"last_status,omitempty"` // raven's last HTTP status, 0 when there was none
 	LastError    string    `json:"last_error,omitempty"`  // the last error, empty when raven answered
 	Attempts     int       `json:"attempts"`
@@ -110,18 +110,21 @@ func (d DeadLetter) ReplayNotBefore(now time.Time) time.Time {
 	return time.Time{}
 }
 
-// Reasons for dead-lettering.
+// Reason is why a request was dead-lettered.
+type Reason string
+
+// The reasons for dead-lettering.
 const (
-	ReasonPermanent         = "permanent"
-	ReasonAttemptsExhausted = "attempts-exhausted"
-	ReasonAgeExhausted      = "age-exhausted"
-	ReasonUndecodable       = "undecodable"
-	ReasonPurged            = "purged"  // an operator purged the client's backlog
-	ReasonExpired           = "expired" // its Not-After passed before an attempt started
+	ReasonPermanent         Reason = "permanent"
+	ReasonAttemptsExhausted        = "attempts-exhausted"
+	ReasonAgeExhausted             = "age-exhausted"
+	ReasonUndecodable              = "undecodable"
+	ReasonPurged                   = "purged"  // an operator purged the client's backlog
+	ReasonExpired                  = "expired" // its Not-After passed before an attempt started
 )
 
 // Reasons lists every reason for dead-lettering.
-var Reasons = []string{ReasonPermanent, ReasonAttemptsExhausted, ReasonAgeExhausted, ReasonUndecodable, ReasonPurged, ReasonExpired}
+var Reasons = []Reason{ReasonPermanent, ReasonAttemptsExhausted, ReasonAgeExhausted, ReasonUndecodable, ReasonPurged, ReasonExpired}
 
 // Expired says whether st may no longer be attempted at now: its Not-After has passed.
 func (st Stored) Expired(now time.Time) bool {
