@@ -184,7 +184,7 @@ func (s *Service) replay(ctx context.Context, r request.DeadLetter) (ReplayItem,
 	}
 	queued, seq, err := s.q.Requeue(ctx, r)
 	switch {
-	case errors.Is(err, queue.ErrBacklogFull), errors.Is(err, queue.ErrQueueFull), err != nil && r.ClientID == "":
+	case errors.Is(err, request.ErrBacklogFull), errors.Is(err, request.ErrQueueFull), err != nil && r.ClientID == "":
 		item.Outcome, item.Why = ReplaySkipped, err.Error()
 		return item, nil
 	case err != nil:

@@ -21,13 +21,12 @@ import (
 
 	"github.com/penguinhq/dispatcher/pkg/httpapi"
 	"github.com/penguinhq/dispatcher/pkg/openapi"
-	"github.com/penguinhq/dispatcher/pkg/queue"
 	"github.com/penguinhq/dispatcher/pkg/request"
 	"github.com/penguinhq/dispatcher/pkg/tracing"
 )
 
-// Publisher stores accepted requests durably. Its errors are queue.ErrBacklogFull,
-// queue.ErrQueueFull or queue.ErrUnavailable, possibly wrapped.
+// Publisher stores accepted requests durably. Its errors are request.ErrBacklogFull,
+// request.ErrQueueFull or request.ErrUnavailable, possibly wrapped.
 type Publisher interface {
 	Publish(ctx context.Context, r request.Request) (request.Receipt, error)
 	// PublishAll stores rs together, publishing them at once and waiting for every
@@ -296,12 +295,12 @@ func (a *API) stored(req request.Request, receipt request.Receipt) (accepted req
 // publishProblem is the one map from queue errors to HTTP answers.
 func publishProblem(err error, backlogRetry time.Duration) problem {
 	switch {
-	case errors.Is(err, queue.ErrBacklogFull):
+	case errors.Is(err, request.ErrBacklogFull):
 		return problem{Status: http.StatusTooManyRequests, Code: "backlog_full", RetryAfter: backlogRetry,
 			Detail: "this client's backlog is at its cap; nothing queued was dropped; retry after the Retry-After delay"}
 	case errors.As(err, new(*reusedKey)):
 		return problem{Status: http.StatusConflict, Code: "idempotency_key_reused", Detail: err.Error()}
-	case errors.Is(err, queue.ErrQueueFull):
+	case errors.Is(err, request.ErrQueueFull):
 		return problem{Status: http.StatusServiceUnavailable, Code: "queue_full", RetryAfter: 30 * time.Second,
 			Detail: "the queue is at its size limit; nothing queued was dropped; retry after the Retry-After delay"}
 	default:

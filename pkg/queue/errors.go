@@ -1,20 +1,13 @@
 package queue
 
-import (
-	"errors"
+import "github.com/penguinhq/dispatcher/pkg/request"
 
-	"github.com/penguinhq/dispatcher/pkg/request"
-)
-
-// Errors the queue returns when it does not take a request. Ingest maps them to HTTP
-// answers; none of them means anything already queued was touched.
+// Errors the queue returns when it does not take a request: the shared words' (package
+// request), so that ingest need not import the queue to read them.
 var (
-	// ErrBacklogFull: this client's backlog is at its cap. Try again later.
-	ErrBacklogFull = errors.New("client backlog is full")
-	// ErrQueueFull: the whole queue is at its size limit. Try again later.
-	ErrQueueFull = errors.New("queue is full")
-	// ErrUnavailable: the queue could not be reached or did not confirm in time.
-	ErrUnavailable = errors.New("queue unavailable")
+	ErrBacklogFull = request.ErrBacklogFull
+	ErrQueueFull   = request.ErrQueueFull
+	ErrUnavailable = request.ErrUnavailable
 )
 
 // UndecodableError is what Head returns with a message whose subject holds no valid

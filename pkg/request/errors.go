@@ -6,10 +6,21 @@ import (
 	"time"
 )
 
-// The errors the service's parts hand each other across the dispatcher's ports
-// (pkg/dispatch/ports.go), read with errors.As and errors.Is: the queue and raven's
-// client return them, the dispatcher decides by them, and the simulation's fakes return
-// the same.
+// The errors the service's parts hand each other across their seams (the ports of
+// pkg/dispatch/ports.go and pkg/ingest), read with errors.Is and errors.As: the queue
+// and raven's client return them; ingest and the dispatcher decide by them, and the
+// simulation's fakes return the same.
+
+// Errors the queue returns when it does not take a request. Ingest maps them to HTTP
+// answers; none of them means anything already queued was touched.
+var (
+	// ErrBacklogFull: this client's backlog is at its cap. Try again later.
+	ErrBacklogFull = errors.New("client backlog is full")
+	// ErrQueueFull: the whole queue is at its size limit. Try again later.
+	ErrQueueFull = errors.New("queue is full")
+	// ErrUnavailable: the queue could not be reached or did not confirm in time.
+	ErrUnavailable = errors.New("queue unavailable")
+)
 
 // UndecodableError is a stored message that is not a request ingest wrote (its subject
 // holds no valid clientId token). It is dead-lettered, never sent.
