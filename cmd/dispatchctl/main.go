@@ -238,7 +238,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 	}
 	ctx, cancel := context.WithTimeout(ctx, g.timeout)
 	defer cancel()
-	nc, err := natsCfg.ConnectOnce("dispatchctl")
+	svc, closeConn, err := openService(ctx, natsCfg, g.laneWait, log)
 	if err != nil {
 		fmt.Fprintln(stderr, "dispatchctl:", err)
 		if errors.Is(err, queue.ErrUnreachable) || errors.Is(err, queue.ErrRefused) {
@@ -246,22 +246,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		}
 		return exitFailed
 	}
-	defer nc.Close()
-	q, err := nc.Open(ctx, queue.Config{}, queue.Existing)
-	if err != nil {
-		fmt.Fprintf(stderr, "dispatchctl: NATS_URL=%s: %v\n", queue.RedactURLs(natsCfg.URL), err)
-		return exitFailed
-	}
-	ctl, err := q.Control(ctx, log)
-	if err != nil {
-		fmt.Fprintln(stderr, "dispatchctl:", err)
-		return exitFailed
-	}
-	svc, err := admin.New(admin.Config{Queue: q, Control: ctl, Log: log, LaneWait: g.laneWait})
-	if err != nil {
-		fmt.Fprintln(stderr, "dispatchctl:", err)
-		return exitFailed
-	}
+	defer closeConn()
 	e := &env{o: o, svc: svc, stdin: stdin, stdout: stdout, stderr: stderr, by: operator()}
 	if err := cmd.run(ctx, e, rest); err != nil {
 		fmt.Fprintf(stderr, "dispatchctl %s: %v\n", cmd.name, err)
@@ -271,6 +256,29 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		return exitFailed
 	}
 	return exitOK
+}
+
+// openService connects to NATS and opens the admin service over the existing streams
+// and buckets. closeConn closes the connection.
+func openService(ctx context.Context, natsCfg *cli.NATS, laneWait time.Duration, log zerolog.Logger) (svc *admin.Service, closeConn func(), err error) {
+	nc, err := natsCfg.ConnectOnce("dispatchctl")
+	if err != nil {
+		return nil, nil, err
+	}
+	q, err := nc.Open(ctx, queue.Config{}, queue.Existing)
+	if err == nil {
+		var ctl *queue.Control
+		if ctl, err = q.Control(ctx, log); err == nil {
+			svc, err = admin.New(admin.Config{Queue: q, Control: ctl, Log: log, LaneWait: laneWait})
+		}
+	} else {
+		err = fmt.Errorf("NATS_URL=%s: %w", queue.RedactURLs(natsCfg.URL), err)
+	}
+	if err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	return svc, nc.Close, nil
 }
 
 // operator names who ran the command, for the steering record and the dispatchers' log.

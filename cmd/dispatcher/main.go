@@ -204,23 +204,11 @@ func runDispatcher(ctx context.Context, c *settings, q *queue.Queue, reg *promet
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
 	go q.WatchWrites(watchCtx, 0, log)
-	stopLanes, err := q.ServeLaneQueries(func(ctx context.Context, lq request.LaneQuery) (any, error) {
-		return d.Answer(ctx, lq)
-	})
+	stopAsks, err := serveAsks(q, d, c.dispatch.InstanceID, log)
 	if err != nil {
 		return err
 	}
-	defer stopLanes()
-	stopLookups, err := q.ServeQueuedLookups() // for ingest's status reads of requests without a record (ADR 10)
-	if err != nil {
-		return err
-	}
-	defer stopLookups()
-	stopCancels, err := admin.ServeCancels(q, d, c.dispatch.InstanceID, log) // the cancels of the clients it owns (ADR 13)
-	if err != nil {
-		return err
-	}
-	defer stopCancels()
+	defer stopAsks()
 	adm, err := admin.New(admin.Config{Queue: q, Control: ctl, Log: log, Registerer: reg, LaneWait: c.laneWait, Interval: c.dispatch.Interval, Instance: c.dispatch.InstanceID, Tracing: tp})
 	if err != nil {
 		return err
@@ -238,23 +226,39 @@ func runDispatcher(ctx context.Context, c *settings, q *queue.Queue, reg *promet
 		}
 		return nil
 	}
-	ln, err := cli.Listen(c.ops.Addr, "OPS_ADDR")
+	ln, err := c.ops.Listen()
 	if err != nil {
 		return err
 	}
-	if ln, err = c.ops.Secure(ln); err != nil {
-		return err
-	}
-	opsCtx, stopOps := context.WithCancel(context.WithoutCancel(ctx))
-	opsDone := make(chan error, 1)
-	go func() {
-		opsDone <- cli.Serve(opsCtx, cli.OpsServer(cli.OpsHandler(reg, ready, adm.Handler(c.ops.Token), con.Handler(), log)), ln, 5*time.Second)
-	}()
+	stopOps := cli.ServeOps(ctx, cli.OpsHandler(reg, ready, adm.Handler(c.ops.Token), con.Handler(), log), ln)
 	log.Info().Str("raven", cli.SafeURL(c.dispatch.Raven.URL)).Stringer("interval", c.dispatch.Interval).Str("instance", c.dispatch.InstanceID).
 		Str("ops", cli.URLFor(ln, "/")).Bool("admin_api", c.ops.Token != "").Str("console", cli.URLFor(ln, "/console/")).Msg("dispatching")
 	err = d.Run(ctx)
-	stopOps()
-	return errors.Join(err, <-opsDone)
+	return errors.Join(err, stopOps())
+}
+
+// serveAsks answers what the others ask the running dispatchers: the operators' lane
+// queries, ingest's status reads of requests without a record (ADR 10), and the cancels
+// of the clients this one owns (ADR 13).
+func serveAsks(q *queue.Queue, d *dispatch.Dispatcher, instance string, log zerolog.Logger) (stop func(), err error) {
+	stopLanes, err := q.ServeLaneQueries(func(ctx context.Context, lq request.LaneQuery) (any, error) {
+		return d.Answer(ctx, lq)
+	})
+	if err != nil {
+		return nil, err
+	}
+	stopLookups, err := q.ServeQueuedLookups()
+	if err != nil {
+		stopLanes()
+		return nil, err
+	}
+	stopCancels, err := admin.ServeCancels(q, d, instance, log)
+	if err != nil {
+		stopLookups()
+		stopLanes()
+		return nil, err
+	}
+	return func() { stopCancels(); stopLookups(); stopLanes() }, nil
 }
 
 // parts runs the parts of the standalone process; one stopping stops the rest.

@@ -85,24 +85,16 @@ func run(ctx context.Context, args []string, getenv func(string) string, _ io.Wr
 	if err != nil {
 		return err
 	}
-	opsLn, err := cli.Listen(ops.Addr, "OPS_ADDR")
+	opsLn, err := ops.Listen()
 	if err != nil {
-		return err
-	}
-	if opsLn, err = ops.Secure(opsLn); err != nil {
 		return err
 	}
 	// The operators' listener outlives the API by its drain, so that the last requests
 	// are counted in a scrape.
-	opsCtx, stopOps := context.WithCancel(context.WithoutCancel(ctx))
-	opsDone := make(chan error, 1)
-	go func() {
-		opsDone <- cli.Serve(opsCtx, cli.OpsServer(cli.OpsHandler(reg, q.Ready, nil, nil, log)), opsLn, 5*time.Second)
-	}()
+	stopOps := cli.ServeOps(ctx, cli.OpsHandler(reg, q.Ready, nil, nil, log), opsLn)
 	log.Info().Str("url", cli.URLFor(ln, "/v1/requests")).Str("ops", cli.URLFor(opsLn, "/")).Msg("ingest listening")
 	err = cli.Serve(ctx, cli.Server(api.Handler()), ln, 10*time.Second)
-	stopOps()
-	err = errors.Join(err, <-opsDone)
+	err = errors.Join(err, stopOps())
 	log.Info().Msg("ingest stopped")
 	return err
 }

@@ -208,44 +208,50 @@ func (m *leaser) round(ctx context.Context) {
 	share := (m.partitions + n - 1) / n
 
 	if excess := len(m.held) - share; excess > 0 {
-		keys := slices.Sorted(maps.Keys(m.held))
-		var back []int
-		defer func() {
-			if len(back) > 0 {
-				m.log.Info().Ints("partitions", back).Int("share", share).Int("instances", n).Msg("handing partitions back to balance")
-			}
-		}()
-		// The highest-numbered ones, but none before its fence has passed: a release
-		// tells the others that every earlier holder has stopped (see saw). Those wait
-		// for a later round.
-		now, going := m.now(), 0
-		for i := len(keys) - 1; i >= 0 && going < excess; i-- {
-			p := keys[i]
-			h := m.held[p]
-			if h.releasing {
-				going++
-				continue
-			}
-			if now.Before(h.fence) {
-				continue
-			}
-			going++
-			h.releasing = true
-			back = append(back, p)
-			done := make(chan struct{})
-			m.log.Debug().Int("partition", p).Int("share", share).Msg("handing partition back to balance")
-			m.emit(ctx, ownEvent{kind: ownRelease, partition: p, done: done})
-			go func() {
-				select {
-				case <-done:
-					m.drained <- drained{p, h}
-				case <-ctx.Done():
-				}
-			}()
-		}
+		m.handBack(ctx, excess, share, n)
 		return
 	}
 	m.acquire(ctx, share, n)
+}
+
+// handBack hands excess partitions back to balance: the highest-numbered ones, but none
+// before its fence has passed.
+func (m *leaser) handBack(ctx context.Context, excess, share, n int) {
+	keys := slices.Sorted(maps.Keys(m.held))
+	var back []int
+	defer func() {
+		if len(back) > 0 {
+			m.log.Info().Ints("partitions", back).Int("share", share).Int("instances", n).Msg("handing partitions back to balance")
+		}
+	}()
+	// The highest-numbered ones, but none before its fence has passed: a release
+	// tells the others that every earlier holder has stopped (see saw). Those wait
+	// for a later round.
+	now, going := m.now(), 0
+	for i := len(keys) - 1; i >= 0 && going < excess; i-- {
+		p := keys[i]
+		h := m.held[p]
+		if h.releasing {
+			going++
+			continue
+		}
+		if now.Before(h.fence) {
+			continue
+		}
+		going++
+		h.releasing = true
+		back = append(back, p)
+		done := make(chan struct{})
+		m.log.Debug().Int("partition", p).Int("share", share).Msg("handing partition back to balance")
+		m.emit(ctx, ownEvent{kind: ownRelease, partition: p, done: done})
+		go func() {
+			select {
+			case <-done:
+				m.drained <- drained{p, h}
+			case <-ctx.Done():
+			}
+		}()
+	}
 }
 
 // renewAll renews every lease held, all at once. Each renewal waits for its answer for as

@@ -26,26 +26,9 @@ func (q *Queue) scan(ctx context.Context, s jetstream.Stream, filter string, hea
 	if info.State.Msgs == 0 {
 		return nil
 	}
-	// No filter reads the whole stream: a filter that matches every subject would make
-	// the server count the pending messages subject by subject.
-	var filters []string
-	if filter != "" {
-		filters = []string{filter}
-	} else {
-		filter = "stream " + s.CachedInfo().Config.Name
-	}
-	cons, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
-		FilterSubjects:    filters,
-		HeadersOnly:       headersOnly,
-		DeliverPolicy:     jetstream.DeliverAllPolicy,
-		InactiveThreshold: 5 * time.Second,
-	})
+	cons, it, filter, err := scanFrom(ctx, s, filter, headersOnly)
 	if err != nil {
-		return fmt.Errorf("reading %s: %w", filter, err)
-	}
-	it, err := cons.Messages(jetstream.PullMaxMessages(256))
-	if err != nil {
-		return fmt.Errorf("reading %s: %w", filter, err)
+		return err
 	}
 	defer it.Stop()
 	if ci := cons.CachedInfo(); ci != nil && ci.NumPending == 0 {
@@ -97,4 +80,32 @@ func (q *Queue) scan(ctx context.Context, s jetstream.Stream, filter string, hea
 			return ctx.Err()
 		}
 	}
+}
+
+// scanFrom opens an ordered consumer of s from its start on filter (the whole stream
+// when empty), and the iterator over its messages. It returns the filter as errors name
+// it.
+func scanFrom(ctx context.Context, s jetstream.Stream, filter string, headersOnly bool) (jetstream.Consumer, jetstream.MessagesContext, string, error) {
+	// No filter reads the whole stream: a filter that matches every subject would make
+	// the server count the pending messages subject by subject.
+	var filters []string
+	if filter != "" {
+		filters = []string{filter}
+	} else {
+		filter = "stream " + s.CachedInfo().Config.Name
+	}
+	cons, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
+		FilterSubjects:    filters,
+		HeadersOnly:       headersOnly,
+		DeliverPolicy:     jetstream.DeliverAllPolicy,
+		InactiveThreshold: 5 * time.Second,
+	})
+	if err != nil {
+		return nil, nil, filter, fmt.Errorf("reading %s: %w", filter, err)
+	}
+	it, err := cons.Messages(jetstream.PullMaxMessages(256))
+	if err != nil {
+		return nil, nil, filter, fmt.Errorf("reading %s: %w", filter, err)
+	}
+	return cons, it, filter, nil
 }

@@ -124,6 +124,25 @@ func (o *Ops) Secure(ln net.Listener) (net.Listener, error) {
 	return serveTLS(ln, "OPS_TLS", o.TLSCert, o.TLSKey, "")
 }
 
+// Listen opens the operators' listener (OPS_ADDR), over TLS when OPS_TLS_CERT is set.
+func (o *Ops) Listen() (net.Listener, error) {
+	ln, err := Listen(o.Addr, "OPS_ADDR")
+	if err != nil {
+		return nil, err
+	}
+	return o.Secure(ln)
+}
+
+// ServeOps serves the operators' handler h on ln until stop is called, not when ctx ends:
+// the operators' listener outlives what it watches by that one's drain, so that a scrape
+// counts its last requests. stop shuts it down and returns why it ended.
+func ServeOps(ctx context.Context, h http.Handler, ln net.Listener) (stop func() error) {
+	opsCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan error, 1)
+	go func() { done <- Serve(opsCtx, OpsServer(h), ln, 5*time.Second) }()
+	return func() error { cancel(); return <-done }
+}
+
 // serveTLS wraps ln in TLS with cert and key (none given: ln as it is), requiring client
 // certificates from clientCA when it is given. prefix names the settings in errors.
 func serveTLS(ln net.Listener, prefix, certFile, keyFile, clientCA string) (net.Listener, error) {
