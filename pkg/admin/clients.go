@@ -91,17 +91,8 @@ type ClientsPage struct {
 // Clients lists the clients with a backlog, a page at a time. Sorting by age reads
 // every client's head request; sorting by backlog only the page's.
 func (s *Service) Clients(ctx context.Context, cq ClientsQuery) (ClientsPage, error) {
-	cq.Sort = cmp.Or(cq.Sort, SortBacklog)
-	cq.Limit = cmp.Or(cq.Limit, 50)
-	cq.Page = cmp.Or(cq.Page, 1)
-	if cq.Sort != SortBacklog && cq.Sort != SortAge && cq.Sort != SortNext {
-		return ClientsPage{}, invalid("sort %q: use %q, %q or %q", cq.Sort, SortBacklog, SortAge, SortNext)
-	}
-	if len(cq.Search) > request.MaxClientIDBytes {
-		return ClientsPage{}, invalid("search: at most %d bytes (a clientId's length)", request.MaxClientIDBytes)
-	}
-	if cq.Limit < 1 || cq.Limit > 1000 || cq.Page < 1 || cq.Page > 1_000_000 {
-		return ClientsPage{}, invalid("limit %d, page %d: limit is 1 to 1000, page 1 to 1000000", cq.Limit, cq.Page)
+	if err := cq.check(); err != nil {
+		return ClientsPage{}, err
 	}
 	snap, err := s.backlog(ctx, cq.Cached)
 	if err != nil {
@@ -174,6 +165,23 @@ func (s *Service) Clients(ctx context.Context, cq ClientsQuery) (ClientsPage, er
 	s.heads(ctx, page.Clients)
 	s.describe(ctx, page.Clients)
 	return page, nil
+}
+
+// check sets cq's defaults and says what is wrong with it.
+func (cq *ClientsQuery) check() error {
+	cq.Sort = cmp.Or(cq.Sort, SortBacklog)
+	cq.Limit = cmp.Or(cq.Limit, 50)
+	cq.Page = cmp.Or(cq.Page, 1)
+	if cq.Sort != SortBacklog && cq.Sort != SortAge && cq.Sort != SortNext {
+		return invalid("sort %q: use %q, %q or %q", cq.Sort, SortBacklog, SortAge, SortNext)
+	}
+	if len(cq.Search) > request.MaxClientIDBytes {
+		return invalid("search: at most %d bytes (a clientId's length)", request.MaxClientIDBytes)
+	}
+	if cq.Limit < 1 || cq.Limit > 1000 || cq.Page < 1 || cq.Page > 1_000_000 {
+		return invalid("limit %d, page %d: limit is 1 to 1000, page 1 to 1000000", cq.Limit, cq.Page)
+	}
+	return nil
 }
 
 // oldestRead is the most requests oldest reads to find the page's clients

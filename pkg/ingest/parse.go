@@ -34,39 +34,9 @@ func (a *API) parse(w http.ResponseWriter, r *http.Request, buf *[]byte, scope *
 		return request.Request{}, &problem{Status: http.StatusUnsupportedMediaType, Code: "unsupported_media_type",
 			Detail: fmt.Sprintf("Content-Type %q is not JSON; send Content-Type: application/json", ct)}
 	}
-	if r.ContentLength > a.cfg.MaxBodyBytes {
-		return request.Request{}, tooLarge(a.cfg.MaxBodyBytes)
-	}
-	// The body gets a deadline of its own: the server's read timeout is for the whole
-	// request, and a caller that promised more bytes than it sends would hold the
-	// connection that long. (Not every ResponseWriter can set one; tests' recorders
-	// cannot, and need not.)
-	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(a.cfg.BodyTimeout))
-	var dst []byte
-	if buf != nil {
-		dst = (*buf)[:0]
-		// Known and at most MaxBodyBytes: one allocation. Only up to maxPooled before a
-		// byte arrived: a caller announcing a large body and sending nothing must not
-		// pin it.
-		if r.ContentLength > int64(cap(dst)) {
-			dst = make([]byte, 0, min(r.ContentLength+1, maxPooled))
-		}
-	}
-	body, err := readInto(dst, http.MaxBytesReader(w, r.Body, a.cfg.MaxBodyBytes))
-	if buf != nil {
-		*buf = body
-	}
-	if err != nil {
-		var mbe *http.MaxBytesError
-		var ne net.Error
-		switch {
-		case errors.As(err, &mbe):
-			return request.Request{}, tooLarge(a.cfg.MaxBodyBytes)
-		case errors.As(err, &ne) && ne.Timeout():
-			return request.Request{}, &problem{Status: http.StatusRequestTimeout, Code: "body_timeout",
-				Detail: fmt.Sprintf("the body did not arrive within %s (%d of the %d bytes its Content-Length announced); nothing was stored", a.cfg.BodyTimeout, len(body), r.ContentLength)}
-		}
-		return request.Request{}, &problem{Status: http.StatusBadRequest, Code: "body_unreadable", Detail: "the request body could not be read completely"}
+	body, p := a.readBody(w, r, buf)
+	if p != nil {
+		return request.Request{}, p
 	}
 	if !validJSON(body) {
 		return request.Request{}, badRequest("malformed_json", "the body is not valid JSON")
@@ -112,6 +82,46 @@ func (a *API) parse(w http.ResponseWriter, r *http.Request, buf *[]byte, scope *
 		return request.Request{}, badRequest("not_after_invalid", "send one Not-After header, not several")
 	}
 	return request.Request{ID: id, ClientID: clientID, ContentType: ct, Body: body, NotBefore: notBefore, NotAfter: notAfter}, nil
+}
+
+// readBody reads the request's body, at most MaxBodyBytes, within BodyTimeout, into buf
+// when given (a pooled buffer: *buf is the body read, to be put back).
+func (a *API) readBody(w http.ResponseWriter, r *http.Request, buf *[]byte) ([]byte, *problem) {
+	if r.ContentLength > a.cfg.MaxBodyBytes {
+		return nil, tooLarge(a.cfg.MaxBodyBytes)
+	}
+	// The body gets a deadline of its own: the server's read timeout is for the whole
+	// request, and a caller that promised more bytes than it sends would hold the
+	// connection that long. (Not every ResponseWriter can set one; tests' recorders
+	// cannot, and need not.)
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(a.cfg.BodyTimeout))
+	var dst []byte
+	if buf != nil {
+		dst = (*buf)[:0]
+		// Known and at most MaxBodyBytes: one allocation. Only up to maxPooled before a
+		// byte arrived: a caller announcing a large body and sending nothing must not
+		// pin it.
+		if r.ContentLength > int64(cap(dst)) {
+			dst = make([]byte, 0, min(r.ContentLength+1, maxPooled))
+		}
+	}
+	body, err := readInto(dst, http.MaxBytesReader(w, r.Body, a.cfg.MaxBodyBytes))
+	if buf != nil {
+		*buf = body
+	}
+	if err != nil {
+		var mbe *http.MaxBytesError
+		var ne net.Error
+		switch {
+		case errors.As(err, &mbe):
+			return nil, tooLarge(a.cfg.MaxBodyBytes)
+		case errors.As(err, &ne) && ne.Timeout():
+			return nil, &problem{Status: http.StatusRequestTimeout, Code: "body_timeout",
+				Detail: fmt.Sprintf("the body did not arrive within %s (%d of the %d bytes its Content-Length announced); nothing was stored", a.cfg.BodyTimeout, len(body), r.ContentLength)}
+		}
+		return nil, &problem{Status: http.StatusBadRequest, Code: "body_unreadable", Detail: "the request body could not be read completely"}
+	}
+	return body, nil
 }
 
 // HeaderNotAfter is the header that gives a request a deadline: an RFC 3339 time, or
