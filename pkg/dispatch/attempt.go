@@ -190,21 +190,13 @@ func (d *Dispatcher) attempt(ctx context.Context, job Job, st request.Stored, se
 	res.Refused, res.PauseAll = overloaded(err, why.LastStatus)
 	switch judged {
 	case OutcomeDelivered:
-		var unwritten *request.Event
-		if d.cfg.Events != nil {
-			ev := eventOf(st, request.EventDelivered)
-			ev.Attempt, ev.At, ev.Status, ev.Response = attempt, end, status, answer
-			unwritten = d.writeNow(ctx, ev, sendBy)
-		}
-		if d.remove(ctx, st, sendBy, unwritten) != nil {
+		if !d.settleDelivered(ctx, st, attempt, end, status, answer, sendBy) {
 			res.Kind = Failed // shutting down; the request stays and is sent again later
 			return res
 		}
-		d.recent.add(Delivery{ID: st.ID, Subject: st.Subject, Attempt: attempt, Delivered: end})
 		if ev := d.log.Debug(); ev.Enabled() {
 			about(ev).Msg("request delivered")
 		}
-		d.cfg.Metrics.delivered()
 		res.Kind = Delivered
 		return res
 	case OutcomePermanent:
@@ -217,15 +209,7 @@ func (d *Dispatcher) attempt(ctx context.Context, job Job, st request.Stored, se
 			}
 			res.Kind, res.Seq, res.Attempts, res.FirstAttempt = Retry, st.Seq, attempt, first
 			about(d.log.Info()).Err(err).Dur("retry_after", res.RetryAfter).Msg(LogAttemptFailed)
-			if d.cfg.Events != nil {
-				ev := eventOf(st, request.EventAttemptFailed)
-				ev.Attempt, ev.At, ev.Status = attempt, end, why.LastStatus
-				ev.Response = answer.Cut(request.FailedAnswerBytes)
-				if why.LastStatus == 0 {
-					ev.Error = err.Error()
-				}
-				d.cfg.Events.Record(ev)
-			}
+			d.recordFailed(st, attempt, end, why.LastStatus, answer, err)
 			return res
 		}
 	}

@@ -161,3 +161,36 @@ func eventOf(st request.Stored, typ string) request.Event {
 	}
 	return ev
 }
+
+// settleDelivered settles an attempt raven accepted: its delivered event, then its
+// removal. False: the removal did not land (the dispatcher is stopping), and the request
+// stays to be sent again later.
+func (d *Dispatcher) settleDelivered(ctx context.Context, st request.Stored, attempt int, end time.Time, status int, answer *request.Response, sendBy time.Time) bool {
+	var unwritten *request.Event
+	if d.cfg.Events != nil {
+		ev := eventOf(st, request.EventDelivered)
+		ev.Attempt, ev.At, ev.Status, ev.Response = attempt, end, status, answer
+		unwritten = d.writeNow(ctx, ev, sendBy)
+	}
+	if d.remove(ctx, st, sendBy, unwritten) != nil {
+		return false
+	}
+	d.recent.add(Delivery{ID: st.ID, Subject: st.Subject, Attempt: attempt, Delivered: end})
+	d.cfg.Metrics.delivered()
+	return true
+}
+
+// recordFailed records an attempt that failed and will be retried, with raven's answer
+// (cut to FailedAnswerBytes) or, without one, the error.
+func (d *Dispatcher) recordFailed(st request.Stored, attempt int, end time.Time, status int, answer *request.Response, err error) {
+	if d.cfg.Events == nil {
+		return
+	}
+	ev := eventOf(st, request.EventAttemptFailed)
+	ev.Attempt, ev.At, ev.Status = attempt, end, status
+	ev.Response = answer.Cut(request.FailedAnswerBytes)
+	if status == 0 {
+		ev.Error = err.Error()
+	}
+	d.cfg.Events.Record(ev)
+}
