@@ -60,8 +60,7 @@ const ndjson = "application/x-ndjson"
 func (a *API) acceptBatch(w http.ResponseWriter, r *http.Request, scope *Scope) {
 	mt, p := a.batchType(r)
 	if p != nil {
-		a.cfg.Metrics.outcome(p.Code)
-		writeProblem(w, *p)
+		a.answerProblem(w, *p)
 		return
 	}
 	// Room for the batch in memory before it is read: a batch is read whole, and many
@@ -80,8 +79,7 @@ func (a *API) acceptBatch(w http.ResponseWriter, r *http.Request, scope *Scope) 
 	defer a.batchBytes.Add(-size)
 	items, p := a.readBatch(w, r, mt)
 	if p != nil {
-		a.cfg.Metrics.outcome(p.Code)
-		writeProblem(w, *p)
+		a.answerProblem(w, *p)
 		return
 	}
 	now := time.Now()

@@ -176,8 +176,7 @@ type accepted struct {
 func (a *API) accept(w http.ResponseWriter, r *http.Request, scope *Scope) {
 	wait, waits, p := preferWait(r.Header)
 	if p != nil {
-		a.cfg.Metrics.outcome(p.Code)
-		writeProblem(w, *p)
+		a.answerProblem(w, *p)
 		return
 	}
 	buf := getBuffer()
@@ -191,8 +190,7 @@ func (a *API) accept(w http.ResponseWriter, r *http.Request, scope *Scope) {
 		p = a.admit(r.Context(), scope, req)
 	}
 	if p != nil {
-		a.cfg.Metrics.outcome(p.Code)
-		writeProblem(w, *p)
+		a.answerProblem(w, *p)
 		return
 	}
 	publishing := true // the slot is held; given back when the publish is done
@@ -205,8 +203,7 @@ func (a *API) accept(w http.ResponseWriter, r *http.Request, scope *Scope) {
 		}()
 	default:
 		a.unadmit(scope, req)
-		a.cfg.Metrics.outcome("overloaded")
-		writeProblem(w, problem{Status: http.StatusServiceUnavailable, Code: "overloaded", RetryAfter: time.Second,
+		a.answerProblem(w, problem{Status: http.StatusServiceUnavailable, Code: "overloaded", RetryAfter: time.Second,
 			Detail: "too many requests are being stored at once; this one was not accepted; retry after the Retry-After delay"})
 		return
 	}
@@ -233,19 +230,7 @@ func (a *API) accept(w http.ResponseWriter, r *http.Request, scope *Scope) {
 		err = a.sameBody(ctx, scope, req)
 	}
 	if err != nil {
-		p := publishProblem(err, a.cfg.BacklogRetryAfter)
-		a.unadmit(scope, req)
-		a.cfg.Metrics.outcome(p.Code)
-		if span != nil {
-			endAccept(span, p.Code, p.Status)
-		}
-		// Debug, like every refusal: while the queue is unavailable every request would
-		// log the same line. The queue logs once when its store stops taking writes, NATS
-		// when the connection drops, and the outcomes are counted.
-		if ev := a.log.Debug(); ev.Enabled() {
-			ev.Func(tracing.Log(req.TraceParent)).Err(err).Str("client_id", req.ClientID).Str("request_id", req.ID).Int("status", p.Status).Msg("request refused")
-		}
-		writeProblem(w, p)
+		a.refuse(w, scope, req, span, err)
 		return
 	}
 	if span != nil {
@@ -267,6 +252,28 @@ func (a *API) accept(w http.ResponseWriter, r *http.Request, scope *Scope) {
 		}
 	}
 	writeAccepted(w, accepted{ID: req.ID, ClientID: req.ClientID, Status: request.StateQueued, Duplicate: receipt.Duplicate, NotBefore: req.NotBefore})
+}
+
+// refuse answers a request the queue did not store (err) with its problem.
+func (a *API) refuse(w http.ResponseWriter, scope *Scope, req request.Request, span trace.Span, err error) {
+	p := publishProblem(err, a.cfg.BacklogRetryAfter)
+	a.unadmit(scope, req)
+	if span != nil {
+		endAccept(span, p.Code, p.Status)
+	}
+	// Debug, like every refusal: while the queue is unavailable every request would log
+	// the same line. The queue logs once when its store stops taking writes, NATS when
+	// the connection drops, and the outcomes are counted.
+	if ev := a.log.Debug(); ev.Enabled() {
+		ev.Func(tracing.Log(req.TraceParent)).Err(err).Str("client_id", req.ClientID).Str("request_id", req.ID).Int("status", p.Status).Msg("request refused")
+	}
+	a.answerProblem(w, p)
+}
+
+// answerProblem counts p's code as the request's outcome and answers with it.
+func (a *API) answerProblem(w http.ResponseWriter, p problem) {
+	a.cfg.Metrics.outcome(p.Code)
+	writeProblem(w, p)
 }
 
 // stored counts and records a request the queue acknowledged: its accepted event is

@@ -62,8 +62,7 @@ func (a *API) status(w http.ResponseWriter, r *http.Request, scope *Scope) {
 	}
 	release, p := a.takeTenantRead(scope, wait > 0)
 	if p != nil {
-		a.cfg.Metrics.outcome(p.Code)
-		writeProblem(w, *p)
+		a.answerProblem(w, *p)
 		return
 	}
 	defer release()
