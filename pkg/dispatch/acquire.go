@@ -13,28 +13,7 @@ import (
 // has passed), trying as many at once as it lacks, starting from a place of its own so
 // that instances do not all race for the same ones.
 func (m *leaser) acquire(ctx context.Context, share, instances int) {
-	start := int(hashOf(m.id) % uint32(m.partitions))
-	// Those the watch shows held by another instance last: with a slow store a round
-	// may try one batch only, and trying the same held ones first every round would never
-	// reach a free one (seen: a partition left free for a minute).
-	var candidates, heldByOthers []int
-	for i := range m.partitions {
-		switch p := (start + i) % m.partitions; {
-		case m.held[p] != nil:
-		case m.looksHeld(p):
-			heldByOthers = append(heldByOthers, p)
-		default:
-			candidates = append(candidates, p)
-		}
-	}
-	candidates = append(candidates, heldByOthers...)
-	type got struct {
-		p    int
-		sent time.Time
-		rev  uint64
-		ok   bool
-		err  error
-	}
+	candidates := m.candidates()
 	// Batches go one after another while the ones tried are held by others; after a
 	// renewal period the rest wait for the next round, so that a slow store does not
 	// hold the renewals up past a TTL (seen: six batches of a second each).
@@ -49,25 +28,7 @@ func (m *leaser) acquire(ctx context.Context, share, instances int) {
 		wait := m.ttl - m.margin
 		for _, p := range batch {
 			own, ownRev := m.ownLease(p)
-			go func() {
-				actx, cancel := context.WithTimeout(ctx, wait)
-				defer cancel()
-				sent := m.now()
-				var rev uint64
-				var ok bool
-				var err error
-				if own {
-					// The watch shows a lease of this instance's that it does not hold (an
-					// acquisition or renewal whose answer was lost): take it back by renewing
-					// it, the validity counted from this renewal.
-					rev, ok, err = m.store.Renew(actx, p, m.id, ownRev)
-				}
-				if !own || !ok && err == nil { // not ours, or ours no longer (it expired)
-					sent = m.now()
-					rev, ok, err = m.store.Acquire(actx, p, m.id)
-				}
-				results <- got{p, sent, rev, ok, err}
-			}()
+			go func() { results <- m.try(ctx, p, own, ownRev, wait) }()
 		}
 		failed := false
 		var taken []got
@@ -107,6 +68,55 @@ func (m *leaser) acquire(ctx context.Context, share, instances int) {
 			return
 		}
 	}
+}
+
+// candidates is the partitions this instance does not hold, in its own order, those the
+// watch shows held by another instance last: with a slow store a round may try one batch
+// only, and trying the same held ones first every round would never reach a free one
+// (seen: a partition left free for a minute).
+func (m *leaser) candidates() []int {
+	start := int(hashOf(m.id) % uint32(m.partitions))
+	var free, heldByOthers []int
+	for i := range m.partitions {
+		switch p := (start + i) % m.partitions; {
+		case m.held[p] != nil:
+		case m.looksHeld(p):
+			heldByOthers = append(heldByOthers, p)
+		default:
+			free = append(free, p)
+		}
+	}
+	return append(free, heldByOthers...)
+}
+
+// got is one try at a partition's lease: when it was sent, and what the store answered.
+type got struct {
+	p    int
+	sent time.Time
+	rev  uint64
+	ok   bool
+	err  error
+}
+
+// try tries to take partition p's lease within wait. When the watch shows a lease of
+// this instance's that it does not hold (own, at ownRev: an acquisition or renewal whose
+// answer was lost), it takes it back by renewing it, the validity counted from this
+// renewal.
+func (m *leaser) try(ctx context.Context, p int, own bool, ownRev uint64, wait time.Duration) got {
+	actx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	sent := m.now()
+	var rev uint64
+	var ok bool
+	var err error
+	if own {
+		rev, ok, err = m.store.Renew(actx, p, m.id, ownRev)
+	}
+	if !own || !ok && err == nil { // not ours, or ours no longer (it expired)
+		sent = m.now()
+		rev, ok, err = m.store.Acquire(actx, p, m.id)
+	}
+	return got{p, sent, rev, ok, err}
 }
 
 func hashOf(s string) uint32 {
