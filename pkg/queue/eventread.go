@@ -164,23 +164,9 @@ func (r *eventRead) read(ctx context.Context) error {
 // attempts, up to its final event (not for a status of a delivered request).
 func (r *eventRead) readFrom(ctx context.Context, margin time.Duration) error {
 	subject := func(typ string) string { return request.ClientEventSubject(r.client, typ) }
-	from, timed := request.IDTime(r.id)
-	var floor uint64 // the latest copy's sequence: a final of an earlier copy does not count
-	if timed {
-		from = from.Add(-margin)
-	} else {
-		// A keyed id: its latest copy's acceptance says where its events start: when
-		// ingest made the event, right after the store took the request, and before any
-		// of the request's events was made (the event itself may land later, retried).
-		acc, err := r.q.scanEvents(ctx, scan{filter: subject(request.EventAccepted), id: r.id})
-		if err != nil {
-			return err
-		}
-		r.take(acc)
-		if len(acc) > 0 {
-			last := acc[len(acc)-1]
-			from, floor = made(last).Add(-margin), last.Seq
-		}
+	from, floor, timed, err := r.start(ctx, margin)
+	if err != nil {
+		return err
 	}
 	final := func(cycle int, floor uint64) func(storedEvent) bool {
 		return func(e storedEvent) bool { return e.Cycle >= cycle && (e.Seq == 0 || e.Seq >= floor) }
@@ -214,31 +200,19 @@ func (r *eventRead) readFrom(ctx context.Context, margin time.Duration) error {
 	// its attempts change nothing (the delivery says how many attempts it took).
 	delivered := r.status && slices.ContainsFunc(finals, final(cycle, floor))
 	if !delivered {
-		more, err := r.scanAll(ctx, from, []scan{
-			{filter: subject(request.EventDeadLettered), stop: final(0, copyFloor)},
-			{filter: subject(request.EventPurged), stop: final(0, copyFloor)},
-			{filter: subject(request.EventCancelled), stop: final(0, copyFloor)},
-		})
+		more, err := r.scanAll(ctx, from, r.undelivered(final(0, copyFloor)))
 		if err != nil {
 			return err
 		}
 		finals = slices.Concat(finals, more[0], more[1], more[2])
 	}
-	if replay != nil {
-		stop := final(cycle, floor)
-		if !slices.ContainsFunc(finals, stop) {
-			from = made(*replay).Add(-margin)
-			again, err := r.scanAll(ctx, from, []scan{
-				{filter: subject(request.EventDelivered), stop: stop},
-				{filter: subject(request.EventDeadLettered), stop: stop},
-				{filter: subject(request.EventPurged), stop: stop},
-				{filter: subject(request.EventCancelled), stop: stop},
-			})
-			if err != nil {
-				return err
-			}
-			finals = slices.Concat(finals, again[0], again[1], again[2], again[3])
+	if replay != nil && !slices.ContainsFunc(finals, final(cycle, floor)) {
+		from = made(*replay).Add(-margin)
+		again, err := r.finalsFrom(ctx, from, final(cycle, floor))
+		if err != nil {
+			return err
 		}
+		finals = slices.Concat(finals, again)
 	}
 	for _, f := range found {
 		r.take(f)
@@ -260,10 +234,54 @@ func (r *eventRead) readFrom(ctx context.Context, margin time.Duration) error {
 	if err != nil {
 		return err
 	}
-	for _, a := range attempts {
-		r.take(a)
-	}
+	r.take(slices.Concat(attempts...))
 	return nil
+}
+
+// start is where the request's events are read from: margin before its id's time, or for
+// a keyed id (which holds no time) before its latest copy's acceptance, with that copy's
+// sequence as floor (a final event of an earlier copy does not count). timed says the id
+// holds its time.
+func (r *eventRead) start(ctx context.Context, margin time.Duration) (from time.Time, floor uint64, timed bool, err error) {
+	from, timed = request.IDTime(r.id)
+	if timed {
+		return from.Add(-margin), 0, true, nil
+	}
+	// A keyed id: its latest copy's acceptance says where its events start: when ingest
+	// made the event, right after the store took the request, and before any of the
+	// request's events was made (the event itself may land later, retried).
+	acc, err := r.q.scanEvents(ctx, scan{filter: request.ClientEventSubject(r.client, request.EventAccepted), id: r.id})
+	if err != nil {
+		return from, 0, false, err
+	}
+	r.take(acc)
+	if len(acc) > 0 {
+		last := acc[len(acc)-1]
+		from, floor = made(last).Add(-margin), last.Seq
+	}
+	return from, floor, false, nil
+}
+
+// undelivered is the scans of the request's final events but a delivery, each ending at
+// the first event that stop takes.
+func (r *eventRead) undelivered(stop func(storedEvent) bool) []scan {
+	subject := func(typ string) string { return request.ClientEventSubject(r.client, typ) }
+	return []scan{
+		{filter: subject(request.EventDeadLettered), stop: stop},
+		{filter: subject(request.EventPurged), stop: stop},
+		{filter: subject(request.EventCancelled), stop: stop},
+	}
+}
+
+// finalsFrom reads the request's final events of every type from from on, each type's
+// scan ending at the first that stop takes: those of its latest replay's cycle.
+func (r *eventRead) finalsFrom(ctx context.Context, from time.Time, stop func(storedEvent) bool) ([]storedEvent, error) {
+	subject := func(typ string) string { return request.ClientEventSubject(r.client, typ) }
+	found, err := r.scanAll(ctx, from, append([]scan{{filter: subject(request.EventDelivered), stop: stop}}, r.undelivered(stop)...))
+	if err != nil {
+		return nil, err
+	}
+	return slices.Concat(found...), nil
 }
 
 // take keeps found events not taken yet (read puts them in the order stored).
