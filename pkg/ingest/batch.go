@@ -82,23 +82,7 @@ func (a *API) acceptBatch(w http.ResponseWriter, r *http.Request, scope *Scope) 
 		a.answerProblem(w, *p)
 		return
 	}
-	now := time.Now()
-	results := make([]batchResult, len(items))
-	var reqs []request.Request
-	var at []int // reqs[k] is item at[k]
-	for i, raw := range items {
-		results[i].Index = i
-		req, p := a.parseItem(raw, now, scope)
-		if p == nil {
-			p = a.admit(r.Context(), scope, req)
-		}
-		if p != nil {
-			results[i].fail(*p)
-			a.cfg.Metrics.outcome(p.Code)
-			continue
-		}
-		reqs, at = append(reqs, req), append(at, i)
-	}
+	results, reqs, at := a.parseItems(r.Context(), items, scope)
 	// A slot per publish, as for single requests; the items that find none are told to
 	// come back.
 	taken := 0
@@ -123,47 +107,87 @@ func (a *API) acceptBatch(w http.ResponseWriter, r *http.Request, scope *Scope) 
 			Detail: "too many requests are being stored at once; this item was not accepted; retry it after the Retry-After delay"})
 	}
 	if taken > 0 {
-		ctx := r.Context()
-		if a.tracer != nil { // one span for the batch: each item stored is in its trace
-			var span trace.Span
-			ctx = tracing.Propagator.Extract(ctx, propagation.HeaderCarrier(r.Header))
-			ctx, span = a.tracer.Start(ctx, "dispatch.accept_batch", trace.WithSpanKind(trace.SpanKindServer),
-				trace.WithAttributes(attribute.Int("dispatch.items", len(items)), attribute.Int("dispatch.publishing", taken)))
-			defer span.End()
-			parent, state := tracing.Inject(ctx)
-			for k := range taken {
-				reqs[k].TraceParent, reqs[k].TraceState = parent, state
-			}
-		} else if parent, state := tracing.FromHeader(r.Header); parent != "" {
-			// Tracing off: the caller's trace context, as it came, for raven.
-			for k := range taken {
-				reqs[k].TraceParent, reqs[k].TraceState = parent, state
-			}
-		}
+		ctx, endSpan := a.traceBatch(r, reqs[:taken], len(items))
+		defer endSpan()
 		ctx, cancel := context.WithTimeout(ctx, a.cfg.PublishTimeout)
 		start := time.Now()
 		receipts, errs := a.pub.PublishAll(ctx, reqs[:taken])
 		cancel()
 		a.cfg.Metrics.published(time.Since(start))
 		for k := range taken {
-			res := &results[at[k]]
-			if errs[k] == nil && receipts[k].Duplicate {
-				a.unadmit(scope, reqs[k]) // counted when first stored
-				errs[k] = a.sameBody(r.Context(), scope, reqs[k])
-			}
-			if errs[k] != nil {
-				p := publishProblem(errs[k], a.cfg.BacklogRetryAfter)
-				if !receipts[k].Duplicate {
-					a.unadmit(scope, reqs[k])
-				}
-				a.cfg.Metrics.outcome(p.Code)
-				res.fail(p)
-				continue
-			}
-			a.stored(reqs[k], receipts[k])
-			res.Status, res.ID, res.ClientID, res.Duplicate, res.NotBefore = string(request.StateQueued), reqs[k].ID, reqs[k].ClientID, receipts[k].Duplicate, reqs[k].NotBefore
+			a.recordItem(r.Context(), scope, &results[at[k]], reqs[k], receipts[k], errs[k])
 		}
 	}
+	answerBatch(w, results)
+}
+
+// parseItems parses and admits each item: results has one entry per item (those refused
+// failed already), reqs the requests to store, reqs[k] being item at[k].
+func (a *API) parseItems(ctx context.Context, items []json.RawMessage, scope *Scope) (results []batchResult, reqs []request.Request, at []int) {
+	now := time.Now()
+	results = make([]batchResult, len(items))
+	for i, raw := range items {
+		results[i].Index = i
+		req, p := a.parseItem(raw, now, scope)
+		if p == nil {
+			p = a.admit(ctx, scope, req)
+		}
+		if p != nil {
+			results[i].fail(*p)
+			a.cfg.Metrics.outcome(p.Code)
+			continue
+		}
+		reqs, at = append(reqs, req), append(at, i)
+	}
+	return results, reqs, at
+}
+
+// traceBatch starts the batch's one span, when tracing is on, and gives every request to
+// store its trace context (tracing off: the caller's, as it came, for raven). end ends the
+// span.
+func (a *API) traceBatch(r *http.Request, reqs []request.Request, items int) (ctx context.Context, end func()) {
+	ctx, end = r.Context(), func() {}
+	if a.tracer != nil { // one span for the batch: each item stored is in its trace
+		var span trace.Span
+		ctx = tracing.Propagator.Extract(ctx, propagation.HeaderCarrier(r.Header))
+		ctx, span = a.tracer.Start(ctx, "dispatch.accept_batch", trace.WithSpanKind(trace.SpanKindServer),
+			trace.WithAttributes(attribute.Int("dispatch.items", items), attribute.Int("dispatch.publishing", len(reqs))))
+		parent, state := tracing.Inject(ctx)
+		for k := range reqs {
+			reqs[k].TraceParent, reqs[k].TraceState = parent, state
+		}
+		return ctx, func() { span.End() }
+	}
+	if parent, state := tracing.FromHeader(r.Header); parent != "" {
+		for k := range reqs {
+			reqs[k].TraceParent, reqs[k].TraceState = parent, state
+		}
+	}
+	return ctx, end
+}
+
+// recordItem records what the queue answered for one item (err, or its receipt) in res.
+func (a *API) recordItem(ctx context.Context, scope *Scope, res *batchResult, req request.Request, receipt request.Receipt, err error) {
+	if err == nil && receipt.Duplicate {
+		a.unadmit(scope, req) // counted when first stored
+		err = a.sameBody(ctx, scope, req)
+	}
+	if err != nil {
+		p := publishProblem(err, a.cfg.BacklogRetryAfter)
+		if !receipt.Duplicate {
+			a.unadmit(scope, req)
+		}
+		a.cfg.Metrics.outcome(p.Code)
+		res.fail(p)
+		return
+	}
+	a.stored(req, receipt)
+	res.Status, res.ID, res.ClientID, res.Duplicate, res.NotBefore = string(request.StateQueued), req.ID, req.ClientID, receipt.Duplicate, req.NotBefore
+}
+
+// answerBatch answers with every item's result, and with Retry-After when a failed
+// item should wait before it is sent again.
+func answerBatch(w http.ResponseWriter, results []batchResult) {
 	ans := batchAnswer{Results: results}
 	var retry time.Duration
 	for _, res := range results {
