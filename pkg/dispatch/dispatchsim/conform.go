@@ -27,117 +27,137 @@ type LeaseStoreUnderTest struct {
 
 // ConformLeaseStore checks what the dispatcher's leaser relies on of a lease store.
 func ConformLeaseStore(t *testing.T, open func(t *testing.T) LeaseStoreUnderTest) {
-	ctx := context.Background()
-	must := func(t *testing.T, err error, what string) {
-		t.Helper()
-		if err != nil {
-			t.Fatalf("%s: %v", what, err)
+	for _, c := range []struct {
+		name string
+		run  func(t *testing.T, ctx context.Context, open func(t *testing.T) LeaseStoreUnderTest)
+	}{
+		{"WrittenOnceWritten", leasesWrittenOnceWritten},
+		{"AcquireRenewRelease", leasesAcquireRenewRelease},
+		{"ReleaseAllOfOneOwner", leasesReleaseAllOfOneOwner},
+		{"MembersHeartbeatLeave", leasesMembersHeartbeatLeave},
+		{"WatchInPlaceThenChanges", leasesWatchInPlaceThenChanges},
+		{"ExpiryLeavesNoTrace", leasesExpiryLeavesNoTrace},
+	} {
+		t.Run(c.name, func(t *testing.T) { c.run(t, context.Background(), open) })
+	}
+}
+
+// must fails t, saying what failed, when err is not nil.
+func must(t *testing.T, err error, what string) {
+	t.Helper()
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+}
+
+func leasesWrittenOnceWritten(t *testing.T, ctx context.Context, open func(t *testing.T) LeaseStoreUnderTest) {
+	s := open(t).Store
+	w, err := s.Written(ctx)
+	must(t, err, "written")
+	if w {
+		t.Fatal("a new store says it was written to")
+	}
+	must(t, s.Heartbeat(ctx, "a"), "heartbeat")
+	if w, err := s.Written(ctx); err != nil || !w {
+		t.Fatalf("after a heartbeat: written %v, %v; want true", w, err)
+	}
+}
+
+func leasesAcquireRenewRelease(t *testing.T, ctx context.Context, open func(t *testing.T) LeaseStoreUnderTest) {
+	s := open(t).Store
+	rev, ok, err := s.Acquire(ctx, 3, "a")
+	if err != nil || !ok {
+		t.Fatalf("acquire a free partition: %v %v", ok, err)
+	}
+	if _, ok, err := s.Acquire(ctx, 3, "b"); ok || err != nil {
+		t.Fatalf("acquire a held partition: ok %v err %v; want refused, no error", ok, err)
+	}
+	rev2, ok, err := s.Renew(ctx, 3, "a", rev)
+	if err != nil || !ok || rev2 <= rev {
+		t.Fatalf("renew: rev %d -> %d ok %v err %v; want a later revision", rev, rev2, ok, err)
+	}
+	if _, ok, err := s.Renew(ctx, 3, "a", rev); ok || err != nil {
+		t.Fatalf("renew at a stale revision: ok %v err %v; want lost, no error", ok, err)
+	}
+	if err := s.Release(ctx, 3, rev); err == nil {
+		t.Fatal("release at a stale revision succeeded")
+	}
+	must(t, s.Release(ctx, 3, rev2), "release")
+	if _, ok, err := s.Renew(ctx, 3, "a", rev2); ok || err != nil {
+		t.Fatalf("renew after the release: ok %v err %v; want lost", ok, err)
+	}
+	if _, ok, err := s.Acquire(ctx, 3, "b"); !ok || err != nil {
+		t.Fatalf("acquire after the release: ok %v err %v", ok, err)
+	}
+}
+
+func leasesReleaseAllOfOneOwner(t *testing.T, ctx context.Context, open func(t *testing.T) LeaseStoreUnderTest) {
+	s := open(t).Store
+	for p, owner := range map[int]string{1: "a", 2: "a", 5: "b"} {
+		if _, ok, err := s.Acquire(ctx, p, owner); !ok || err != nil {
+			t.Fatalf("acquire %d for %s: %v %v", p, owner, ok, err)
 		}
 	}
-	t.Run("WrittenOnceWritten", func(t *testing.T) {
-		s := open(t).Store
-		w, err := s.Written(ctx)
-		must(t, err, "written")
-		if w {
-			t.Fatal("a new store says it was written to")
-		}
-		must(t, s.Heartbeat(ctx, "a"), "heartbeat")
-		if w, err := s.Written(ctx); err != nil || !w {
-			t.Fatalf("after a heartbeat: written %v, %v; want true", w, err)
-		}
-	})
-	t.Run("AcquireRenewRelease", func(t *testing.T) {
-		s := open(t).Store
-		rev, ok, err := s.Acquire(ctx, 3, "a")
-		if err != nil || !ok {
-			t.Fatalf("acquire a free partition: %v %v", ok, err)
-		}
-		if _, ok, err := s.Acquire(ctx, 3, "b"); ok || err != nil {
-			t.Fatalf("acquire a held partition: ok %v err %v; want refused, no error", ok, err)
-		}
-		rev2, ok, err := s.Renew(ctx, 3, "a", rev)
-		if err != nil || !ok || rev2 <= rev {
-			t.Fatalf("renew: rev %d -> %d ok %v err %v; want a later revision", rev, rev2, ok, err)
-		}
-		if _, ok, err := s.Renew(ctx, 3, "a", rev); ok || err != nil {
-			t.Fatalf("renew at a stale revision: ok %v err %v; want lost, no error", ok, err)
-		}
-		if err := s.Release(ctx, 3, rev); err == nil {
-			t.Fatal("release at a stale revision succeeded")
-		}
-		must(t, s.Release(ctx, 3, rev2), "release")
-		if _, ok, err := s.Renew(ctx, 3, "a", rev2); ok || err != nil {
-			t.Fatalf("renew after the release: ok %v err %v; want lost", ok, err)
-		}
-		if _, ok, err := s.Acquire(ctx, 3, "b"); !ok || err != nil {
-			t.Fatalf("acquire after the release: ok %v err %v", ok, err)
-		}
-	})
-	t.Run("ReleaseAllOfOneOwner", func(t *testing.T) {
-		s := open(t).Store
-		for p, owner := range map[int]string{1: "a", 2: "a", 5: "b"} {
-			if _, ok, err := s.Acquire(ctx, p, owner); !ok || err != nil {
-				t.Fatalf("acquire %d for %s: %v %v", p, owner, ok, err)
-			}
-		}
-		n, err := s.ReleaseAll(ctx, "a")
-		if err != nil || n != 2 {
-			t.Fatalf("release all of a: %d, %v; want 2", n, err)
-		}
-		if _, ok, _ := s.Acquire(ctx, 5, "c"); ok {
-			t.Fatal("b's lease went with a's")
-		}
-		if _, ok, _ := s.Acquire(ctx, 1, "c"); !ok {
-			t.Fatal("a's lease is still held")
-		}
-	})
-	t.Run("MembersHeartbeatLeave", func(t *testing.T) {
-		s := open(t).Store
-		must(t, s.Heartbeat(ctx, "a"), "heartbeat a")
-		must(t, s.Heartbeat(ctx, "b"), "heartbeat b")
-		lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		defer cancel()
-		m, err := s.Members(lctx)
-		must(t, err, "members")
-		if slices.Sort(m); !slices.Equal(m, []string{"a", "b"}) {
-			t.Fatalf("members %v, want [a b]", m)
-		}
-		must(t, s.Leave(ctx, "a"), "leave")
-		if m, err := s.Members(lctx); err != nil || !slices.Equal(m, []string{"b"}) {
-			t.Fatalf("members after a left: %v %v, want [b]", m, err)
-		}
-	})
-	t.Run("WatchInPlaceThenChanges", func(t *testing.T) {
-		s := open(t).Store
-		rev, _, err := s.Acquire(ctx, 4, "a")
-		must(t, err, "acquire")
-		w := watch(t, s)
-		w.want(t, change{4, "a", false})
-		rev2, _, err := s.Renew(ctx, 4, "a", rev)
-		must(t, err, "renew")
-		w.want(t, change{4, "a", false})
-		must(t, s.Heartbeat(ctx, "b"), "heartbeat")
-		w.want(t, change{-1, "b", false})
-		must(t, s.Release(ctx, 4, rev2), "release")
-		w.want(t, change{4, "", true}) // a release names nobody: a delete marker has no value
-		w.revisionsRise(t)
-	})
-	t.Run("ExpiryLeavesNoTrace", func(t *testing.T) {
-		u := open(t)
-		s := u.Store
-		rev, _, err := s.Acquire(ctx, 6, "a")
-		must(t, err, "acquire")
-		w := watch(t, s)
-		w.want(t, change{6, "a", false})
-		u.Expire()
-		if _, ok, err := s.Renew(ctx, 6, "a", rev); ok || err != nil {
-			t.Fatalf("renew after the expiry: ok %v err %v; want lost", ok, err)
-		}
-		if _, ok, err := s.Acquire(ctx, 6, "b"); !ok || err != nil {
-			t.Fatalf("acquire after the expiry: ok %v err %v", ok, err)
-		}
-		w.want(t, change{6, "b", false}) // and no release of a's before it
-	})
+	n, err := s.ReleaseAll(ctx, "a")
+	if err != nil || n != 2 {
+		t.Fatalf("release all of a: %d, %v; want 2", n, err)
+	}
+	if _, ok, _ := s.Acquire(ctx, 5, "c"); ok {
+		t.Fatal("b's lease went with a's")
+	}
+	if _, ok, _ := s.Acquire(ctx, 1, "c"); !ok {
+		t.Fatal("a's lease is still held")
+	}
+}
+
+func leasesMembersHeartbeatLeave(t *testing.T, ctx context.Context, open func(t *testing.T) LeaseStoreUnderTest) {
+	s := open(t).Store
+	must(t, s.Heartbeat(ctx, "a"), "heartbeat a")
+	must(t, s.Heartbeat(ctx, "b"), "heartbeat b")
+	lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	m, err := s.Members(lctx)
+	must(t, err, "members")
+	if slices.Sort(m); !slices.Equal(m, []string{"a", "b"}) {
+		t.Fatalf("members %v, want [a b]", m)
+	}
+	must(t, s.Leave(ctx, "a"), "leave")
+	if m, err := s.Members(lctx); err != nil || !slices.Equal(m, []string{"b"}) {
+		t.Fatalf("members after a left: %v %v, want [b]", m, err)
+	}
+}
+
+func leasesWatchInPlaceThenChanges(t *testing.T, ctx context.Context, open func(t *testing.T) LeaseStoreUnderTest) {
+	s := open(t).Store
+	rev, _, err := s.Acquire(ctx, 4, "a")
+	must(t, err, "acquire")
+	w := watch(t, s)
+	w.want(t, change{4, "a", false})
+	rev2, _, err := s.Renew(ctx, 4, "a", rev)
+	must(t, err, "renew")
+	w.want(t, change{4, "a", false})
+	must(t, s.Heartbeat(ctx, "b"), "heartbeat")
+	w.want(t, change{-1, "b", false})
+	must(t, s.Release(ctx, 4, rev2), "release")
+	w.want(t, change{4, "", true}) // a release names nobody: a delete marker has no value
+	w.revisionsRise(t)
+}
+
+func leasesExpiryLeavesNoTrace(t *testing.T, ctx context.Context, open func(t *testing.T) LeaseStoreUnderTest) {
+	u := open(t)
+	s := u.Store
+	rev, _, err := s.Acquire(ctx, 6, "a")
+	must(t, err, "acquire")
+	w := watch(t, s)
+	w.want(t, change{6, "a", false})
+	u.Expire()
+	if _, ok, err := s.Renew(ctx, 6, "a", rev); ok || err != nil {
+		t.Fatalf("renew after the expiry: ok %v err %v; want lost", ok, err)
+	}
+	if _, ok, err := s.Acquire(ctx, 6, "b"); !ok || err != nil {
+		t.Fatalf("acquire after the expiry: ok %v err %v", ok, err)
+	}
+	w.want(t, change{6, "b", false}) // and no release of a's before it
 }
 
 type change struct {
