@@ -19,7 +19,7 @@ type watchOnly struct {
 	written bool
 }
 
-func (watchOnly) WatchLeases(context.Context, func(int, string, bool, uint64), func(error)) (func(), error) {
+func (watchOnly) WatchLeases(context.Context, func(request.LeaseChange), func(error)) (func(), error) {
 	return func() {}, nil
 }
 
@@ -44,11 +44,11 @@ func TestAReleaseKeepsAnEarlierHoldersFence(t *testing.T) {
 	m, b := watchingLeaser(t, watchOnly{written: true}, false)
 	b.clock.advance(2 * testTTL) // the watch has run for longer than a TTL: nothing unseen
 	renewed := b.clock.now()
-	m.saw(3, "a", false, 10)
+	m.saw(request.LeaseChange{Partition: 3, Owner: "a", Released: false, Rev: 10})
 	b.clock.advance(2 * time.Second)
-	m.saw(3, "b", false, 11) // b takes p3 after a's lease vanished
+	m.saw(request.LeaseChange{Partition: 3, Owner: "b", Released: false, Rev: 11}) // b takes p3 after a's lease vanished
 	b.clock.advance(time.Second)
-	m.saw(3, "", true, 12) // and hands it back
+	m.saw(request.LeaseChange{Partition: 3, Owner: "", Released: true, Rev: 12}) // and hands it back
 	if nb := m.notBefore(3, true); nb.Before(renewed.Add(testTTL)) {
 		t.Fatalf("after b's release, c may start at %s; a renewed at %s and may send until %s",
 			nb.Sub(start), renewed.Sub(start), renewed.Add(testTTL).Sub(start))
@@ -68,8 +68,8 @@ func TestAFreshInstanceWaitsForRenewalsItCouldNotSee(t *testing.T) {
 		t.Fatalf("a partition taken a second after the watch began may start at %s, want a TTL after the watch began (%s)",
 			nb.Sub(start), began.Add(testTTL).Sub(start))
 	}
-	m.saw(6, "a", false, 3)
-	m.saw(6, "", true, 4) // a handed p6 back: a holder does so only once its own fence passed
+	m.saw(request.LeaseChange{Partition: 6, Owner: "a", Released: false, Rev: 3})
+	m.saw(request.LeaseChange{Partition: 6, Owner: "", Released: true, Rev: 4}) // a handed p6 back: a holder does so only once its own fence passed
 	if nb := m.notBefore(6, true); !nb.IsZero() {
 		t.Fatalf("p6, seen handed back after the watch began, waits until %s; nobody can be sending there", nb.Sub(start))
 	}

@@ -3,18 +3,21 @@ package dispatch
 import (
 	"context"
 	"time"
+
+	"github.com/penguinhq/dispatcher/pkg/request"
 )
 
 // The leaser's watch of the lease store: every instance sees every lease written, so that
 // one taking a partition over times the earlier holder's expiry itself (see leaser).
 
 // saw notes a change to a lease seen in the store.
-func (m *leaser) saw(p int, owner string, released bool, rev uint64) {
+func (m *leaser) saw(c request.LeaseChange) {
+	p, owner, released, rev := c.Partition, c.Owner, c.Released, c.Rev
 	m.seenMu.Lock()
 	defer m.seenMu.Unlock()
 	m.seenRev = max(m.seenRev, rev)
 	switch {
-	case p < 0:
+	case c.Heartbeat:
 		if !released && owner != "" {
 			m.beats[owner] = m.now()
 		}
@@ -103,9 +106,9 @@ func (m *leaser) watch(ctx context.Context, poke func()) (stop func()) {
 		}
 		m.seenMu.Unlock()
 	}
-	stop, err := m.store.WatchLeases(ctx, func(p int, owner string, released bool, rev uint64) {
-		m.saw(p, owner, released, rev)
-		if released {
+	stop, err := m.store.WatchLeases(ctx, func(c request.LeaseChange) {
+		m.saw(c)
+		if c.Released {
 			poke()
 		}
 	}, func(err error) {

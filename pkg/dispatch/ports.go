@@ -89,10 +89,10 @@ type LeaseStore interface {
 	// lease renewed and then removed early by the store's clock before the watch began
 	// went unseen, and partitions taken over wait a TTL (see the leaser).
 	Written(ctx context.Context) (bool, error)
-	// WatchLeases calls fn with every lease taken, renewed or released, the leases in
-	// place first (partition -1: an instance's heartbeat or leaving), with the store's
-	// revision of the change; lost hears that the watch ended before it was stopped.
-	WatchLeases(ctx context.Context, fn func(partition int, owner string, released bool, rev uint64), lost func(error)) (stop func(), err error)
+	// WatchLeases calls fn with every lease taken, renewed or released and every
+	// heartbeat written or removed, those in place first, each with the store's revision
+	// of the change; lost hears that the watch ended before it was stopped.
+	WatchLeases(ctx context.Context, fn func(request.LeaseChange), lost func(error)) (stop func(), err error)
 }
 
 // clock is where the dispatcher reads the time: time.Now, or a test's.

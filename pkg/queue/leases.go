@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/penguinhq/dispatcher/pkg/request"
 )
 
 // LeaseBucket is the KV bucket that holds partition leases and instance heartbeats.
@@ -286,12 +288,11 @@ func (l *Leases) Written(ctx context.Context) (bool, error) {
 	return bs.StreamInfo().State.LastSeq > 0, nil
 }
 
-// WatchLeases calls fn with every change to a lease, the leases in place first: the
-// partition, the owner named, whether the lease was released (deleted) rather than taken
-// or renewed, and the change's revision. partition is -1 for an instance's heartbeat or
-// its leaving. A lease that expires makes no call: the store removes it without a trace.
+// WatchLeases calls fn with every change to a lease or a heartbeat, those in place first
+// (request.LeaseChange). A lease that expires makes no call: the store removes it without
+// a trace.
 // lost hears that the watch ended before stop was called.
-func (l *Leases) WatchLeases(ctx context.Context, fn func(partition int, owner string, released bool, rev uint64), lost func(error)) (stop func(), err error) {
+func (l *Leases) WatchLeases(ctx context.Context, fn func(request.LeaseChange), lost func(error)) (stop func(), err error) {
 	w, err := l.kv.Watch(ctx, ">")
 	if err != nil {
 		return nil, fmt.Errorf("watching leases: %w", err)
@@ -302,22 +303,22 @@ func (l *Leases) WatchLeases(ctx context.Context, fn func(partition int, owner s
 			if e == nil {
 				continue // the end of the leases in place
 			}
-			p := -1
+			c := request.LeaseChange{Heartbeat: true, Released: e.Operation() != jetstream.KeyValuePut, Rev: e.Revision()}
 			if rest, ok := strings.CutPrefix(e.Key(), leaseKeyPrefix); ok {
 				if n, err := strconv.Atoi(rest); err == nil {
-					p = n
+					c.Heartbeat, c.Partition = false, n
 				}
 			}
 			// A heartbeat's key names its instance (its value is a time); a lease's value
 			// names its owner. A release or a leaving (a delete) names nobody.
-			owner := strings.TrimPrefix(e.Key(), memberKeyPrefix)
-			if p >= 0 {
-				owner = leaseOf(e.Value()).Owner
+			switch {
+			case c.Released:
+			case c.Heartbeat:
+				c.Owner = strings.TrimPrefix(e.Key(), memberKeyPrefix)
+			default:
+				c.Owner = leaseOf(e.Value()).Owner
 			}
-			if e.Operation() != jetstream.KeyValuePut {
-				owner = ""
-			}
-			fn(p, owner, e.Operation() != jetstream.KeyValuePut, e.Revision())
+			fn(c)
 		}
 		if !stopped.Load() && ctx.Err() == nil {
 			lost(errors.New("the lease watch's updates ended"))

@@ -227,8 +227,8 @@ func TestLeases(t *testing.T) {
 		t.Fatalf("renew with a stale revision: ok=%v err=%v, want lost", ok, err)
 	}
 	released := make(chan struct{}, 1)
-	stop, err := l.WatchLeases(ctx, func(p int, _ string, rel bool, _ uint64) {
-		if p == 3 && rel {
+	stop, err := l.WatchLeases(ctx, func(c request.LeaseChange) {
+		if !c.Heartbeat && c.Partition == 3 && c.Released {
 			select {
 			case released <- struct{}{}:
 			default:

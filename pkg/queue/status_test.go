@@ -69,9 +69,9 @@ func TestLeaseStatusSaysWhoHoldsWhatSinceWhen(t *testing.T) {
 	// dispatcher tells its own renewals from others' by it (the early-expiry fence).
 	seen := map[int]string{}
 	done := make(chan struct{}, 8)
-	stop, err := l.WatchLeases(ctx, func(p int, owner string, _ bool, _ uint64) {
-		if p >= 0 {
-			seen[p] = owner
+	stop, err := l.WatchLeases(ctx, func(c request.LeaseChange) {
+		if !c.Heartbeat {
+			seen[c.Partition] = c.Owner
 			done <- struct{}{}
 		}
 	}, func(error) {})

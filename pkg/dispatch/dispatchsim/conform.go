@@ -160,6 +160,7 @@ func leasesExpiryLeavesNoTrace(t *testing.T, ctx context.Context, open func(t *t
 	w.want(t, change{6, "b", false}) // and no release of a's before it
 }
 
+// change is what a test expects of one change the watch reports: p is -1 for a heartbeat.
 type change struct {
 	p        int
 	owner    string
@@ -176,10 +177,14 @@ type watched struct {
 func watch(t *testing.T, s dispatch.LeaseStore) *watched {
 	t.Helper()
 	w := &watched{more: make(chan struct{}, 64)}
-	stop, err := s.WatchLeases(context.Background(), func(p int, owner string, released bool, rev uint64) {
+	stop, err := s.WatchLeases(context.Background(), func(c request.LeaseChange) {
+		p := c.Partition
+		if c.Heartbeat {
+			p = -1 // as change writes a heartbeat
+		}
 		w.mu.Lock()
-		w.got = append(w.got, change{p, owner, released})
-		w.revs = append(w.revs, rev)
+		w.got = append(w.got, change{p, c.Owner, c.Released})
+		w.revs = append(w.revs, c.Rev)
 		w.mu.Unlock()
 		w.more <- struct{}{}
 	}, func(error) {})

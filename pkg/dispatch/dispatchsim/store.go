@@ -7,6 +7,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/penguinhq/dispatcher/pkg/request"
 )
 
 // Store is a simulated lease store, shared by every instance, with what the NATS KV
@@ -32,14 +34,8 @@ type key struct {
 	expires time.Time // by the store's clock
 }
 
-// Change is one change a watch delivers: a lease (Partition >= 0) or a heartbeat (-1)
-// written or removed.
-type Change struct {
-	Partition int
-	Owner     string // empty for a removal, as a delete marker names nobody
-	Released  bool
-	Rev       uint64
-}
+// Change is one change a watch delivers: a lease or a heartbeat.
+type Change = request.LeaseChange
 
 // NewStore returns an empty store whose keys live for ttl.
 func NewStore(ttl time.Duration) *Store {
@@ -87,7 +83,7 @@ func (s *Store) heartbeat(id string) {
 	s.expire()
 	s.rev++
 	s.members[id] = &key{owner: id, rev: s.rev, expires: s.now().Add(s.ttl)}
-	s.put(Change{Partition: -1, Owner: id, Rev: s.rev})
+	s.put(Change{Heartbeat: true, Owner: id, Rev: s.rev})
 }
 
 func (s *Store) leave(id string) {
@@ -96,7 +92,7 @@ func (s *Store) leave(id string) {
 	s.expire()
 	s.rev++
 	delete(s.members, id)
-	s.put(Change{Partition: -1, Released: true, Rev: s.rev})
+	s.put(Change{Heartbeat: true, Released: true, Rev: s.rev})
 }
 
 func (s *Store) memberIDs() []string {
@@ -197,7 +193,7 @@ func (s *Store) watch(w *fifo[Change]) {
 	s.expire()
 	var now []Change
 	for id, k := range s.members {
-		now = append(now, Change{Partition: -1, Owner: id, Rev: k.rev})
+		now = append(now, Change{Heartbeat: true, Owner: id, Rev: k.rev})
 	}
 	for p, k := range s.leases {
 		now = append(now, Change{Partition: p, Owner: k.owner, Rev: k.rev})
@@ -313,7 +309,7 @@ func (v *StoreView) ReleaseAll(ctx context.Context, owner string) (int, error) {
 
 // WatchLeases implements dispatch.LeaseStore: the keys in place, then every change, each
 // delivered after the instance's watch delay; a watch the faults end calls lost.
-func (v *StoreView) WatchLeases(ctx context.Context, fn func(partition int, owner string, released bool, rev uint64), lost func(error)) (func(), error) {
+func (v *StoreView) WatchLeases(ctx context.Context, fn func(request.LeaseChange), lost func(error)) (func(), error) {
 	if err := v.call(ctx, "watch", -1, func() {}); err != nil {
 		return nil, err
 	}
@@ -338,9 +334,9 @@ func (v *StoreView) WatchLeases(ctx context.Context, fn func(partition int, owne
 				}
 				return
 			}
-			fn(c.Partition, c.Owner, c.Released, c.Rev)
+			fn(c)
 			if twice {
-				fn(c.Partition, c.Owner, c.Released, c.Rev)
+				fn(c)
 			}
 		}
 	}()
