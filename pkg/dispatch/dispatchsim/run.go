@@ -49,27 +49,7 @@ func Run(seed uint64) *Report {
 		store: NewStore(set.Config.LeaseTTL), queue: NewQueue(Partitions), raven: &Raven{}, timeline: faults,
 		kills: map[string]time.Time{}, deletes: map[uint64][]deleteCall{}, finals: map[uint64]bool{}}
 	w.store.note = w.note
-	r := rand.New(rand.NewPCG(seed, 0xa11))
-
-	var steps []event
-	for c := range set.Clients + set.Busy {
-		client := fmt.Sprintf("c%02d", c)
-		n := 0
-		add := func() {
-			w.queue.Add(client, fmt.Sprintf("%s-r%04d", client, n), []byte(`{}`))
-			n++
-		}
-		queued := set.Requests
-		if c >= set.Clients {
-			client, queued = fmt.Sprintf("busy%d", c-set.Clients), set.BusyRequests
-		}
-		for range queued {
-			add()
-		}
-		for range r.IntN(set.Arrivals + 1) {
-			steps = append(steps, event{at: time.Duration(r.Int64N(int64(set.Faults))), do: add})
-		}
-	}
+	steps := w.queueClients(rand.New(rand.NewPCG(seed, 0xa11)))
 	for i := range set.Instances {
 		w.join(fmt.Sprintf("i%d", i+1))
 	}
@@ -139,6 +119,38 @@ func Run(seed uint64) *Report {
 	}
 	w.note("faults over")
 	time.Sleep(time.Until(w.start.Add(set.Faults + set.Bound)))
+	return w.finish()
+}
+
+// queueClients queues each client's first requests, and returns the steps that queue
+// the rest while the faults run, at times drawn from r.
+func (w *World) queueClients(r *rand.Rand) []event {
+	set := w.set
+	var steps []event
+	for c := range set.Clients + set.Busy {
+		client := fmt.Sprintf("c%02d", c)
+		n := 0
+		add := func() {
+			w.queue.Add(client, fmt.Sprintf("%s-r%04d", client, n), []byte(`{}`))
+			n++
+		}
+		queued := set.Requests
+		if c >= set.Clients {
+			client, queued = fmt.Sprintf("busy%d", c-set.Clients), set.BusyRequests
+		}
+		for range queued {
+			add()
+		}
+		for range r.IntN(set.Arrivals + 1) {
+			steps = append(steps, event{at: time.Duration(r.Int64N(int64(set.Faults))), do: add})
+		}
+	}
+	return steps
+}
+
+// finish ends the run once its bound has passed: it stops every instance and checks what
+// happened.
+func (w *World) finish() *Report {
 	left := w.queue.Queued()
 	overdue := 0 // what the instances' dispatch_lanes_overdue says of a stall, at the end
 	for _, in := range w.liveNow() {
@@ -147,7 +159,7 @@ func Run(seed uint64) *Report {
 	for _, in := range w.liveNow() {
 		in.kill()
 	}
-	end()
+	w.end()
 	rep := w.check(left)
 	w.mu.Lock()
 	rep.Cancels = maps.Clone(w.cancelAnswers)

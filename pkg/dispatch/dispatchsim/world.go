@@ -315,8 +315,16 @@ func settingOf(seed uint64) (Setting, []Fault) {
 	backlog := time.Duration(max(set.Requests+set.Arrivals, set.BusyRequests)) * (cfg.Interval + cfg.SendTimeout)
 	set.Bound = 2*cfg.LeaseTTL + every + cfg.Interval + cfg.BackoffMax + backlog + 10*time.Second
 
-	// The swarm: each run draws from some of the fault kinds only, so that each kind
-	// meets the others in many combinations and hits hard when it does.
+	faults := swarm(r, &set)
+	slices.SortStableFunc(faults, func(a, b Fault) int { return int(a.From - b.From) })
+	return set, faults
+}
+
+// swarm draws a run's faults: each run draws from some of the fault kinds only, so that
+// each kind meets the others in many combinations and hits hard when it does. A store
+// slow to the end lengthens set's bound.
+func swarm(r *rand.Rand, set *Setting) []Fault {
+	cfg := set.Config
 	var faults []Fault
 	instance := func() string {
 		if r.IntN(3) == 0 {
@@ -364,8 +372,7 @@ func settingOf(seed uint64) (Setting, []Fault) {
 		faults = append(faults, Fault{Kind: FaultStoreSlowEnd, Instance: instance(), From: from, To: set.Faults + set.Bound + time.Hour})
 		set.Bound += 4 * cfg.LeaseTTL
 	}
-	slices.SortStableFunc(faults, func(a, b Fault) int { return int(a.From - b.From) })
-	return set, faults
+	return faults
 }
 
 // Faults lists a seed's timeline of faults, as its run will draw them.
