@@ -266,29 +266,12 @@ func ConformSource(t *testing.T, open func(t *testing.T) SourceUnderTest) {
 	if err != nil || p < 0 || p >= src.Partitions() {
 		t.Fatalf("alice's subject %q: partition %d of %d, %v", alice, p, src.Partitions(), err)
 	}
-	backlog, err := src.PartitionBacklog(ctx, p)
-	if err != nil || backlog[alice] != 2 {
-		t.Fatalf("partition %d's backlog %v, %v; want 2 on %s", p, backlog, err, alice)
-	}
-	for subj := range backlog {
-		if q, _ := request.PartitionOf(subj); q != p || !strings.HasPrefix(subj, request.RequestPrefix) {
-			t.Fatalf("partition %d's backlog lists %s", p, subj)
-		}
-	}
+	conformBacklog(t, ctx, src, p, alice)
 	st, ok, err := src.Head(ctx, alice)
 	if err != nil || !ok || st.ID != "a1" || st.ClientID != "alice" {
 		t.Fatalf("head %+v %v %v; want a1 of alice", st, ok, err)
 	}
-	// Find: a request behind the head, by id on its client's subject, headers only.
-	if f, ok, err := src.Find(ctx, alice, "a2"); err != nil || !ok || f.ID != "a2" || f.ClientID != "alice" || f.Seq <= st.Seq || f.Subject != alice || len(f.Body) != 0 {
-		t.Fatalf("find a2 on alice's subject: %+v %v %v; want a2 behind a1, without its body", f, ok, err)
-	}
-	if _, ok, err := src.Find(ctx, bob, "a2"); ok || err != nil {
-		t.Fatalf("find a2 on bob's subject: ok %v err %v; want not there", ok, err)
-	}
-	if _, ok, err := src.Find(ctx, alice, "zz"); ok || err != nil {
-		t.Fatalf("find an id never queued: ok %v err %v; want not there", ok, err)
-	}
+	conformFind(t, ctx, src, alice, bob, st.Seq)
 	if err := src.AddDeadLetter(ctx, st, request.Verdict{Reason: request.ReasonPermanent}); err != nil {
 		t.Fatalf("dead-letter: %v", err)
 	}
@@ -313,6 +296,36 @@ func ConformSource(t *testing.T, open func(t *testing.T) SourceUnderTest) {
 	}
 	if _, ok, err := src.Find(ctx, alice, "a2"); ok || err != nil {
 		t.Fatalf("find a2 once deleted: ok %v err %v; want not there", ok, err)
+	}
+}
+
+// conformFind checks Find: a request behind the head (at headSeq), by id on its client's
+// subject, headers only; not on another client's subject, nor an id never queued.
+func conformFind(t *testing.T, ctx context.Context, src dispatch.Source, alice, bob string, headSeq uint64) {
+	t.Helper()
+	if f, ok, err := src.Find(ctx, alice, "a2"); err != nil || !ok || f.ID != "a2" || f.ClientID != "alice" || f.Seq <= headSeq || f.Subject != alice || len(f.Body) != 0 {
+		t.Fatalf("find a2 on alice's subject: %+v %v %v; want a2 behind a1, without its body", f, ok, err)
+	}
+	if _, ok, err := src.Find(ctx, bob, "a2"); ok || err != nil {
+		t.Fatalf("find a2 on bob's subject: ok %v err %v; want not there", ok, err)
+	}
+	if _, ok, err := src.Find(ctx, alice, "zz"); ok || err != nil {
+		t.Fatalf("find an id never queued: ok %v err %v; want not there", ok, err)
+	}
+}
+
+// conformBacklog checks partition p's backlog: two requests on alice's subject, and only
+// request subjects of p.
+func conformBacklog(t *testing.T, ctx context.Context, src dispatch.Source, p int, alice string) {
+	t.Helper()
+	backlog, err := src.PartitionBacklog(ctx, p)
+	if err != nil || backlog[alice] != 2 {
+		t.Fatalf("partition %d's backlog %v, %v; want 2 on %s", p, backlog, err, alice)
+	}
+	for subj := range backlog {
+		if q, _ := request.PartitionOf(subj); q != p || !strings.HasPrefix(subj, request.RequestPrefix) {
+			t.Fatalf("partition %d's backlog lists %s", p, subj)
+		}
 	}
 }
 
