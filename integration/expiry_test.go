@@ -57,7 +57,7 @@ func TestNotAfterExpiresUnsent(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	st, err := c.Wait(ctx, "tia", doomed.str("id"))
-	if err != nil || st.State != client.StatusDeadLettered || st.DeadLetter == nil || st.DeadLetter.Reason != request.ReasonExpired || st.NotAfter.IsZero() || st.Attempts != 0 {
+	if err != nil || st.State != client.StatusDeadLettered || st.DeadLetter == nil || st.DeadLetter.Reason != string(request.ReasonExpired) || st.NotAfter.IsZero() || st.Attempts != 0 {
 		t.Fatalf("the request behind the slow one: %+v %+v (%v), want dead-lettered, expired, unsent", st, st.DeadLetter, err)
 	}
 	for _, a := range []answer{slow, after} {

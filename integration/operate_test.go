@@ -119,7 +119,7 @@ func TestReplayFromTheDeadLetterStream(t *testing.T) {
 			t.Fatalf("dead letter %d = %+v, want alice's request %s, permanent, status 400", i, d, alice[i])
 		}
 	}
-	s.ctlJSON(&dl, "deadletters", "-reason", request.ReasonAttemptsExhausted)
+	s.ctlJSON(&dl, "deadletters", "-reason", string(request.ReasonAttemptsExhausted))
 	if dl.Total != 0 {
 		t.Fatalf("deadletters -reason attempts-exhausted: %d, want 0", dl.Total)
 	}
@@ -408,7 +408,7 @@ func TestPurgeMovesTheBacklogToDeadLettersNeverDeletes(t *testing.T) {
 		t.Fatalf("purge: %+v, want 5 requests moved, none remaining", res)
 	}
 	var dl deadList
-	s.ctlJSON(&dl, "deadletters", "-client", "ivan", "-reason", request.ReasonPurged)
+	s.ctlJSON(&dl, "deadletters", "-client", "ivan", "-reason", string(request.ReasonPurged))
 	if dl.Total != 5 {
 		t.Fatalf("%d purged dead letters for ivan, want 5", dl.Total)
 	}

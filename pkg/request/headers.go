@@ -116,11 +116,11 @@ type Reason string
 // The reasons for dead-lettering.
 const (
 	ReasonPermanent         Reason = "permanent"
-	ReasonAttemptsExhausted        = "attempts-exhausted"
-	ReasonAgeExhausted             = "age-exhausted"
-	ReasonUndecodable              = "undecodable"
-	ReasonPurged                   = "purged"  // an operator purged the client's backlog
-	ReasonExpired                  = "expired" // its Not-After passed before an attempt started
+	ReasonAttemptsExhausted Reason = "attempts-exhausted"
+	ReasonAgeExhausted      Reason = "age-exhausted"
+	ReasonUndecodable       Reason = "undecodable"
+	ReasonPurged            Reason = "purged"  // an operator purged the client's backlog
+	ReasonExpired           Reason = "expired" // its Not-After passed before an attempt started
 )
 
 // Reasons lists every reason for dead-lettering.
