@@ -175,6 +175,26 @@ func section(t *testing.T, heading string) []string {
 	return lines
 }
 
+// Ingest and the dispatcher see the queue through their ports (the interfaces they
+// declare, with the shared words of pkg/request), so that their tests and the
+// simulation can hold them to fakes and the conformance suites hold the fakes to the
+// queue.
+func TestIngestAndDispatchDoNotImportTheQueue(t *testing.T) {
+	t.Parallel()
+	module := modulePath(t)
+	for _, p := range []string{"pkg/ingest", "pkg/dispatch"} {
+		pkg, err := build.ImportDir(filepath.Join(root, p), 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, imp := range pkg.Imports {
+			if imp == module+"/pkg/queue" || strings.HasPrefix(imp, "github.com/nats-io/") {
+				t.Errorf("%s imports %s: it sees the queue through its ports", p, imp)
+			}
+		}
+	}
+}
+
 var rowPath = regexp.MustCompile("^\\| `([^`]+)` \\|")
 
 // packageRows is the first column of the table under "## Packages", in order.

@@ -4,21 +4,21 @@ import (
 	"testing"
 
 	"github.com/penguinhq/dispatcher/pkg/dispatch"
-	"github.com/penguinhq/dispatcher/pkg/queue"
+	"github.com/penguinhq/dispatcher/pkg/request"
 )
 
-// ServeCancels passes the dispatcher's outcome on by its word: each must be the queue's
+// ServeCancels passes the dispatcher's outcome on by its word: each must be the shared
 // word for it, which ingest and the admin API answer by.
-func TestCancelOutcomeWordsAreTheQueues(t *testing.T) {
+func TestCancelOutcomeWordsAreTheSharedOnes(t *testing.T) {
 	t.Parallel()
 	for o, want := range map[dispatch.CancelOutcome]string{
-		dispatch.Cancelled:       queue.CancelCancelled,
-		dispatch.CancelInFlight:  queue.CancelInFlight,
-		dispatch.CancelNotQueued: queue.CancelNotQueued,
-		dispatch.CancelHandover:  queue.CancelHandover,
+		dispatch.Cancelled:       request.CancelCancelled,
+		dispatch.CancelInFlight:  request.CancelInFlight,
+		dispatch.CancelNotQueued: request.CancelNotQueued,
+		dispatch.CancelHandover:  request.CancelHandover,
 	} {
 		if o.String() != want {
-			t.Errorf("dispatch's outcome %q is the queue's %q", o, want)
+			t.Errorf("dispatch's outcome %q is the shared word %q", o, want)
 		}
 	}
 }

@@ -149,13 +149,13 @@ const (
 func (o CancelOutcome) String() string {
 	switch o {
 	case Cancelled:
-		return "cancelled"
+		return request.CancelCancelled
 	case CancelInFlight:
-		return "in_flight"
+		return request.CancelInFlight
 	case CancelNotQueued:
-		return "not_queued"
+		return request.CancelNotQueued
 	case CancelHandover:
-		return "handover"
+		return request.CancelHandover
 	}
 	return "not_owner"
 }

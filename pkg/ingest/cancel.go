@@ -7,14 +7,13 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/penguinhq/dispatcher/pkg/queue"
 	"github.com/penguinhq/dispatcher/pkg/request"
 )
 
 // Canceller asks the dispatchers to cancel a queued request: the one that owns its
 // client decides (ADR 13). The queue is one.
 type Canceller interface {
-	AskCancel(ctx context.Context, clientID, id string) (queue.CancelAnswer, error)
+	AskCancel(ctx context.Context, clientID, id string) (request.CancelAnswer, error)
 }
 
 // maxCancels bounds the cancels one ingest has the dispatchers working on at once (each
@@ -56,11 +55,11 @@ func (a *API) cancel(w http.ResponseWriter, r *http.Request, scope *Scope) {
 	defer cancel()
 	ans, err := a.cancels.AskCancel(ctx, clientID, id)
 	switch {
-	case errors.Is(err, queue.ErrNoDispatcher):
+	case errors.Is(err, request.ErrNoDispatcher):
 		writeProblem(w, problem{Status: http.StatusServiceUnavailable, Code: "no_dispatcher", RetryAfter: 5 * time.Second,
 			Detail: "no dispatcher is running to cancel the request; it stays queued. Retry after the Retry-After delay"})
 		return
-	case errors.Is(err, queue.ErrNoOwner):
+	case errors.Is(err, request.ErrNoOwner):
 		writeProblem(w, problem{Status: http.StatusServiceUnavailable, Code: "cancel_unavailable", RetryAfter: time.Second,
 			Detail: "no dispatcher owns the request's client just now (its partition is changing hands); it stays queued. Retry after the Retry-After delay"})
 		return
@@ -74,15 +73,15 @@ func (a *API) cancel(w http.ResponseWriter, r *http.Request, scope *Scope) {
 		return
 	}
 	switch ans.Outcome {
-	case queue.CancelCancelled:
+	case request.CancelCancelled:
 		a.log.Info().Str("client_id", clientID).Str("request_id", id).Str("dispatcher", ans.Instance).Msg("request cancelled")
 		writeJSON(w, http.StatusOK, ans.Status(clientID, id))
 		return
-	case queue.CancelInFlight:
+	case request.CancelInFlight:
 		writeProblem(w, problem{Status: http.StatusConflict, Code: "in_flight",
 			Detail: "an attempt of the request is under way (or it is being dead-lettered): raven may receive it, and it can no longer be cancelled. Read its status for how it ends"})
 		return
-	case queue.CancelHandover:
+	case request.CancelHandover:
 		writeProblem(w, problem{Status: http.StatusServiceUnavailable, Code: "cancel_unavailable", RetryAfter: max(time.Until(ans.Until), time.Second),
 			Detail: "the request's client changed dispatcher a moment ago, and the earlier one may still be sending it; retry after the Retry-After delay"})
 		return

@@ -27,35 +27,17 @@ const (
 	maxCancelsAtOnce = 16
 )
 
-// The outcomes of a cancel, as CancelAnswer.Outcome says them.
+// The outcomes of a cancel and the owner's answer are the shared words' (package
+// request), so that ingest reads them without the queue.
 const (
-	CancelCancelled = "cancelled"  // it left the queue unsent; raven never receives it
-	CancelInFlight  = "in_flight"  // an attempt is under way (or it is being dead-lettered)
-	CancelNotQueued = "not_queued" // not in its client's queue: it ended, or was never accepted
-	CancelHandover  = "handover"   // the client's partition changed hands lately; ask again after Until
+	CancelCancelled = request.CancelCancelled
+	CancelInFlight  = request.CancelInFlight
+	CancelNotQueued = request.CancelNotQueued
+	CancelHandover  = request.CancelHandover
 )
 
-// CancelAnswer is the owner's answer to a cancel.
-type CancelAnswer struct {
-	Outcome  string `json:"outcome"`
-	Instance string `json:"instance"`
-	// For CancelCancelled: what the request was, and when its removal landed.
-	At         time.Time `json:"at,omitzero"`
-	AcceptedAt time.Time `json:"acceptedAt,omitzero"`
-	NotBefore  time.Time `json:"notBefore,omitzero"`
-	NotAfter   time.Time `json:"notAfter,omitzero"`
-	Cycle      int       `json:"cycle,omitempty"`
-	// Until is, for CancelHandover, when an earlier owner's attempts have surely ended.
-	Until time.Time `json:"until,omitzero"`
-	// Error says the owner could not decide (the queue did not answer in time, say).
-	Error string `json:"error,omitempty"`
-}
-
-// Status is the cancelled request's status, for CancelCancelled.
-func (a CancelAnswer) Status(clientID, id string) request.Status {
-	return request.Status{ID: id, ClientID: clientID, State: request.StateCancelled, AcceptedAt: a.AcceptedAt,
-		NotBefore: a.NotBefore, NotAfter: a.NotAfter, Replays: a.Cycle, CancelledAt: a.At, UpdatedAt: a.At}
-}
+// CancelAnswer is the owner's answer to a cancel (request.CancelAnswer).
+type CancelAnswer = request.CancelAnswer
 
 // ServeCancels answers cancels on cancelSubject with decide, given the subject the
 // client's requests are stored on, until stop is called. decide says answer false when
@@ -90,9 +72,9 @@ func (q *Queue) ServeCancels(decide func(ctx context.Context, subject, id string
 	return func() { _ = sub.Unsubscribe() }, nil
 }
 
-// ErrNoOwner is AskCancel's error when dispatchers run but none answered in time: the
-// client's partition has no owner just now (a handover, or every dispatcher busy).
-var ErrNoOwner = errors.New("no dispatcher owns the request's client just now")
+// ErrNoOwner is AskCancel's error when dispatchers run but none answered in time
+// (request.ErrNoOwner).
+var ErrNoOwner = request.ErrNoOwner
 
 // AskCancel asks the dispatchers to cancel request id of client clientID, and gives the
 // owner's answer. ErrNoDispatcher: none runs; ErrNoOwner: none answered within ctx (or

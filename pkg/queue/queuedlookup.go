@@ -85,8 +85,8 @@ func (q *Queue) ServeQueuedLookups() (stop func(), err error) {
 }
 
 // ErrNoDispatcher is AskQueued's error when no dispatcher answered: none is running, or
-// none serves lookups (an older version).
-var ErrNoDispatcher = errors.New("no dispatcher answered")
+// none serves lookups (request.ErrNoDispatcher).
+var ErrNoDispatcher = request.ErrNoDispatcher
 
 // askDispatchers asks the dispatchers on subject about request id of clientID, within
 // ctx's deadline (at most most), and decodes the first answer into answer.
