@@ -71,15 +71,21 @@ func benchBudget(ctx context.Context, s settings, log io.Writer) ([]row, error) 
 		verdict:   verdict(mb/mw >= 0.98),
 	})
 
-	// Adaptive mode against a raven with a true capacity, four times over it.
+	adaptive, err := benchAdaptive(ctx, log, capacity, interval, adaptFor)
+	return append(rows, adaptive...), err
+}
+
+// benchAdaptive runs adaptive mode against a raven with a true capacity, four times over
+// it: how soon it settles near the capacity, and how much raven refuses after.
+func benchAdaptive(ctx context.Context, log io.Writer, capacity float64, interval, adaptFor time.Duration) ([]row, error) {
 	settle()
 	load := capacity * 4
 	n := int(load * interval.Seconds())
 	cr := &capacityRaven{rate: capacity, tokens: capacity / 10}
-	rec, err = backlogged{clients: n, interval: interval, d: interval + adaptFor, raven: cr,
+	rec, err := backlogged{clients: n, interval: interval, d: interval + adaptFor, raven: cr,
 		tune: func(c *dispatch.Config) { c.Adaptive.Enabled = true }}.run(ctx)
 	if err != nil {
-		return rows, err
+		return nil, err
 	}
 	first := rec.start.Add(interval) // past the start-up fence
 	conv, ok := rec.converged(first, first.Add(adaptFor), 0.8*capacity, 1.05*capacity)
@@ -96,22 +102,21 @@ func benchBudget(ctx context.Context, s settings, log io.Writer) ([]row, error) 
 	if ok {
 		convText = conv.Sub(first).Round(100 * time.Millisecond).String()
 	}
-	rows = append(rows, row{
+	return []row{{
 		figure:    fmt.Sprintf("adaptive: time to settle within 0.8-1.05 x raven's capacity, load %.0fx capacity", load/capacity),
 		value:     convText,
 		reference: fmt.Sprintf("capacity %.0f/s (token bucket, 503 beyond)", capacity),
 		ratio:     "-",
 		target:    "<= 30s",
 		verdict:   verdict(ok && conv.Sub(first) <= 30*time.Second),
-	}, row{
+	}, {
 		figure:    "adaptive: share of attempts refused after settling",
 		value:     fmt.Sprintf("%.1f%%", 100*share),
 		reference: fmt.Sprintf("%d attempts over %s", attempts, first.Add(adaptFor).Sub(conv).Round(time.Second)),
 		ratio:     "-",
 		target:    "< 5%",
 		verdict:   verdict(ok && share < 0.05),
-	})
-	return rows, nil
+	}}, nil
 }
 
 // backlogged is a run of clients that always have a backlog, through one dispatcher

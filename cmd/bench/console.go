@@ -35,15 +35,8 @@ func benchConsole(ctx context.Context, s settings, log io.Writer) ([]row, error)
 	}
 	defer n.close()
 	start := time.Now()
-	batch := make([]request.Request, 0, 1000)
-	for i := range clients {
-		batch = append(batch, request.Request{ID: fmt.Sprintf("req-%06d", i), ClientID: fmt.Sprintf("client-%06d", i), ContentType: "application/json", Body: []byte(`{"n":1}`)})
-		if len(batch) == cap(batch) || i == clients-1 {
-			if _, errs := n.q.PublishAll(ctx, batch); errs[0] != nil {
-				return nil, errs[0]
-			}
-			batch = batch[:0]
-		}
+	if err := backlogClients(ctx, n, clients); err != nil {
+		return nil, err
 	}
 	fmt.Fprintf(log, "bench: console: %d clients backlogged in %s\n", clients, time.Since(start).Round(time.Millisecond))
 	ravenURL, stopRaven, err := serve(fastRaven{})
@@ -56,27 +49,8 @@ func benchConsole(ctx context.Context, s settings, log io.Writer) ([]row, error)
 		return nil, err
 	}
 	defer stopDispatch()
-	stopLanes, err := n.q.ServeLaneQueries(func(ctx context.Context, lq request.LaneQuery) (any, error) {
-		return d.Answer(ctx, lq)
-	})
-	if err != nil {
-		return nil, err
-	}
-	defer stopLanes()
-	ctl, err := n.q.Control(ctx, zerolog.Nop())
-	if err != nil {
-		return nil, err
-	}
-	adm, err := admin.New(admin.Config{Queue: n.q, Control: ctl})
-	if err != nil {
-		return nil, err
-	}
 	const token = "bench-token"
-	con, err := console.New(console.Config{Admin: adm, Token: token})
-	if err != nil {
-		return nil, err
-	}
-	base, stop, err := serve(cli.OpsHandler(cli.NewRegistry(), nil, adm.Handler(token), con.Handler(), zerolog.Nop()))
+	base, stop, err := serveConsole(ctx, n, d, token)
 	if err != nil {
 		return nil, err
 	}
@@ -94,28 +68,7 @@ func benchConsole(ctx context.Context, s settings, log io.Writer) ([]row, error)
 	}
 	res.Body.Close()
 	timeGet := func(path string, header http.Header) (time.Duration, error) {
-		var lat samples
-		for i := range reps + 2 {
-			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+path, nil)
-			if header != nil {
-				req.Header = header
-			}
-			t := time.Now()
-			res, err := browser.Do(req)
-			if err != nil {
-				return 0, err
-			}
-			_, err = io.Copy(io.Discard, res.Body)
-			res.Body.Close()
-			took := time.Since(t)
-			if err != nil || res.StatusCode != http.StatusOK {
-				return 0, fmt.Errorf("GET %s: %d %v", path, res.StatusCode, err)
-			}
-			if i >= 2 { // the first two warm up: the first lane query waits for every answer
-				lat.add(took)
-			}
-		}
-		return lat.quantiles(0.5)[0], nil
+		return medianGet(ctx, browser, base+path, header, reps)
 	}
 	auth := http.Header{"Authorization": {"Bearer " + token}}
 	api, err := timeGet("/admin/v1/clients?limit=100", auth)
@@ -148,4 +101,78 @@ func benchConsole(ctx context.Context, s settings, log io.Writer) ([]row, error)
 		})
 	}
 	return rows, nil
+}
+
+// serveConsole serves the admin API and the console over n's queue, with d answering the
+// lane queries, as the dispatcher's operators' listener does, behind token.
+func serveConsole(ctx context.Context, n *node, d *dispatch.Dispatcher, token string) (base string, stop func(), err error) {
+	stopLanes, err := n.q.ServeLaneQueries(func(ctx context.Context, lq request.LaneQuery) (any, error) {
+		return d.Answer(ctx, lq)
+	})
+	if err != nil {
+		return "", nil, err
+	}
+	fail := func(err error) (string, func(), error) {
+		stopLanes()
+		return "", nil, err
+	}
+	ctl, err := n.q.Control(ctx, zerolog.Nop())
+	if err != nil {
+		return fail(err)
+	}
+	adm, err := admin.New(admin.Config{Queue: n.q, Control: ctl})
+	if err != nil {
+		return fail(err)
+	}
+	con, err := console.New(console.Config{Admin: adm, Token: token})
+	if err != nil {
+		return fail(err)
+	}
+	base, stopServe, err := serve(cli.OpsHandler(cli.NewRegistry(), nil, adm.Handler(token), con.Handler(), zerolog.Nop()))
+	if err != nil {
+		return fail(err)
+	}
+	return base, func() { stopServe(); stopLanes() }, nil
+}
+
+// backlogClients queues one request for each of clients clients, a thousand at a time.
+func backlogClients(ctx context.Context, n *node, clients int) error {
+	batch := make([]request.Request, 0, 1000)
+	for i := range clients {
+		batch = append(batch, request.Request{ID: fmt.Sprintf("req-%06d", i), ClientID: fmt.Sprintf("client-%06d", i), ContentType: "application/json", Body: []byte(`{"n":1}`)})
+		if len(batch) == cap(batch) || i == clients-1 {
+			if _, errs := n.q.PublishAll(ctx, batch); errs[0] != nil {
+				return errs[0]
+			}
+			batch = batch[:0]
+		}
+	}
+	return nil
+}
+
+// medianGet GETs url reps+2 times with header, and gives the median time of all but the
+// first two, which warm up (the first lane query waits for every answer).
+func medianGet(ctx context.Context, client *http.Client, url string, header http.Header, reps int) (time.Duration, error) {
+	var lat samples
+	for i := range reps + 2 {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if header != nil {
+			req.Header = header
+		}
+		t := time.Now()
+		res, err := client.Do(req)
+		if err != nil {
+			return 0, err
+		}
+		_, err = io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		took := time.Since(t)
+		if err != nil || res.StatusCode != http.StatusOK {
+			return 0, fmt.Errorf("GET %s: %d %v", url, res.StatusCode, err)
+		}
+		if i >= 2 {
+			lat.add(took)
+		}
+	}
+	return lat.quantiles(0.5)[0], nil
 }

@@ -90,39 +90,30 @@ func dispatchOnce(ctx context.Context, s settings, clients int, syncAlways bool,
 	}, log)
 	defer stopPublishing()
 
-	time.Sleep(interval + 100*time.Millisecond) // past the dispatcher's start-up fence
-	start := time.Now()
-	for i := range clients {
-		time.Sleep(time.Until(start.Add(time.Duration(i) * interval / time.Duration(clients))))
-		c := fmt.Sprintf("client-%05d", i)
-		sp.topUps <- c
-		sp.topUps <- c
-	}
-	ws := start.Add(2 * interval)
-	we := ws.Add(s.dispatchFor)
-	sp.windowStart.Store(ws.UnixNano())
-	sp.windowEnd.Store(we.UnixNano())
-	time.Sleep(time.Until(ws))
-	reads, stopReads := readStatuses(ingestURL, recent, statusReadRate)
-	time.Sleep(time.Until(ws.Add(s.dispatchFor / 2)))
-	lanes := d.Stats().Lanes
-	time.Sleep(time.Until(we))
-	stopReads()
-	time.Sleep(100 * time.Millisecond)
+	lanes, reads := sp.measure(s, clients, func() int { return d.Stats().Lanes }, func() (*statusReads, func()) {
+		return readStatuses(ingestURL, recent, statusReadRate)
+	})
 	stopPublishing()
 	stopDispatch()
 
 	rate := float64(sp.inWindow.Load()) / s.dispatchFor.Seconds()
-	ideal := float64(clients) / interval.Seconds()
 	record, err := eventSubjects(ctx, n, clients, mode)
 	if err != nil {
 		return nil, 0, err
 	}
+	return sp.report(log, clients, interval, mode, lanes, rate, record, reads, ev.close), rate, nil
+}
+
+// report logs and gives the dispatch run's rows: its rate against the ideal, the
+// spacing overshoot, the gaps from raven's previous answer, the record's subjects and the
+// status reads. closeEvents stops the event writer and says what it wrote.
+func (sp *spacing) report(log io.Writer, clients int, interval time.Duration, mode string, lanes int, rate float64, record row, reads *statusReads, closeEvents func() string) []row {
+	ideal := float64(clients) / interval.Seconds()
 	q := sp.over.quantiles(0.5, 0.99, 1, 0)
 	qe := sp.overEnd.quantiles(0.5, 0.99, 1, 0)
 	qs := reads.lat.quantiles(0.5, 0.99)
 	fmt.Fprintf(log, "bench: dispatch %d clients (%s): %.0f sends/s of %.0f ideal, lanes %d, overshoot p50 %s p99 %s max %s min %s; from the previous answer p50 %s p99 %s min %s; status reads p50 %s p99 %s (%s); %s\n",
-		clients, mode, rate, ideal, lanes, q[0], q[1], q[2], q[3], qe[0], qe[1], qe[3], qs[0], qs[1], reads.summary(), ev.close())
+		clients, mode, rate, ideal, lanes, q[0], q[1], q[2], q[3], qe[0], qe[1], qe[3], qs[0], qs[1], reads.summary(), closeEvents())
 	return []row{
 		{
 			figure:    fmt.Sprintf("dispatch sends/s, %d backlogged clients, %s interval (events on; %s)", clients, interval, mode),
@@ -155,7 +146,35 @@ func dispatchOnce(ctx context.Context, s settings, clients int, syncAlways bool,
 			reference: fmt.Sprintf("GET /v1/requests/{id}, %d/s, of the last 4096 ids published: %s", statusReadRate, reads.summary()),
 			ratio:     "-", target: "-", verdict: "-",
 		},
-	}, rate, nil
+	}
+}
+
+// measure starts the clients, spread over an interval, each with two requests (each
+// delivery asks for another), and measures over s.dispatchFor from two intervals on,
+// reading statuses meanwhile. It returns the dispatcher's lanes at mid-window (from
+// lanes) and the status reads.
+func (sp *spacing) measure(s settings, clients int, lanes func() int, read func() (*statusReads, func())) (int, *statusReads) {
+	interval := s.interval
+	time.Sleep(interval + 100*time.Millisecond) // past the dispatcher's start-up fence
+	start := time.Now()
+	for i := range clients {
+		time.Sleep(time.Until(start.Add(time.Duration(i) * interval / time.Duration(clients))))
+		c := fmt.Sprintf("client-%05d", i)
+		sp.topUps <- c
+		sp.topUps <- c
+	}
+	ws := start.Add(2 * interval)
+	we := ws.Add(s.dispatchFor)
+	sp.windowStart.Store(ws.UnixNano())
+	sp.windowEnd.Store(we.UnixNano())
+	time.Sleep(time.Until(ws))
+	reads, stopReads := read()
+	time.Sleep(time.Until(ws.Add(s.dispatchFor / 2)))
+	n := lanes()
+	time.Sleep(time.Until(we))
+	stopReads()
+	time.Sleep(100 * time.Millisecond)
+	return n, reads
 }
 
 // spacing measures, at raven, each client's gaps within a window, and asks for a new

@@ -69,33 +69,9 @@ func benchIngest(ctx context.Context, s settings, log io.Writer) ([]row, error) 
 	var rows []row
 	for _, syncAlways := range []bool{true, false} {
 		mode := modeName(syncAlways)
-		got := map[string][]float64{}
-		cpu := map[string][]float64{} // the server process's CPU per request, in microseconds
-		for round := range s.ingestRounds {
-			// Every other round in the reverse order: a machine slowing down within a
-			// round counts against each kind in turn.
-			kinds := slices.Clone(ingestKinds)
-			if s.ingestKinds != nil {
-				kinds = slices.Clone(s.ingestKinds)
-			}
-			if round%2 == 1 {
-				slices.Reverse(kinds)
-			}
-			for _, kind := range kinds {
-				res, err := measureKind(ctx, kind, syncAlways, load{Workers: ingestWorkers, For: s.ingestFor})
-				if err != nil {
-					return rows, fmt.Errorf("%s (%s): %w", kind, mode, err)
-				}
-				got[kind] = append(got[kind], res.rate(s.ingestFor))
-				cpu[kind] = append(cpu[kind], float64(res.serverCPU.Microseconds())/float64(max(res.Count, 1)))
-			}
-			fmt.Fprintf(log, "bench: ingest (%s) round %d:", mode, round+1)
-			for _, kind := range ingestKinds {
-				if len(got[kind]) > round {
-					fmt.Fprintf(log, " %s %.0f/s (%.1f us CPU each);", kind, got[kind][round], cpu[kind][round])
-				}
-			}
-			fmt.Fprintln(log)
+		got, cpu, err := ingestRounds(ctx, s, syncAlways, log)
+		if err != nil {
+			return rows, err
 		}
 		if s.ingestKinds != nil {
 			continue // figures only: the rows need every kind
@@ -152,24 +128,68 @@ func benchIngest(ctx context.Context, s settings, log io.Writer) ([]row, error) 
 				ratio:     fmt.Sprintf("%.2f", ratioOf(kindH2C, kindIngest)),
 				target:    "-", verdict: "-",
 			})
-		// Latency at half the ingest's rate, beside the minimal handler's at the same load.
-		half := med(kindIngest) / 2
-		var lat [2]loadResult
-		for i, kind := range []string{kindIngest, kindMinimal} {
-			res, err := measureKind(ctx, kind, syncAlways, load{Workers: ingestWorkers, For: s.ingestFor, Rate: half})
-			if err != nil {
-				return rows, fmt.Errorf("%s latency (%s): %w", kind, mode, err)
-			}
-			lat[i] = res
+		lat, err := ingestLatency(ctx, s, syncAlways, med(kindIngest)/2)
+		if err != nil {
+			return rows, err
 		}
-		rows = append(rows, row{
-			figure:    fmt.Sprintf("ingest latency p50 / p99 at half that load, %.0f/s offered (%s)", half, mode),
-			value:     ms(lat[0].P50) + " / " + ms(lat[0].P99),
-			reference: ms(lat[1].P50) + " / " + ms(lat[1].P99) + " minimal handler",
-			ratio:     "-", target: "-", verdict: "-",
-		})
+		rows = append(rows, lat)
 	}
 	return rows, nil
+}
+
+// ingestLatency measures the ingest's latency at half its rate (half), beside the
+// minimal handler's at the same load.
+func ingestLatency(ctx context.Context, s settings, syncAlways bool, half float64) (row, error) {
+	mode := modeName(syncAlways)
+	var lat [2]loadResult
+	for i, kind := range []string{kindIngest, kindMinimal} {
+		res, err := measureKind(ctx, kind, syncAlways, load{Workers: ingestWorkers, For: s.ingestFor, Rate: half})
+		if err != nil {
+			return row{}, fmt.Errorf("%s latency (%s): %w", kind, mode, err)
+		}
+		lat[i] = res
+	}
+	return row{
+		figure:    fmt.Sprintf("ingest latency p50 / p99 at half that load, %.0f/s offered (%s)", half, mode),
+		value:     ms(lat[0].P50) + " / " + ms(lat[0].P99),
+		reference: ms(lat[1].P50) + " / " + ms(lat[1].P99) + " minimal handler",
+		ratio:     "-", target: "-", verdict: "-",
+	}, nil
+}
+
+// ingestRounds measures each kind of server in s.ingestRounds interleaved rounds: its
+// requests a second (got) and the server process's CPU per request in microseconds (cpu),
+// one figure a round.
+func ingestRounds(ctx context.Context, s settings, syncAlways bool, log io.Writer) (got, cpu map[string][]float64, err error) {
+	mode := modeName(syncAlways)
+	got, cpu = map[string][]float64{}, map[string][]float64{}
+	for round := range s.ingestRounds {
+		// Every other round in the reverse order: a machine slowing down within a
+		// round counts against each kind in turn.
+		kinds := slices.Clone(ingestKinds)
+		if s.ingestKinds != nil {
+			kinds = slices.Clone(s.ingestKinds)
+		}
+		if round%2 == 1 {
+			slices.Reverse(kinds)
+		}
+		for _, kind := range kinds {
+			res, err := measureKind(ctx, kind, syncAlways, load{Workers: ingestWorkers, For: s.ingestFor})
+			if err != nil {
+				return got, cpu, fmt.Errorf("%s (%s): %w", kind, mode, err)
+			}
+			got[kind] = append(got[kind], res.rate(s.ingestFor))
+			cpu[kind] = append(cpu[kind], float64(res.serverCPU.Microseconds())/float64(max(res.Count, 1)))
+		}
+		fmt.Fprintf(log, "bench: ingest (%s) round %d:", mode, round+1)
+		for _, kind := range ingestKinds {
+			if len(got[kind]) > round {
+				fmt.Fprintf(log, " %s %.0f/s (%.1f us CPU each);", kind, got[kind][round], cpu[kind][round])
+			}
+		}
+		fmt.Fprintln(log)
+	}
+	return got, cpu, nil
 }
 
 // measureKind starts a fresh node and the server kind names on it, and offers it l from

@@ -71,50 +71,12 @@ type row struct {
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	s := settings{}
-	fs.BoolVar(&s.quick, "quick", false, "a short smoke run: every row, small numbers")
-	fs.StringVar(&s.only, "only", "", "run only these scenarios, comma-separated: ingest, batch, dispatch, events, idle, memory, distinct, budget, console, tracing, reads, record")
-	fs.IntVar(&s.distinct, "distinct", 1_000_000, "distinct clientIds sent through in the distinct scenario")
-	fs.IntVar(&s.recordRequests, "record-requests", 10_000_000, "requests retained in the record scenario")
-	fs.IntVar(&s.recordClients, "record-clients", 100_000, "clients those requests are spread over in the record scenario")
-	fs.StringVar(&s.recordLayouts, "record-layouts", "", "in the record scenario, measure only the layouts numbered so, comma-separated, in the order the table lists them (1: ADR 8's); all when empty")
-	fs.IntVar(&s.recordLag, "record-lag", 0, "in the record scenario, how many of its client's requests come before each request's final event (a backlogged client); 0: it follows its acceptance at once")
-	clients := fs.Int("clients", 0, "backlogged clients in the dispatch scenario (default: 1000 and 10000)")
-	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
-	kinds := fs.String("kinds", "", "in the ingest scenario, measure only these servers, comma-separated (raw, bare, minimal, ingest, ingest-no-events, h2c), and print their figures without the table's rows; with -cpuprofile, to profile one alone")
-	if err := fs.Parse(args); err != nil {
+	s, cpuProfile, err := parseSettings(args, stderr)
+	if err != nil {
 		return err
 	}
-	s.ingestFor, s.dispatchFor, s.interval = 5*time.Second, 30*time.Second, 5*time.Second
-	s.ingestRounds = 5
-	s.dispatchN, s.idleRequests, s.laneMemClients = []int{1000, 10000}, 500, 10000
-	if s.quick {
-		s.ingestFor, s.dispatchFor, s.interval = time.Second, 3*time.Second, time.Second
-		s.ingestRounds = 1
-		s.dispatchN, s.idleRequests, s.laneMemClients = []int{200}, 50, 2000
-		s.distinct = min(s.distinct, 5000)
-		s.recordRequests, s.recordClients = min(s.recordRequests, 20_000), min(s.recordClients, 200)
-	}
-	s.recordIdle, s.recordSettle = 30*time.Second, 150*time.Second
-	if s.quick {
-		s.recordIdle, s.recordSettle = time.Second, 0
-	}
-	if *kinds != "" {
-		for _, k := range strings.Split(*kinds, ",") {
-			kind, ok := kindNames[k]
-			if !ok {
-				return fmt.Errorf("-kinds: %q is none of raw, bare, minimal, ingest, ingest-no-events, h2c", k)
-			}
-			s.ingestKinds = append(s.ingestKinds, kind)
-		}
-	}
-	if *clients > 0 {
-		s.dispatchN = []int{*clients}
-	}
-	if *cpuProfile != "" {
-		f, err := os.Create(*cpuProfile)
+	if cpuProfile != "" {
+		f, err := os.Create(cpuProfile)
 		if err != nil {
 			return err
 		}
@@ -173,6 +135,52 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.figure, r.value, r.reference, r.ratio, r.target, r.verdict)
 	}
 	return errors.Join(tw.Flush(), stepErr)
+}
+
+// parseSettings reads the bench's flags into its settings; -quick shrinks them.
+func parseSettings(args []string, stderr io.Writer) (s settings, cpuProfile string, err error) {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.BoolVar(&s.quick, "quick", false, "a short smoke run: every row, small numbers")
+	fs.StringVar(&s.only, "only", "", "run only these scenarios, comma-separated: ingest, batch, dispatch, events, idle, memory, distinct, budget, console, tracing, reads, record")
+	fs.IntVar(&s.distinct, "distinct", 1_000_000, "distinct clientIds sent through in the distinct scenario")
+	fs.IntVar(&s.recordRequests, "record-requests", 10_000_000, "requests retained in the record scenario")
+	fs.IntVar(&s.recordClients, "record-clients", 100_000, "clients those requests are spread over in the record scenario")
+	fs.StringVar(&s.recordLayouts, "record-layouts", "", "in the record scenario, measure only the layouts numbered so, comma-separated, in the order the table lists them (1: ADR 8's); all when empty")
+	fs.IntVar(&s.recordLag, "record-lag", 0, "in the record scenario, how many of its client's requests come before each request's final event (a backlogged client); 0: it follows its acceptance at once")
+	clients := fs.Int("clients", 0, "backlogged clients in the dispatch scenario (default: 1000 and 10000)")
+	cpuProfileFlag := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
+	kinds := fs.String("kinds", "", "in the ingest scenario, measure only these servers, comma-separated (raw, bare, minimal, ingest, ingest-no-events, h2c), and print their figures without the table's rows; with -cpuprofile, to profile one alone")
+	if err := fs.Parse(args); err != nil {
+		return s, "", err
+	}
+	s.ingestFor, s.dispatchFor, s.interval = 5*time.Second, 30*time.Second, 5*time.Second
+	s.ingestRounds = 5
+	s.dispatchN, s.idleRequests, s.laneMemClients = []int{1000, 10000}, 500, 10000
+	if s.quick {
+		s.ingestFor, s.dispatchFor, s.interval = time.Second, 3*time.Second, time.Second
+		s.ingestRounds = 1
+		s.dispatchN, s.idleRequests, s.laneMemClients = []int{200}, 50, 2000
+		s.distinct = min(s.distinct, 5000)
+		s.recordRequests, s.recordClients = min(s.recordRequests, 20_000), min(s.recordClients, 200)
+	}
+	s.recordIdle, s.recordSettle = 30*time.Second, 150*time.Second
+	if s.quick {
+		s.recordIdle, s.recordSettle = time.Second, 0
+	}
+	if *kinds != "" {
+		for _, k := range strings.Split(*kinds, ",") {
+			kind, ok := kindNames[k]
+			if !ok {
+				return s, "", fmt.Errorf("-kinds: %q is none of raw, bare, minimal, ingest, ingest-no-events, h2c", k)
+			}
+			s.ingestKinds = append(s.ingestKinds, kind)
+		}
+	}
+	if *clients > 0 {
+		s.dispatchN = []int{*clients}
+	}
+	return s, *cpuProfileFlag, nil
 }
 
 // settle lets the machine calm down between scenarios: dirty pages that an earlier

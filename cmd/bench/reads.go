@@ -68,34 +68,16 @@ func benchReads(ctx context.Context, s settings, log io.Writer) ([]row, error) {
 		runtime.GC()
 		debug.FreeOSMemory()
 		before := inUse()
-		var peak, peakRSS atomic.Int64
-		peak.Store(before)
-		done := make(chan struct{})
-		sampled := make(chan struct{})
-		go func() {
-			defer close(sampled)
-			tick := time.NewTicker(100 * time.Millisecond)
-			defer tick.Stop()
-			for {
-				select {
-				case <-done:
-					return
-				case <-tick.C:
-					peak.Store(max(peak.Load(), inUse()))
-					peakRSS.Store(max(peakRSS.Load(), rssBytes()))
-				}
-			}
-		}()
+		peaks := samplePeaks(before)
 		res, err := runLoad(ctx, load{Proto: protoHTTP1, Target: target, Workers: statusReaders, For: s.ingestFor, Token: benchToken, Reads: true})
-		close(done)
-		<-sampled
+		peak, peakRSS := peaks()
 		if err != nil {
 			return 0, 0, err
 		}
-		per := float64(peak.Load()-before) / statusReaders / 1024
+		per := float64(peak-before) / statusReaders / 1024
 		fmt.Fprintf(log, "bench: reads (%s): %d answers in %s from %d callers; in use %s before, %s at most (%.1f KiB a caller); RSS at most %s\n",
 			map[bool]string{true: "ingest", false: "bare net/http"}[ingestPath], res.Count, s.ingestFor, statusReaders,
-			mib(uint64(before)), mib(uint64(peak.Load())), per, mib(uint64(peakRSS.Load())))
+			mib(uint64(before)), mib(uint64(peak)), per, mib(uint64(peakRSS)))
 		return per, res.Count, nil
 	}
 	ref, _, err := measure(bare, false)
@@ -114,6 +96,34 @@ func benchReads(ctx context.Context, s settings, log io.Writer) ([]row, error) {
 		target:    "<= 1.5",
 		verdict:   verdict(per/ref <= 1.5),
 	}}, nil
+}
+
+// samplePeaks samples the memory in use (from before) and the process's RSS every 100
+// ms until stop is called, which gives the highest of each.
+func samplePeaks(before int64) (stop func() (peak, peakRSS int64)) {
+	var high, highRSS atomic.Int64
+	high.Store(before)
+	done := make(chan struct{})
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+				high.Store(max(high.Load(), inUse()))
+				highRSS.Store(max(highRSS.Load(), rssBytes()))
+			}
+		}
+	}()
+	return func() (int64, int64) {
+		close(done)
+		<-sampled
+		return high.Load(), highRSS.Load()
+	}
 }
 
 // inUse is the memory Go holds for the process's objects and goroutines: heap spans and

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -155,129 +154,12 @@ func measureRecord(ctx context.Context, l recordLayout, n, c, lag int, idle, set
 			return nil, err
 		}
 	}
-	read := l.read
-	if l.service {
-		read = func(ctx context.Context, _ *nats.Conn, client, id string, _ uint64) (int, bool, error) {
-			readEvents := node.q.StatusEvents
-			if l.timeline {
-				readEvents = node.q.Events
-			}
-			events, err := readEvents(ctx, client, id)
-			return 0, request.StatusOf(id, events).State == request.StateDelivered, err
-		}
-	}
 	runtime.GC()
 	before := heapInUse()
-	clients := make([]string, c)
-	for i := range clients {
-		clients[i] = "c" + strconv.Itoa(i)
-	}
-	type written struct {
-		client, id string
-		seq        uint64
-	}
-	sample := make([]written, 0, 2000)
-	payload := map[string]any{"type": "delivered", "attempt": 1, "status": 200, "instance": "bench-dispatcher-1"}
-	var answer map[string]any
-	if l.body > 0 { // text, as a JSON answer is (zero bytes would be written six bytes each)
-		answer = map[string]any{"status": 200, "headers": map[string]string{"Content-Type": "application/json"},
-			"body": string(jsonAnswer(l.body)), "bodyBytes": l.body}
-		payload["response"] = answer
-	}
-	// With a lag, each client's last lag requests wait in a ring for their final event,
-	// written when the client's request lag rounds later is accepted: a read by time then
-	// passes the lag finals of the requests ahead of it.
-	ring := make([][]written, c)
-	// For the jump-pointer layout: every final of every client, and the stream's last
-	// sequence (this is its only writer, on one connection: the sequences follow).
-	var finals [][]jumpNode
-	var streamSeq uint64
-	if l.jumps {
-		finals = make([][]jumpNode, c)
-	}
-	write := func(w written, subjects []string) error {
-		payload["id"], payload["clientId"], payload["seq"] = w.id, w.client, w.seq
-		data, _ := json.Marshal(payload)
-		for _, subj := range subjects {
-			m := nats.NewMsg(subj)
-			m.Header.Set("Dispatch-Id", w.id)
-			if l.service { // as the service writes its events
-				m.Header = nats.Header{request.EventIDHeader: {w.id}}
-				payload["type"] = subj[strings.LastIndexByte(subj, '.')+1:]
-				delete(payload, "response")
-				if answer != nil && payload["type"] != request.EventAccepted { // an attempt's outcome carries raven's answer
-					payload["response"] = answer
-				}
-				data, _ = json.Marshal(payload)
-			}
-			m.Header.Set("Dispatch-Seq", strconv.FormatUint(w.seq, 10))
-			streamSeq++
-			if l.jumps {
-				ci, _ := strconv.Atoi(w.client[1:])
-				fs := finals[ci]
-				node := jumpNode{seq: streamSeq, place: w.seq, jump: -1}
-				if d := len(fs) - 1; d >= 0 { // the parent is fs[d]
-					// Myers' rule: jump two jumps back when the parent's two jumps are of
-					// equal length, else to the parent. A search from the last final
-					// to any earlier one takes O(log n) steps.
-					p := fs[d]
-					node.jump = d
-					if p.jump >= 0 && fs[p.jump].jump >= 0 && d-p.jump == p.jump-fs[p.jump].jump {
-						node.jump = fs[p.jump].jump
-					}
-					m.Header.Set("Dispatch-Parent", strconv.FormatUint(p.seq, 10))
-					m.Header.Set("Dispatch-Parent-Place", strconv.FormatUint(p.place, 10))
-					j := fs[node.jump]
-					m.Header.Set("Dispatch-Jump", strconv.FormatUint(j.seq, 10))
-					m.Header.Set("Dispatch-Jump-Place", strconv.FormatUint(j.place, 10))
-				}
-				finals[ci] = append(fs, node)
-			}
-			m.Data = data
-			// The figures are of what is retained, not the rate: a server that holds
-			// the writes back for a while (a sync, a collection) is waited for.
-			if _, err := js.PublishMsgAsync(m, jetstream.WithStallWait(time.Minute)); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
 	t0 := time.Now()
-	for i := range n {
-		ci := i % c
-		w := written{clients[ci], request.NewID(time.Now()), uint64(i + 1)}
-		subjects := l.subjects(w.client, w.id)
-		delivered := true
-		if l.mixed {
-			failed, dead := mixedRequest(i / c)
-			switch {
-			case dead:
-				subjects = []string{subjects[0], request.ClientEventSubject(w.client, request.EventDeadLettered)}
-				delivered = false
-			case failed:
-				subjects = []string{subjects[0], request.ClientEventSubject(w.client, request.EventAttemptFailed), subjects[1]}
-			}
-		}
-		if lag > 0 {
-			// The accepted event (ADR 8's layout) goes now, the final when its turn comes.
-			if err := write(w, subjects[:len(subjects)-1]); err != nil {
-				return nil, err
-			}
-			ring[ci] = append(ring[ci], w)
-			if len(ring[ci]) <= lag {
-				continue // its final is not written: it is not sampled
-			}
-			w, ring[ci] = ring[ci][0], ring[ci][1:]
-			subjects = l.subjects(w.client, w.id)[len(subjects)-1:]
-		}
-		if err := write(w, subjects); err != nil {
-			return nil, err
-		}
-		// Reads are of the last twenty-fourth written: the last hour of a day's retention
-		// (issue 34's row). With a lag, their requests were accepted lag rounds earlier.
-		if recent := n / 24; delivered && i >= n-recent && i%max(recent/cap(sample), 1) == 0 && len(sample) < cap(sample) {
-			sample = append(sample, w)
-		}
+	sample, err := newRecordWriter(l, js, c).writeAll(n, c, lag)
+	if err != nil {
+		return nil, err
 	}
 	select {
 	case <-js.PublishAsyncComplete():
@@ -294,17 +176,46 @@ func measureRecord(ctx context.Context, l recordLayout, n, c, lag int, idle, set
 		l.name, n, c, wrote.Round(time.Millisecond), info.State.Msgs, info.State.NumSubjects, idle)
 	time.Sleep(idle)
 	runtime.GC()
-	after := heapInUse()
-	perRequest := float64(after-before) / float64(n)
-
+	m := recordFigures{n: n, c: c, lag: lag, idle: idle, settle: settle, subjects: info.State.NumSubjects,
+		heap: heapInUse() - before}
 	if len(sample) == 0 {
 		return nil, fmt.Errorf("no request has its final event: -record-lag (%d) must be below the requests per client (%d)", lag, n/c)
 	}
-	settledHeap := int64(-1)
 	if settle > idle {
 		time.Sleep(settle - idle)
 		runtime.GC()
-		settledHeap = heapInUse()
+		m.settledHeap, m.settled = heapInUse()-before, true
+	}
+	if err := m.readSample(ctx, l, node, sample); err != nil {
+		return nil, err
+	}
+	return m.rows(l), nil
+}
+
+// recordFigures is what the record scenario measured of one layout.
+type recordFigures struct {
+	n, c, lag         int
+	idle, settle      time.Duration
+	subjects          uint64
+	heap, settledHeap int64 // held after idle, and after settle (when settled)
+	settled           bool
+	lat, cold         []time.Duration
+	trips, coldTrips  int
+}
+
+// readSample reads the sampled requests back: coldReads of them first once the store
+// settled (when it was let settle), then up to 1,000 at random.
+func (m *recordFigures) readSample(ctx context.Context, l recordLayout, node *node, sample []written) error {
+	read := l.read
+	if l.service {
+		read = func(ctx context.Context, _ *nats.Conn, client, id string, _ uint64) (int, bool, error) {
+			readEvents := node.q.StatusEvents
+			if l.timeline {
+				readEvents = node.q.Events
+			}
+			events, err := readEvents(ctx, client, id)
+			return 0, request.StatusOf(id, events).State == request.StateDelivered, err
+		}
 	}
 	trips, missing := 0, 0
 	readOne := func(w written) (time.Duration, error) {
@@ -316,72 +227,76 @@ func measureRecord(ctx context.Context, l recordLayout, n, c, lag int, idle, set
 		}
 		return time.Since(start), err
 	}
-	var cold []time.Duration
-	if settledHeap >= 0 {
+	if m.settled {
 		for i := range coldReads {
 			d, err := readOne(sample[i*len(sample)/coldReads])
 			if err != nil {
-				return nil, err
+				return err
 			}
-			cold = append(cold, d)
+			m.cold = append(m.cold, d)
 		}
-		slices.Sort(cold)
+		slices.Sort(m.cold)
 	}
-	coldTrips := trips
-	var lat []time.Duration
+	m.coldTrips = trips
 	rng := rand.New(rand.NewPCG(1, 2))
 	for range min(len(sample), 1000) {
 		d, err := readOne(sample[rng.IntN(len(sample))])
 		if err != nil {
-			return nil, err
+			return err
 		}
-		lat = append(lat, d)
+		m.lat = append(m.lat, d)
 	}
-	slices.Sort(lat)
+	slices.Sort(m.lat)
+	m.trips = trips - m.coldTrips
 	if missing > 0 {
-		return nil, fmt.Errorf("%d of %d reads did not find their request", missing, len(lat)+len(cold))
+		return fmt.Errorf("%d of %d reads did not find their request", missing, len(m.lat)+len(m.cold))
 	}
+	return nil
+}
+
+// rows are the figures as the table's rows. They measure a layout on a bare stream, not
+// the service: a verdict says whether the layout would meet issue 34's goal, never that
+// the service does.
+func (m *recordFigures) rows(l recordLayout) []row {
+	n, c := m.n, m.c
 	label := fmt.Sprintf("%s; %s requests, %s clients (fsync every 2 min)", l.name, thousands(n), thousands(c))
-	if lag > 0 {
-		label += fmt.Sprintf(", each final event after %s more of its client's requests (-record-lag)", thousands(lag))
+	if m.lag > 0 {
+		label += fmt.Sprintf(", each final event after %s more of its client's requests (-record-lag)", thousands(m.lag))
 	}
-	// These rows measure a layout on a bare stream, not the service: a verdict says
-	// whether the layout would meet issue 34's goal, never that the service does.
 	would := func(ok bool) string {
 		if ok {
 			return "layout would meet"
 		}
 		return "layout would miss"
 	}
+	perRequest := float64(m.heap) / float64(n)
+	lat, cold := m.lat, m.cold
 	p99 := lat[len(lat)*99/100]
-	var settled []row
-	if settledHeap >= 0 {
-		perSettled := float64(settledHeap-before) / float64(n)
-		settled = []row{
-			{figure: "record layout (design measurement): heap per retained request after " + settle.String() + " idle (blocks' subject state expired; not the target row, which is after " + idle.String() + "); " + label,
-				value:     fmt.Sprintf("%.1f B", perSettled),
-				reference: fmt.Sprintf("%.0f MiB held for %s requests", float64(settledHeap-before)/(1<<20), thousands(n)), ratio: "-",
-				target: "<= 16 B (at " + idle.String() + ")", verdict: "-"},
-			{figure: fmt.Sprintf("record layout (design measurement): status read p50 / max of %d cold reads after %s idle, each the first into its stretch of the last hour; %s", coldReads, settle, label),
-				value:     fmt.Sprintf("%s / %s", ms(cold[len(cold)/2]), ms(cold[len(cold)-1])),
-				reference: readsDone(len(cold), coldTrips, l.service), ratio: "-",
-				target: "p99 <= 10 ms", verdict: would(cold[len(cold)-1] <= 10*time.Millisecond)},
-		}
-	}
-	trips -= coldTrips
-	return append([]row{
-		{figure: "record layout (design measurement): subjects in the store; " + label, value: thousands(int(info.State.NumSubjects)),
-			reference: thousands(c) + " clients", ratio: fmt.Sprintf("%.2f", float64(info.State.NumSubjects)/float64(c)),
-			target: "a small multiple of the clients", verdict: would(info.State.NumSubjects <= uint64(4*c))},
-		{figure: "record layout (design measurement): heap per retained request after " + idle.String() + " idle; " + label,
+	rows := []row{
+		{figure: "record layout (design measurement): subjects in the store; " + label, value: thousands(int(m.subjects)),
+			reference: thousands(c) + " clients", ratio: fmt.Sprintf("%.2f", float64(m.subjects)/float64(c)),
+			target: "a small multiple of the clients", verdict: would(m.subjects <= uint64(4*c))},
+		{figure: "record layout (design measurement): heap per retained request after " + m.idle.String() + " idle; " + label,
 			value:     fmt.Sprintf("%.1f B", perRequest),
-			reference: fmt.Sprintf("%.0f MiB held for %s requests", float64(after-before)/(1<<20), thousands(n)), ratio: "-",
+			reference: fmt.Sprintf("%.0f MiB held for %s requests", float64(m.heap)/(1<<20), thousands(n)), ratio: "-",
 			target: "<= 16 B", verdict: would(perRequest <= 16)},
 		{figure: "record layout (design measurement): status read p50 / p99; " + label,
 			value:     fmt.Sprintf("%s / %s", ms(lat[len(lat)/2]), ms(p99)),
-			reference: readsDone(len(lat), trips, l.service), ratio: "-",
+			reference: readsDone(len(lat), m.trips, l.service), ratio: "-",
 			target: "p99 <= 10 ms", verdict: would(p99 <= 10*time.Millisecond)},
-	}, settled...), nil
+	}
+	if !m.settled {
+		return rows
+	}
+	return append(rows,
+		row{figure: "record layout (design measurement): heap per retained request after " + m.settle.String() + " idle (blocks' subject state expired; not the target row, which is after " + m.idle.String() + "); " + label,
+			value:     fmt.Sprintf("%.1f B", float64(m.settledHeap)/float64(n)),
+			reference: fmt.Sprintf("%.0f MiB held for %s requests", float64(m.settledHeap)/(1<<20), thousands(n)), ratio: "-",
+			target: "<= 16 B (at " + m.idle.String() + ")", verdict: "-"},
+		row{figure: fmt.Sprintf("record layout (design measurement): status read p50 / max of %d cold reads after %s idle, each the first into its stretch of the last hour; %s", coldReads, m.settle, label),
+			value:     fmt.Sprintf("%s / %s", ms(cold[len(cold)/2]), ms(cold[len(cold)-1])),
+			reference: readsDone(len(cold), m.coldTrips, l.service), ratio: "-",
+			target: "p99 <= 10 ms", verdict: would(cold[len(cold)-1] <= 10*time.Millisecond)})
 }
 
 // coldReads is how many reads the record scenario makes after the store settled, one
