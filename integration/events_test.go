@@ -88,7 +88,7 @@ func kinds(es []request.Event) []string {
 func startedAsWanted(got, want []string) []string {
 	var out []string
 	for _, k := range got {
-		if strings.HasPrefix(k, request.EventAttemptStarted+"/") && !slices.Contains(want, k) {
+		if strings.HasPrefix(k, string(request.EventAttemptStarted)+"/") && !slices.Contains(want, k) {
 			continue
 		}
 		out = append(out, k)

@@ -108,7 +108,7 @@ func (rw *recordWriter) write(w written, subjects []string) error {
 			m.Header = nats.Header{request.EventIDHeader: {w.id}}
 			payload["type"] = subj[strings.LastIndexByte(subj, '.')+1:]
 			delete(payload, "response")
-			if rw.answer != nil && payload["type"] != request.EventAccepted { // an attempt's outcome carries raven's answer
+			if rw.answer != nil && payload["type"] != string(request.EventAccepted) { // an attempt's outcome carries raven's answer
 				payload["response"] = rw.answer
 			}
 			data, _ = json.Marshal(payload)

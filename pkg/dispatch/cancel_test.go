@@ -65,7 +65,7 @@ func (e *recordingEvents) types() []string {
 	defer e.mu.Unlock()
 	var out []string
 	for _, ev := range e.events {
-		out = append(out, ev.Type+":"+ev.ID)
+		out = append(out, string(ev.Type)+":"+ev.ID)
 	}
 	return out
 }

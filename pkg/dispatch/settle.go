@@ -154,7 +154,7 @@ func (d *Dispatcher) writeNow(ctx context.Context, ev request.Event, sendBy time
 }
 
 // eventOf is the event of type typ about st, At to be set by the caller.
-func eventOf(st request.Stored, typ string) request.Event {
+func eventOf(st request.Stored, typ request.EventType) request.Event {
 	ev := request.Event{Type: typ, ID: st.ID, ClientID: st.ClientID, Cycle: st.Cycle, Seq: st.Seq, NotBefore: st.NotBefore, NotAfter: st.NotAfter}
 	if st.Cycle == 0 {
 		ev.AcceptedAt = st.AcceptedAt

@@ -230,7 +230,7 @@ func TestIngestExchanges(t *testing.T) {
 		accepted := func(id string) request.Event {
 			return request.Event{Type: request.EventAccepted, ID: id, ClientID: "p", At: now, AcceptedAt: now, NotBefore: now.Add(time.Minute), Seq: 9}
 		}
-		ev := func(id, typ string, attempt, status int, reason request.Reason) request.Event {
+		ev := func(id string, typ request.EventType, attempt, status int, reason request.Reason) request.Event {
 			return request.Event{Type: typ, ID: id, ClientID: "p", At: now.Add(time.Second), Attempt: attempt, Status: status, Error: "raven said no", Reason: reason, Cycle: 1}
 		}
 		queued, inFlight, delivered, dead, unknown, failing := id(1), id(2), id(3), id(4), id(5), id(6)

@@ -70,7 +70,7 @@ func eventMsg(e request.Event) *nats.Msg {
 // by a restarted dispatcher of the same name) are two attempts, both written. Other
 // events do not: a request sent again with its Idempotency-Key is not accepted again.
 func eventMsgID(e request.Event) string {
-	id := e.ID + ":" + e.Type + ":" + strconv.Itoa(e.Cycle) + ":" + strconv.Itoa(e.Attempt) + ":" + strconv.FormatUint(e.Seq, 10) + ":" + e.Instance
+	id := e.ID + ":" + string(e.Type) + ":" + strconv.Itoa(e.Cycle) + ":" + strconv.Itoa(e.Attempt) + ":" + strconv.FormatUint(e.Seq, 10) + ":" + e.Instance
 	if e.Type == request.EventAttemptStarted || e.Type == request.EventAttemptFailed {
 		id += ":" + strconv.FormatInt(e.At.UnixNano(), 36)
 	}

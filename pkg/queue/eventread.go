@@ -115,7 +115,7 @@ func (q *Queue) ClientOfEvents(ctx context.Context, id string) (string, bool, er
 	}
 	ctx, cancel := readTimeout(ctx)
 	defer cancel()
-	found, err := q.scanEvents(ctx, scan{filter: request.EventPrefix + "*." + request.EventAccepted, id: id,
+	found, err := q.scanEvents(ctx, scan{filter: request.EventPrefix + "*." + string(request.EventAccepted), id: id,
 		from: at.Add(-eventClockMargin), limit: clientSearchEvents, stop: func(storedEvent) bool { return true }})
 	if err != nil || len(found) == 0 {
 		return "", false, err
@@ -163,7 +163,7 @@ func (r *eventRead) read(ctx context.Context) error {
 // it is delivered); in a third its
 // attempts, up to its final event (not for a status of a delivered request).
 func (r *eventRead) readFrom(ctx context.Context, margin time.Duration) error {
-	subject := func(typ string) string { return request.ClientEventSubject(r.client, typ) }
+	subject := func(typ request.EventType) string { return request.ClientEventSubject(r.client, typ) }
 	from, floor, timed, err := r.start(ctx, margin)
 	if err != nil {
 		return err
@@ -265,7 +265,7 @@ func (r *eventRead) start(ctx context.Context, margin time.Duration) (from time.
 // undelivered is the scans of the request's final events but a delivery, each ending at
 // the first event that stop takes.
 func (r *eventRead) undelivered(stop func(storedEvent) bool) []scan {
-	subject := func(typ string) string { return request.ClientEventSubject(r.client, typ) }
+	subject := func(typ request.EventType) string { return request.ClientEventSubject(r.client, typ) }
 	return []scan{
 		{filter: subject(request.EventDeadLettered), stop: stop},
 		{filter: subject(request.EventPurged), stop: stop},
@@ -276,7 +276,7 @@ func (r *eventRead) undelivered(stop func(storedEvent) bool) []scan {
 // finalsFrom reads the request's final events of every type from from on, each type's
 // scan ending at the first that stop takes: those of its latest replay's cycle.
 func (r *eventRead) finalsFrom(ctx context.Context, from time.Time, stop func(storedEvent) bool) ([]storedEvent, error) {
-	subject := func(typ string) string { return request.ClientEventSubject(r.client, typ) }
+	subject := func(typ request.EventType) string { return request.ClientEventSubject(r.client, typ) }
 	found, err := r.scanAll(ctx, from, append([]scan{{filter: subject(request.EventDelivered), stop: stop}}, r.undelivered(stop)...))
 	if err != nil {
 		return nil, err

@@ -162,7 +162,7 @@ func (w *EventWriter) enqueue(e request.Event, done chan struct{}) bool {
 		w.mu.Unlock()
 		w.metrics.dropped.Inc()
 		if logIt {
-			w.log.Error().Str("request_id", e.ID).Str("type", e.Type).
+			w.log.Error().Str("request_id", e.ID).Str("type", string(e.Type)).
 				Msg("events are not being written (the events stream does not take them) and the buffer is full: dropping events, so some statuses will lag; see dispatch_events_dropped_total")
 		}
 		return false

@@ -54,7 +54,7 @@ func TestEventWriterKeepsOrder(t *testing.T) {
 	w := runWriter(t, q, nil)
 	id := request.NewID(time.Now())
 	t0 := time.Now()
-	ev := func(typ string, attempt int) request.Event {
+	ev := func(typ request.EventType, attempt int) request.Event {
 		return request.Event{Type: typ, ID: id, ClientID: "a.b *>", Attempt: attempt, At: t0.Add(time.Duration(len(typ)+attempt) * time.Millisecond)}
 	}
 	w.Record(ev(request.EventAccepted, 0))

@@ -197,12 +197,12 @@ func TestADeliveredRequestsStatusReadsOnlyWhatItFollowsFrom(t *testing.T) {
 	for _, get := range directGets(t, nc, func() (err error) { st, err = q.Status(ctx, "dot", id); return err }) {
 		read[get.Subject[strings.LastIndexByte(get.Subject, '.')+1:]] = true
 	}
-	for _, typ := range []string{request.EventDeadLettered, request.EventPurged, request.EventAttemptStarted, request.EventAttemptFailed} {
-		if read[typ] {
+	for _, typ := range []request.EventType{request.EventDeadLettered, request.EventPurged, request.EventAttemptStarted, request.EventAttemptFailed} {
+		if read[string(typ)] {
 			t.Errorf("the status read of a delivered request read its client's %s (read %v)", typ, read)
 		}
 	}
-	if !read[request.EventDelivered] {
+	if !read[string(request.EventDelivered)] {
 		t.Errorf("the status read did not read the deliveries (read %v): the test does not watch it", read)
 	}
 	// The same status as from every event; and a request not delivered reads them all.

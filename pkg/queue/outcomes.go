@@ -41,7 +41,7 @@ func (q *Queue) KeepOutcome(ctx context.Context, e request.Event) error {
 	}
 	notKept := func(why string) error {
 		q.outcomes.notKept.Inc()
-		q.outcomes.log.Error().Err(err).Str("client_id", e.ClientID).Str("request_id", e.ID).Str("type", e.Type).
+		q.outcomes.log.Error().Err(err).Str("client_id", e.ClientID).Str("request_id", e.ID).Str("type", string(e.Type)).
 			Msg("final event not kept: " + why + "; the request is removed all the same, and its status says so only once the events stream takes the event from this process")
 		return nil
 	}

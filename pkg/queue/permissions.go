@@ -69,7 +69,7 @@ func RolePermissions(r Role) Permissions {
 	case RoleIngest:
 		return Permissions{
 			Publish: join(
-				[]string{request.RequestPrefix + "*", request.EventPrefix + "*." + request.EventAccepted, "$JS.API.INFO", queuedSubject, cancelSubject},
+				[]string{request.RequestPrefix + "*", request.EventPrefix + "*." + string(request.EventAccepted), "$JS.API.INFO", queuedSubject, cancelSubject},
 				api(RequestStream, "STREAM.INFO", "STREAM.CREATE", "STREAM.MSG.DELETE"),
 				api(DeadLetterStream, "STREAM.INFO", "STREAM.CREATE"),
 				api(EventStream, "STREAM.INFO", "STREAM.CREATE", "DIRECT.GET"),
@@ -94,7 +94,7 @@ func RolePermissions(r Role) Permissions {
 	case RoleOps:
 		return Permissions{
 			Publish: join(
-				[]string{request.RequestPrefix + "*", request.EventPrefix + "*." + request.EventReplayed, "$JS.API.INFO",
+				[]string{request.RequestPrefix + "*", request.EventPrefix + "*." + string(request.EventReplayed), "$JS.API.INFO",
 					"$KV." + ControlBucket + ".>", "$SYS.REQ.ACCOUNT.PING.STATZ", MetaSubject, laneQuerySubject, cancelSubject},
 				api(RequestStream, "STREAM.INFO"), api(RequestStream, reads...),
 				api(DeadLetterStream, "STREAM.INFO"), api(DeadLetterStream, reads...), api(DeadLetterStream, "STREAM.MSG.DELETE"),

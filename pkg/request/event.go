@@ -22,35 +22,38 @@ const EventPrefix = "dispatch.events."
 // events can pick one request's without decoding the others.
 const EventIDHeader = "Dispatch-Request-Id"
 
-// Event types: one per outcome in a request's life.
+// EventType is what happened to a request: one per outcome in its life.
+type EventType string
+
+// The event types.
 const (
 	// EventAccepted: ingest stored the request (written by ingest).
-	EventAccepted = "accepted"
+	EventAccepted EventType = "accepted"
 	// EventAttemptStarted: a dispatcher started an attempt to raven.
-	EventAttemptStarted = "attempt_started"
+	EventAttemptStarted EventType = "attempt_started"
 	// EventAttemptFailed: an attempt failed transiently; the request will be retried.
-	EventAttemptFailed = "attempt_failed"
+	EventAttemptFailed EventType = "attempt_failed"
 	// EventDelivered: raven accepted the request and it left the queue.
-	EventDelivered = "delivered"
+	EventDelivered EventType = "delivered"
 	// EventDeadLettered: the request went to the dead-letter stream (Reason says why).
-	EventDeadLettered = "dead_lettered"
+	EventDeadLettered EventType = "dead_lettered"
 	// EventPurged: an operator purged the client's backlog; the request went to the
 	// dead-letter stream unsent.
-	EventPurged = "purged"
+	EventPurged EventType = "purged"
 	// EventReplayed: an operator replayed the dead letter: the request is queued again,
 	// at the end of its client's queue.
-	EventReplayed = "replayed"
+	EventReplayed EventType = "replayed"
 	// EventCancelled: penguin (or an operator) cancelled the request while it was queued
 	// and not in flight; it left the queue unsent and is not dead-lettered.
-	EventCancelled = "cancelled"
+	EventCancelled EventType = "cancelled"
 )
 
 // EventTypes lists every event type.
-var EventTypes = []string{EventAccepted, EventAttemptStarted, EventAttemptFailed, EventDelivered, EventDeadLettered, EventPurged, EventReplayed, EventCancelled}
+var EventTypes = []EventType{EventAccepted, EventAttemptStarted, EventAttemptFailed, EventDelivered, EventDeadLettered, EventPurged, EventReplayed, EventCancelled}
 
 // Event is one outcome of one request, as the events stream holds it (JSON).
 type Event struct {
-	Type     string    `json:"type"`
+	Type     EventType `json:"type"`
 	ID       string    `json:"id"`
 	ClientID string    `json:"clientId"`
 	At       time.Time `json:"at"`
@@ -97,7 +100,7 @@ func (e Event) JSON() []byte {
 
 // Subject is where the event is published: its client's subject for its type.
 func (e Event) Subject() string {
-	return EventPrefix + EncodeClientID(e.ClientID) + "." + e.Type
+	return EventPrefix + EncodeClientID(e.ClientID) + "." + string(e.Type)
 }
 
 // ClientEventFilter is the subject filter of every event of clientID's requests.
@@ -106,8 +109,8 @@ func ClientEventFilter(clientID string) string {
 }
 
 // ClientEventSubject is the subject of clientID's events of type typ.
-func ClientEventSubject(clientID, typ string) string {
-	return EventPrefix + EncodeClientID(clientID) + "." + typ
+func ClientEventSubject(clientID string, typ EventType) string {
+	return EventPrefix + EncodeClientID(clientID) + "." + string(typ)
 }
 
 // Final says whether the event ends its cycle: nothing more happens to the request

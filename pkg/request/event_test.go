@@ -13,7 +13,7 @@ import (
 func TestStatusOf(t *testing.T) {
 	t0 := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
 	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
-	ev := func(typ string, s, cycle, attempt int) request.Event {
+	ev := func(typ request.EventType, s, cycle, attempt int) request.Event {
 		return request.Event{Type: typ, ID: "r1", ClientID: "alice", At: at(s), Cycle: cycle, Attempt: attempt, Seq: uint64(10 + cycle)}
 	}
 	accepted := ev(request.EventAccepted, 0, 0, 0)
