@@ -31,7 +31,7 @@ func ServeCancels(q *queue.Queue, d *dispatch.Dispatcher, instance string, log z
 		}
 		a.Outcome = res.Outcome.String() // the queue's Cancel* words are these
 		a.At, a.Until = res.At, res.Until
-		a.AcceptedAt, a.NotBefore, a.NotAfter, a.Cycle = res.Request.AcceptedAt, res.Request.NotBefore, res.Request.NotAfter, res.Request.Cycle
+		a.Queued = request.QueuedOf(res.Request)
 		return a, true
 	})
 }

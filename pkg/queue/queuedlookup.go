@@ -48,13 +48,10 @@ func readAsk(m *nats.Msg, most time.Duration) (ask dispatcherAsk, within time.Du
 const maxQueuedScan = 5 * time.Second
 
 type queuedAnswer struct {
-	Found      bool      `json:"found"`
-	Seq        uint64    `json:"seq,omitempty"`
-	AcceptedAt time.Time `json:"acceptedAt,omitzero"`
-	NotBefore  time.Time `json:"notBefore,omitzero"`
-	NotAfter   time.Time `json:"notAfter,omitzero"`
-	Cycle      int       `json:"cycle,omitempty"`
-	Error      string    `json:"error,omitempty"`
+	Found bool   `json:"found"`
+	Seq   uint64 `json:"seq,omitempty"`
+	request.Queued
+	Error string `json:"error,omitempty"`
 }
 
 // ServeQueuedLookups answers asks on queuedSubject (AskQueued) from this queue's
@@ -73,7 +70,7 @@ func (q *Queue) ServeQueuedLookups() (stop func(), err error) {
 		case err != nil:
 			ans.Error = err.Error()
 		case ok:
-			ans.Seq, ans.AcceptedAt, ans.NotBefore, ans.NotAfter, ans.Cycle = f.Seq, f.AcceptedAt, f.NotBefore, f.NotAfter, f.Cycle
+			ans.Seq, ans.Queued = f.Seq, request.QueuedOf(f.Stored)
 		}
 		b, _ := json.Marshal(ans)
 		_ = m.Respond(b)
@@ -132,6 +129,7 @@ func (q *Queue) AskQueued(ctx context.Context, clientID, id string) (st request.
 	if !ans.Found {
 		return request.Status{}, false, nil
 	}
-	return request.Status{ID: id, ClientID: clientID, State: request.StateQueued, AcceptedAt: ans.AcceptedAt, NotBefore: ans.NotBefore,
-		NotAfter: ans.NotAfter, Replays: ans.Cycle, UpdatedAt: ans.AcceptedAt, Seq: ans.Seq}, true, nil
+	st = ans.Queued.Status(clientID, id, request.StateQueued)
+	st.UpdatedAt, st.Seq = ans.AcceptedAt, ans.Seq
+	return st, true, nil
 }

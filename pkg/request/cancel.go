@@ -20,11 +20,8 @@ type CancelAnswer struct {
 	Outcome  string `json:"outcome"`
 	Instance string `json:"instance"`
 	// For CancelCancelled: what the request was, and when its removal landed.
-	At         time.Time `json:"at,omitzero"`
-	AcceptedAt time.Time `json:"acceptedAt,omitzero"`
-	NotBefore  time.Time `json:"notBefore,omitzero"`
-	NotAfter   time.Time `json:"notAfter,omitzero"`
-	Cycle      int       `json:"cycle,omitempty"`
+	Queued
+	At time.Time `json:"at,omitzero"`
 	// Until is, for CancelHandover, when an earlier owner's attempts have surely ended.
 	Until time.Time `json:"until,omitzero"`
 	// Error says the owner could not decide (the queue did not answer in time, say).
@@ -33,8 +30,9 @@ type CancelAnswer struct {
 
 // Status is the cancelled request's status, for CancelCancelled.
 func (a CancelAnswer) Status(clientID, id string) Status {
-	return Status{ID: id, ClientID: clientID, State: StateCancelled, AcceptedAt: a.AcceptedAt,
-		NotBefore: a.NotBefore, NotAfter: a.NotAfter, Replays: a.Cycle, CancelledAt: a.At, UpdatedAt: a.At}
+	st := a.Queued.Status(clientID, id, StateCancelled)
+	st.CancelledAt, st.UpdatedAt = a.At, a.At
+	return st
 }
 
 // The errors of an ask of the running dispatchers (a queued request's lookup, a cancel).
