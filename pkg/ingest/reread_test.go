@@ -60,3 +60,52 @@ func TestAWaitingReadFindsAFinalEventItsWatchMissed(t *testing.T) {
 		}
 	})
 }
+
+// chattyRecord is a record that never finds a final event, whose watch hears an attempt
+// fail every second for ten seconds.
+type chattyRecord struct{ deafRecord }
+
+func (c *chattyRecord) StatusEvents(_ context.Context, clientID, id string) ([]request.Event, error) {
+	c.reads.Add(1)
+	return []request.Event{{Type: request.EventAccepted, ID: id, ClientID: clientID, At: time.Now(), AcceptedAt: time.Now()}}, nil
+}
+
+func (*chattyRecord) WatchEvents(clientID, id string, fn func(request.Event)) (func(), error) {
+	stop := make(chan struct{})
+	go func() {
+		for i := range 10 {
+			select {
+			case <-stop:
+				return
+			case <-time.After(time.Second):
+			}
+			fn(request.Event{Type: request.EventAttemptFailed, ID: id, ClientID: clientID, At: time.Now(), Attempt: i + 1, Status: 503})
+		}
+	}()
+	return func() { close(stop) }, nil
+}
+
+// A waiting read reads the record only a few times, however long it waits and however
+// many events its watch hears: once, then again 0.25, 0.75, 1.75 and 3.75 s in (what was
+// published before the watch began is stored by then). The events it hears are merged
+// with the last read, not read again. (It used to read the record at each event heard
+// and every 8 s to the end of the wait: 1,000 waiting reads made a few hundred a second.)
+func TestAWaitingReadReadsTheRecordAFewTimesOnly(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rec := &chattyRecord{}
+		api, err := ingest.New(ingest.Config{Status: rec}, stored{}, stored{}, zerolog.Nop())
+		if err != nil {
+			t.Fatal(err)
+		}
+		id := request.NewID(time.Now())
+		w := httptest.NewRecorder()
+		api.Handler().ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/v1/requests/"+id+"?clientId=c&wait=30s", nil))
+		var st request.Status
+		if err := json.Unmarshal(w.Body.Bytes(), &st); err != nil || w.Code != http.StatusOK || st.State != request.StateQueued || st.Attempts != 10 {
+			t.Fatalf("a 30 s waiting read: %d %s, want 200 queued with the 10 attempts its watch heard", w.Code, w.Body)
+		}
+		if n := rec.reads.Load(); n != 5 {
+			t.Fatalf("the record was read %d times in a 30 s wait that heard 10 events; want 5", n)
+		}
+	})
+}

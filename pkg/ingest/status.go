@@ -131,21 +131,27 @@ func (a *API) readStatus(ctx context.Context, w http.ResponseWriter, clientID, i
 		// The watch hears only what is published once its subscription is in place, and
 		// an event published a moment before that may be stored only after the first read
 		// (the stream stores, and with fsync on syncs, after it passes a message on):
-		// neither sees it. So the record is read again now and then, sooner first: such a
-		// final event is then found within a quarter of a second, not at the end of the
-		// wait.
+		// neither sees it. So the record is read again a few times while that can
+		// happen, sooner first (0.25, 0.75, 1.75 and 3.75 s in): such a final event is then
+		// found within a quarter of a second, not at the end of the wait. What the watch
+		// hears is merged with the last read; it is not a reason to read the record again.
 		reread = time.NewTimer(every)
 		defer reread.Stop()
 	}
 	asked := !lookup
-	for {
-		rctx, cancel := context.WithTimeout(ctx, statusReadTimeout)
-		events, err := a.cfg.Status.StatusEvents(rctx, clientID, id)
-		cancel()
-		if err != nil {
-			return request.Status{}, err
+	var stored []request.Event // the record as last read
+	for read := true; ; {
+		if read {
+			rctx, cancel := context.WithTimeout(ctx, statusReadTimeout)
+			var err error
+			stored, err = a.cfg.Status.StatusEvents(rctx, clientID, id)
+			cancel()
+			if err != nil {
+				return request.Status{}, err
+			}
+			read = false
 		}
-		events = append(events, watch.events()...)
+		events := append(slices.Clip(stored), watch.events()...)
 		st := request.StatusOf(id, events)
 		if st.ClientID != "" && st.ClientID != clientID {
 			// Read before ADR 10 by id alone: another client's request is not this one.
@@ -161,10 +167,13 @@ func (a *API) readStatus(ctx context.Context, w http.ResponseWriter, clientID, i
 			return a.placed(ctx, st, lookup), nil
 		}
 		select {
-		case <-watch.changed:
+		case <-watch.changed: // merged above, from what the watch heard
 		case <-reread.C:
-			every = min(2*every, maxReread)
-			reread.Reset(every)
+			read = true
+			if every < lastReread {
+				every *= 2
+				reread.Reset(every)
+			}
 		case <-timer.C:
 			return a.placed(ctx, st, lookup), nil
 		case <-ctx.Done():
@@ -173,11 +182,13 @@ func (a *API) readStatus(ctx context.Context, w http.ResponseWriter, clientID, i
 	}
 }
 
-// firstReread and maxReread space a waiting read's own reads of the record, beside its
-// watch: a quarter of a second after it began, then twice as long each time, up to 8 s.
+// firstReread and lastReread space a waiting read's own reads of the record, beside its
+// watch: a quarter of a second after it began, then twice as long each time, the last
+// lastReread after the one before. Past that, whatever was published before the watch
+// began has long been stored.
 const (
 	firstReread = 250 * time.Millisecond
-	maxReread   = 8 * time.Second
+	lastReread  = 2 * time.Second
 )
 
 // watching is a watch of one request's events: those heard so far, and a signal at each.
