@@ -47,8 +47,8 @@ func runStandalone(ctx context.Context, c *settings, log zerolog.Logger) error {
 	defer cancel()
 	g := &parts{cancel: cancel, errc: make(chan error, 4)}
 	// The guard has run since the server started; now it also hears of the queue's
-	// write errors, and tells of a server it cannot start again. Its fields are set
-	// while it is stopped: it reads them as it runs.
+	// write errors (UseGuard), and tells of a server it cannot start again: its OnFatal
+	// is set while it is stopped, as it reads it as it runs.
 	var fatal func() error
 	st.configureGuard(func(guard *natsnode.StoreGuard) {
 		q.UseGuard(guard)

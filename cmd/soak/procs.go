@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"net/http"
 	"path/filepath"
 	"time"
@@ -20,7 +21,7 @@ type proc struct {
 func startProc(dir, name, bin string, env map[string]string, args ...string) (*proc, error) {
 	p, err := itest.Start(itest.Spec{Bin: bin, Args: args, Env: env, Log: filepath.Join(dir, name+".log"), DieWithParent: true})
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%s: %w", name, err)
 	}
 	return &proc{Proc: p, name: name, ops: env["OPS_ADDR"]}, nil
 }

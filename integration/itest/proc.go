@@ -130,9 +130,6 @@ func (p *Proc) Output() string {
 	return string(b)
 }
 
-// String is Output, for printing a process's output on failure.
-func (p *Proc) String() string { return p.Output() }
-
 // LogLines is the process's JSON log lines whose message starts with one of msgs.
 func (p *Proc) LogLines(msgs ...string) []map[string]any {
 	if p.mem != nil {
@@ -150,10 +147,12 @@ func (p *Proc) LogLines(msgs ...string) []map[string]any {
 // (every one for ""); lines that are not JSON are passed over.
 func LogLines(r io.Reader, msgs ...string) []map[string]any {
 	var out []map[string]any
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := sc.Bytes()
+	br := bufio.NewReader(r) // lines of any length: a scanner's cap would end the read early
+	for {
+		line, err := br.ReadBytes('\n')
+		if err != nil && len(line) == 0 {
+			return out
+		}
 		if len(line) == 0 || line[0] != '{' {
 			continue
 		}
@@ -169,7 +168,6 @@ func LogLines(r io.Reader, msgs ...string) []map[string]any {
 			}
 		}
 	}
-	return out
 }
 
 // Buffer is a bytes.Buffer that many goroutines may write (a process, a logger) while a
