@@ -15,9 +15,9 @@ import (
 // DELETE, the admin API, dispatchctl) for the clients whose partitions it owns, until
 // stop is called (ADR 13).
 func ServeCancels(q *queue.Queue, d *dispatch.Dispatcher, instance string, log zerolog.Logger) (stop func(), err error) {
-	return q.ServeCancels(func(ctx context.Context, subject, id string) (queue.CancelAnswer, bool) {
+	return q.ServeCancels(func(ctx context.Context, subject, id string) (request.CancelAnswer, bool) {
 		res, err := d.Cancel(ctx, subject, id)
-		a := queue.CancelAnswer{Instance: instance}
+		a := request.CancelAnswer{Instance: instance}
 		switch {
 		case err != nil && !errors.Is(err, dispatch.ErrCancelLate) && ctx.Err() != nil:
 			return a, false // out of time: the asker has given up
@@ -57,20 +57,20 @@ func (s *Service) Cancel(ctx context.Context, clientID, id string) (CancelOutcom
 	}
 	a, err := s.q.AskCancel(ctx, clientID, id)
 	switch {
-	case errors.Is(err, queue.ErrNoDispatcher):
+	case errors.Is(err, request.ErrNoDispatcher):
 		return CancelOutcome{}, unavailable("no dispatcher is running to cancel it")
-	case errors.Is(err, queue.ErrNoOwner):
+	case errors.Is(err, request.ErrNoOwner):
 		return CancelOutcome{}, unavailable("no dispatcher owns the client's partition just now (a handover); try again in a few seconds")
 	case err != nil:
 		return CancelOutcome{}, unavailable("%s", err)
 	}
 	switch a.Outcome {
-	case queue.CancelCancelled:
+	case request.CancelCancelled:
 		st := a.Status(clientID, id)
 		return CancelOutcome{State: StateCancelled, Record: &st, Detail: "cancelled by " + a.Instance + ": it left its client's queue unsent, and raven never receives it"}, nil
-	case queue.CancelInFlight:
+	case request.CancelInFlight:
 		return CancelOutcome{}, conflict("an attempt of %s is under way (or it is being dead-lettered): raven may receive it; see its status", id)
-	case queue.CancelHandover:
+	case request.CancelHandover:
 		return CancelOutcome{}, unavailable("the client's partition changed hands lately and an attempt by its earlier dispatcher may still be under way; try again after %s", a.Until.UTC().Format("15:04:05.000Z"))
 	}
 	// Not queued: it ended, or never was. Its record says which.

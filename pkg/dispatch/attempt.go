@@ -186,7 +186,7 @@ func (d *Dispatcher) attempt(ctx context.Context, job Job, st request.Stored, se
 	}
 
 	res := Result{Subject: job.Subject, AttemptEnd: end, Took: end.Sub(start)}
-	why := request.Verdict{Attempts: attempt, FirstAttempt: first, LastAttempt: start, LastStatus: statusOf(err), Answer: answer}
+	why := request.Verdict{Attempts: attempt, FirstAttempt: first, LastAttempt: start, LastStatus: request.RavenStatus(err), Answer: answer}
 	res.Refused, res.PauseAll = overloaded(err, why.LastStatus)
 	switch judged {
 	case OutcomeDelivered:
@@ -259,10 +259,10 @@ func (d *Dispatcher) send(ctx context.Context, st request.Stored, attempt int) (
 		if answer != nil {
 			return answer.Status, answer, err
 		}
-		return statusOf(err), nil, err
+		return request.RavenStatus(err), nil, err
 	}
 	err := d.snd.Send(ctx, st, attempt)
-	return statusOf(err), nil, err
+	return request.RavenStatus(err), nil, err
 }
 
 // retry runs op until it succeeds or ctx ends, backing off up to 2s between tries. The
@@ -307,6 +307,3 @@ func overloaded(err error, status int) (bool, time.Duration) {
 	}
 	return false, 0
 }
-
-// statusOf is raven's HTTP status in an attempt's error, 0 when none.
-func statusOf(err error) int { return request.RavenStatus(err) }

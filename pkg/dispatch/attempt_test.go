@@ -355,14 +355,14 @@ func TestAttemptErrorsAreReadByTheSharedWords(t *testing.T) {
 	if got := judge(busy); got != OutcomeTransient {
 		t.Errorf("judge(503) = %s, want %s", got, OutcomeTransient)
 	}
-	if st := statusOf(busy); st != 503 {
-		t.Errorf("statusOf(503) = %d", st)
+	if st := request.RavenStatus(busy); st != 503 {
+		t.Errorf("request.RavenStatus(503) = %d", st)
 	}
-	if over, wait := overloaded(busy, statusOf(busy)); !over || wait != 3*time.Second {
+	if over, wait := overloaded(busy, request.RavenStatus(busy)); !over || wait != 3*time.Second {
 		t.Errorf("overloaded(503, Retry-After 3s) = %v %s", over, wait)
 	}
 	refused := fmt.Errorf("sending: %w", &request.PermanentError{Status: 422})
-	if got, st := judge(refused), statusOf(refused); got != OutcomePermanent || st != 422 {
+	if got, st := judge(refused), request.RavenStatus(refused); got != OutcomePermanent || st != 422 {
 		t.Errorf("judge(422) = %s (status %d), want %s", got, st, OutcomePermanent)
 	}
 	if over, _ := overloaded(refused, 422); over {

@@ -18,7 +18,7 @@ import (
 // noteAttempt remembers an attempt for the console (Activity and the client's history).
 func (d *Dispatcher) noteAttempt(job Job, st request.Stored, attempt int, start, end time.Time, outcome string, status int, err error) {
 	if err != nil {
-		status = statusOf(err)
+		status = request.RavenStatus(err)
 	}
 	at := Attempt{ID: st.ID, Attempt: attempt, Start: start, End: end, Interval: job.Interval, Outcome: outcome, Status: status}
 	if !job.PrevEnd.IsZero() {

@@ -203,8 +203,8 @@ func TestIngestExchanges(t *testing.T) {
 		err  error
 		want int
 	}{
-		{"BacklogFull", queue.ErrBacklogFull, 429},
-		{"QueueFull", queue.ErrQueueFull, 503},
+		{"BacklogFull", request.ErrBacklogFull, 429},
+		{"QueueFull", request.ErrQueueFull, 503},
 		{"Unavailable", errors.New("no leader"), 503},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -220,7 +220,7 @@ func TestIngestExchanges(t *testing.T) {
 	})
 	t.Run("BatchRefused", func(t *testing.T) {
 		t.Parallel()
-		url, client := serveIngest(t, ingest.Config{}, publisher{err: queue.ErrBacklogFull}, readiness{})
+		url, client := serveIngest(t, ingest.Config{}, publisher{err: request.ErrBacklogFull}, readiness{})
 		run(t, client, url, []exchange{{"backlog full", post, path + "/batch", `[{"clientId":"p","body":1}]`, map[string]string{"Content-Type": "application/json"}, 200}})
 	})
 	t.Run("Status", func(t *testing.T) {

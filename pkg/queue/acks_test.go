@@ -17,7 +17,7 @@ import (
 )
 
 // A publish made without waiting whose acknowledgement never comes, the connection up all
-// along, fails as ErrUnavailable within the queue's ack timeout and gives its slot back
+// along, fails as request.ErrUnavailable within the queue's ack timeout and gives its slot back
 // to the pool of pending publishes, instead of holding it for good. Here the server the
 // queue is connected to is cut off from the rest of its cluster: it keeps its clients
 // and takes their publishes, but no stream answers them.
@@ -79,8 +79,8 @@ func TestUnansweredPublishesTimeOut(t *testing.T) {
 	took := time.Since(began)
 	t.Logf("PublishAll gave up after %s", took)
 	for i, err := range errs {
-		if !errors.Is(err, queue.ErrUnavailable) || !errors.Is(err, jetstream.ErrAsyncPublishTimeout) {
-			t.Errorf("request %d after %s: %v, want ErrUnavailable for an acknowledgement timed out", i, took, err)
+		if !errors.Is(err, request.ErrUnavailable) || !errors.Is(err, jetstream.ErrAsyncPublishTimeout) {
+			t.Errorf("request %d after %s: %v, want request.ErrUnavailable for an acknowledgement timed out", i, took, err)
 			break
 		}
 	}

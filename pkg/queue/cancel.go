@@ -27,22 +27,10 @@ const (
 	maxCancelsAtOnce = 16
 )
 
-// The outcomes of a cancel and the owner's answer are the shared words' (package
-// request), so that ingest reads them without the queue.
-const (
-	CancelCancelled = request.CancelCancelled
-	CancelInFlight  = request.CancelInFlight
-	CancelNotQueued = request.CancelNotQueued
-	CancelHandover  = request.CancelHandover
-)
-
-// CancelAnswer is the owner's answer to a cancel (request.CancelAnswer).
-type CancelAnswer = request.CancelAnswer
-
 // ServeCancels answers cancels on cancelSubject with decide, given the subject the
 // client's requests are stored on, until stop is called. decide says answer false when
 // this dispatcher does not own the client: it keeps quiet, and the owner answers.
-func (q *Queue) ServeCancels(decide func(ctx context.Context, subject, id string) (a CancelAnswer, answer bool)) (stop func(), err error) {
+func (q *Queue) ServeCancels(decide func(ctx context.Context, subject, id string) (a request.CancelAnswer, answer bool)) (stop func(), err error) {
 	slots := make(chan struct{}, maxCancelsAtOnce)
 	sub, err := q.nc.Subscribe(cancelSubject, func(m *nats.Msg) {
 		ask, within, ok := readAsk(m, maxCancelWork)
@@ -72,26 +60,22 @@ func (q *Queue) ServeCancels(decide func(ctx context.Context, subject, id string
 	return func() { _ = sub.Unsubscribe() }, nil
 }
 
-// ErrNoOwner is AskCancel's error when dispatchers run but none answered in time
-// (request.ErrNoOwner).
-var ErrNoOwner = request.ErrNoOwner
-
 // AskCancel asks the dispatchers to cancel request id of client clientID, and gives the
-// owner's answer. ErrNoDispatcher: none runs; ErrNoOwner: none answered within ctx (or
+// owner's answer. request.ErrNoDispatcher: none runs; request.ErrNoOwner: none answered within ctx (or
 // maxCancelWork). An answer with Error set is returned as an error.
-func (q *Queue) AskCancel(ctx context.Context, clientID, id string) (CancelAnswer, error) {
+func (q *Queue) AskCancel(ctx context.Context, clientID, id string) (request.CancelAnswer, error) {
 	if err := request.ValidateClientID(clientID); err != nil {
-		return CancelAnswer{}, err
+		return request.CancelAnswer{}, err
 	}
 	if err := request.ValidateID(id); err != nil {
-		return CancelAnswer{}, err
+		return request.CancelAnswer{}, err
 	}
-	var a CancelAnswer
+	var a request.CancelAnswer
 	if err := q.askDispatchers(ctx, cancelSubject, clientID, id, maxCancelWork, &a); err != nil {
-		if errors.Is(err, ErrNoDispatcher) || errors.Is(err, ErrNoOwner) {
-			return CancelAnswer{}, err
+		if errors.Is(err, request.ErrNoDispatcher) || errors.Is(err, request.ErrNoOwner) {
+			return request.CancelAnswer{}, err
 		}
-		return CancelAnswer{}, fmt.Errorf("asking the dispatchers to cancel %s: %w", id, err)
+		return request.CancelAnswer{}, fmt.Errorf("asking the dispatchers to cancel %s: %w", id, err)
 	}
 	if a.Error != "" {
 		return a, fmt.Errorf("the dispatcher %s cancelling %s: %s", a.Instance, id, a.Error)

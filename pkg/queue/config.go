@@ -58,7 +58,7 @@ type Config struct {
 	// refused, and would wait out its deadline for an answer). Defaults to false.
 	NoBodyReads bool
 	// AckTimeout bounds the wait for JetStream's acknowledgement of a publish made without
-	// waiting for it (batches, events): past it the publish fails as ErrUnavailable, and
+	// waiting for it (batches, events): past it the publish fails as request.ErrUnavailable, and
 	// stops holding one of the connection's slots for pending publishes. An acknowledgement
 	// can be lost with the connection still up (a server cut off from its cluster's
 	// majority answers nothing); without this bound such publishes would stay pending for

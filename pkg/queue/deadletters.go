@@ -179,7 +179,7 @@ func (q *Queue) deadLetters(ctx context.Context, f DeadFilter, headersOnly bool)
 // it from the dead-letter stream. Requeueing the same dead letter twice
 // within the duplicate window (an interrupted replay run again) queues it once; requeued
 // reports whether this call queued it. A full backlog or queue is returned as the
-// ErrBacklogFull or ErrQueueFull it is, and the dead letter stays. seq is the request's
+// request.ErrBacklogFull or request.ErrQueueFull it is, and the dead letter stays. seq is the request's
 // sequence in the request stream now.
 func (q *Queue) Requeue(ctx context.Context, r request.DeadLetter) (requeued bool, seq uint64, err error) {
 	dup, seq, err := q.requeuePublish(ctx, r)

@@ -7,6 +7,8 @@ import (
 	"fmt"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/penguinhq/dispatcher/pkg/request"
 )
 
 // DirectBatch sends one batched direct get (req, JSON: multi_last, next_by_subj,
@@ -14,7 +16,7 @@ import (
 // end (204) or nothing found (404), at most max of them. The answers land in a channel of
 // that size: a SubscribeSync would allocate nats.go's default of 65,536 slots, 512 KiB
 // for every read, and concurrent status reads would take an ingest's memory (issue 35).
-// No answer by ctx's end, or no responders, is ErrUnavailable.
+// No answer by ctx's end, or no responders, is request.ErrUnavailable.
 func DirectBatch(ctx context.Context, nc *nats.Conn, stream string, req any, max int) ([]*nats.Msg, error) {
 	body, err := json.Marshal(req)
 	if err != nil {
@@ -36,7 +38,7 @@ func DirectBatch(ctx context.Context, nc *nats.Conn, stream string, req any, max
 		select {
 		case m = <-msgs:
 		case <-ctx.Done():
-			return nil, fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err())
+			return nil, fmt.Errorf("%w: %w", request.ErrUnavailable, ctx.Err())
 		}
 		switch status := m.Header.Get("Status"); status {
 		case "":
@@ -44,7 +46,7 @@ func DirectBatch(ctx context.Context, nc *nats.Conn, stream string, req any, max
 		case "204", "404": // the batch's end; nothing found
 			return out, nil
 		case "503":
-			return nil, fmt.Errorf("%w: no responders (is stream %s there?)", ErrUnavailable, stream)
+			return nil, fmt.Errorf("%w: no responders (is stream %s there?)", request.ErrUnavailable, stream)
 		default:
 			return nil, fmt.Errorf("status %s %s", status, m.Header.Get("Description"))
 		}
@@ -54,7 +56,7 @@ func DirectBatch(ctx context.Context, nc *nats.Conn, stream string, req any, max
 // DirectGet sends one direct get of a single message (req, JSON, without a batch) to
 // stream: the message, or nil when there is none. Unlike a batched get, the server does
 // not count what is pending after it. No answer by ctx's end, or no responders, is
-// ErrUnavailable.
+// request.ErrUnavailable.
 func DirectGet(ctx context.Context, nc *nats.Conn, stream string, req any) (*nats.Msg, error) {
 	body, err := json.Marshal(req)
 	if err != nil {
@@ -63,9 +65,9 @@ func DirectGet(ctx context.Context, nc *nats.Conn, stream string, req any) (*nat
 	m, err := nc.RequestWithContext(ctx, "$JS.API.DIRECT.GET."+stream, body)
 	switch {
 	case errors.Is(err, nats.ErrNoResponders):
-		return nil, fmt.Errorf("%w: no responders (is stream %s there?)", ErrUnavailable, stream)
+		return nil, fmt.Errorf("%w: no responders (is stream %s there?)", request.ErrUnavailable, stream)
 	case err != nil:
-		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+		return nil, fmt.Errorf("%w: %w", request.ErrUnavailable, err)
 	}
 	switch status := m.Header.Get("Status"); status {
 	case "":

@@ -54,7 +54,7 @@ func (q *Queue) KeepOutcome(ctx context.Context, e request.Event) error {
 		// own (a rollout, a rollback): holding the removal would stall the lane for good.
 		return notKept("the request stream does not take them (a dispatcher of an earlier version set its subjects)")
 	}
-	if err = classifyPublishError(err); errors.Is(err, ErrQueueFull) || errors.Is(err, ErrBacklogFull) {
+	if err = classifyPublishError(err); errors.Is(err, request.ErrQueueFull) || errors.Is(err, request.ErrBacklogFull) {
 		return notKept("the request stream is full")
 	}
 	q.writes.note(err)

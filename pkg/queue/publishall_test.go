@@ -111,7 +111,7 @@ func publishAllAnswersEachRequest(t *testing.T, atomic bool) {
 	receipts, errs = q.PublishAll(ctx, rs)
 	for i := range rs {
 		full := i == 3 || i == 4
-		if full != errors.Is(errs[i], queue.ErrBacklogFull) || !full && errs[i] != nil {
+		if full != errors.Is(errs[i], request.ErrBacklogFull) || !full && errs[i] != nil {
 			t.Fatalf("request %d: %v (backlog full expected: %v)", i, errs[i], full)
 		}
 	}

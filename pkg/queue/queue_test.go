@@ -142,8 +142,8 @@ func TestBacklogCapAndDuplicates(t *testing.T) {
 	}
 	publish(t, q, "c", "x2")
 	_, err := q.Publish(context.Background(), request.Request{ID: "x3", ClientID: "c", Body: []byte("{}")})
-	if !errors.Is(err, queue.ErrBacklogFull) {
-		t.Fatalf("third publish: %v, want ErrBacklogFull", err)
+	if !errors.Is(err, request.ErrBacklogFull) {
+		t.Fatalf("third publish: %v, want request.ErrBacklogFull", err)
 	}
 	publish(t, q, "other", "o1") // another client is not affected
 }
@@ -155,8 +155,8 @@ func TestQueueFull(t *testing.T) {
 	for i := 0; i < 100 && err == nil; i++ {
 		_, err = q.Publish(context.Background(), request.Request{ID: fmt.Sprint(i), ClientID: fmt.Sprint("c", i), Body: make([]byte, 512)})
 	}
-	if !errors.Is(err, queue.ErrQueueFull) {
-		t.Fatalf("publishing past MaxBytes: %v, want ErrQueueFull", err)
+	if !errors.Is(err, request.ErrQueueFull) {
+		t.Fatalf("publishing past MaxBytes: %v, want request.ErrQueueFull", err)
 	}
 }
 

@@ -81,13 +81,9 @@ func (q *Queue) ServeQueuedLookups() (stop func(), err error) {
 	return func() { _ = sub.Unsubscribe() }, nil
 }
 
-// ErrNoDispatcher is AskQueued's error when no dispatcher answered: none is running, or
-// none serves lookups (request.ErrNoDispatcher).
-var ErrNoDispatcher = request.ErrNoDispatcher
-
 // askDispatchers asks the dispatchers on subject about request id of clientID, within
 // ctx's deadline (at most most), and decodes the first answer into answer.
-// ErrNoDispatcher: none listens; ErrNoOwner: none answered in time.
+// request.ErrNoDispatcher: none listens; request.ErrNoOwner: none answered in time.
 func (q *Queue) askDispatchers(ctx context.Context, subject, clientID, id string, most time.Duration, answer any) error {
 	within := most
 	if by, has := ctx.Deadline(); has {
@@ -99,9 +95,9 @@ func (q *Queue) askDispatchers(ctx context.Context, subject, clientID, id string
 	m, err := q.nc.RequestWithContext(ctx, subject, b)
 	switch {
 	case errors.Is(err, nats.ErrNoResponders):
-		return ErrNoDispatcher
+		return request.ErrNoDispatcher
 	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout):
-		return ErrNoOwner
+		return request.ErrNoOwner
 	case err != nil:
 		return err
 	}

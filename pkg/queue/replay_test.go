@@ -7,9 +7,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rs/zerolog"
+
 	"github.com/penguinhq/dispatcher/pkg/queue"
 	"github.com/penguinhq/dispatcher/pkg/request"
-	"github.com/rs/zerolog"
 )
 
 // deadLetterOne queues one request for client and moves it to the dead-letter stream as
@@ -95,8 +96,8 @@ func TestRequeueIntoAFullBacklogKeepsTheDeadLetter(t *testing.T) {
 	rec := deadLetterOne(t, q, "bob", "req-1")
 	publish(t, q, "bob", "req-2") // fills bob's backlog
 	_, _, err := q.Requeue(context.Background(), rec)
-	if !errors.Is(err, queue.ErrBacklogFull) {
-		t.Fatalf("requeue into a full backlog: %v, want ErrBacklogFull", err)
+	if !errors.Is(err, request.ErrBacklogFull) {
+		t.Fatalf("requeue into a full backlog: %v, want request.ErrBacklogFull", err)
 	}
 	if dead := deadLetters(t, q, queue.DeadFilter{}); len(dead) != 1 {
 		t.Fatalf("%d dead letters, want the one kept", len(dead))

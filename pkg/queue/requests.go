@@ -15,18 +15,18 @@ import (
 )
 
 // Publish stores r on its client's subject and returns once JetStream acknowledged it.
-// Errors are ErrBacklogFull, ErrQueueFull or ErrUnavailable
+// Errors are request.ErrBacklogFull, request.ErrQueueFull or request.ErrUnavailable
 // (wrapped with the cause).
 func (q *Queue) Publish(ctx context.Context, r request.Request) (request.Receipt, error) {
 	if !q.nc.IsConnected() {
 		// Fail at once rather than wait out the timeout in the reconnect buffer.
-		return request.Receipt{}, fmt.Errorf("%w: not connected to NATS (%s)", ErrUnavailable, q.nc.Status())
+		return request.Receipt{}, fmt.Errorf("%w: not connected to NATS (%s)", request.ErrUnavailable, q.nc.Status())
 	}
 	if err := q.WriteErr(); err != nil {
 		// Fail at once too: a store that cannot write does not answer a publish at all,
 		// and the caller would wait out the whole timeout to hear 503. The test writes
 		// (WatchWrites) find out when it takes writes again.
-		return request.Receipt{}, fmt.Errorf("%w: the store does not take writes: %w", ErrUnavailable, err)
+		return request.Receipt{}, fmt.Errorf("%w: the store does not take writes: %w", request.ErrUnavailable, err)
 	}
 	ack, err := q.js.PublishMsg(ctx, requestMsg(r), jetstream.WithMsgID(r.ID), jetstream.WithExpectStream(RequestStream))
 	if err != nil {
@@ -50,10 +50,10 @@ func (q *Queue) PublishAll(ctx context.Context, rs []request.Request) ([]request
 		return receipts, errs
 	}
 	if !q.nc.IsConnected() {
-		return fail(fmt.Errorf("%w: not connected to NATS (%s)", ErrUnavailable, q.nc.Status()))
+		return fail(fmt.Errorf("%w: not connected to NATS (%s)", request.ErrUnavailable, q.nc.Status()))
 	}
 	if err := q.WriteErr(); err != nil {
-		return fail(fmt.Errorf("%w: the store does not take writes: %w", ErrUnavailable, err))
+		return fail(fmt.Errorf("%w: the store does not take writes: %w", request.ErrUnavailable, err))
 	}
 	start := time.Now()
 	q.batchMu.Lock()
@@ -70,9 +70,9 @@ func (q *Queue) PublishAll(ctx context.Context, rs []request.Request) ([]request
 			// Not known to be stored, as when publishes one by one go unanswered: the
 			// caller hears so, and a retry with the same ids lands once.
 			if ctx.Err() != nil {
-				return fail(fmt.Errorf("%w: no acknowledgement in time: %w", ErrUnavailable, ctx.Err()))
+				return fail(fmt.Errorf("%w: no acknowledgement in time: %w", request.ErrUnavailable, ctx.Err()))
 			}
-			return fail(fmt.Errorf("%w: no acknowledgement of the batch within %s: %w", ErrUnavailable, q.cfg.AckTimeout, jetstream.ErrAsyncPublishTimeout))
+			return fail(fmt.Errorf("%w: no acknowledgement of the batch within %s: %w", request.ErrUnavailable, q.cfg.AckTimeout, jetstream.ErrAsyncPublishTimeout))
 		}
 		start = time.Time{} // one by one after a refusal: not a measure of that way
 	}
@@ -120,7 +120,7 @@ func (q *Queue) publishEach(ctx context.Context, rs []request.Request, receipts 
 	for i, r := range rs {
 		futures[i], errs[i] = q.js.PublishMsgAsync(requestMsg(r), jetstream.WithMsgID(r.ID), jetstream.WithExpectStream(RequestStream))
 		if errs[i] != nil {
-			errs[i] = fmt.Errorf("%w: %w", ErrUnavailable, errs[i])
+			errs[i] = fmt.Errorf("%w: %w", request.ErrUnavailable, errs[i])
 		}
 	}
 	for i, f := range futures {
@@ -151,7 +151,7 @@ func (q *Queue) publishEach(ctx context.Context, rs []request.Request, receipts 
 		default:
 			// Not known to be stored: the caller hears so, and a retry with the same id
 			// is dropped as a duplicate if it was.
-			errs[i] = fmt.Errorf("%w: no acknowledgement in time: %w", ErrUnavailable, ctx.Err())
+			errs[i] = fmt.Errorf("%w: no acknowledgement in time: %w", request.ErrUnavailable, ctx.Err())
 		}
 	}
 }
@@ -166,13 +166,13 @@ func classifyPublishError(err error) error {
 	if errors.As(err, &apiErr) {
 		switch {
 		case apiErr.ErrorCode == errCodeStoreFailed && strings.Contains(apiErr.Description, "per subject"):
-			return fmt.Errorf("%w: %s", ErrBacklogFull, apiErr.Description)
+			return fmt.Errorf("%w: %s", request.ErrBacklogFull, apiErr.Description)
 		case apiErr.ErrorCode == errCodeStoreFailed && strings.Contains(apiErr.Description, "maximum"),
 			apiErr.ErrorCode == errCodeInsufficientResources:
-			return fmt.Errorf("%w: %s", ErrQueueFull, apiErr.Description)
+			return fmt.Errorf("%w: %s", request.ErrQueueFull, apiErr.Description)
 		}
 	}
-	return fmt.Errorf("%w: %w", ErrUnavailable, err)
+	return fmt.Errorf("%w: %w", request.ErrUnavailable, err)
 }
 
 // Backlog lists every client subject that has requests queued, with its count.
@@ -216,7 +216,7 @@ func (q *Queue) Watch(ctx context.Context, fn func(subject string), onErr func(e
 
 // Head returns the oldest request on subject; ok is false when the subject is empty. A
 // request whose subject holds no valid clientId token comes back with ok true and an
-// *UndecodableError.
+// *request.UndecodableError.
 func (q *Queue) Head(ctx context.Context, subject string) (st request.Stored, ok bool, err error) {
 	m, err := q.reqs.GetMsg(ctx, 0, jetstream.WithGetMsgSubject(subject))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
@@ -228,9 +228,9 @@ func (q *Queue) Head(ctx context.Context, subject string) (st request.Stored, ok
 	st = storedOf(m.Subject, m.Header, m.Data, m.Sequence, m.Time)
 	if _, decodeErr := request.ClientIDOf(m.Subject); decodeErr != nil {
 		// Not written by ingest (someone published straight to the subject): the caller
-		// gets it with an UndecodableError, to move it aside rather than send it or stall
+		// gets it with an request.UndecodableError, to move it aside rather than send it or stall
 		// on it.
-		return st, true, &UndecodableError{Err: decodeErr}
+		return st, true, &request.UndecodableError{Err: decodeErr}
 	}
 	return st, true, nil
 }

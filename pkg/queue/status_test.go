@@ -125,8 +125,8 @@ func TestEventReadWithoutAnswerEnds(t *testing.T) {
 	}()
 	select {
 	case err := <-done:
-		if !errors.Is(err, queue.ErrUnavailable) {
-			t.Fatalf("read ended with %v, want ErrUnavailable", err)
+		if !errors.Is(err, request.ErrUnavailable) {
+			t.Fatalf("read ended with %v, want request.ErrUnavailable", err)
 		}
 		t.Logf("the read ended after %s: %v", time.Since(start).Round(time.Millisecond), err)
 	case <-time.After(queue.EventReadTimeout + 10*time.Second):

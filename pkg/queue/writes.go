@@ -12,6 +12,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
+
+	"github.com/penguinhq/dispatcher/pkg/request"
 )
 
 // Defaults for WatchWrites.
@@ -100,7 +102,7 @@ func (h *writeHealth) get() error {
 // isStoreFailure says whether a write's error means the store could not write (a full
 // disk, a broken store), as opposed to a limit, a timeout or a lost connection.
 func isStoreFailure(err error) bool {
-	if errors.Is(err, ErrBacklogFull) || errors.Is(err, ErrQueueFull) {
+	if errors.Is(err, request.ErrBacklogFull) || errors.Is(err, request.ErrQueueFull) {
 		return false
 	}
 	// nats.go flattens a failed removal's answer into text: "code=500" is the server

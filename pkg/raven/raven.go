@@ -1,6 +1,6 @@
 // Package raven is the HTTP client to the downstream service. It sends one stored request
-// and turns raven's answer into a typed outcome: nil for 2xx, a *PermanentError for an
-// answer that retrying cannot fix, a *TransientError (perhaps with a Retry-After) for one
+// and turns raven's answer into a typed outcome: nil for 2xx, a *request.PermanentError for an
+// answer that retrying cannot fix, a *request.TransientError (perhaps with a Retry-After) for one
 // that it can.
 package raven
 
@@ -149,7 +149,7 @@ func (c *Client) Send(ctx context.Context, st request.Stored, attempt int) error
 func (c *Client) SendAnswer(ctx context.Context, st request.Stored, attempt int) (*request.Response, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.cfg.URL, bytes.NewReader(st.Body))
 	if err != nil {
-		return nil, &PermanentError{Err: errors.New("building the request failed (is RAVEN_URL a valid URL?)")}
+		return nil, &request.PermanentError{Err: errors.New("building the request failed (is RAVEN_URL a valid URL?)")}
 	}
 	// One attempt is one exchange on the wire. With GetBody set (NewRequest sets it for a
 	// bytes reader), net/http takes a POST carrying an Idempotency-Key for replayable and
@@ -182,7 +182,7 @@ func (c *Client) SendAnswer(ctx context.Context, st request.Stored, attempt int)
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return nil, &TransientError{Err: noAnswer(err)}
+		return nil, &request.TransientError{Err: noAnswer(err)}
 	}
 	body, truncated := c.readBody(resp.Body, resp.ContentLength)
 	_ = resp.Body.Close()
@@ -223,9 +223,9 @@ func Classify(status int, retryAfter string, now time.Time) error {
 		return nil
 	case status == http.StatusRequestTimeout, status == http.StatusTooEarly,
 		status == http.StatusTooManyRequests, status >= 500:
-		return &TransientError{Status: status, After: ParseRetryAfter(retryAfter, now)}
+		return &request.TransientError{Status: status, After: ParseRetryAfter(retryAfter, now)}
 	default:
-		return &PermanentError{Status: status}
+		return &request.PermanentError{Status: status}
 	}
 }
 
@@ -249,13 +249,6 @@ func ParseRetryAfter(v string, now time.Time) time.Duration {
 	}
 	return d
 }
-
-// PermanentError and TransientError are the shared words' (package request): the
-// dispatcher reads them with errors.As.
-type (
-	PermanentError = request.PermanentError
-	TransientError = request.TransientError
-)
 
 // The words for an exchange with raven that got no answer (SendError.Kind).
 const (

@@ -37,8 +37,8 @@ func TestClassify(t *testing.T) {
 	}
 	for _, c := range cases {
 		err := raven.Classify(c.status, c.retryAfter, now)
-		var p *raven.PermanentError
-		var tr *raven.TransientError
+		var p *request.PermanentError
+		var tr *request.TransientError
 		if errors.As(err, &p) != c.permanent || errors.As(err, &tr) != c.transient {
 			t.Errorf("%d: %v, want permanent=%v transient=%v", c.status, err, c.permanent, c.transient)
 		}
@@ -71,7 +71,7 @@ func TestSendHeadersAndRedirects(t *testing.T) {
 		t.Fatalf("headers %v", got)
 	}
 	moved, _ := raven.New(raven.Config{URL: srv.URL + "/moved"})
-	var p *raven.PermanentError
+	var p *request.PermanentError
 	if err := moved.Send(context.Background(), st, 1); !errors.As(err, &p) || p.Status != http.StatusFound {
 		t.Fatalf("redirect: %v, want a permanent failure with status 302 (not followed)", err)
 	}
@@ -130,7 +130,7 @@ func TestDroppedConnectionIsOneAttempt(t *testing.T) {
 			if err := c.Send(context.Background(), st, 2*round-1); err != nil {
 				t.Fatalf("round %d, answered attempt: %v", round, err)
 			}
-			var tr *raven.TransientError
+			var tr *request.TransientError
 			if err := c.Send(context.Background(), st, 2*round); !errors.As(err, &tr) {
 				t.Fatalf("round %d, attempt on a dropped reused connection: %v, want a transient failure", round, err)
 			}
@@ -146,7 +146,7 @@ func TestDroppedConnectionIsOneAttempt(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var tr *raven.TransientError
+		var tr *request.TransientError
 		if err := c.Send(context.Background(), st, 1); !errors.As(err, &tr) {
 			t.Fatalf("dropped connection: %v, want a transient failure", err)
 		}
@@ -181,7 +181,7 @@ func TestDroppedConnectionIsOneAttempt(t *testing.T) {
 		if err := c.Send(context.Background(), st, 1); err != nil {
 			t.Fatalf("first attempt: %v", err)
 		}
-		var tr *raven.TransientError
+		var tr *request.TransientError
 		if err := c.Send(context.Background(), st, 2); !errors.As(err, &tr) {
 			t.Fatalf("dropped HTTP/2 connection: %v, want a transient failure", err)
 		}
@@ -234,7 +234,7 @@ func TestTimedOutAttemptDoesNotArriveAfterAPartitionHeals(t *testing.T) {
 	}
 	st := request.Stored{Request: request.Request{ID: "id1", ClientID: "alice", Body: []byte(`{}`)}}
 	p.Blackhole()
-	var tr *raven.TransientError
+	var tr *request.TransientError
 	if err := c.Send(context.Background(), st, 1); !errors.As(err, &tr) {
 		t.Fatalf("through a partition: %v, want a transient failure", err)
 	}
@@ -276,7 +276,7 @@ func TestEmptyBodyIsOneAttemptToo(t *testing.T) {
 	if err := c.Send(context.Background(), st, 1); err != nil {
 		t.Fatalf("first attempt: %v", err)
 	}
-	var tr *raven.TransientError
+	var tr *request.TransientError
 	if err := c.Send(context.Background(), st, 2); !errors.As(err, &tr) {
 		t.Fatalf("attempt on a dropped reused connection: %v, want a transient failure", err)
 	}
