@@ -87,8 +87,8 @@ func (*chattyRecord) WatchEvents(clientID, id string, fn func(request.Event)) (f
 
 // A waiting read reads the record only a few times, however long it waits and however
 // many events its watch hears: once, then again 0.25, 0.75, 1.75 and 3.75 s in (what was
-// published before the watch began is stored by then). The events it hears are merged
-// with the last read, not read again. (It used to read the record at each event heard
+// published before the watch began is stored by then), and once more when its wait ends.
+// The events it hears are merged with the last read, not read again. (It used to read the record at each event heard
 // and every 8 s to the end of the wait: 1,000 waiting reads made a few hundred a second.)
 func TestAWaitingReadReadsTheRecordAFewTimesOnly(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
@@ -104,8 +104,44 @@ func TestAWaitingReadReadsTheRecordAFewTimesOnly(t *testing.T) {
 		if err := json.Unmarshal(w.Body.Bytes(), &st); err != nil || w.Code != http.StatusOK || st.State != request.StateQueued || st.Attempts != 10 {
 			t.Fatalf("a 30 s waiting read: %d %s, want 200 queued with the 10 attempts its watch heard", w.Code, w.Body)
 		}
-		if n := rec.reads.Load(); n != 5 {
-			t.Fatalf("the record was read %d times in a 30 s wait that heard 10 events; want 5", n)
+		if n := rec.reads.Load(); n != 6 {
+			t.Fatalf("the record was read %d times in a 30 s wait that heard 10 events; want 6", n)
+		}
+	})
+}
+
+// lateRecord is a record whose watch hears nothing and whose reads find the request
+// delivered once ten seconds have passed: an event the watch missed after its re-reads
+// had stopped.
+type lateRecord struct {
+	deafRecord
+	from time.Time
+}
+
+func (l *lateRecord) StatusEvents(_ context.Context, clientID, id string) ([]request.Event, error) {
+	l.reads.Add(1)
+	evs := []request.Event{{Type: request.EventAccepted, ID: id, ClientID: clientID, At: l.from, AcceptedAt: l.from}}
+	if time.Since(l.from) >= 10*time.Second {
+		evs = append(evs, request.Event{Type: request.EventDelivered, ID: id, ClientID: clientID, At: time.Now(), Attempt: 1, Status: 200})
+	}
+	return evs, nil
+}
+
+// When the wait ends, its answer is the record as it is then (G10), not as it was at
+// the last re-read: a final event the watch missed later than that is in it.
+func TestAWaitingReadAnswersTheRecordAsItIsWhenItsWaitEnds(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rec := &lateRecord{from: time.Now()}
+		api, err := ingest.New(ingest.Config{Status: rec}, stored{}, stored{}, zerolog.Nop())
+		if err != nil {
+			t.Fatal(err)
+		}
+		id := request.NewID(time.Now())
+		w := httptest.NewRecorder()
+		api.Handler().ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/v1/requests/"+id+"?clientId=c&wait=30s", nil))
+		var st request.Status
+		if err := json.Unmarshal(w.Body.Bytes(), &st); err != nil || w.Code != http.StatusOK || st.State != request.StateDelivered {
+			t.Fatalf("a 30 s waiting read of a request delivered 10 s in, unheard: %d %s, want 200 delivered", w.Code, w.Body)
 		}
 	})
 }

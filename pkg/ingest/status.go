@@ -175,7 +175,9 @@ func (a *API) readStatus(ctx context.Context, w http.ResponseWriter, clientID, i
 				reread.Reset(every)
 			}
 		case <-timer.C:
-			return a.placed(ctx, st, lookup), nil
+			// The wait is over: the answer is the record as it is now, read once more (a
+			// watch may miss an event, in a reconnect, after the re-reads have stopped).
+			wait, read = 0, true
 		case <-ctx.Done():
 			return st, ctx.Err()
 		}
