@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/penguinhq/dispatcher/pkg/dispatch"
+	"github.com/penguinhq/dispatcher/pkg/governor"
 	"github.com/penguinhq/dispatcher/pkg/ledger"
 	"github.com/penguinhq/dispatcher/pkg/request"
 )
@@ -186,13 +187,13 @@ func rates(arrivals []ledger.Arrival, from, to time.Time, w time.Duration) (perS
 
 // budgets asks every dispatcher for its view of raven's budget, waiting up to 5 s for n
 // answers (0: a plain look, for a log line).
-func (s *stack) budgets(n int) map[string]dispatch.BudgetState {
+func (s *stack) budgets(n int) map[string]governor.BudgetState {
 	wait := 5 * time.Second
 	if n == 0 {
 		wait = time.Second
 	}
 	answers, _ := s.q.QueryLanesUntil(context.Background(), request.LaneQuery{Budget: true}, wait, n)
-	out := map[string]dispatch.BudgetState{}
+	out := map[string]governor.BudgetState{}
 	for _, raw := range answers {
 		var a dispatch.LaneAnswer
 		if json.Unmarshal(raw, &a) == nil && a.Budget != nil {
@@ -333,7 +334,7 @@ func TestStaticBudgetAcrossInstances(t *testing.T) {
 		return len(o) == 3 && o["a"]+o["b"]+o["c"] == 64, fmt.Sprint(o)
 	})
 	shared := time.Now()
-	var st map[string]dispatch.BudgetState
+	var st map[string]governor.BudgetState
 	// sharesAddUp: n instances answer, and their shares add up to the budget.
 	sharesAddUp := func(n int) (bool, string) {
 		st = c.budgets(n)
@@ -437,7 +438,7 @@ func TestStaticBudgetAcrossInstances(t *testing.T) {
 func TestBudgetIsFair(t *testing.T) {
 	t.Parallel()
 	const budget = 50.0
-	s := newStack(t, options{interval: time.Second, noStart: true, budget: dispatch.Budget{MaxRate: budget}})
+	s := newStack(t, options{interval: time.Second, noStart: true, budget: governor.Budget{MaxRate: budget}})
 	for range 4 { // 2,000, in rounds of 500
 		s.queueDirect("big", 500)
 	}

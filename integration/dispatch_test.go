@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/penguinhq/dispatcher/pkg/dispatch"
 	"github.com/penguinhq/dispatcher/pkg/ledger"
 	"github.com/penguinhq/dispatcher/pkg/request"
+	"github.com/penguinhq/dispatcher/pkg/schedule"
 )
 
 // Many clients post at once, a few requests each: every request arrives once, in order,
@@ -212,7 +212,7 @@ func TestPermanentFailureIsDeadLettered(t *testing.T) {
 func TestAttemptsExhaustedIsDeadLettered(t *testing.T) {
 	t.Parallel()
 	s := newStack(t, options{interval: 50 * time.Millisecond,
-		policy: dispatch.Policy{MaxAttempts: 3},
+		policy: schedule.Policy{MaxAttempts: 3},
 		respond: func(a ledger.Arrival) ledger.Response {
 			if a.ClientID == "doomed" {
 				return ledger.Response{Status: http.StatusInternalServerError}
@@ -318,7 +318,7 @@ func TestRavenSlowThenDownThenBack(t *testing.T) {
 	const interval = 3 * time.Second
 	var slow atomic.Bool
 	s := newStack(t, options{interval: interval, timeout: 2 * time.Second, noStart: true,
-		policy: dispatch.Policy{BackoffBase: 100 * time.Millisecond, BackoffMax: interval, MaxAttempts: 1000},
+		policy: schedule.Policy{BackoffBase: 100 * time.Millisecond, BackoffMax: interval, MaxAttempts: 1000},
 		respond: func(ledger.Arrival) ledger.Response {
 			if slow.Load() {
 				return ledger.Response{Delay: time.Minute}

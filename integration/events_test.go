@@ -19,10 +19,10 @@ import (
 
 	"github.com/penguinhq/dispatcher/integration/itest"
 	"github.com/penguinhq/dispatcher/pkg/admin"
-	"github.com/penguinhq/dispatcher/pkg/dispatch"
 	"github.com/penguinhq/dispatcher/pkg/ledger"
 	"github.com/penguinhq/dispatcher/pkg/queue"
 	"github.com/penguinhq/dispatcher/pkg/request"
+	"github.com/penguinhq/dispatcher/pkg/schedule"
 )
 
 // followEvents follows the events stream from its start with an ordered consumer, as
@@ -297,7 +297,7 @@ func TestNotBeforeBeyondMaxAge(t *testing.T) {
 	t.Parallel()
 	// In seconds, so that the retry after the first failure lands well within MAX_AGE of
 	// the Not-Before on a loaded machine.
-	s := newStack(t, options{interval: 100 * time.Millisecond, policy: dispatch.Policy{MaxAge: 3 * time.Second},
+	s := newStack(t, options{interval: 100 * time.Millisecond, policy: schedule.Policy{MaxAge: 3 * time.Second},
 		respond: func(a ledger.Arrival) ledger.Response {
 			if a.Attempt == 1 {
 				return ledger.Response{Status: http.StatusInternalServerError}

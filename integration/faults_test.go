@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/penguinhq/dispatcher/pkg/dispatch"
 	"github.com/penguinhq/dispatcher/pkg/ledger"
+	"github.com/penguinhq/dispatcher/pkg/schedule"
 )
 
 // firstN answers with fault for the first n arrivals of each request that match (nil
@@ -70,7 +70,7 @@ func TestRavenFaults(t *testing.T) {
 			t.Parallel()
 			s := newStack(t, options{interval: 100 * time.Millisecond, timeout: timeout, respond: c.respond,
 				ravenProxy: c.network != nil, noStart: c.network != nil,
-				policy: dispatch.Policy{BackoffBase: 100 * time.Millisecond, BackoffMax: 200 * time.Millisecond, MaxAttempts: 100}})
+				policy: schedule.Policy{BackoffBase: 100 * time.Millisecond, BackoffMax: 200 * time.Millisecond, MaxAttempts: 100}})
 			s.attemptsOnce = true
 			const clients, each = 3, 3
 			for c := range clients {

@@ -30,12 +30,14 @@ import (
 	"github.com/penguinhq/dispatcher/pkg/admin"
 	"github.com/penguinhq/dispatcher/pkg/dispatch"
 	"github.com/penguinhq/dispatcher/pkg/fault"
+	"github.com/penguinhq/dispatcher/pkg/governor"
 	"github.com/penguinhq/dispatcher/pkg/ingest"
 	"github.com/penguinhq/dispatcher/pkg/ledger"
 	"github.com/penguinhq/dispatcher/pkg/queue"
 	"github.com/penguinhq/dispatcher/pkg/queue/queuetest"
 	"github.com/penguinhq/dispatcher/pkg/raven"
 	"github.com/penguinhq/dispatcher/pkg/request"
+	"github.com/penguinhq/dispatcher/pkg/schedule"
 )
 
 // testLog writes warnings to stderr when DISPATCH_TEST_LOG is set, else nothing.
@@ -58,11 +60,11 @@ func testLogAlso(w io.Writer) zerolog.Logger {
 type options struct {
 	interval time.Duration
 	queue    queue.Config
-	policy   dispatch.Policy
+	policy   schedule.Policy
 	timeout  time.Duration // raven timeout
 	respond  func(ledger.Arrival) ledger.Response
 	noStart  bool // do not start the dispatcher
-	budget   dispatch.Budget
+	budget   governor.Budget
 	natsURL  string // use this NATS (a cluster) instead of starting a server
 	// ravenProxy puts a fault proxy between the dispatcher and raven (stack.ravenProxy).
 	ravenProxy bool
@@ -163,7 +165,7 @@ func newStack(t testing.TB, o options) *stack {
 	return s
 }
 
-func (s *stack) policy() dispatch.Policy {
+func (s *stack) policy() schedule.Policy {
 	p := s.opts.policy
 	p.Interval = s.opts.interval
 	if p.BackoffBase == 0 {

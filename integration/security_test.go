@@ -23,12 +23,12 @@ import (
 	"time"
 
 	"github.com/penguinhq/dispatcher/integration/itest"
-	"github.com/penguinhq/dispatcher/pkg/dispatch"
 	"github.com/penguinhq/dispatcher/pkg/ingest"
 	"github.com/penguinhq/dispatcher/pkg/queue"
 	"github.com/penguinhq/dispatcher/pkg/queue/queuetest"
 	"github.com/penguinhq/dispatcher/pkg/raven"
 	"github.com/penguinhq/dispatcher/pkg/request"
+	"github.com/penguinhq/dispatcher/pkg/schedule"
 )
 
 func hashLine(token string) string {
@@ -384,7 +384,7 @@ func TestPublishesInFlightAreBounded(t *testing.T) {
 // "connection_refused" and never carry the URL, its user, password or key.
 func TestRavenURLStaysPrivate(t *testing.T) {
 	t.Parallel()
-	s := newStack(t, options{interval: 50 * time.Millisecond, noStart: true, policy: dispatch.Policy{MaxAttempts: 2}})
+	s := newStack(t, options{interval: 50 * time.Millisecond, noStart: true, policy: schedule.Policy{MaxAttempts: 2}})
 	closed := freeAddr(t)
 	s.ravenURL = "http://svcuser:s3cret-pw@" + closed + "/hook?api_key=SECRET"
 	s.startDispatcher()

@@ -11,6 +11,7 @@ import (
 
 	"github.com/penguinhq/dispatcher/pkg/admin"
 	"github.com/penguinhq/dispatcher/pkg/dispatch"
+	"github.com/penguinhq/dispatcher/pkg/schedule"
 )
 
 // dispatchctl status on a 3-node cluster with two dispatchers shows both instances, the
@@ -103,7 +104,7 @@ func TestStatusAndTheTakeoverBound(t *testing.T) {
 	b.signal(syscall.SIGKILL)
 	c.waitDone(2 * time.Minute)
 
-	cfg := dispatch.Config{Policy: dispatch.Policy{Interval: interval}, LeaseTTL: clusterLeaseTTL, SendTimeout: clusterRavenTimeout}
+	cfg := dispatch.Config{Policy: schedule.Policy{Interval: interval}, LeaseTTL: clusterLeaseTTL, SendTimeout: clusterRavenTimeout}
 	bound := cfg.TakeoverBound()
 	var longest time.Duration
 	for i := range clients {

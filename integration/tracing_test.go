@@ -17,6 +17,7 @@ import (
 	"github.com/penguinhq/dispatcher/pkg/dispatch"
 	"github.com/penguinhq/dispatcher/pkg/ledger"
 	"github.com/penguinhq/dispatcher/pkg/queue"
+	"github.com/penguinhq/dispatcher/pkg/schedule"
 	"github.com/penguinhq/dispatcher/pkg/tracing"
 )
 
@@ -54,7 +55,7 @@ func TestOneRequestIsOneTrace(t *testing.T) {
 	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
 	var retried atomic.Int32
 	var doomedFixed atomic.Bool
-	s := newStack(t, options{interval: 100 * time.Millisecond, tracing: tp, policy: dispatch.Policy{MaxAttempts: 5},
+	s := newStack(t, options{interval: 100 * time.Millisecond, tracing: tp, policy: schedule.Policy{MaxAttempts: 5},
 		respond: func(a ledger.Arrival) ledger.Response {
 			switch {
 			case a.ClientID == "traced" && retried.Add(1) <= 2:

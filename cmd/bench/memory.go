@@ -12,6 +12,7 @@ import (
 	"github.com/penguinhq/dispatcher/pkg/dispatch"
 	"github.com/penguinhq/dispatcher/pkg/queue"
 	"github.com/penguinhq/dispatcher/pkg/request"
+	"github.com/penguinhq/dispatcher/pkg/schedule"
 )
 
 // benchLaneMemory measures what one backlogged client costs the dispatcher: its lane in
@@ -23,7 +24,7 @@ func benchLaneMemory(s settings) ([]row, error) {
 		subjects[i] = fmt.Sprintf("dispatch.req.%d.%s", i%64, request.EncodeClientID(fmt.Sprintf("client-%06d", i)))
 	}
 	before := heapAfterGC()
-	sched := dispatch.NewScheduler(dispatch.Policy{Interval: 5 * time.Second}.WithDefaults(), func() float64 { return 0 })
+	sched := schedule.New(schedule.Policy{Interval: 5 * time.Second}.WithDefaults(), func() float64 { return 0 })
 	now := time.Now()
 	for i, subj := range subjects {
 		sched.Notify(string([]byte(subj)), now.Add(time.Duration(i)), time.Time{}) // a fresh copy, as a notification brings

@@ -24,6 +24,7 @@ import (
 	"github.com/penguinhq/dispatcher/pkg/queue"
 	"github.com/penguinhq/dispatcher/pkg/raven"
 	"github.com/penguinhq/dispatcher/pkg/request"
+	"github.com/penguinhq/dispatcher/pkg/schedule"
 )
 
 // node is a fresh embedded JetStream server with the queue's streams.
@@ -217,7 +218,7 @@ func startDispatcherKeeping(ctx context.Context, n *node, ravenURL string, keep 
 	if err != nil {
 		return nil, nil, err
 	}
-	cfg := dispatch.Config{Policy: dispatch.Policy{Interval: interval}, SendTimeout: 5 * time.Second, ShutdownGrace: 5 * time.Second}
+	cfg := dispatch.Config{Policy: schedule.Policy{Interval: interval}, SendTimeout: 5 * time.Second, ShutdownGrace: 5 * time.Second}
 	for _, t := range tune {
 		if t != nil {
 			t(&cfg)

@@ -12,7 +12,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/penguinhq/dispatcher/pkg/admin"
-	"github.com/penguinhq/dispatcher/pkg/dispatch"
+	"github.com/penguinhq/dispatcher/pkg/governor"
 	"github.com/penguinhq/dispatcher/pkg/queue"
 	"github.com/penguinhq/dispatcher/pkg/queue/queuetest"
 	"github.com/penguinhq/dispatcher/pkg/request"
@@ -178,7 +178,7 @@ func TestBudgetSaysNoLimit(t *testing.T) {
 	t.Parallel()
 	zero := 0.0
 	view := admin.BudgetView{Steered: &request.Budget{MaxRate: &zero, By: "ops"},
-		Instances: []admin.InstanceBudget{{Instance: "d1", BudgetState: dispatch.BudgetState{Owned: 4, Partitions: 4, Why: "start"}}}}
+		Instances: []admin.InstanceBudget{{Instance: "d1", BudgetState: governor.BudgetState{Owned: 4, Partitions: 4, Why: "start"}}}}
 	var out bytes.Buffer
 	printBudget(&out, view, time.Now())
 	got := out.String()

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/penguinhq/dispatcher/pkg/dispatch"
+	"github.com/penguinhq/dispatcher/pkg/governor"
 	"github.com/penguinhq/dispatcher/pkg/request"
 )
 
@@ -29,7 +30,7 @@ type BudgetView struct {
 // InstanceBudget is one dispatcher instance's view of raven's budget.
 type InstanceBudget struct {
 	Instance string `json:"instance"`
-	dispatch.BudgetState
+	governor.BudgetState
 }
 
 // Budget reads raven's budget, and asks every dispatcher how it holds it.

@@ -10,10 +10,11 @@ import (
 
 	"github.com/penguinhq/dispatcher/pkg/dispatch"
 	"github.com/penguinhq/dispatcher/pkg/request"
+	"github.com/penguinhq/dispatcher/pkg/schedule"
 )
 
 type laneOf struct {
-	dispatch.LaneInfo
+	schedule.LaneInfo
 	instance string
 }
 
@@ -298,9 +299,9 @@ func (s *Service) describe(ctx context.Context, cs []Client) {
 		}
 		if st, err := s.ctl.Client(ctx, c.ClientID); err == nil && !st.IsZero() {
 			c.Steering = &st
-			if st.Paused && c.Lane == dispatch.LaneWaiting {
+			if st.Paused && c.Lane == schedule.LaneWaiting {
 				// Paused but not yet looked at again: it will park, not send.
-				c.Lane, c.NextSend = dispatch.LanePaused, time.Time{}
+				c.Lane, c.NextSend = schedule.LanePaused, time.Time{}
 			}
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/penguinhq/dispatcher/pkg/dispatch"
 	"github.com/penguinhq/dispatcher/pkg/queue"
 	"github.com/penguinhq/dispatcher/pkg/request"
+	"github.com/penguinhq/dispatcher/pkg/schedule"
 )
 
 // Request states: those of its status record (request.State...).
@@ -28,7 +29,7 @@ type RequestState struct {
 	ClientID   string              `json:"client_id,omitempty"`
 	AcceptedAt time.Time           `json:"accepted_at,omitzero"`
 	Position   *int64              `json:"position,omitempty"` // requests ahead of it in its client's queue
-	Lane       *dispatch.LaneInfo  `json:"lane,omitempty"`
+	Lane       *schedule.LaneInfo  `json:"lane,omitempty"`
 	Dispatcher string              `json:"dispatcher,omitempty"`
 	DeadLetter *request.DeadLetter `json:"dead_letter,omitempty"`
 	Delivery   *dispatch.Delivery  `json:"delivery,omitempty"`
@@ -135,7 +136,7 @@ func (s *Service) queued(ctx context.Context, id, clientID string) (RequestState
 	isHead := hok && head.Seq == f.Seq
 	if l, ok := s.lanes(ctx, []string{f.Subject})[f.Subject]; ok {
 		rs.Lane, rs.Dispatcher = &l.LaneInfo, l.instance
-		if isHead && l.State == dispatch.LaneInFlight {
+		if isHead && l.State == schedule.LaneInFlight {
 			rs.State = StateInFlight
 		}
 	}

@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/penguinhq/dispatcher/pkg/admin"
-	"github.com/penguinhq/dispatcher/pkg/dispatch"
+	"github.com/penguinhq/dispatcher/pkg/governor"
 )
 
 // Ages read as a person reads them: tenths below 10 s, whole seconds below an hour,
@@ -42,9 +42,9 @@ func TestCountSaysOneInTheSingular(t *testing.T) {
 // when one of them is.
 func TestRateUnlimited(t *testing.T) {
 	t.Parallel()
-	free := admin.InstanceBudget{Instance: "a", BudgetState: dispatch.BudgetState{Owned: 2, Partitions: 4}}
-	held := admin.InstanceBudget{Instance: "b", BudgetState: dispatch.BudgetState{MaxRate: 10, Owned: 2, Partitions: 4, ShareRate: 5, EffectiveRate: 5}}
-	idle := admin.InstanceBudget{Instance: "c", BudgetState: dispatch.BudgetState{Partitions: 4}}
+	free := admin.InstanceBudget{Instance: "a", BudgetState: governor.BudgetState{Owned: 2, Partitions: 4}}
+	held := admin.InstanceBudget{Instance: "b", BudgetState: governor.BudgetState{MaxRate: 10, Owned: 2, Partitions: 4, ShareRate: 5, EffectiveRate: 5}}
+	idle := admin.InstanceBudget{Instance: "c", BudgetState: governor.BudgetState{Partitions: 4}}
 	if !free.RateUnlimited() || held.RateUnlimited() || idle.RateUnlimited() {
 		t.Fatalf("unlimited: free %v, held %v, idle %v; want true, false, false", free.RateUnlimited(), held.RateUnlimited(), idle.RateUnlimited())
 	}

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/penguinhq/dispatcher/pkg/admin"
-	"github.com/penguinhq/dispatcher/pkg/dispatch"
+	"github.com/penguinhq/dispatcher/pkg/governor"
 	"github.com/penguinhq/dispatcher/pkg/request"
 )
 
@@ -34,8 +34,8 @@ func TestTheBudgetSaysNoLimitRatherThanZero(t *testing.T) {
 	bv := &admin.BudgetView{
 		Steered: &request.Budget{MaxRate: &zero, By: "ops"},
 		Instances: []admin.InstanceBudget{
-			{Instance: "free", BudgetState: dispatch.BudgetState{Owned: 4, Partitions: 8}},
-			{Instance: "idle", BudgetState: dispatch.BudgetState{MaxRate: 100, Owned: 0, Partitions: 8}},
+			{Instance: "free", BudgetState: governor.BudgetState{Owned: 4, Partitions: 8}},
+			{Instance: "idle", BudgetState: governor.BudgetState{MaxRate: 100, Owned: 0, Partitions: 8}},
 		},
 	}
 	page := renderPage(t, "overview", time.Now(), overviewData{Overview: admin.Overview{Budget: bv}})

@@ -10,6 +10,7 @@ import (
 
 	"github.com/penguinhq/dispatcher/pkg/request"
 	"github.com/penguinhq/dispatcher/pkg/retry"
+	"github.com/penguinhq/dispatcher/pkg/schedule"
 	"github.com/penguinhq/dispatcher/pkg/tracing"
 )
 
@@ -32,19 +33,19 @@ const (
 func (l *loop) startDue() {
 	now := l.d.now()
 	g := l.d.gov
-	g.look() // the loop's timer depends on whether this look holds a lane back
-	if g.needsCount(now) {
+	g.Look() // the loop's timer depends on whether this look holds a lane back
+	if g.NeedsCount(now) {
 		l.countOpen(now)
 	}
 	for l.sched.InFlight() < l.d.cfg.MaxInFlight {
 		if next, ok := l.sched.Next(); !ok || next.After(now) {
-			g.countWaiting(now, func() int { return 0 })
+			g.CountWaiting(now, func() int { return 0 })
 			return // nothing due: the budget holds nothing back
 		}
-		if !g.mayStart(now, l.sched.InFlight()) {
+		if !g.MayStart(now, l.sched.InFlight()) {
 			// Raven's budget holds the lanes that are due back, longest-waiting first
 			// when it lets one go: the heap's order.
-			g.countWaiting(now, func() int { return l.sched.DueBy(now) })
+			g.CountWaiting(now, func() int { return l.sched.DueBy(now) })
 			return
 		}
 		job, ok := l.sched.Due(now)
@@ -61,10 +62,10 @@ func (l *loop) startDue() {
 			l.sched.Hold(job.Subject, part.since)
 		case lapsed(part.validUntil, now):
 			// The lease is not renewed yet: the same as a worker finding so.
-			l.sched.Done(Result{Subject: job.Subject, Kind: Held}, now)
+			l.sched.Done(schedule.Result{Subject: job.Subject, Kind: schedule.Held}, now)
 		default:
 			part.inFlight++
-			token := g.started(now, job.SendAt)
+			token := g.Started(now, job.SendAt)
 			sendBy := part.validUntil // read here: the loop moves it on as leases are renewed
 			go func() { l.results <- outcome{Result: l.d.work(l.workCtx, job, sendBy), partition: p, token: token} }()
 		}
@@ -75,7 +76,7 @@ func (l *loop) startDue() {
 //
 // sendBy is when the partition's lease could lapse (zero: never); an attempt that could
 // not start by then is not made and the lane is held.
-func (d *Dispatcher) work(ctx context.Context, job Job, sendBy time.Time) Result {
+func (d *Dispatcher) work(ctx context.Context, job schedule.Job, sendBy time.Time) schedule.Result {
 	gen := d.sending.look() // before the head is read: see sending
 	st, ok, err := d.src.Head(ctx, job.Subject)
 	var undecodable *request.UndecodableError
@@ -85,28 +86,28 @@ func (d *Dispatcher) work(ctx context.Context, job Job, sendBy time.Time) Result
 		return d.bury(ctx, job, st, request.Verdict{Reason: request.ReasonUndecodable, LastError: err.Error()}, sendBy)
 	case err != nil:
 		d.log.Debug().Err(err).Str("subject", job.Subject).Msg("reading head request failed; will look again")
-		return Result{Subject: job.Subject, Kind: Failed}
+		return schedule.Result{Subject: job.Subject, Kind: schedule.Failed}
 	case !ok:
-		return Result{Subject: job.Subject, Kind: Empty}
+		return schedule.Result{Subject: job.Subject, Kind: schedule.Empty}
 	case st.Seq <= job.PurgeThrough:
 		// An operator purged the client's backlog up to here.
 		if !d.sending.commit(job.Subject, st.ID, gen) {
-			return Result{Subject: job.Subject, Kind: Failed} // a cancel took it, or may have
+			return schedule.Result{Subject: job.Subject, Kind: schedule.Failed} // a cancel took it, or may have
 		}
 		defer d.sending.settled(job.Subject)
 		return d.unsent(ctx, job, st, request.ReasonPurged, sendBy, "request purged to the dead-letter stream")
 	case job.Paused:
-		return Result{Subject: job.Subject, Kind: Parked}
+		return schedule.Result{Subject: job.Subject, Kind: schedule.Parked}
 	case st.NotBefore.After(job.SendAt):
 		// Not before its time: the lane waits, and its client's later requests with it.
-		return Result{Subject: job.Subject, Kind: NotYet, Seq: st.Seq, NotBefore: st.NotBefore}
+		return schedule.Result{Subject: job.Subject, Kind: schedule.NotYet, Seq: st.Seq, NotBefore: st.NotBefore}
 	}
 	// The head was read up to the scheduler's lead in advance: start on time, not before.
 	if !sleepUntil(ctx, d.now, job.SendAt) {
-		return Result{Subject: job.Subject, Kind: Failed}
+		return schedule.Result{Subject: job.Subject, Kind: schedule.Failed}
 	}
 	if !d.sending.commit(job.Subject, st.ID, gen) {
-		return Result{Subject: job.Subject, Kind: Failed} // a cancel took it, or may have: read the head again
+		return schedule.Result{Subject: job.Subject, Kind: schedule.Failed} // a cancel took it, or may have: read the head again
 	}
 	defer d.sending.settled(job.Subject)
 	if st.Expired(d.now()) {
@@ -115,7 +116,7 @@ func (d *Dispatcher) work(ctx context.Context, job Job, sendBy time.Time) Result
 		return d.unsent(ctx, job, st, request.ReasonExpired, sendBy, "request expired (Not-After) unsent; dead-lettered")
 	}
 	if lapsed(sendBy, d.now()) {
-		return Result{Subject: job.Subject, Kind: Held}
+		return schedule.Result{Subject: job.Subject, Kind: schedule.Held}
 	}
 	return d.attempt(ctx, job, st, sendBy)
 }
@@ -123,12 +124,12 @@ func (d *Dispatcher) work(ctx context.Context, job Job, sendBy time.Time) Result
 // unsent dead-letters st without an attempt, for reason, and logs msg when it did. No
 // attempt is made, so the lane's spacing is untouched. Like a send, it is only started
 // while the partition is surely ours.
-func (d *Dispatcher) unsent(ctx context.Context, job Job, st request.Stored, reason request.Reason, sendBy time.Time, msg string) Result {
+func (d *Dispatcher) unsent(ctx context.Context, job schedule.Job, st request.Stored, reason request.Reason, sendBy time.Time, msg string) schedule.Result {
 	if lapsed(sendBy, d.now()) {
-		return Result{Subject: job.Subject, Kind: Held}
+		return schedule.Result{Subject: job.Subject, Kind: schedule.Held}
 	}
 	res := d.bury(ctx, job, st, request.Verdict{Reason: reason, Attempts: attemptsOf(job, st)}, sendBy)
-	if res.Kind == DeadLettered {
+	if res.Kind == schedule.DeadLettered {
 		d.log.Info().Str("client_id", st.ClientID).Str("request_id", st.ID).Func(tracing.Log(st.TraceParent)).Msg(msg)
 	}
 	return res
@@ -152,7 +153,7 @@ func sleepUntil(ctx context.Context, now clock, t time.Time) bool {
 
 // attempt sends st to raven once, and acts on the answer: removes it, dead-letters it, or
 // has the lane retry it.
-func (d *Dispatcher) attempt(ctx context.Context, job Job, st request.Stored, sendBy time.Time) Result {
+func (d *Dispatcher) attempt(ctx context.Context, job schedule.Job, st request.Stored, sendBy time.Time) schedule.Result {
 	attempt, first := attemptsOf(job, st)+1, time.Time{}
 	if st.Seq == job.HeadSeq {
 		first = job.FirstAttempt
@@ -185,19 +186,19 @@ func (d *Dispatcher) attempt(ctx context.Context, job Job, st request.Stored, se
 		about(ev).Dur("took", end.Sub(start)).Err(err).Msg("attempt")
 	}
 
-	res := Result{Subject: job.Subject, AttemptEnd: end, Took: end.Sub(start)}
+	res := schedule.Result{Subject: job.Subject, AttemptEnd: end, Took: end.Sub(start)}
 	why := request.Verdict{Attempts: attempt, FirstAttempt: first, LastAttempt: start, LastStatus: request.RavenStatus(err), Answer: answer}
 	res.Refused, res.PauseAll = overloaded(err, why.LastStatus)
 	switch judged {
 	case OutcomeDelivered:
 		if !d.settleDelivered(ctx, st, attempt, end, status, answer, sendBy) {
-			res.Kind = Failed // shutting down; the request stays and is sent again later
+			res.Kind = schedule.Failed // shutting down; the request stays and is sent again later
 			return res
 		}
 		if ev := d.log.Debug(); ev.Enabled() {
 			about(ev).Msg("request delivered")
 		}
-		res.Kind = Delivered
+		res.Kind = schedule.Delivered
 		return res
 	case OutcomePermanent:
 		why.Reason = request.ReasonPermanent
@@ -207,7 +208,7 @@ func (d *Dispatcher) attempt(ctx context.Context, job Job, st request.Stored, se
 			if errors.As(err, &tr) {
 				res.RetryAfter = tr.After
 			}
-			res.Kind, res.Seq, res.Attempts, res.FirstAttempt = Retry, st.Seq, attempt, first
+			res.Kind, res.Seq, res.Attempts, res.FirstAttempt = schedule.Retry, st.Seq, attempt, first
 			about(d.log.Info()).Err(err).Dur("retry_after", res.RetryAfter).Msg(LogAttemptFailed)
 			d.recordFailed(st, attempt, end, why.LastStatus, answer, err)
 			return res
@@ -217,13 +218,13 @@ func (d *Dispatcher) attempt(ctx context.Context, job Job, st request.Stored, se
 		why.LastError = err.Error()
 	}
 	if d.finish(ctx, st, why, sendBy) != nil {
-		res.Kind = Failed
+		res.Kind = schedule.Failed
 		return res
 	}
 	d.deadLettered(why.Reason)
 	deadReason = why.Reason
 	about(d.log.Warn()).Str("reason", string(why.Reason)).Int("last_status", why.LastStatus).Msg("request dead-lettered")
-	res.Kind = DeadLettered
+	res.Kind = schedule.DeadLettered
 	return res
 }
 
@@ -244,7 +245,7 @@ func judge(err error) string {
 
 // attemptsOf is how many attempts of st this dispatcher made so far: those of the lane's
 // head when st is still it.
-func attemptsOf(job Job, st request.Stored) int {
+func attemptsOf(job schedule.Job, st request.Stored) int {
 	if st.Seq == job.HeadSeq {
 		return job.Attempts
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/penguinhq/dispatcher/pkg/raven"
 	"github.com/penguinhq/dispatcher/pkg/request"
+	"github.com/penguinhq/dispatcher/pkg/schedule"
 )
 
 // Unit tests of the attempt's branches (work), one head request at a time, against the
@@ -24,7 +25,7 @@ func TestWorkDeliversAndRemoves(t *testing.T) {
 	b.src.add(subj, "r1", start)
 	b.src.add(subj, "r2", start)
 	res := b.d.work(context.Background(), b.job(subj), time.Time{})
-	if res.Kind != Delivered || res.AttemptEnd != start {
+	if res.Kind != schedule.Delivered || res.AttemptEnd != start {
 		t.Fatalf("result %+v, want Delivered ending at the clock's time", res)
 	}
 	if got := b.src.ids(); !slices.Equal(got, []string{"r2"}) {
@@ -41,7 +42,7 @@ func TestWorkDeliversAndRemoves(t *testing.T) {
 func TestWorkEmptyClient(t *testing.T) {
 	t.Parallel()
 	b := setup(t, Config{})
-	if res := b.d.work(context.Background(), b.job(subject(0, "nobody")), time.Time{}); res.Kind != Empty {
+	if res := b.d.work(context.Background(), b.job(subject(0, "nobody")), time.Time{}); res.Kind != schedule.Empty {
 		t.Fatalf("result %+v, want Empty", res)
 	}
 	if len(b.snd.attempts()) != 0 {
@@ -62,7 +63,7 @@ func TestWorkPurgesUpToTheMark(t *testing.T) {
 	job.PurgeThrough = mark
 
 	// The lease could lapse now: hold, touch nothing.
-	if res := b.d.work(context.Background(), job, start); res.Kind != Held {
+	if res := b.d.work(context.Background(), job, start); res.Kind != schedule.Held {
 		t.Fatalf("purge with the lease lapsing: %+v, want Held", res)
 	}
 	if len(b.src.deadLetters()) != 0 || len(b.src.ids()) != 3 {
@@ -70,11 +71,11 @@ func TestWorkPurgesUpToTheMark(t *testing.T) {
 	}
 
 	for range 2 {
-		if res := b.d.work(context.Background(), job, time.Time{}); res.Kind != DeadLettered || !res.AttemptEnd.IsZero() {
+		if res := b.d.work(context.Background(), job, time.Time{}); res.Kind != schedule.DeadLettered || !res.AttemptEnd.IsZero() {
 			t.Fatalf("purge: %+v, want DeadLettered with no attempt made", res)
 		}
 	}
-	if res := b.d.work(context.Background(), job, time.Time{}); res.Kind != Delivered {
+	if res := b.d.work(context.Background(), job, time.Time{}); res.Kind != schedule.Delivered {
 		t.Fatalf("after the mark: %+v, want the later request delivered", res)
 	}
 	if got := sortedIDs(b.src.deadLetters()); !slices.Equal(got, []string{"old:purged", "older:purged"}) {
@@ -92,7 +93,7 @@ func TestWorkPausedClientParks(t *testing.T) {
 	b.src.add(subj, "r1", start)
 	job := b.job(subj)
 	job.Paused = true
-	if res := b.d.work(context.Background(), job, time.Time{}); res.Kind != Parked {
+	if res := b.d.work(context.Background(), job, time.Time{}); res.Kind != schedule.Parked {
 		t.Fatalf("result %+v, want Parked", res)
 	}
 	if len(b.snd.attempts()) != 0 || len(b.src.ids()) != 1 {
@@ -107,7 +108,7 @@ func TestWorkUndecodableHeadIsDeadLetteredUnsent(t *testing.T) {
 	raw := b.src.add(subj, "raw", start)
 	b.src.undecodable[raw.Seq] = true
 	b.src.add(subj, "good", start)
-	if res := b.d.work(context.Background(), b.job(subj), time.Time{}); res.Kind != DeadLettered {
+	if res := b.d.work(context.Background(), b.job(subj), time.Time{}); res.Kind != schedule.DeadLettered {
 		t.Fatalf("result %+v, want DeadLettered", res)
 	}
 	if got := sortedIDs(b.src.deadLetters()); !slices.Equal(got, []string{"raw:undecodable"}) {
@@ -122,7 +123,7 @@ func TestWorkQueueUnreadableFails(t *testing.T) {
 	t.Parallel()
 	b := setup(t, Config{})
 	b.src.headErr = errors.New("no responders")
-	if res := b.d.work(context.Background(), b.job(subject(0, "erin")), time.Time{}); res.Kind != Failed {
+	if res := b.d.work(context.Background(), b.job(subject(0, "erin")), time.Time{}); res.Kind != schedule.Failed {
 		t.Fatalf("result %+v, want Failed", res)
 	}
 }
@@ -133,16 +134,16 @@ func TestWorkHeldWhenTheLeaseMayLapse(t *testing.T) {
 	b := setup(t, Config{})
 	subj := subject(1, "frank")
 	b.src.add(subj, "r1", start)
-	if res := b.d.work(context.Background(), b.job(subj), start); res.Kind != Held {
+	if res := b.d.work(context.Background(), b.job(subj), start); res.Kind != schedule.Held {
 		t.Fatalf("sendBy = now: %+v, want Held", res)
 	}
-	if res := b.d.work(context.Background(), b.job(subj), start.Add(-time.Second)); res.Kind != Held {
+	if res := b.d.work(context.Background(), b.job(subj), start.Add(-time.Second)); res.Kind != schedule.Held {
 		t.Fatalf("sendBy passed: %+v, want Held", res)
 	}
 	if len(b.snd.attempts()) != 0 {
 		t.Fatal("an attempt started after the lease could have lapsed")
 	}
-	if res := b.d.work(context.Background(), b.job(subj), start.Add(time.Nanosecond)); res.Kind != Delivered {
+	if res := b.d.work(context.Background(), b.job(subj), start.Add(time.Nanosecond)); res.Kind != schedule.Delivered {
 		t.Fatalf("sendBy still ahead: %+v, want Delivered", res)
 	}
 }
@@ -159,7 +160,7 @@ func TestWorkReportsARemovalAfterTheLeaseCouldLapse(t *testing.T) {
 		return nil
 	}
 	sendBy := start.Add(10 * time.Second)
-	if res := b.d.work(context.Background(), b.job(subj), sendBy); res.Kind != Delivered {
+	if res := b.d.work(context.Background(), b.job(subj), sendBy); res.Kind != schedule.Delivered {
 		t.Fatalf("result %+v, want Delivered", res)
 	}
 	if !strings.Contains(b.log.String(), LogRemovalLate) || !strings.Contains(b.log.String(), `"request_id":"slow"`) {
@@ -176,7 +177,7 @@ func TestWorkRetriesAFailedRemoval(t *testing.T) {
 		subj := subject(2, "hank")
 		b.src.add(subj, "r1", start)
 		b.src.deleteFails = 2
-		if res := b.d.work(context.Background(), b.job(subj), time.Time{}); res.Kind != Delivered {
+		if res := b.d.work(context.Background(), b.job(subj), time.Time{}); res.Kind != schedule.Delivered {
 			t.Fatalf("result %+v, want Delivered once the removal landed", res)
 		}
 		if len(b.src.ids()) != 0 || b.src.deletes != 3 {
@@ -199,7 +200,7 @@ func TestWorkRemovalCutShortByShutdown(t *testing.T) {
 		b.src.deleteFails = 1 << 30
 		ctx, cancel := context.WithCancel(context.Background())
 		b.snd.answer = func(request.Stored, int) error { cancel(); return nil }
-		if res := b.d.work(ctx, b.job(subj), time.Time{}); res.Kind != Failed {
+		if res := b.d.work(ctx, b.job(subj), time.Time{}); res.Kind != schedule.Failed {
 			t.Fatalf("result %+v, want Failed", res)
 		}
 		if !slices.Equal(b.src.ids(), []string{"r1"}) {
@@ -213,20 +214,20 @@ func TestWorkRemovalCutShortByShutdown(t *testing.T) {
 
 func TestWorkTransientFailureRetriesThenGivesUp(t *testing.T) {
 	t.Parallel()
-	b := setup(t, Config{Policy: Policy{MaxAttempts: 3}})
+	b := setup(t, Config{Policy: schedule.Policy{MaxAttempts: 3}})
 	subj := subject(1, "jack")
 	st := b.src.add(subj, "r1", start)
 	b.snd.answer = func(request.Stored, int) error { return &request.TransientError{Status: 429, After: 7 * time.Second} }
 	job := b.job(subj)
 	for attempt := 1; attempt <= 2; attempt++ {
 		res := b.d.work(context.Background(), job, time.Time{})
-		if res.Kind != Retry || res.Seq != st.Seq || res.Attempts != attempt || res.RetryAfter != 7*time.Second || res.FirstAttempt != start {
+		if res.Kind != schedule.Retry || res.Seq != st.Seq || res.Attempts != attempt || res.RetryAfter != 7*time.Second || res.FirstAttempt != start {
 			t.Fatalf("attempt %d: %+v, want Retry of seq %d as attempt %d with Retry-After 7s", attempt, res, st.Seq, attempt)
 		}
 		job.HeadSeq, job.Attempts, job.FirstAttempt = res.Seq, res.Attempts, res.FirstAttempt
 		b.clock.advance(time.Second)
 	}
-	if res := b.d.work(context.Background(), job, time.Time{}); res.Kind != DeadLettered {
+	if res := b.d.work(context.Background(), job, time.Time{}); res.Kind != schedule.DeadLettered {
 		t.Fatalf("third attempt: %+v, want DeadLettered", res)
 	}
 	dead := b.src.deadLetters()
@@ -245,7 +246,7 @@ func TestWorkPermanentFailureIsDeadLetteredAtOnce(t *testing.T) {
 	subj := subject(3, "kim")
 	b.src.add(subj, "bad", start)
 	b.snd.answer = func(request.Stored, int) error { return &request.PermanentError{Status: 422} }
-	if res := b.d.work(context.Background(), b.job(subj), time.Time{}); res.Kind != DeadLettered {
+	if res := b.d.work(context.Background(), b.job(subj), time.Time{}); res.Kind != schedule.DeadLettered {
 		t.Fatalf("result %+v, want DeadLettered", res)
 	}
 	dead := b.src.deadLetters()
@@ -278,7 +279,7 @@ func TestWorkCountsAttemptsPerRequest(t *testing.T) {
 func TestMaxAgeCountsFromTheFirstAttempt(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
-		b := setup(t, Config{Policy: Policy{Interval: time.Second, MaxAge: time.Hour}})
+		b := setup(t, Config{Policy: schedule.Policy{Interval: time.Second, MaxAge: time.Hour}})
 		l := newTestLoop(t, b)
 		ownAll(b, l)
 		subj := subject(0, "a")
@@ -323,7 +324,7 @@ func TestMaxAgeCountsFromTheFirstAttempt(t *testing.T) {
 func TestMaxAgeEndsTheRetries(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
-		b := setup(t, Config{Policy: Policy{Interval: time.Second, MaxAge: time.Hour, MaxAttempts: 1000}})
+		b := setup(t, Config{Policy: schedule.Policy{Interval: time.Second, MaxAge: time.Hour, MaxAttempts: 1000}})
 		l := newTestLoop(t, b)
 		ownAll(b, l)
 		queue(b, l, []string{"a"}, 1)

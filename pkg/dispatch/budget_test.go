@@ -8,8 +8,10 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/penguinhq/dispatcher/pkg/governor"
 	"github.com/penguinhq/dispatcher/pkg/raven"
 	"github.com/penguinhq/dispatcher/pkg/request"
+	"github.com/penguinhq/dispatcher/pkg/schedule"
 )
 
 // Unit tests of raven's budget: the loop driven by the test's clock, with every partition
@@ -58,7 +60,7 @@ func names(prefix string, n int) []string {
 func TestBudgetRateBindsTheLoop(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
-		b := setup(t, Config{Policy: Policy{Interval: time.Second}, Budget: Budget{MaxRate: 20}})
+		b := setup(t, Config{Policy: schedule.Policy{Interval: time.Second}, Budget: governor.Budget{MaxRate: 20}})
 		l := newTestLoop(t, b)
 		ownAll(b, l)
 		queue(b, l, names("c", 200), 3)
@@ -93,7 +95,7 @@ func TestBudgetRateBindsTheLoop(t *testing.T) {
 func TestBudgetTokensOfEmptyTurnsAreGivenBack(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
-		b := setup(t, Config{Policy: Policy{Interval: 100 * time.Millisecond}, Budget: Budget{MaxRate: 10}})
+		b := setup(t, Config{Policy: schedule.Policy{Interval: 100 * time.Millisecond}, Budget: governor.Budget{MaxRate: 10}})
 		l := newTestLoop(t, b)
 		ownAll(b, l)
 		queue(b, l, names("c", 50), 1)
@@ -113,7 +115,7 @@ func TestBudgetIsFairToSmallClients(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		const rate = 20.0
-		b := setup(t, Config{Policy: Policy{Interval: time.Second}, Budget: Budget{MaxRate: rate}})
+		b := setup(t, Config{Policy: schedule.Policy{Interval: time.Second}, Budget: governor.Budget{MaxRate: rate}})
 		l := newTestLoop(t, b)
 		ownAll(b, l)
 		queue(b, l, []string{"big"}, 2000)
@@ -151,9 +153,7 @@ func TestBudgetIsFairToSmallClients(t *testing.T) {
 func TestBudgetInFlightShare(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
-		b := setup(t, Config{Policy: Policy{Interval: time.Second}, Budget: Budget{MaxInFlight: 6}})
-		b.src.partitions = 8
-		b.d.gov.partitions = 8
+		b := setupOn(t, 8, Config{Policy: schedule.Policy{Interval: time.Second}, Budget: governor.Budget{MaxInFlight: 6}})
 		l := newTestLoop(t, b)
 		for p := range 4 {
 			l.ownership(ownEvent{kind: ownAcquired, partition: p, validUntil: b.clock.now().Add(time.Hour)})
@@ -188,7 +188,7 @@ func TestBudgetInFlightShare(t *testing.T) {
 func TestBudgetShareFollowsOwnership(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
-		b := setup(t, Config{Policy: Policy{Interval: time.Second}, Budget: Budget{MaxRate: 100, MaxInFlight: 40}})
+		b := setup(t, Config{Policy: schedule.Policy{Interval: time.Second}, Budget: governor.Budget{MaxRate: 100, MaxInFlight: 40}})
 		l := newTestLoop(t, b)
 		now := b.clock.now()
 		l.ownership(ownEvent{kind: ownAcquired, partition: 0, validUntil: now.Add(time.Hour)})
@@ -199,7 +199,7 @@ func TestBudgetShareFollowsOwnership(t *testing.T) {
 		}
 		b.clock.advance(2 * time.Second) // partition 1's lease could lapse now: it no longer counts
 		l.startDue()
-		if st := b.d.BudgetState(); st.ShareRate != 25 || st.ShareInFlight != 10 || !strings.HasPrefix(st.Why, WhyShare) {
+		if st := b.d.BudgetState(); st.ShareRate != 25 || st.ShareInFlight != 10 || !strings.HasPrefix(st.Why, governor.WhyShare) {
 			t.Fatalf("after a lease lapsed: %+v, want 25/s, 10 in flight, why share", st)
 		}
 		l.ownership(ownEvent{kind: ownLost, partition: 0})
@@ -215,7 +215,7 @@ func TestBudgetShareFollowsOwnership(t *testing.T) {
 func TestBudgetSteered(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
-		b := setup(t, Config{Policy: Policy{Interval: time.Second}, Budget: Budget{MaxRate: 100, MaxInFlight: 8}})
+		b := setup(t, Config{Policy: schedule.Policy{Interval: time.Second}, Budget: governor.Budget{MaxRate: 100, MaxInFlight: 8}})
 		l := newTestLoop(t, b)
 		ownAll(b, l)
 		l.startDue()
@@ -239,83 +239,12 @@ func TestBudgetSteered(t *testing.T) {
 	})
 }
 
-// feed gives g one period of n attempts, bad of them refused, each taking took, and ends
-// the period.
-func feed(g *governor, from time.Time, n, bad int, took time.Duration) time.Time {
-	at := from
-	for i := range n {
-		g.finished(Result{AttemptEnd: at, Took: took, Refused: i < bad}, true, at)
-		at = at.Add(g.ad.Period / time.Duration(n))
-	}
-	end := from.Add(g.ad.Period)
-	g.finished(Result{AttemptEnd: end, Took: took, Refused: bad == n}, true, end) // ends the period
-	return end
-}
-
-// Adaptive mode: refusals cut the rate to no more than raven took, answers to attempts
-// sent before a cut do not judge it, good periods while the rate binds raise
-// it by a step, and never above a static budget.
-func TestAdaptiveCutsAndRaises(t *testing.T) {
-	t.Parallel()
-	b := setup(t, Config{Policy: Policy{Interval: time.Second}, Adaptive: Adaptive{Enabled: true, Start: 1000}})
-	g := b.d.gov
-	g.count(4, time.Time{}, start)
-	at := feed(g, start, 300, 200, 10*time.Millisecond) // 300/s sent, 100/s taken
-	st := b.d.BudgetState()
-	if st.AdaptiveRate < 95 || st.AdaptiveRate > 101 || !strings.HasPrefix(st.Why, WhyRefused) {
-		t.Fatalf("after 2 of 3 refused at 300/s: %+v, want a cut to about what raven took (100/s)", st)
-	}
-	cut := st.AdaptiveRate
-	at = feed(g, at, 100, 50, 2*time.Second) // answers to attempts sent before the cut
-	if st := b.d.BudgetState(); st.AdaptiveRate != cut {
-		t.Fatalf("cut again by answers to attempts sent before the last cut: %v, want %v", st.AdaptiveRate, cut)
-	}
-	g.winBound = true
-	at = feed(g, at, 100, 0, 10*time.Millisecond)
-	g.winBound = true
-	at = feed(g, at, 100, 0, 10*time.Millisecond)
-	st = b.d.BudgetState()
-	if want := cut + 2*DefaultAdaptiveIncrease*301; st.AdaptiveRate < want-0.01 || st.AdaptiveRate > want+0.01 { // steps of 5% of the 301/s offered before the first cut
-		t.Fatalf("after two good periods: %v, want %v", st.AdaptiveRate, want)
-	}
-	// Not bound: the rate is not what held the sends back, so it does not grow.
-	before := st.AdaptiveRate
-	at = feed(g, at, 100, 0, 10*time.Millisecond)
-	if st := b.d.BudgetState(); st.AdaptiveRate != before {
-		t.Fatalf("grew while not binding: %v", st.AdaptiveRate)
-	}
-	// Slow answers cut too.
-	feed(g, at, 100, 0, 3*DefaultSendTimeout/8) // over the target, a quarter of the timeout
-	if st := b.d.BudgetState(); st.AdaptiveRate >= before || !strings.HasPrefix(st.Why, WhySlow) {
-		t.Fatalf("slow answers: %+v, want a cut, why slow", st)
-	}
-}
-
-// A static budget caps adaptive mode's start and its rises.
-func TestAdaptiveNeverAboveTheBudget(t *testing.T) {
-	t.Parallel()
-	b := setup(t, Config{Policy: Policy{Interval: time.Second}, Budget: Budget{MaxRate: 50}, Adaptive: Adaptive{Enabled: true, Start: 1000}})
-	g := b.d.gov
-	g.count(4, time.Time{}, start)
-	if st := b.d.BudgetState(); st.AdaptiveRate != 50 {
-		t.Fatalf("start: %v, want the budget (50) rather than the start of 1000", st.AdaptiveRate)
-	}
-	at := feed(g, start, 50, 10, time.Millisecond)
-	for range 40 {
-		g.winBound = true
-		at = feed(g, at, 50, 0, time.Millisecond)
-	}
-	if st := b.d.BudgetState(); st.AdaptiveRate != 50 || st.EffectiveRate != 50 {
-		t.Fatalf("after 40 good periods: %+v, want 50 (the budget)", st)
-	}
-}
-
 // A 503 with Retry-After pauses every send of the instance for that long; a 429 with
 // Retry-After does not.
 func TestAdaptivePausesOn503RetryAfter(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
-		b := setup(t, Config{Policy: Policy{Interval: 100 * time.Millisecond}, Adaptive: Adaptive{Enabled: true, Start: 1000}})
+		b := setup(t, Config{Policy: schedule.Policy{Interval: 100 * time.Millisecond}, Adaptive: governor.Adaptive{Enabled: true, Start: 1000}})
 		l := newTestLoop(t, b)
 		ownAll(b, l)
 		queue(b, l, names("c", 20), 20)
@@ -368,96 +297,12 @@ func TestAdaptivePausesOn503RetryAfter(t *testing.T) {
 	})
 }
 
-// The bucket: tokens at the rate up to the burst, and a token given back is there again.
-func TestBucket(t *testing.T) {
-	t.Parallel()
-	var bk bucket
-	bk.set(100, start) // burst 5
-	for i := range 5 {
-		if ok, _ := bk.ready(start); !ok {
-			t.Fatalf("token %d of a full bucket missing", i)
-		}
-		bk.take()
-	}
-	ok, at := bk.ready(start)
-	if ok || at.Sub(start) != 10*time.Millisecond {
-		t.Fatalf("empty bucket: ready %v at %v, want the next token in 10ms", ok, at.Sub(start))
-	}
-	bk.refund()
-	if ok, _ := bk.ready(start); !ok {
-		t.Fatal("a token given back is not there")
-	}
-	if ok, _ := bk.ready(start.Add(time.Hour)); !ok || bk.tokens != 5 {
-		t.Fatalf("after an hour: %v tokens, want the burst (5)", bk.tokens)
-	}
-	var tiny bucket
-	tiny.set(1e-12, start)
-	tiny.take()
-	if _, at := tiny.ready(start); at.Before(start) || at.After(start.Add(time.Hour)) {
-		t.Fatalf("a tiny rate's next token at %v, want within the hour (no overflow)", at)
-	}
-}
-
-// After an outage (a streak of cuts down to the floor), the rate comes back in steps of
-// the rate held before the streak, not of the floor: within 1/Increase good periods.
-func TestAdaptiveRecoversFromAnOutageInSteps(t *testing.T) {
-	t.Parallel()
-	b := setup(t, Config{Policy: Policy{Interval: time.Second}, Adaptive: Adaptive{Enabled: true}})
-	g := b.d.gov
-	g.count(4, time.Time{}, start)
-	at := feed(g, start, 120, 20, time.Millisecond) // 120/s offered, 100/s taken
-	held := b.d.BudgetState().AdaptiveRate
-	for range 8 { // raven down: everything refused
-		at = feed(g, at, 10, 10, time.Millisecond)
-	}
-	if st := b.d.BudgetState(); st.AdaptiveRate > 2 {
-		t.Fatalf("after an outage: %v, want the floor", st.AdaptiveRate)
-	}
-	periods := 0
-	for b.d.BudgetState().AdaptiveRate < held && periods < 100 {
-		g.winBound = true
-		at = feed(g, at, 10, 0, time.Millisecond)
-		periods++
-	}
-	if periods > int(1/DefaultAdaptiveIncrease)+1 {
-		t.Fatalf("back to %v after %d good periods, want within %d", held, periods, int(1/DefaultAdaptiveIncrease)+1)
-	}
-}
-
-// Adaptive mode starts low and doubles while raven answers well and the rate binds; the
-// first refusals end the doubling.
-func TestAdaptiveSlowStart(t *testing.T) {
-	t.Parallel()
-	b := setup(t, Config{Policy: Policy{Interval: time.Second}, Adaptive: Adaptive{Enabled: true}})
-	g := b.d.gov
-	g.count(4, time.Time{}, start)
-	if st := b.d.BudgetState(); st.AdaptiveRate != DefaultAdaptiveStart || st.EffectiveRate != DefaultAdaptiveStart {
-		t.Fatalf("at start: %+v, want %v", st, DefaultAdaptiveStart)
-	}
-	at := start
-	for _, want := range []float64{20, 40, 80} {
-		g.winBound = true
-		at = feed(g, at, 10, 0, time.Millisecond)
-		if got := b.d.BudgetState().AdaptiveRate; got != want {
-			t.Fatalf("slow start: %v, want %v", got, want)
-		}
-	}
-	at = feed(g, at, 80, 20, time.Millisecond)
-	cut := b.d.BudgetState().AdaptiveRate
-	g.winBound = true
-	feed(g, at, 50, 0, time.Millisecond)
-	if got := b.d.BudgetState().AdaptiveRate; got >= 2*cut || got <= cut {
-		t.Fatalf("after the first cut (to %v): %v, want a step up, no longer doubling", cut, got)
-	}
-}
-
 // An in-flight share that rounds below one is one, so that the instance's clients do not
 // wait for ever (ADR 7 says what that costs).
 func TestBudgetInFlightShareIsAtLeastOne(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
-		b := setup(t, Config{Policy: Policy{Interval: time.Second}, Budget: Budget{MaxInFlight: 3}})
-		b.src.partitions, b.d.gov.partitions = 8, 8
+		b := setupOn(t, 8, Config{Policy: schedule.Policy{Interval: time.Second}, Budget: governor.Budget{MaxInFlight: 3}})
 		l := newTestLoop(t, b)
 		l.ownership(ownEvent{kind: ownAcquired, partition: 0, validUntil: b.clock.now().Add(time.Hour)})
 		subj := subject(0, "alice")
@@ -479,7 +324,7 @@ func TestBudgetInFlightShareIsAtLeastOne(t *testing.T) {
 func TestHandBackWaitsForTheInFlightShare(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
-		b := setup(t, Config{Policy: Policy{Interval: time.Second}, Budget: Budget{MaxInFlight: 4}})
+		b := setup(t, Config{Policy: schedule.Policy{Interval: time.Second}, Budget: governor.Budget{MaxInFlight: 4}})
 		release, open := gate(t)
 		b.snd.answer = func(request.Stored, int) error { <-release; return nil }
 		l := newTestLoop(t, b)
@@ -499,35 +344,12 @@ func TestHandBackWaitsForTheInFlightShare(t *testing.T) {
 	})
 }
 
-// A start with raven refusing everything learns nothing of its capacity: once raven
-// answers, the rate doubles again from the floor instead of creeping up a step at a time.
-func TestAdaptiveStartWithRavenDownKeepsDoubling(t *testing.T) {
-	t.Parallel()
-	b := setup(t, Config{Policy: Policy{Interval: time.Second}, Adaptive: Adaptive{Enabled: true}})
-	g := b.d.gov
-	g.count(4, time.Time{}, start)
-	at := start
-	for range 5 {
-		at = feed(g, at, 10, 10, time.Millisecond)
-	}
-	if got := b.d.BudgetState().AdaptiveRate; got != adaptiveFloor {
-		t.Fatalf("raven down from the start: %v, want the floor", got)
-	}
-	for _, want := range []float64{2, 4, 8, 16} {
-		g.winBound = true
-		at = feed(g, at, 10, 0, time.Millisecond)
-		if got := b.d.BudgetState().AdaptiveRate; got != want {
-			t.Fatalf("raven back: %v, want %v (doubling)", got, want)
-		}
-	}
-}
-
 // A lane held back by the in-flight share that then goes away (its partition lost) does
 // not leave the loop thinking it is held back: its timer must wake for the next lane due.
 func TestHeldBackDoesNotOutliveTheHeldLane(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
-		b := setup(t, Config{Policy: Policy{Interval: time.Second}, Budget: Budget{MaxInFlight: 4}})
+		b := setup(t, Config{Policy: schedule.Policy{Interval: time.Second}, Budget: governor.Budget{MaxInFlight: 4}})
 		release, _ := gate(t)
 		b.snd.answer = func(request.Stored, int) error { <-release; return nil }
 		l := newTestLoop(t, b)
@@ -539,12 +361,12 @@ func TestHeldBackDoesNotOutliveTheHeldLane(t *testing.T) {
 		}
 		b.clock.advance(time.Second)
 		l.startDue()
-		if held, _ := b.d.gov.heldBack(); !held || l.sched.InFlight() != 4 {
+		if held, _ := b.d.gov.HeldBack(); !held || l.sched.InFlight() != 4 {
 			t.Fatalf("4 in flight and one held back expected; in flight %d, held %v", l.sched.InFlight(), held)
 		}
 		l.sched.ForgetWaiting(func(string) bool { return true }) // the held lane goes (as on a lost lease)
 		l.startDue()
-		if held, _ := b.d.gov.heldBack(); held {
+		if held, _ := b.d.gov.HeldBack(); held {
 			t.Fatal("still held back with no lane due: the loop would stop its timer")
 		}
 	})
@@ -561,7 +383,7 @@ func TestAdaptiveConvergesToCapacity(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		const capacity = 60.0
-		b := setup(t, Config{Policy: Policy{Interval: 250 * time.Millisecond}, Adaptive: Adaptive{Enabled: true}})
+		b := setup(t, Config{Policy: schedule.Policy{Interval: 250 * time.Millisecond}, Adaptive: governor.Adaptive{Enabled: true}})
 		l := newTestLoop(t, b)
 		ownAll(b, l)
 		queue(b, l, names("c", 100), 100)

@@ -12,6 +12,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/penguinhq/dispatcher/pkg/request"
+	"github.com/penguinhq/dispatcher/pkg/schedule"
 )
 
 // hookedSource is a memSource that calls afterHead once a Head has read the head, and
@@ -110,10 +111,10 @@ func TestCancelRemovesAQueuedRequestUnsent(t *testing.T) {
 	if got := b.src.deadLetters(); len(got) != 0 {
 		t.Fatalf("a cancel dead-letters nothing; dead letters: %v", sortedIDs(got))
 	}
-	if r := b.d.work(ctx, b.job(subj), time.Time{}); r.Kind != Delivered {
+	if r := b.d.work(ctx, b.job(subj), time.Time{}); r.Kind != schedule.Delivered {
 		t.Fatalf("r1 after r2's cancel: %v; want delivered", r.Kind)
 	}
-	if r := b.d.work(ctx, b.job(subj), time.Time{}); r.Kind != Empty {
+	if r := b.d.work(ctx, b.job(subj), time.Time{}); r.Kind != schedule.Empty {
 		t.Fatalf("after r1, the queue: %v; want empty", r.Kind)
 	}
 	for _, a := range b.snd.attempts() {
@@ -170,7 +171,7 @@ func TestCancelOfTheRequestInFlightIsRefused(t *testing.T) {
 		<-release
 		return nil
 	}
-	done := make(chan Result)
+	done := make(chan schedule.Result)
 	go func() { done <- b.d.work(context.Background(), b.job(subj), time.Time{}) }()
 	<-sending
 	res, err := b.d.cancel(context.Background(), subj, "r1", owned)
@@ -183,7 +184,7 @@ func TestCancelOfTheRequestInFlightIsRefused(t *testing.T) {
 		t.Fatalf("cancel of r2 while r1 is in flight: %+v, %v; want cancelled", res, err)
 	}
 	close(release)
-	if r := <-done; r.Kind != Delivered {
+	if r := <-done; r.Kind != schedule.Delivered {
 		t.Fatalf("r1's attempt: %v; want delivered", r.Kind)
 	}
 	if got := b.src.ids(); len(got) != 0 {
@@ -211,10 +212,10 @@ func TestWorkerThatReadTheHeadBeforeACancelDoesNotSendIt(t *testing.T) {
 	if got := b.snd.attempts(); len(got) != 0 {
 		t.Fatalf("raven received %v after its cancel was answered", got)
 	}
-	if r.Kind != Failed {
+	if r.Kind != schedule.Failed {
 		t.Fatalf("the worker's job: %v; want failed (read the head again)", r.Kind)
 	}
-	if r := b.d.work(context.Background(), b.job(subj), time.Time{}); r.Kind != Empty {
+	if r := b.d.work(context.Background(), b.job(subj), time.Time{}); r.Kind != schedule.Empty {
 		t.Fatalf("the next job: %v; want empty", r.Kind)
 	}
 }
@@ -226,7 +227,7 @@ func TestWorkerDoesNotSendARequestBeingCancelled(t *testing.T) {
 	b, h := setupHooked(t, Config{})
 	subj := subject(3, "dave")
 	b.src.add(subj, "r1", start)
-	var r Result
+	var r schedule.Result
 	h.afterFind = func() {
 		h.afterFind = nil
 		r = b.d.work(context.Background(), b.job(subj), time.Time{}) // the whole job, mid-cancel
@@ -238,7 +239,7 @@ func TestWorkerDoesNotSendARequestBeingCancelled(t *testing.T) {
 	if got := b.snd.attempts(); len(got) != 0 {
 		t.Fatalf("raven received %v while it was being cancelled", got)
 	}
-	if r.Kind != Failed {
+	if r.Kind != schedule.Failed {
 		t.Fatalf("the worker's job: %v; want failed", r.Kind)
 	}
 }

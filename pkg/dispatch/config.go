@@ -10,7 +10,9 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/penguinhq/dispatcher/pkg/governor"
 	"github.com/penguinhq/dispatcher/pkg/request"
+	"github.com/penguinhq/dispatcher/pkg/schedule"
 )
 
 // Defaults for Config.
@@ -24,7 +26,7 @@ const (
 
 // Config configures a Dispatcher.
 type Config struct {
-	Policy
+	schedule.Policy
 	// MaxInFlight caps attempts in flight at once, across all clients. Defaults to 1024.
 	MaxInFlight int
 	// ShutdownGrace bounds how long Run waits for attempts in flight when it is stopped.
@@ -51,9 +53,9 @@ type Config struct {
 
 	// Budget limits attempts to raven across all instances (each holds itself to its
 	// share); operators can change it through Steering. The zero Budget is no limit.
-	Budget Budget
+	Budget governor.Budget
 	// Adaptive makes the rate to raven follow raven's answers (off unless Enabled).
-	Adaptive Adaptive
+	Adaptive governor.Adaptive
 
 	// Steering brings operators' changes (intervals, pause, purge) while running. Nil
 	// means none: the Policy holds.

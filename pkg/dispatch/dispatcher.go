@@ -9,6 +9,7 @@ import (
 	"github.com/rs/zerolog"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/penguinhq/dispatcher/pkg/governor"
 	"github.com/penguinhq/dispatcher/pkg/request"
 	"github.com/penguinhq/dispatcher/pkg/tracing"
 )
@@ -30,7 +31,7 @@ type Dispatcher struct {
 	sending                *sending    // keeps cancels and attempts of one request apart
 	recent                 *recent
 	activity               *activity
-	gov                    *governor
+	gov                    *governor.Governor
 	tracer                 trace.Tracer // nil: tracing is off
 }
 
@@ -62,7 +63,7 @@ func New(cfg Config, src Source, snd Sender, log zerolog.Logger) (*Dispatcher, e
 	log = log.With().Str("component", "dispatch").Str("instance", cfg.InstanceID).Logger()
 	d := &Dispatcher{cfg: cfg, src: src, snd: snd, log: log, now: time.Now, rand: rand.Float64,
 		queries: make(chan laneQuery), owns: make(chan ownAsk), sending: newSending(), recent: newRecent(cfg.RecentDeliveries), activity: newActivity(cfg.AttemptHistory)}
-	d.gov = newGovernor(cfg, src.Partitions(), log)
+	d.gov = governor.New(cfg.Budget, cfg.Adaptive, src.Partitions(), cfg.Metrics, log)
 	if cfg.Tracing != nil {
 		d.tracer = cfg.Tracing.Tracer(tracing.Name)
 	}
@@ -116,4 +117,11 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	defer cancel()
 	releaseAll(rctx)
 	return nil
+}
+
+// BudgetState is this instance's view of raven's budget; safe from any goroutine.
+func (d *Dispatcher) BudgetState() governor.BudgetState {
+	st := d.gov.Published()
+	st.InFlight = int(d.inFlight.Load())
+	return st
 }

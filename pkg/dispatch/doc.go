@@ -5,19 +5,16 @@
 //
 // The pieces:
 //
-//   - Policy (policy.go): interval, retry backoff with jitter, and when to give up.
-//   - Scheduler (scheduler.go, lane.go): the lanes (one per client with a backlog) and a
-//     timer heap of when each may next start an attempt. It is pure state with the time
-//     passed in, so its rules are tested exactly with a fake clock.
-//   - The loop (dispatcher.go, loop.go, job.go, partitions.go): runs a Scheduler against
-//     a Source (the queue), handing each lane that falls due to a worker.
+//   - The loop (dispatcher.go, loop.go, partitions.go): runs a schedule.Scheduler (the
+//     lanes, their timer heap and the policy, pure state in pkg/schedule) against a
+//     Source (the queue), handing each lane that falls due to a worker.
 //   - Ownership (ownership.go, acquire.go, leasewatch.go): partition leases, their
 //     renewal, and the fence a new owner waits out before its first attempt (ADR 4).
 //   - The attempt (attempt.go): a worker reads the head, sends it with a Sender (raven)
 //     and judges the answer; settle.go writes the outcome's event and removes or
 //     dead-letters the request (ADR 9); observe.go records it for operators.
-//   - Raven's budget (budget.go, governor.go): each instance's share of it, kept with a
-//     token bucket, and its adaptive mode (ADR 7).
+//   - Raven's budget: a governor.Governor (pkg/governor) holds each instance to its
+//     share, with a token bucket, and runs adaptive mode (ADR 7).
 //   - Cancel (cancel.go): the owner of a client's partition removes a queued request that
 //     is not in flight, past the partition's fence and inside its lease; a sending guard
 //     keeps it apart from the owner's own workers (ADR 13).

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/penguinhq/dispatcher/pkg/request"
+	"github.com/penguinhq/dispatcher/pkg/schedule"
 )
 
 // Unit tests of partition handover: the loop taking a partition (acquire), having it
@@ -46,7 +47,7 @@ func (l *loop) result(t testing.TB) outcome {
 func TestAcquiredPartitionWaitsOutTheFence(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
-		b := setup(t, Config{Policy: Policy{Interval: iv}})
+		b := setup(t, Config{Policy: schedule.Policy{Interval: iv}})
 		l := newTestLoop(t, b)
 		subj := subject(1, "alice")
 		b.src.add(subj, "r1", start)
@@ -61,7 +62,7 @@ func TestAcquiredPartitionWaitsOutTheFence(t *testing.T) {
 		}
 		b.clock.advance(prefetchLead + time.Millisecond)
 		l.startDue()
-		if r := l.result(t); r.Kind != Delivered {
+		if r := l.result(t); r.Kind != schedule.Delivered {
 			t.Fatalf("after the fence: %+v, want Delivered", r)
 		}
 		if a := b.snd.attempts(); len(a) != 1 || a[0].at.Before(notBefore.Add(iv)) {
@@ -74,7 +75,7 @@ func TestAcquiredPartitionWaitsOutTheFence(t *testing.T) {
 func TestUnownedPartitionIsNotScheduled(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
-		b := setup(t, Config{Policy: Policy{Interval: iv}})
+		b := setup(t, Config{Policy: schedule.Policy{Interval: iv}})
 		l := newTestLoop(t, b)
 		l.ownership(ownEvent{kind: ownAcquired, partition: 0, validUntil: start.Add(time.Hour)})
 		l.notify(subject(2, "bob"))
@@ -88,7 +89,7 @@ func TestUnownedPartitionIsNotScheduled(t *testing.T) {
 func TestLapsingLeaseHoldsUntilRenewed(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
-		b := setup(t, Config{Policy: Policy{Interval: iv}})
+		b := setup(t, Config{Policy: schedule.Policy{Interval: iv}})
 		l := newTestLoop(t, b)
 		subj := subject(3, "carol")
 		b.src.add(subj, "r1", start)
@@ -100,13 +101,13 @@ func TestLapsingLeaseHoldsUntilRenewed(t *testing.T) {
 			t.Fatal("an attempt started although the lease could lapse")
 		}
 		li, ok := l.sched.Lane(subj)
-		if !ok || li.State != LaneWaiting {
+		if !ok || li.State != schedule.LaneWaiting {
 			t.Fatalf("lane %+v, %v: want it held, waiting", li, ok)
 		}
 		l.ownership(ownEvent{kind: ownRenewed, partition: 3, validUntil: b.clock.now().Add(time.Hour)})
 		b.clock.advance(time.Second)
 		l.startDue()
-		if r := l.result(t); r.Kind != Delivered {
+		if r := l.result(t); r.Kind != schedule.Delivered {
 			t.Fatalf("after the renewal: %+v, want Delivered", r)
 		}
 	})
@@ -117,7 +118,7 @@ func TestLapsingLeaseHoldsUntilRenewed(t *testing.T) {
 func TestLostPartitionStopsAndIsFencedWhenRetaken(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
-		b := setup(t, Config{Policy: Policy{Interval: iv}})
+		b := setup(t, Config{Policy: schedule.Policy{Interval: iv}})
 		l := newTestLoop(t, b)
 		busy, other := subject(2, "dan"), subject(2, "eve")
 		b.src.add(busy, "d1", start)
@@ -147,7 +148,7 @@ func TestLostPartitionStopsAndIsFencedWhenRetaken(t *testing.T) {
 			t.Fatal("a lane was made in a lost partition")
 		}
 		open()
-		if r := l.result(t); r.Kind != Delivered {
+		if r := l.result(t); r.Kind != schedule.Delivered {
 			t.Fatalf("the attempt in flight: %+v, want Delivered", r)
 		}
 		if _, ok := l.owned[2]; ok {
@@ -168,7 +169,7 @@ func TestLostPartitionStopsAndIsFencedWhenRetaken(t *testing.T) {
 		}
 		b.clock.advance(prefetchLead + time.Millisecond)
 		l.startDue()
-		if r := l.result(t); r.Kind != Delivered || r.Subject != busy {
+		if r := l.result(t); r.Kind != schedule.Delivered || r.Subject != busy {
 			t.Fatalf("after the new fence: %+v, want d2 delivered", r)
 		}
 	})
@@ -178,7 +179,7 @@ func TestLostPartitionStopsAndIsFencedWhenRetaken(t *testing.T) {
 func TestReleaseWaitsForTheAttemptInFlight(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
-		b := setup(t, Config{Policy: Policy{Interval: iv}})
+		b := setup(t, Config{Policy: schedule.Policy{Interval: iv}})
 		l := newTestLoop(t, b)
 		subj := subject(0, "fay")
 		b.src.add(subj, "f1", start)

@@ -4,24 +4,26 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/penguinhq/dispatcher/pkg/governor"
 	"github.com/penguinhq/dispatcher/pkg/request"
+	"github.com/penguinhq/dispatcher/pkg/schedule"
 )
 
 type laneQuery struct {
 	subjects []string
 	limit    int
 	byDue    bool
-	reply    chan []LaneInfo
+	reply    chan []schedule.LaneInfo
 }
 
-func (l *loop) lanesOf(q laneQuery) []LaneInfo {
+func (l *loop) lanesOf(q laneQuery) []schedule.LaneInfo {
 	if q.byDue {
 		return l.sched.DueLanes(q.limit)
 	}
 	if q.subjects == nil {
 		return l.sched.LaneInfos(q.limit)
 	}
-	var out []LaneInfo
+	var out []schedule.LaneInfo
 	for _, s := range q.subjects {
 		if li, ok := l.sched.Lane(s); ok {
 			out = append(out, li)
@@ -32,12 +34,12 @@ func (l *loop) lanesOf(q laneQuery) []LaneInfo {
 
 // Lanes describes this instance's lanes for the given request subjects (those it holds
 // no lane for are left out), or up to limit of its lanes when subjects is nil.
-func (d *Dispatcher) Lanes(ctx context.Context, subjects []string, limit int) ([]LaneInfo, error) {
+func (d *Dispatcher) Lanes(ctx context.Context, subjects []string, limit int) ([]schedule.LaneInfo, error) {
 	return d.askLoop(ctx, laneQuery{subjects: subjects, limit: limit})
 }
 
-func (d *Dispatcher) askLoop(ctx context.Context, q laneQuery) ([]LaneInfo, error) {
-	q.reply = make(chan []LaneInfo, 1)
+func (d *Dispatcher) askLoop(ctx context.Context, q laneQuery) ([]schedule.LaneInfo, error) {
+	q.reply = make(chan []schedule.LaneInfo, 1)
 	select {
 	case d.queries <- q:
 	case <-ctx.Done():
@@ -56,11 +58,11 @@ const MaxLaneAnswer = 1000
 
 // LaneAnswer is one instance's answer to operators asking about lanes and requests.
 type LaneAnswer struct {
-	Instance  string     `json:"instance"`
-	Lanes     []LaneInfo `json:"lanes,omitempty"`
-	Delivered []Delivery `json:"delivered,omitempty"`
+	Instance  string              `json:"instance"`
+	Lanes     []schedule.LaneInfo `json:"lanes,omitempty"`
+	Delivered []Delivery          `json:"delivered,omitempty"`
 	// Budget is the instance's view of raven's budget, when asked for.
-	Budget *BudgetState `json:"budget,omitempty"`
+	Budget *governor.BudgetState `json:"budget,omitempty"`
 	// History is the last attempts of each asked-for subject's client this instance
 	// remembers, oldest first, when asked for.
 	History map[string][]Attempt `json:"history,omitempty"`

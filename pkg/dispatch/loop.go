@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/penguinhq/dispatcher/pkg/request"
+	"github.com/penguinhq/dispatcher/pkg/schedule"
 )
 
 // prefetchLead is how long before an attempt is due its head request is read.
@@ -14,7 +15,7 @@ const prefetchLead = 50 * time.Millisecond
 // the scheduler; the lister goroutine and the workers reach it through channels only.
 type loop struct {
 	d         *Dispatcher
-	sched     *Scheduler
+	sched     *schedule.Scheduler
 	owned     map[int]*partition
 	releasing bool         // a hand-back waits for attempts in flight to come within the budget's share
 	notes     chan string  // subjects with (perhaps) new requests: watch and lister
@@ -29,7 +30,7 @@ type loop struct {
 }
 
 type outcome struct {
-	Result
+	schedule.Result
 	partition int
 	token     bool // the attempt took a token of raven's budget
 }
@@ -37,7 +38,7 @@ type outcome struct {
 func newLoop(d *Dispatcher, ctx context.Context) *loop {
 	l := &loop{
 		d:       d,
-		sched:   NewScheduler(d.cfg.Policy, d.rand),
+		sched:   schedule.New(d.cfg.Policy, d.rand),
 		owned:   make(map[int]*partition),
 		notes:   make(chan string, 1<<16),
 		results: make(chan outcome, d.cfg.MaxInFlight),
@@ -154,7 +155,7 @@ func (l *loop) serve(ctx context.Context) {
 		// Wake when the next lane is due, and not before raven's budget lets one go: a
 		// budget held back for attempts in flight waits for their results instead.
 		next, ok := l.sched.Next()
-		held, wake := l.d.gov.heldBack()
+		held, wake := l.d.gov.HeldBack()
 		if ok && l.sched.InFlight() < d.cfg.MaxInFlight && (!held || !wake.IsZero()) {
 			timer.Reset(max(later(next, wake).Sub(d.now()), 0))
 		} else {
@@ -269,9 +270,9 @@ func (l *loop) drain() {
 // restarts, or a cleared record deleted after it was written) is not logged.
 func (l *loop) steer(c request.SteerChange, quiet bool) {
 	if c.Budget != nil {
-		was, is := l.d.gov.steer(*c.Budget, l.d.now())
+		was, is := l.d.gov.Steer(*c.Budget, l.d.now())
 		if was != is && !quiet {
-			l.d.log.Info().Str("was", describeBudget(was)).Str("now", describeBudget(is)).Str("by", c.Budget.By).
+			l.d.log.Info().Str("was", was.Describe()).Str("now", is.Describe()).Str("by", c.Budget.By).
 				Msg("raven's budget changed")
 		}
 		return

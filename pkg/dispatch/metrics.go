@@ -5,6 +5,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/penguinhq/dispatcher/pkg/governor"
 	"github.com/penguinhq/dispatcher/pkg/request"
 )
 
@@ -93,7 +94,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	for _, o := range []CancelOutcome{Cancelled, CancelInFlight, CancelNotQueued, CancelHandover} {
 		m.cancels.WithLabelValues(o.String())
 	}
-	for _, w := range rateWhys {
+	for _, w := range governor.Whys() {
 		m.rateChanges.WithLabelValues(w)
 	}
 	for _, o := range []string{OutcomeDelivered, OutcomeTransient, OutcomePermanent} {
@@ -121,26 +122,26 @@ func (m *Metrics) watch(d *Dispatcher) {
 		gauge("dispatch_in_flight", "Attempts in flight on this instance.", func(s Stats) int { return s.InFlight }),
 		gauge("dispatch_partitions_owned", "Partitions this instance owns and sends for.", func(s Stats) int { return s.Owned }),
 	)
-	budget := func(name, help string, v func(BudgetState) float64) prometheus.Collector {
+	budget := func(name, help string, v func(governor.BudgetState) float64) prometheus.Collector {
 		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, func() float64 { return v(d.BudgetState()) })
 	}
 	m.reg.MustRegister(
 		budget("dispatch_raven_budget_rate", "Raven's budget in force, attempts per second across all instances (0: no limit).",
-			func(s BudgetState) float64 { return s.MaxRate }),
+			func(s governor.BudgetState) float64 { return s.MaxRate }),
 		budget("dispatch_raven_budget_inflight", "Raven's budget in force, attempts in flight across all instances (0: no limit).",
-			func(s BudgetState) float64 { return float64(s.MaxInFlight) }),
+			func(s governor.BudgetState) float64 { return float64(s.MaxInFlight) }),
 		budget("dispatch_raven_share_rate", "This instance's share of dispatch_raven_budget_rate: the budget times the part of the partitions it may send for.",
-			func(s BudgetState) float64 { return s.ShareRate }),
+			func(s governor.BudgetState) float64 { return s.ShareRate }),
 		budget("dispatch_raven_share_inflight", "This instance's share of dispatch_raven_budget_inflight.",
-			func(s BudgetState) float64 { return float64(s.ShareInFlight) }),
+			func(s governor.BudgetState) float64 { return float64(s.ShareInFlight) }),
 		budget("dispatch_raven_effective_rate", "The rate this instance holds itself to now: its share, or less in adaptive mode (0: no limit).",
-			func(s BudgetState) float64 { return s.EffectiveRate }),
+			func(s governor.BudgetState) float64 { return s.EffectiveRate }),
 		budget("dispatch_raven_adaptive_rate", "Adaptive mode: the rate raven's answers allow all instances together, as this instance judges them (0: not limiting).",
-			func(s BudgetState) float64 { return s.AdaptiveRate }),
+			func(s governor.BudgetState) float64 { return s.AdaptiveRate }),
 		budget("dispatch_raven_budget_waiting_lanes", "Lanes due but held back by raven's budget or a pause, at the last count (every 250 ms while it binds).",
-			func(s BudgetState) float64 { return float64(s.Waiting) }),
+			func(s governor.BudgetState) float64 { return float64(s.Waiting) }),
 		budget("dispatch_raven_paused", "1 while raven's 503 with Retry-After holds every send of this instance back.",
-			func(s BudgetState) float64 {
+			func(s governor.BudgetState) float64 {
 				if time.Now().Before(s.PausedUntil) {
 					return 1
 				}
@@ -149,13 +150,13 @@ func (m *Metrics) watch(d *Dispatcher) {
 	)
 }
 
-func (m *Metrics) budgetWait(d time.Duration) {
+func (m *Metrics) BudgetWait(d time.Duration) {
 	if m != nil {
 		m.budgetWaits.Observe(max(d, 0).Seconds())
 	}
 }
 
-func (m *Metrics) rateChanged(why string) {
+func (m *Metrics) RateChanged(why string) {
 	if m != nil {
 		m.rateChanges.WithLabelValues(why).Inc()
 	}

@@ -9,6 +9,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/penguinhq/dispatcher/pkg/request"
+	"github.com/penguinhq/dispatcher/pkg/schedule"
 	"github.com/penguinhq/dispatcher/pkg/tracing"
 )
 
@@ -16,7 +17,7 @@ import (
 // deciding it (attempt.go) and settling it (settle.go).
 
 // noteAttempt remembers an attempt for the console (Activity and the client's history).
-func (d *Dispatcher) noteAttempt(job Job, st request.Stored, attempt int, start, end time.Time, outcome string, status int, err error) {
+func (d *Dispatcher) noteAttempt(job schedule.Job, st request.Stored, attempt int, start, end time.Time, outcome string, status int, err error) {
 	if err != nil {
 		status = request.RavenStatus(err)
 	}
@@ -36,7 +37,7 @@ func (d *Dispatcher) deadLettered(reason request.Reason) {
 // startAttempt starts an attempt's span, a child of the trace context stored with the
 // request (the accept span, or the replay's); an attempt after the first also links to
 // it, as a retry. Tracing off: ctx as it is and no span.
-func (d *Dispatcher) startAttempt(ctx context.Context, job Job, st request.Stored, attempt int, start time.Time) (context.Context, trace.Span) {
+func (d *Dispatcher) startAttempt(ctx context.Context, job schedule.Job, st request.Stored, attempt int, start time.Time) (context.Context, trace.Span) {
 	if d.tracer == nil {
 		return ctx, nil
 	}

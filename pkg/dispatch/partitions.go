@@ -51,7 +51,7 @@ func (l *loop) list(p int) {
 
 func (l *loop) ownership(e ownEvent) {
 	now := l.d.now()
-	l.d.gov.partitionsChanged() // raven's budget is shared by the partitions one may send for
+	l.d.gov.PartitionsChanged() // raven's budget is shared by the partitions one may send for
 	part := l.owned[e.partition]
 	switch e.kind {
 	case ownAcquired:
@@ -85,12 +85,12 @@ func (l *loop) dropIfDrained(p int, part *partition) {
 	if part.inFlight > 0 || l.owned[p] != part {
 		return // attempts in flight, or let go of already
 	}
-	if part.release != nil && l.d.gov.limitsInFlight() {
+	if part.release != nil && l.d.gov.LimitsInFlight() {
 		now := l.d.now()
-		if l.d.gov.needsCount(now) {
+		if l.d.gov.NeedsCount(now) {
 			l.countOpen(now)
 		}
-		if l.d.gov.overShare(l.sched.InFlight()) {
+		if l.d.gov.OverShare(l.sched.InFlight()) {
 			l.releasing = true
 			return
 		}
@@ -133,7 +133,7 @@ func (l *loop) notify(subj string) {
 func (l *loop) done(r outcome) {
 	now := l.d.now()
 	l.sched.Done(r.Result, now)
-	l.d.gov.finished(r.Result, r.token, now)
+	l.d.gov.Finished(r.Result, r.token, now)
 	part := l.owned[r.partition]
 	if part != nil {
 		part.inFlight--
@@ -144,7 +144,7 @@ func (l *loop) done(r outcome) {
 	if part.open() {
 		return
 	}
-	l.d.gov.partitionsChanged()
+	l.d.gov.PartitionsChanged()
 	l.sched.Forget(r.Subject)
 	if part != nil {
 		l.dropIfDrained(r.partition, part)
@@ -174,7 +174,7 @@ func (l *loop) countOpen(now time.Time) {
 			until = part.validUntil
 		}
 	}
-	l.d.gov.count(n, until, now)
+	l.d.gov.Count(n, until, now)
 }
 
 // releaseDrained hands back the partitions that wait for this instance's attempts in
@@ -186,4 +186,12 @@ func (l *loop) releaseDrained() {
 			l.dropIfDrained(p, part)
 		}
 	}
+}
+
+// later is the later of a and b.
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/penguinhq/dispatcher/pkg/request"
+	"github.com/penguinhq/dispatcher/pkg/schedule"
 	"github.com/penguinhq/dispatcher/pkg/tracing"
 )
 
@@ -13,12 +14,12 @@ import (
 // the request's removal or dead-lettering, inside the partition's lease (ADR 9).
 
 // bury dead-letters st unsent, for why, and says so in the result.
-func (d *Dispatcher) bury(ctx context.Context, job Job, st request.Stored, why request.Verdict, sendBy time.Time) Result {
+func (d *Dispatcher) bury(ctx context.Context, job schedule.Job, st request.Stored, why request.Verdict, sendBy time.Time) schedule.Result {
 	if d.finish(ctx, st, why, sendBy) != nil {
-		return Result{Subject: job.Subject, Kind: Failed}
+		return schedule.Result{Subject: job.Subject, Kind: schedule.Failed}
 	}
 	d.deadLettered(why.Reason)
-	return Result{Subject: job.Subject, Kind: DeadLettered}
+	return schedule.Result{Subject: job.Subject, Kind: schedule.DeadLettered}
 }
 
 // remove deletes a delivered request from the queue, retrying until it lands or ctx ends

@@ -14,6 +14,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/penguinhq/dispatcher/pkg/request"
+	"github.com/penguinhq/dispatcher/pkg/schedule"
 )
 
 // The in-memory parts the dispatcher's unit tests run against: a Source that keeps
@@ -244,7 +245,13 @@ var start = time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 // on a fresh in-memory source of 4 partitions, its clock at start, jitter fixed.
 func setup(t testing.TB, cfg Config) *bundle {
 	t.Helper()
-	b := &bundle{src: newMemSource(4), clock: &fakeClock{t: start}, log: &syncBuffer{}}
+	return setupOn(t, 4, cfg)
+}
+
+// setupOn is setup on a source of the given number of partitions.
+func setupOn(t testing.TB, partitions int, cfg Config) *bundle {
+	t.Helper()
+	b := &bundle{src: newMemSource(partitions), clock: &fakeClock{t: start}, log: &syncBuffer{}}
 	b.snd = &memSender{clock: b.clock}
 	if cfg.InstanceID == "" {
 		cfg.InstanceID = "unit"
@@ -259,8 +266,8 @@ func setup(t testing.TB, cfg Config) *bundle {
 }
 
 // job is the job the scheduler would hand out for subj's first attempt, now.
-func (b *bundle) job(subj string) Job {
-	return Job{Subject: subj, SendAt: b.clock.now()}
+func (b *bundle) job(subj string) schedule.Job {
+	return schedule.Job{Subject: subj, SendAt: b.clock.now()}
 }
 
 func sortedIDs(ds []deadLetter) []string {
@@ -287,7 +294,7 @@ func TestDefaultInstanceIDIsValid(t *testing.T) {
 
 // The takeover bound the README states, with the defaults: 40.7 s.
 func TestTakeoverBoundWithTheDefaults(t *testing.T) {
-	c := Config{Policy: Policy{Interval: 5 * time.Second}, LeaseTTL: 30 * time.Second, SendTimeout: 10 * time.Second}
+	c := Config{Policy: schedule.Policy{Interval: 5 * time.Second}, LeaseTTL: 30 * time.Second, SendTimeout: 10 * time.Second}
 	if got := c.TakeoverBound().Round(100 * time.Millisecond); got != 40700*time.Millisecond {
 		t.Fatalf("takeover bound %s with the defaults, want 40.7s as the README says", got)
 	}

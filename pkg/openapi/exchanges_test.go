@@ -29,6 +29,7 @@ import (
 	"github.com/penguinhq/dispatcher/pkg/queue"
 	"github.com/penguinhq/dispatcher/pkg/queue/queuetest"
 	"github.com/penguinhq/dispatcher/pkg/request"
+	"github.com/penguinhq/dispatcher/pkg/schedule"
 )
 
 // publisher stores nothing: it answers with err, or a receipt.
@@ -557,7 +558,7 @@ func requestsWithRecords(t *testing.T, q *queue.Queue) (queued, inFlight, delive
 	stop, err := q.ServeLaneQueries(func(_ context.Context, lq request.LaneQuery) (any, error) {
 		a := dispatch.LaneAnswer{Instance: "dispatcher-1"}
 		if slices.Contains(lq.Subjects, subject) {
-			a.Lanes = []dispatch.LaneInfo{{Subject: subject, State: dispatch.LaneInFlight, Attempts: 1, LastEnd: now, Interval: 5 * time.Second}}
+			a.Lanes = []schedule.LaneInfo{{Subject: subject, State: schedule.LaneInFlight, Attempts: 1, LastEnd: now, Interval: 5 * time.Second}}
 		}
 		if slices.Contains(lq.IDs, delivered) {
 			a.Delivered = []dispatch.Delivery{{ID: delivered, Subject: subject, Attempt: 2, Delivered: now}}

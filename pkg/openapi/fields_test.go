@@ -17,6 +17,7 @@ import (
 	"github.com/penguinhq/dispatcher/pkg/openapi"
 	"github.com/penguinhq/dispatcher/pkg/queue"
 	"github.com/penguinhq/dispatcher/pkg/request"
+	"github.com/penguinhq/dispatcher/pkg/schedule"
 )
 
 // TestSchemaFields holds component schemas to the Go types the APIs encode: a schema's
@@ -60,7 +61,7 @@ func TestSchemaFields(t *testing.T) {
 		{openapi.Admin(), "InstanceBudget", admin.InstanceBudget{}},
 		{openapi.Admin(), "RequestState", admin.RequestState{}},
 		{openapi.Admin(), "CancelOutcome", admin.CancelOutcome{}},
-		{openapi.Admin(), "LaneInfo", dispatch.LaneInfo{}},
+		{openapi.Admin(), "LaneInfo", schedule.LaneInfo{}},
 		{openapi.Admin(), "Delivery", dispatch.Delivery{}},
 		{openapi.Admin(), "RequestRecord", request.Status{}},
 		{openapi.Admin(), "RecordAttempt", request.AttemptInfo{}},

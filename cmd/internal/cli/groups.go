@@ -11,10 +11,12 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/penguinhq/dispatcher/pkg/dispatch"
+	"github.com/penguinhq/dispatcher/pkg/governor"
 	"github.com/penguinhq/dispatcher/pkg/ingest"
 	"github.com/penguinhq/dispatcher/pkg/queue"
 	"github.com/penguinhq/dispatcher/pkg/raven"
 	"github.com/penguinhq/dispatcher/pkg/request"
+	"github.com/penguinhq/dispatcher/pkg/schedule"
 )
 
 // Log is the logging settings.
@@ -162,11 +164,11 @@ func DispatchSettings(s *Settings) *Dispatch {
 	s.Duration(&c.Raven.Timeout, "RAVEN_TIMEOUT", raven.DefaultTimeout, time.Millisecond, "bound on one attempt to raven")
 	s.Int(&keepBytes, "RESPONSE_MAX_BYTES", raven.DefaultKeepBytes, 0, request.MaxAnswerBytes, "how much of raven's answer body is kept with each request's outcome, for penguin to read in its status (a failed attempt's: at most 4 KiB); 0 keeps none (raven's status is kept always)")
 	s.HeaderNames(&c.Raven.KeepHeaders, "RESPONSE_HEADERS", strings.Join(raven.DefaultKeepHeaders, ","), "raven's answer headers kept with it, comma-separated; the word none keeps none")
-	s.Duration(&c.Interval, "DISPATCH_INTERVAL", dispatch.DefaultInterval, time.Millisecond, "least time between the end of one attempt for a client and the start of the next")
-	s.Duration(&c.BackoffBase, "RETRY_BACKOFF_BASE", dispatch.DefaultBackoffBase, time.Millisecond, "backoff after a request's first transient failure; doubles after each")
-	s.Duration(&c.BackoffMax, "RETRY_BACKOFF_MAX", dispatch.DefaultBackoffMax, time.Millisecond, "cap on the retry backoff")
-	s.Int(&attempts, "MAX_ATTEMPTS", dispatch.DefaultMaxAttempts, 1, 1_000_000, "attempts before a request is dead-lettered")
-	s.Duration(&c.MaxAge, "MAX_AGE", dispatch.DefaultMaxAge, time.Second, "a request that fails transiently this long after its first attempt is dead-lettered")
+	s.Duration(&c.Interval, "DISPATCH_INTERVAL", schedule.DefaultInterval, time.Millisecond, "least time between the end of one attempt for a client and the start of the next")
+	s.Duration(&c.BackoffBase, "RETRY_BACKOFF_BASE", schedule.DefaultBackoffBase, time.Millisecond, "backoff after a request's first transient failure; doubles after each")
+	s.Duration(&c.BackoffMax, "RETRY_BACKOFF_MAX", schedule.DefaultBackoffMax, time.Millisecond, "cap on the retry backoff")
+	s.Int(&attempts, "MAX_ATTEMPTS", schedule.DefaultMaxAttempts, 1, 1_000_000, "attempts before a request is dead-lettered")
+	s.Duration(&c.MaxAge, "MAX_AGE", schedule.DefaultMaxAge, time.Second, "a request that fails transiently this long after its first attempt is dead-lettered")
 	s.Int(&inFlight, "MAX_IN_FLIGHT", dispatch.DefaultMaxInFlight, 1, 1_000_000, "most attempts in flight at once, across clients")
 	s.Duration(&c.ShutdownGrace, "SHUTDOWN_GRACE", dispatch.DefaultShutdownGrace, 0, "how long a stopping dispatcher waits for attempts in flight")
 	s.Duration(&c.LeaseTTL, "LEASE_TTL", dispatch.DefaultLeaseTTL, 100*time.Millisecond, "how long a partition lease lives unless renewed; a crashed dispatcher's partitions move after about this plus one interval")
@@ -174,10 +176,10 @@ func DispatchSettings(s *Settings) *Dispatch {
 	s.Float(&c.Budget.MaxRate, "RAVEN_MAX_RATE", 0, 0, request.MaxBudgetRate, "raven's budget: attempts per second across all dispatcher instances, each holding to its share; 0 for no limit (dispatchctl budget changes it at runtime)")
 	s.Int(&budgetInFlight, "RAVEN_MAX_INFLIGHT", 0, 0, request.MaxBudgetInFlight, "raven's budget: attempts in flight at once across all dispatcher instances; 0 for no limit (when set, at least partitions ÷ the fewest partitions an instance holds)")
 	s.Bool(&c.Adaptive.Enabled, "RAVEN_ADAPTIVE", "adapt the rate to raven's answers: cut it when raven answers 429/503 or times out, or is slow; raise it step by step while raven answers in time; a 503 with Retry-After pauses every send")
-	s.Float(&c.Adaptive.Threshold, "RAVEN_ADAPTIVE_THRESHOLD", dispatch.DefaultAdaptiveThreshold, 0.001, 0.5, "adaptive: share of a second's attempts refused (429, 503, timeout) above which the rate is cut")
+	s.Float(&c.Adaptive.Threshold, "RAVEN_ADAPTIVE_THRESHOLD", governor.DefaultAdaptiveThreshold, 0.001, 0.5, "adaptive: share of a second's attempts refused (429, 503, timeout) above which the rate is cut")
 	s.Duration(&c.Adaptive.LatencyTarget, "RAVEN_LATENCY_TARGET", 0, 0, "adaptive: the rate is cut when more than a tenth of a second's attempts take longer; 0 for a quarter of RAVEN_TIMEOUT")
-	s.Float(&c.Adaptive.Decrease, "RAVEN_ADAPTIVE_DECREASE", dispatch.DefaultAdaptiveDecrease, 0.1, 0.99, "adaptive: what a cut multiplies the rate by")
-	s.Float(&c.Adaptive.Increase, "RAVEN_ADAPTIVE_INCREASE", dispatch.DefaultAdaptiveIncrease, 0.005, 1, "adaptive: the step up after each good second, as a share of the rate before the last cut")
+	s.Float(&c.Adaptive.Decrease, "RAVEN_ADAPTIVE_DECREASE", governor.DefaultAdaptiveDecrease, 0.1, 0.99, "adaptive: what a cut multiplies the rate by")
+	s.Float(&c.Adaptive.Increase, "RAVEN_ADAPTIVE_INCREASE", governor.DefaultAdaptiveIncrease, 0.005, 1, "adaptive: the step up after each good second, as a share of the rate before the last cut")
 	s.String(&c.InstanceID, "INSTANCE_ID", "", "this dispatcher's name in the lease store, unique among live instances; empty for host name plus a random suffix")
 	s.afterParse(func() {
 		c.MaxAttempts, c.MaxInFlight = int(attempts), int(inFlight)

@@ -27,6 +27,7 @@ import (
 
 	"github.com/penguinhq/dispatcher/pkg/dispatch"
 	"github.com/penguinhq/dispatcher/pkg/request"
+	"github.com/penguinhq/dispatcher/pkg/schedule"
 )
 
 // Fault kinds. A window of one hits the instance it names (or all) from its start to
@@ -289,7 +290,7 @@ func settingOf(seed uint64) (Setting, []Fault) {
 	r := rand.New(rand.NewPCG(seed, 0x5eed))
 	pick := func(ds ...time.Duration) time.Duration { return ds[r.IntN(len(ds))] }
 	cfg := dispatch.Config{
-		Policy: dispatch.Policy{
+		Policy: schedule.Policy{
 			Interval:    pick(500*time.Millisecond, time.Second, 2*time.Second),
 			BackoffBase: 100 * time.Millisecond,
 			BackoffMax:  2 * time.Second,

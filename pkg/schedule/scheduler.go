@@ -1,4 +1,4 @@
-package dispatch
+package schedule
 
 import (
 	"container/heap"
@@ -37,8 +37,8 @@ type Scheduler struct {
 	clientRaised map[string]time.Time
 }
 
-// NewScheduler returns an empty Scheduler. rand returns numbers in [0, 1) for jitter.
-func NewScheduler(p Policy, rand func() float64) *Scheduler {
+// New returns an empty Scheduler. rand returns numbers in [0, 1) for jitter.
+func New(p Policy, rand func() float64) *Scheduler {
 	return &Scheduler{policy: p, rand: rand, lanes: make(map[string]*lane), steers: make(map[string]request.Steering), clientRaised: make(map[string]time.Time)}
 }
 

@@ -1,4 +1,4 @@
-package dispatch
+package governor
 
 import (
 	"fmt"
@@ -9,65 +9,17 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/penguinhq/dispatcher/pkg/request"
+	"github.com/penguinhq/dispatcher/pkg/schedule"
 )
 
-// The governor keeps one instance to its share of raven's budget (Budget, ADR 7), with a
-// token bucket, and runs the adaptive mode.
-
-// bucket is a token bucket: rate tokens a second, up to burst. A token taken for a turn
-// that made no attempt (the lane turned out empty, paused, held) is given back, which
-// x/time/rate cannot do once the reservation's time has passed.
-type bucket struct {
-	rate, burst, tokens float64
-	last                time.Time
-}
-
-func (b *bucket) fill(now time.Time) {
-	if now.After(b.last) {
-		if !b.last.IsZero() {
-			b.tokens = min(b.burst, b.tokens+now.Sub(b.last).Seconds()*b.rate)
-		}
-		b.last = now
-	}
-}
-
-// set changes the rate at now; a bucket set for the first time starts full.
-func (b *bucket) set(rate float64, now time.Time) {
-	first := b.last.IsZero()
-	b.fill(now)
-	b.last = now
-	b.rate, b.burst = rate, max(1, rate*burstWindow.Seconds())
-	if first {
-		b.tokens = b.burst
-	}
-	b.tokens = min(b.tokens, b.burst)
-}
-
-// ready says whether a token is there at now, and if not, when one will be.
-func (b *bucket) ready(now time.Time) (bool, time.Time) {
-	b.fill(now)
-	if b.tokens >= 1-1e-9 { // not held back by a rounding of the fill
-		return true, time.Time{}
-	}
-	if b.rate <= 0 {
-		return false, time.Time{}
-	}
-	wait := min((1-b.tokens)/b.rate, 3600) // a tiny rate must not overflow the wait
-	return false, now.Add(time.Duration(wait * float64(time.Second)))
-}
-
-func (b *bucket) take() { b.tokens-- }
-
-func (b *bucket) refund() { b.tokens = min(b.burst, b.tokens+1) }
-
-// governor holds one instance to its share of raven's budget, and runs adaptive mode.
+// Governor holds one instance to its share of raven's budget, and runs adaptive mode.
 // Only the loop's goroutine touches it; operators read the state it publishes.
-type governor struct {
+type Governor struct {
 	configured Budget
 	steered    request.Budget
 	ad         Adaptive
 	partitions int
-	metrics    *Metrics
+	metrics    Metrics
 	log        zerolog.Logger
 
 	budget       Budget // in force
@@ -101,9 +53,21 @@ type governor struct {
 	state     atomic.Pointer[BudgetState]
 }
 
-func newGovernor(cfg Config, partitions int, log zerolog.Logger) *governor {
-	g := &governor{configured: cfg.Budget, ad: cfg.Adaptive, partitions: partitions, metrics: cfg.Metrics, log: log,
-		budget: cfg.Budget, recount: true, why: whyStart}
+// Metrics is what the Governor counts: how long a due lane waited for the budget, and
+// each change of the rate it holds to, by why (a WhyX).
+type Metrics interface {
+	BudgetWait(time.Duration)
+	RateChanged(why string)
+}
+
+// New returns a Governor for budget (shared by all instances) and adaptive mode (set to
+// its defaults), over partitions partitions of which it owns none yet. m may be nil.
+func New(budget Budget, ad Adaptive, partitions int, m Metrics, log zerolog.Logger) *Governor {
+	if m == nil {
+		m = noMetrics{}
+	}
+	g := &Governor{configured: budget, ad: ad, partitions: partitions, metrics: m, log: log,
+		budget: budget, recount: true, why: whyStart}
 	if g.ad.Enabled {
 		// Nothing is known of raven yet: start low and double while it answers well, so
 		// that a start with every lane due does not land on raven all at once.
@@ -116,9 +80,9 @@ func newGovernor(cfg Config, partitions int, log zerolog.Logger) *governor {
 	return g
 }
 
-// mayStart says whether another attempt may be handed out at now with inFlight attempts
+// MayStart says whether another attempt may be handed out at now with inFlight attempts
 // in flight. When it may not, wake says when to look again (zero: when an attempt ends).
-func (g *governor) mayStart(now time.Time, inFlight int) bool {
+func (g *Governor) MayStart(now time.Time, inFlight int) bool {
 	g.wake, g.held = time.Time{}, true
 	if now.Before(g.pausedUntil) {
 		g.wake = g.pausedUntil
@@ -143,36 +107,36 @@ func (g *governor) mayStart(now time.Time, inFlight int) bool {
 	return true
 }
 
-// look begins a look at the due lanes: until it holds one back, none is held.
-func (g *governor) look() { g.held = false }
+// Look begins a look at the due lanes: until it holds one back, none is held.
+func (g *Governor) Look() { g.held = false }
 
-// partitionsChanged says the partitions this instance may send for changed: its share
+// PartitionsChanged says the partitions this instance may send for changed: its share
 // is counted again at the next look.
-func (g *governor) partitionsChanged() { g.recount = true }
+func (g *Governor) PartitionsChanged() { g.recount = true }
 
-// overShare says whether inFlight attempts are more than this instance's share of raven's
+// OverShare says whether inFlight attempts are more than this instance's share of raven's
 // in-flight budget (false without one).
-func (g *governor) overShare(inFlight int) bool {
+func (g *Governor) OverShare(inFlight int) bool {
 	return g.budget.MaxInFlight > 0 && inFlight > g.shareInFlight
 }
 
-// limitsInFlight says whether raven's budget bounds the attempts in flight.
-func (g *governor) limitsInFlight() bool { return g.budget.MaxInFlight > 0 }
+// LimitsInFlight says whether raven's budget bounds the attempts in flight.
+func (g *Governor) LimitsInFlight() bool { return g.budget.MaxInFlight > 0 }
 
-// heldBack says whether the last look held a lane back, and until when (zero: until an
+// HeldBack says whether the last look held a lane back, and until when (zero: until an
 // attempt in flight ends).
-func (g *governor) heldBack() (bool, time.Time) { return g.held, g.wake }
+func (g *Governor) HeldBack() (bool, time.Time) { return g.held, g.wake }
 
 // limits says whether a budget or adaptive mode may hold lanes back.
-func (g *governor) limits() bool {
+func (g *Governor) limits() bool {
 	return g.rate > 0 || g.budget.MaxInFlight > 0 || g.ad.Enabled
 }
 
-// started takes a token for an attempt handed out at now, for a lane due at due, and
+// Started takes a token for an attempt handed out at now, for a lane due at due, and
 // says whether it did.
-func (g *governor) started(now, due time.Time) (token bool) {
+func (g *Governor) Started(now, due time.Time) (token bool) {
 	if g.limits() {
-		g.metrics.budgetWait(now.Sub(due))
+		g.metrics.BudgetWait(now.Sub(due))
 	}
 	if g.rate > 0 {
 		g.tokens.take()
@@ -181,9 +145,9 @@ func (g *governor) started(now, due time.Time) (token bool) {
 	return false
 }
 
-// finished takes back a worker's result: a turn without an attempt gives back the token
+// Finished takes back a worker's result: a turn without an attempt gives back the token
 // it took; an attempt's answer feeds adaptive mode.
-func (g *governor) finished(r Result, token bool, now time.Time) {
+func (g *Governor) Finished(r schedule.Result, token bool, now time.Time) {
 	if r.AttemptEnd.IsZero() {
 		if token && g.rate > 0 {
 			g.tokens.refund()
@@ -230,7 +194,7 @@ func (g *governor) finished(r Result, token bool, now time.Time) {
 
 // judge ends an adaptive period at now: a cut when raven refused or was slow, a step up
 // when it answered well while the rate held lanes back.
-func (g *governor) judge(now time.Time) {
+func (g *Governor) judge(now time.Time) {
 	n, bad, slow, bound := float64(g.winN), float64(g.winBad), float64(g.slow), g.winBound
 	// Rates are over the time the period's attempts took place, not the whole period: a
 	// burst (every lane due at once after a start) is judged at the rate it was sent at.
@@ -307,8 +271,8 @@ func (g *governor) judge(now time.Time) {
 	}
 }
 
-// steer applies an operator's budget record.
-func (g *governor) steer(b request.Budget, now time.Time) (was, is Budget) {
+// Steer applies an operator's budget record.
+func (g *Governor) Steer(b request.Budget, now time.Time) (was, is Budget) {
 	was = g.budget
 	g.steered = b
 	g.budget = g.configured
@@ -322,19 +286,20 @@ func (g *governor) steer(b request.Budget, now time.Time) (was, is Budget) {
 		g.adRate = g.budget.MaxRate
 	}
 	if g.budget != was {
-		g.apply(now, WhyBudget, "raven's budget "+describeBudget(g.budget))
+		g.apply(now, WhyBudget, "raven's budget "+g.budget.Describe())
 	}
 	g.publish() // the record shown to operators, also when it steers as before
 	return was, g.budget
 }
 
-func describeBudget(b Budget) string {
+// Describe says the budget in words, for logs and operators.
+func (b Budget) Describe() string {
 	return "rate " + request.FormatRate(b.MaxRate) + ", in flight " + request.FormatInFlight(b.MaxInFlight)
 }
 
-// count sets how many partitions this instance may send for, open and with a lease not
+// Count sets how many partitions this instance may send for, open and with a lease not
 // lapsed at now; until is when the first of those leases could lapse (zero: never).
-func (g *governor) count(owned int, until, now time.Time) {
+func (g *Governor) Count(owned int, until, now time.Time) {
 	g.countedUntil, g.recount = until, false
 	if owned != g.owned {
 		g.owned = owned
@@ -342,14 +307,14 @@ func (g *governor) count(owned int, until, now time.Time) {
 	}
 }
 
-// needsCount says whether the partitions must be counted again at now.
-func (g *governor) needsCount(now time.Time) bool {
+// NeedsCount says whether the partitions must be counted again at now.
+func (g *Governor) NeedsCount(now time.Time) bool {
 	return g.recount || !g.countedUntil.IsZero() && !now.Before(g.countedUntil)
 }
 
 // apply works out the share and the effective rate at now after a change, and records
 // why when the effective limits changed.
-func (g *governor) apply(now time.Time, why, detail string) {
+func (g *Governor) apply(now time.Time, why, detail string) {
 	frac := g.fraction()
 	share, shareInFlight := g.budget.MaxRate*frac, 0
 	if g.budget.MaxInFlight > 0 && g.owned > 0 {
@@ -384,21 +349,21 @@ func (g *governor) apply(now time.Time, why, detail string) {
 }
 
 // changedTo records why and when the limits changed.
-func (g *governor) changedTo(now time.Time, why, detail string) {
+func (g *Governor) changedTo(now time.Time, why, detail string) {
 	g.why, g.changed = why+": "+detail, now
-	g.metrics.rateChanged(why)
+	g.metrics.RateChanged(why)
 	g.publish()
 }
 
-func (g *governor) fraction() float64 {
+func (g *Governor) fraction() float64 {
 	if g.partitions == 0 {
 		return 0
 	}
 	return float64(g.owned) / float64(g.partitions)
 }
 
-// countWaiting records how many lanes are due but held back, at most every waitingEvery.
-func (g *governor) countWaiting(now time.Time, count func() int) {
+// CountWaiting records how many lanes are due but held back, at most every waitingEvery.
+func (g *Governor) CountWaiting(now time.Time, count func() int) {
 	if now.Sub(g.countedAt) < waitingEvery || g.waiting == 0 && !g.limits() {
 		return
 	}
@@ -409,11 +374,11 @@ func (g *governor) countWaiting(now time.Time, count func() int) {
 	}
 }
 
-// published is the state publish made last; safe from any goroutine.
-func (g *governor) published() BudgetState { return *g.state.Load() }
+// Published is the state publish made last; safe from any goroutine.
+func (g *Governor) Published() BudgetState { return *g.state.Load() }
 
 // publish makes the state readable by operators.
-func (g *governor) publish() {
+func (g *Governor) publish() {
 	share := g.budget.MaxRate * g.fraction()
 	st := &BudgetState{MaxRate: g.budget.MaxRate, MaxInFlight: g.budget.MaxInFlight, Adaptive: g.ad.Enabled,
 		Owned: g.owned, Partitions: g.partitions, ShareRate: share, ShareInFlight: g.shareInFlight,
@@ -426,4 +391,17 @@ func (g *governor) publish() {
 		st.Why = WhyNoBudget
 	}
 	g.state.Store(st)
+}
+
+type noMetrics struct{}
+
+func (noMetrics) BudgetWait(time.Duration) {}
+func (noMetrics) RateChanged(string)       {}
+
+// later is the later of a and b.
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }

@@ -1,4 +1,4 @@
-package dispatch
+package governor
 
 import (
 	"errors"
@@ -129,8 +129,11 @@ const (
 	WhyNoBudget = "no budget" // nothing limits this instance
 )
 
-// rateWhys are every value of WhyX that labels dispatch_raven_rate_changes_total.
-var rateWhys = []string{WhyBudget, WhyShare, WhyRefused, WhySlow, WhyIncrease, WhyPause, WhyResumed}
+// Whys are every WhyX a change of the rate is counted by (the label of
+// dispatch_raven_rate_changes_total).
+func Whys() []string {
+	return []string{WhyBudget, WhyShare, WhyRefused, WhySlow, WhyIncrease, WhyPause, WhyResumed}
+}
 
 // BudgetState is one instance's view of raven's budget, for operators.
 type BudgetState struct {
@@ -165,11 +168,4 @@ type BudgetState struct {
 // Limited says whether anything limits this instance's sends to raven.
 func (s BudgetState) Limited() bool {
 	return s.MaxRate > 0 || s.MaxInFlight > 0 || s.Adaptive
-}
-
-// BudgetState is this instance's view of raven's budget; safe from any goroutine.
-func (d *Dispatcher) BudgetState() BudgetState {
-	st := d.gov.published()
-	st.InFlight = int(d.inFlight.Load())
-	return st
 }

@@ -1,4 +1,4 @@
-package dispatch
+package schedule
 
 import (
 	"container/heap"

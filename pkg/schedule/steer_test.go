@@ -1,25 +1,25 @@
-package dispatch_test
+package schedule_test
 
 import (
 	"testing"
 	"time"
 
-	"github.com/penguinhq/dispatcher/pkg/dispatch"
 	"github.com/penguinhq/dispatcher/pkg/request"
+	"github.com/penguinhq/dispatcher/pkg/schedule"
 )
 
 // deliver takes subject's due job at now and reports it delivered, the attempt ending at
 // once; it returns the job.
-func deliver(t testing.TB, s *dispatch.Scheduler, now time.Time, subject string) dispatch.Job {
+func deliver(t testing.TB, s *schedule.Scheduler, now time.Time, subject string) schedule.Job {
 	t.Helper()
 	job := mustDue(t, s, now, subject)
-	s.Done(dispatch.Result{Subject: subject, Kind: dispatch.Delivered, AttemptEnd: now}, now)
+	s.Done(schedule.Result{Subject: subject, Kind: schedule.Delivered, AttemptEnd: now}, now)
 	return job
 }
 
 func TestGlobalIntervalChangeMovesWaitingLanes(t *testing.T) {
 	t.Parallel()
-	s := dispatch.NewScheduler(policy(), zero)
+	s := schedule.New(policy(), zero)
 	s.Notify("p.a", t0, time.Time{})
 	deliver(t, s, t0, "p.a")
 
@@ -34,7 +34,7 @@ func TestGlobalIntervalChangeMovesWaitingLanes(t *testing.T) {
 
 func TestClientIntervalOverridesGlobal(t *testing.T) {
 	t.Parallel()
-	s := dispatch.NewScheduler(policy(), zero)
+	s := schedule.New(policy(), zero)
 	s.Steer("slow", request.Steering{Interval: request.Duration(time.Minute)}, t0.Add(-time.Hour))
 	for _, c := range []string{"p.slow", "p.fast"} {
 		s.Notify(c, t0, time.Time{})
@@ -48,7 +48,7 @@ func TestClientIntervalOverridesGlobal(t *testing.T) {
 	}
 
 	// Clearing the steer brings the client back to the global interval.
-	s2 := dispatch.NewScheduler(policy(), zero)
+	s2 := schedule.New(policy(), zero)
 	s2.Steer("slow", request.Steering{Interval: request.Duration(time.Minute)}, t0.Add(-time.Hour))
 	s2.Notify("p.slow", t0, time.Time{})
 	deliver(t, s2, t0, "p.slow")
@@ -58,7 +58,7 @@ func TestClientIntervalOverridesGlobal(t *testing.T) {
 
 func TestFenceUsesTheClientsInterval(t *testing.T) {
 	t.Parallel()
-	s := dispatch.NewScheduler(policy(), zero)
+	s := schedule.New(policy(), zero)
 	s.Steer("slow", request.Steering{Interval: request.Duration(time.Minute)}, t0.Add(-time.Hour))
 	s.Notify("p.slow", t0, t0) // taken over at t0: the previous owner may have just sent
 	mustNotDue(t, s, t0.Add(time.Minute-time.Nanosecond))
@@ -67,7 +67,7 @@ func TestFenceUsesTheClientsInterval(t *testing.T) {
 
 func TestPausedLaneParksAndResumesSpaced(t *testing.T) {
 	t.Parallel()
-	s := dispatch.NewScheduler(policy(), zero)
+	s := schedule.New(policy(), zero)
 	s.Notify("p.a", t0, time.Time{})
 	deliver(t, s, t0, "p.a")
 	s.Steer("a", request.Steering{Paused: true}, t0)
@@ -76,10 +76,10 @@ func TestPausedLaneParksAndResumesSpaced(t *testing.T) {
 	if !job.Paused {
 		t.Fatal("job of a paused client is not marked paused")
 	}
-	s.Done(dispatch.Result{Subject: "p.a", Kind: dispatch.Parked}, t0.Add(interval))
+	s.Done(schedule.Result{Subject: "p.a", Kind: schedule.Parked}, t0.Add(interval))
 	s.Notify("p.a", t0.Add(interval), time.Time{}) // more requests arrive: still parked
 	mustNotDue(t, s, t0.Add(time.Hour))
-	if li, ok := s.Lane("p.a"); !ok || li.State != dispatch.LanePaused {
+	if li, ok := s.Lane("p.a"); !ok || li.State != schedule.LanePaused {
 		t.Fatalf("lane = %+v, %v; want paused", li, ok)
 	}
 
@@ -92,7 +92,7 @@ func TestPausedLaneParksAndResumesSpaced(t *testing.T) {
 
 func TestResumeSoonAfterASendStillWaitsTheInterval(t *testing.T) {
 	t.Parallel()
-	s := dispatch.NewScheduler(policy(), zero)
+	s := schedule.New(policy(), zero)
 	s.Notify("p.a", t0, time.Time{})
 	deliver(t, s, t0, "p.a")
 	s.Steer("a", request.Steering{Paused: true}, t0)
@@ -105,12 +105,12 @@ func TestResumeSoonAfterASendStillWaitsTheInterval(t *testing.T) {
 // again, still marked paused; nothing was sent, so spacing counts from the last send.
 func TestPurgeOfAParkedLaneLooksAgain(t *testing.T) {
 	t.Parallel()
-	s := dispatch.NewScheduler(policy(), zero)
+	s := schedule.New(policy(), zero)
 	s.Notify("p.a", t0, time.Time{})
 	deliver(t, s, t0, "p.a")
 	s.Steer("a", request.Steering{Paused: true}, t0)
 	job := mustDue(t, s, t0.Add(interval), "p.a")
-	s.Done(dispatch.Result{Subject: job.Subject, Kind: dispatch.Parked}, t0.Add(interval))
+	s.Done(schedule.Result{Subject: job.Subject, Kind: schedule.Parked}, t0.Add(interval))
 	// The purge asks for a look; nothing was sent meanwhile, so spacing still counts
 	// from t0.
 	s.Steer("a", request.Steering{Paused: true, PurgeThrough: 9}, t0)
@@ -122,7 +122,7 @@ func TestPurgeOfAParkedLaneLooksAgain(t *testing.T) {
 
 func TestPurgeLeavesSpacingFromTheLastRealAttempt(t *testing.T) {
 	t.Parallel()
-	s := dispatch.NewScheduler(policy(), zero)
+	s := schedule.New(policy(), zero)
 	s.Notify("p.a", t0, time.Time{})
 	deliver(t, s, t0, "p.a")
 	s.Steer("a", request.Steering{PurgeThrough: 5}, t0)
@@ -132,7 +132,7 @@ func TestPurgeLeavesSpacingFromTheLastRealAttempt(t *testing.T) {
 		t.Fatalf("job.PurgeThrough = %d, want 5", job.PurgeThrough)
 	}
 	// A purged request is no attempt: the lane is due again at once.
-	s.Done(dispatch.Result{Subject: "p.a", Kind: dispatch.DeadLettered}, now)
+	s.Done(schedule.Result{Subject: "p.a", Kind: schedule.DeadLettered}, now)
 	mustDue(t, s, now, "p.a")
 }
 
@@ -140,18 +140,18 @@ func TestPurgeLeavesSpacingFromTheLastRealAttempt(t *testing.T) {
 // one old interval ago: after a raise, its next request waits the new interval from then.
 func TestRaisedIntervalFencesClientsWithoutALane(t *testing.T) {
 	t.Parallel()
-	for _, raise := range []func(s *dispatch.Scheduler, now time.Time){
-		func(s *dispatch.Scheduler, now time.Time) { s.SetInterval(time.Minute, now) },
-		func(s *dispatch.Scheduler, now time.Time) {
+	for _, raise := range []func(s *schedule.Scheduler, now time.Time){
+		func(s *schedule.Scheduler, now time.Time) { s.SetInterval(time.Minute, now) },
+		func(s *schedule.Scheduler, now time.Time) {
 			s.Steer("a", request.Steering{Interval: request.Duration(time.Minute)}, now)
 		},
 	} {
-		s := dispatch.NewScheduler(policy(), zero)
+		s := schedule.New(policy(), zero)
 		s.Notify("p.a", t0, time.Time{})
 		deliver(t, s, t0, "p.a")
 		forgetAt := t0.Add(interval)
 		mustDue(t, s, forgetAt, "p.a")
-		s.Done(dispatch.Result{Subject: "p.a", Kind: dispatch.Empty}, forgetAt)
+		s.Done(schedule.Result{Subject: "p.a", Kind: schedule.Empty}, forgetAt)
 		if s.Lanes() != 0 {
 			t.Fatal("the drained lane was kept; the test needs it forgotten")
 		}
@@ -169,7 +169,7 @@ func TestRaisedIntervalFencesClientsWithoutALane(t *testing.T) {
 // worker reports the lane parked.
 func TestPurgeWhileAPausedLaneIsInFlight(t *testing.T) {
 	t.Parallel()
-	s := dispatch.NewScheduler(policy(), zero)
+	s := schedule.New(policy(), zero)
 	s.Steer("a", request.Steering{Paused: true}, t0.Add(-time.Hour))
 	s.Notify("p.a", t0, time.Time{})
 	job := mustDue(t, s, t0, "p.a")
@@ -177,7 +177,7 @@ func TestPurgeWhileAPausedLaneIsInFlight(t *testing.T) {
 		t.Fatalf("job %+v", job)
 	}
 	s.Steer("a", request.Steering{Paused: true, PurgeThrough: 7}, t0) // while in flight
-	s.Done(dispatch.Result{Subject: "p.a", Kind: dispatch.Parked}, t0)
+	s.Done(schedule.Result{Subject: "p.a", Kind: schedule.Parked}, t0)
 	job = mustDue(t, s, t0, "p.a")
 	if job.PurgeThrough != 7 {
 		t.Fatalf("after the purge was asked for, job %+v, want purge through 7", job)
@@ -186,12 +186,12 @@ func TestPurgeWhileAPausedLaneIsInFlight(t *testing.T) {
 
 func TestLaneInfosWithANonsenseLimit(t *testing.T) {
 	t.Parallel()
-	s := dispatch.NewScheduler(policy(), zero)
+	s := schedule.New(policy(), zero)
 	s.Notify("p.a", t0, time.Time{})
 	if got := s.LaneInfos(-1); len(got) != 0 {
 		t.Fatalf("LaneInfos(-1) = %v", got)
 	}
-	if got := s.LaneInfos(5); len(got) != 1 || got[0].State != dispatch.LaneWaiting {
+	if got := s.LaneInfos(5); len(got) != 1 || got[0].State != schedule.LaneWaiting {
 		t.Fatalf("LaneInfos(5) = %v", got)
 	}
 }
@@ -200,10 +200,10 @@ func TestLaneInfosWithANonsenseLimit(t *testing.T) {
 // soon as spacing allows, to dead-letter what was purged, not at the head's time.
 func TestPurgeDoesNotWaitForADelayedHead(t *testing.T) {
 	t.Parallel()
-	s := dispatch.NewScheduler(policy(), zero)
+	s := schedule.New(policy(), zero)
 	s.Notify("p.a", t0, time.Time{})
 	mustDue(t, s, t0, "p.a")
-	s.Done(dispatch.Result{Subject: "p.a", Kind: dispatch.NotYet, Seq: 7, NotBefore: t0.Add(time.Hour)}, t0)
+	s.Done(schedule.Result{Subject: "p.a", Kind: schedule.NotYet, Seq: 7, NotBefore: t0.Add(time.Hour)}, t0)
 	mustNotDue(t, s, t0.Add(time.Minute))
 
 	s.Steer("a", request.Steering{PurgeThrough: 7}, t0.Add(time.Minute))
@@ -215,10 +215,10 @@ func TestPurgeDoesNotWaitForADelayedHead(t *testing.T) {
 // A purge that does not reach a delayed head leaves it waiting for its time.
 func TestPurgeShortOfADelayedHeadLeavesItWaiting(t *testing.T) {
 	t.Parallel()
-	s := dispatch.NewScheduler(policy(), zero)
+	s := schedule.New(policy(), zero)
 	s.Notify("p.a", t0, time.Time{})
 	mustDue(t, s, t0, "p.a")
-	s.Done(dispatch.Result{Subject: "p.a", Kind: dispatch.NotYet, Seq: 9, NotBefore: t0.Add(time.Hour)}, t0)
+	s.Done(schedule.Result{Subject: "p.a", Kind: schedule.NotYet, Seq: 9, NotBefore: t0.Add(time.Hour)}, t0)
 	s.Steer("a", request.Steering{PurgeThrough: 7}, t0.Add(time.Minute))
 	mustNotDue(t, s, t0.Add(time.Hour-time.Nanosecond))
 	mustDue(t, s, t0.Add(time.Hour), "p.a")
@@ -231,16 +231,16 @@ func TestPurgeWhileTheLaneIsInFlightDoesNotWait(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name  string
-		res   dispatch.Result
+		res   schedule.Result
 		purge time.Time // when the purge's job is due: an interval after the attempt, if any
 	}{
-		{"DelayedHead", dispatch.Result{Kind: dispatch.NotYet, Seq: 7, NotBefore: t0.Add(48 * time.Hour)}, t0},
-		{"FailingAttempt", dispatch.Result{Kind: dispatch.Retry, Seq: 7, Attempts: 9, FirstAttempt: t0, AttemptEnd: t0,
+		{"DelayedHead", schedule.Result{Kind: schedule.NotYet, Seq: 7, NotBefore: t0.Add(48 * time.Hour)}, t0},
+		{"FailingAttempt", schedule.Result{Kind: schedule.Retry, Seq: 7, Attempts: 9, FirstAttempt: t0, AttemptEnd: t0,
 			RetryAfter: 5 * time.Minute}, t0.Add(interval)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			s := dispatch.NewScheduler(policy(), zero)
+			s := schedule.New(policy(), zero)
 			s.Notify("p.a", t0, time.Time{})
 			mustDue(t, s, t0, "p.a")
 			s.Steer("a", request.Steering{PurgeThrough: 7}, t0) // while the worker has the lane
@@ -259,11 +259,11 @@ func TestPurgeWhileTheLaneIsInFlightDoesNotWait(t *testing.T) {
 // A purge that does not reach the head a worker reports back leaves its wait as it is.
 func TestPurgeShortOfTheHeadInFlightLeavesItsWait(t *testing.T) {
 	t.Parallel()
-	s := dispatch.NewScheduler(policy(), zero)
+	s := schedule.New(policy(), zero)
 	s.Notify("p.a", t0, time.Time{})
 	mustDue(t, s, t0, "p.a")
 	s.Steer("a", request.Steering{PurgeThrough: 6}, t0)
-	s.Done(dispatch.Result{Subject: "p.a", Kind: dispatch.NotYet, Seq: 7, NotBefore: t0.Add(time.Hour)}, t0)
+	s.Done(schedule.Result{Subject: "p.a", Kind: schedule.NotYet, Seq: 7, NotBefore: t0.Add(time.Hour)}, t0)
 	mustNotDue(t, s, t0.Add(time.Hour-time.Nanosecond))
 	mustDue(t, s, t0.Add(time.Hour), "p.a")
 }

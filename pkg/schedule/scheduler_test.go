@@ -1,4 +1,4 @@
-package dispatch_test
+package schedule_test
 
 import (
 	"fmt"
@@ -6,22 +6,22 @@ import (
 	"testing"
 	"time"
 
-	"github.com/penguinhq/dispatcher/pkg/dispatch"
 	"github.com/penguinhq/dispatcher/pkg/request"
+	"github.com/penguinhq/dispatcher/pkg/schedule"
 )
 
 var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
 const interval = 5 * time.Second
 
-func policy() dispatch.Policy {
-	return dispatch.Policy{Interval: interval, BackoffBase: time.Second, BackoffMax: time.Minute, Jitter: 0.2, MaxAttempts: 5, MaxAge: time.Hour}.WithDefaults()
+func policy() schedule.Policy {
+	return schedule.Policy{Interval: interval, BackoffBase: time.Second, BackoffMax: time.Minute, Jitter: 0.2, MaxAttempts: 5, MaxAge: time.Hour}.WithDefaults()
 }
 
 func zero() float64 { return 0 }
 
 // mustDue takes the one job due at now and fails if there is none or another.
-func mustDue(t testing.TB, s *dispatch.Scheduler, now time.Time, subject string) dispatch.Job {
+func mustDue(t testing.TB, s *schedule.Scheduler, now time.Time, subject string) schedule.Job {
 	t.Helper()
 	job, ok := s.Due(now)
 	if !ok {
@@ -34,7 +34,7 @@ func mustDue(t testing.TB, s *dispatch.Scheduler, now time.Time, subject string)
 	return job
 }
 
-func mustNotDue(t testing.TB, s *dispatch.Scheduler, now time.Time) {
+func mustNotDue(t testing.TB, s *schedule.Scheduler, now time.Time) {
 	t.Helper()
 	if job, ok := s.Due(now); ok {
 		t.Fatalf("%s due at %s, want nothing", job.Subject, now.Sub(t0))
@@ -43,18 +43,18 @@ func mustNotDue(t testing.TB, s *dispatch.Scheduler, now time.Time) {
 
 func TestIdleClientGoesAtOnce(t *testing.T) {
 	t.Parallel()
-	s := dispatch.NewScheduler(policy(), zero)
+	s := schedule.New(policy(), zero)
 	s.Notify("a", t0, time.Time{})
 	mustDue(t, s, t0, "a")
 }
 
 func TestSpacingIsMeasuredFromAttemptEnd(t *testing.T) {
 	t.Parallel()
-	s := dispatch.NewScheduler(policy(), zero)
+	s := schedule.New(policy(), zero)
 	s.Notify("a", t0, time.Time{})
 	mustDue(t, s, t0, "a")
 	end := t0.Add(700 * time.Millisecond) // raven took 700ms
-	s.Done(dispatch.Result{Subject: "a", Kind: dispatch.Delivered, AttemptEnd: end}, end.Add(time.Millisecond))
+	s.Done(schedule.Result{Subject: "a", Kind: schedule.Delivered, AttemptEnd: end}, end.Add(time.Millisecond))
 	next, _ := s.Next()
 	if want := end.Add(interval); !next.Equal(want) {
 		t.Fatalf("next due %s after t0, want exactly %s", next.Sub(t0), want.Sub(t0))
@@ -68,7 +68,7 @@ func TestSpacingIsMeasuredFromAttemptEnd(t *testing.T) {
 
 func TestAtMostOneInFlightPerClient(t *testing.T) {
 	t.Parallel()
-	s := dispatch.NewScheduler(policy(), zero)
+	s := schedule.New(policy(), zero)
 	s.Notify("a", t0, time.Time{})
 	mustDue(t, s, t0, "a")
 	for range 3 {
@@ -80,16 +80,16 @@ func TestAtMostOneInFlightPerClient(t *testing.T) {
 	}
 	// The request that arrived in flight is looked at after the interval even if the
 	// worker found the head empty at the time it looked.
-	s.Done(dispatch.Result{Subject: "a", Kind: dispatch.Empty}, t0.Add(time.Millisecond))
+	s.Done(schedule.Result{Subject: "a", Kind: schedule.Empty}, t0.Add(time.Millisecond))
 	mustDue(t, s, t0.Add(time.Millisecond), "a")
 }
 
 func TestManyClientsAreIndependent(t *testing.T) {
 	t.Parallel()
-	s := dispatch.NewScheduler(policy(), zero)
+	s := schedule.New(policy(), zero)
 	s.Notify("busy", t0, time.Time{})
 	mustDue(t, s, t0, "busy")
-	s.Done(dispatch.Result{Subject: "busy", Kind: dispatch.Delivered, AttemptEnd: t0}, t0)
+	s.Done(schedule.Result{Subject: "busy", Kind: schedule.Delivered, AttemptEnd: t0}, t0)
 	s.Notify("idle", t0.Add(time.Second), time.Time{})
 	mustDue(t, s, t0.Add(time.Second), "idle")
 	mustNotDue(t, s, t0.Add(time.Second))
@@ -98,12 +98,12 @@ func TestManyClientsAreIndependent(t *testing.T) {
 
 func TestEmptyLaneIsDropped(t *testing.T) {
 	t.Parallel()
-	s := dispatch.NewScheduler(policy(), zero)
+	s := schedule.New(policy(), zero)
 	s.Notify("a", t0, time.Time{})
 	mustDue(t, s, t0, "a")
-	s.Done(dispatch.Result{Subject: "a", Kind: dispatch.Delivered, AttemptEnd: t0}, t0)
+	s.Done(schedule.Result{Subject: "a", Kind: schedule.Delivered, AttemptEnd: t0}, t0)
 	mustDue(t, s, t0.Add(interval), "a")
-	s.Done(dispatch.Result{Subject: "a", Kind: dispatch.Empty}, t0.Add(interval))
+	s.Done(schedule.Result{Subject: "a", Kind: schedule.Empty}, t0.Add(interval))
 	if s.Lanes() != 0 {
 		t.Fatalf("lanes = %d after the client drained, want 0", s.Lanes())
 	}
@@ -114,7 +114,7 @@ func TestEmptyLaneIsDropped(t *testing.T) {
 
 func TestFenceHoldsNewLanes(t *testing.T) {
 	t.Parallel()
-	s := dispatch.NewScheduler(policy(), zero)
+	s := schedule.New(policy(), zero)
 	s.Notify("a", t0, t0) // the partition was taken over at t0
 	fence := t0.Add(interval)
 	mustNotDue(t, s, fence.Add(-time.Nanosecond))
@@ -124,7 +124,7 @@ func TestFenceHoldsNewLanes(t *testing.T) {
 func TestBackoffDoublesToCapAndNeverUndercutsInterval(t *testing.T) {
 	t.Parallel()
 	p := policy() // base 1s, max 1m, interval 5s
-	s := dispatch.NewScheduler(p, zero)
+	s := schedule.New(p, zero)
 	s.Notify("a", t0, time.Time{})
 	now := t0
 	want := []time.Duration{5 * time.Second, 5 * time.Second, 5 * time.Second, 8 * time.Second, 16 * time.Second, 32 * time.Second, time.Minute, time.Minute}
@@ -135,7 +135,7 @@ func TestBackoffDoublesToCapAndNeverUndercutsInterval(t *testing.T) {
 			t.Fatalf("attempt %d, want %d", attempt, i+1)
 		}
 		end := now.Add(100 * time.Millisecond)
-		s.Done(dispatch.Result{Subject: "a", Kind: dispatch.Retry, Seq: 7, Attempts: attempt, AttemptEnd: end}, end)
+		s.Done(schedule.Result{Subject: "a", Kind: schedule.Retry, Seq: 7, Attempts: attempt, AttemptEnd: end}, end)
 		next, _ := s.Next()
 		if got := next.Sub(end); got != w {
 			t.Fatalf("after failure %d: next attempt %s after the end, want %s", attempt, got, w)
@@ -146,15 +146,15 @@ func TestBackoffDoublesToCapAndNeverUndercutsInterval(t *testing.T) {
 
 func TestRetryAfterIsHonoured(t *testing.T) {
 	t.Parallel()
-	s := dispatch.NewScheduler(policy(), zero)
+	s := schedule.New(policy(), zero)
 	s.Notify("a", t0, time.Time{})
 	mustDue(t, s, t0, "a")
-	s.Done(dispatch.Result{Subject: "a", Kind: dispatch.Retry, Seq: 1, Attempts: 1, AttemptEnd: t0, RetryAfter: 42 * time.Second}, t0)
+	s.Done(schedule.Result{Subject: "a", Kind: schedule.Retry, Seq: 1, Attempts: 1, AttemptEnd: t0, RetryAfter: 42 * time.Second}, t0)
 	mustNotDue(t, s, t0.Add(42*time.Second-time.Nanosecond))
 	mustDue(t, s, t0.Add(42*time.Second), "a")
 
 	// A Retry-After shorter than the interval does not shorten it.
-	s.Done(dispatch.Result{Subject: "a", Kind: dispatch.Retry, Seq: 1, Attempts: 2, AttemptEnd: t0.Add(42 * time.Second), RetryAfter: time.Second}, t0.Add(42*time.Second))
+	s.Done(schedule.Result{Subject: "a", Kind: schedule.Retry, Seq: 1, Attempts: 2, AttemptEnd: t0.Add(42 * time.Second), RetryAfter: time.Second}, t0.Add(42*time.Second))
 	mustNotDue(t, s, t0.Add(42*time.Second+interval-time.Nanosecond))
 }
 
@@ -183,15 +183,15 @@ func TestJitterBounds(t *testing.T) {
 
 func TestRetryStateFollowsTheHead(t *testing.T) {
 	t.Parallel()
-	s := dispatch.NewScheduler(policy(), zero)
+	s := schedule.New(policy(), zero)
 	s.Notify("a", t0, time.Time{})
 	mustDue(t, s, t0, "a")
-	s.Done(dispatch.Result{Subject: "a", Kind: dispatch.Retry, Seq: 9, Attempts: 1, FirstAttempt: t0, AttemptEnd: t0}, t0)
+	s.Done(schedule.Result{Subject: "a", Kind: schedule.Retry, Seq: 9, Attempts: 1, FirstAttempt: t0, AttemptEnd: t0}, t0)
 	job := mustDue(t, s, t0.Add(interval), "a")
 	if job.HeadSeq != 9 || job.Attempts != 1 || !job.FirstAttempt.Equal(t0) {
 		t.Fatalf("job after a retry = %+v, want head 9 with 1 attempt", job)
 	}
-	s.Done(dispatch.Result{Subject: "a", Kind: dispatch.DeadLettered, AttemptEnd: t0.Add(interval)}, t0.Add(interval))
+	s.Done(schedule.Result{Subject: "a", Kind: schedule.DeadLettered, AttemptEnd: t0.Add(interval)}, t0.Add(interval))
 	job = mustDue(t, s, t0.Add(2*interval), "a")
 	if job.Attempts != 0 || job.HeadSeq != 0 {
 		t.Fatalf("job after a dead letter = %+v, want a fresh head", job)
@@ -200,12 +200,12 @@ func TestRetryStateFollowsTheHead(t *testing.T) {
 
 func TestFailedReadIsRetriedButKeepsSpacing(t *testing.T) {
 	t.Parallel()
-	s := dispatch.NewScheduler(policy(), zero)
+	s := schedule.New(policy(), zero)
 	s.Notify("a", t0, time.Time{})
 	mustDue(t, s, t0, "a")
-	s.Done(dispatch.Result{Subject: "a", Kind: dispatch.Delivered, AttemptEnd: t0}, t0)
+	s.Done(schedule.Result{Subject: "a", Kind: schedule.Delivered, AttemptEnd: t0}, t0)
 	mustDue(t, s, t0.Add(interval), "a")
-	s.Done(dispatch.Result{Subject: "a", Kind: dispatch.Failed}, t0.Add(interval))
+	s.Done(schedule.Result{Subject: "a", Kind: schedule.Failed}, t0.Add(interval))
 	mustNotDue(t, s, t0.Add(interval+time.Second-time.Nanosecond))
 	mustDue(t, s, t0.Add(interval+time.Second), "a")
 }
@@ -248,12 +248,12 @@ func TestPolicyValidate(t *testing.T) {
 func TestLeadHandsOutEarlyButSendAtIsExact(t *testing.T) {
 	t.Parallel()
 	const lead = 50 * time.Millisecond
-	s := dispatch.NewScheduler(policy(), zero)
+	s := schedule.New(policy(), zero)
 	s.SetLead(lead)
 	s.Notify("a", t0, time.Time{})
 	mustDue(t, s, t0, "a")
 	end := t0.Add(10 * time.Millisecond)
-	s.Done(dispatch.Result{Subject: "a", Kind: dispatch.Delivered, AttemptEnd: end}, end)
+	s.Done(schedule.Result{Subject: "a", Kind: schedule.Delivered, AttemptEnd: end}, end)
 	if next, _ := s.Next(); !next.Equal(end.Add(interval - lead)) {
 		t.Fatalf("Next = %s, want the lead before the due time", next.Sub(t0))
 	}
@@ -269,14 +269,14 @@ func TestLeadHandsOutEarlyButSendAtIsExact(t *testing.T) {
 func TestEarlyEmptyLaneKeepsSpacing(t *testing.T) {
 	t.Parallel()
 	const lead = 50 * time.Millisecond
-	s := dispatch.NewScheduler(policy(), zero)
+	s := schedule.New(policy(), zero)
 	s.SetLead(lead)
 	s.Notify("a", t0, time.Time{})
 	mustDue(t, s, t0, "a")
-	s.Done(dispatch.Result{Subject: "a", Kind: dispatch.Delivered, AttemptEnd: t0}, t0)
+	s.Done(schedule.Result{Subject: "a", Kind: schedule.Delivered, AttemptEnd: t0}, t0)
 	early := t0.Add(interval - lead)
 	mustDue(t, s, early, "a")
-	s.Done(dispatch.Result{Subject: "a", Kind: dispatch.Empty}, early.Add(time.Millisecond))
+	s.Done(schedule.Result{Subject: "a", Kind: schedule.Empty}, early.Add(time.Millisecond))
 	if s.Lanes() != 1 {
 		t.Fatalf("lanes %d: the lane was forgotten before its interval passed", s.Lanes())
 	}
@@ -286,7 +286,7 @@ func TestEarlyEmptyLaneKeepsSpacing(t *testing.T) {
 		t.Fatalf("SendAt %s, before the interval after the last attempt", job.SendAt.Sub(t0))
 	}
 	// Without a new request the lane is forgotten once the interval has passed.
-	s.Done(dispatch.Result{Subject: "a", Kind: dispatch.Empty}, early.Add(3*time.Millisecond))
+	s.Done(schedule.Result{Subject: "a", Kind: schedule.Empty}, early.Add(3*time.Millisecond))
 	mustNotDue(t, s, t0.Add(interval+lead))
 	if s.Lanes() != 0 {
 		t.Fatalf("lanes %d after the interval passed, want 0", s.Lanes())
@@ -298,18 +298,18 @@ func TestEarlyEmptyLaneKeepsSpacing(t *testing.T) {
 func TestHeldLaneIsNotHandedStraightBack(t *testing.T) {
 	t.Parallel()
 	const lead = 50 * time.Millisecond
-	s := dispatch.NewScheduler(policy(), zero)
+	s := schedule.New(policy(), zero)
 	s.SetLead(lead)
 	s.Notify("a", t0, time.Time{})
 	mustDue(t, s, t0, "a")
-	s.Done(dispatch.Result{Subject: "a", Kind: dispatch.Held}, t0)
+	s.Done(schedule.Result{Subject: "a", Kind: schedule.Held}, t0)
 	mustNotDue(t, s, t0)
 	mustDue(t, s, t0.Add(50*time.Millisecond), "a")
 }
 
 func TestDueLanesListsTheEarliestFirst(t *testing.T) {
 	t.Parallel()
-	s := dispatch.NewScheduler(policy(), zero)
+	s := schedule.New(policy(), zero)
 	order := rand.Perm(200)
 	for _, k := range order {
 		// The fence makes each lane due at its own time: k seconds after an interval.
@@ -320,7 +320,7 @@ func TestDueLanesListsTheEarliestFirst(t *testing.T) {
 		t.Fatalf("%d lanes, want 25", len(got))
 	}
 	for i, l := range got {
-		if want := fmt.Sprintf("c%03d", i); l.Subject != want || l.State != dispatch.LaneWaiting {
+		if want := fmt.Sprintf("c%03d", i); l.Subject != want || l.State != schedule.LaneWaiting {
 			t.Fatalf("lane %d: %s (%s), want %s waiting", i, l.Subject, l.State, want)
 		}
 	}
@@ -335,23 +335,23 @@ func TestDueLanesListsTheEarliestFirst(t *testing.T) {
 // backoff is not overdue.
 func TestOverdueCountsLanesHeldBackAtEveryLook(t *testing.T) {
 	t.Parallel()
-	s := dispatch.NewScheduler(policy(), zero)
+	s := schedule.New(policy(), zero)
 	s.Notify("held", t0, time.Time{})
 	s.Notify("fine", t0, time.Time{})
 	now := t0
-	for now.Before(t0.Add(dispatch.OverdueAfter*interval + time.Second)) {
+	for now.Before(t0.Add(schedule.OverdueAfter*interval + time.Second)) {
 		for {
 			job, ok := s.Due(now)
 			if !ok {
 				break
 			}
-			r := dispatch.Result{Subject: job.Subject, Kind: dispatch.Held}
+			r := schedule.Result{Subject: job.Subject, Kind: schedule.Held}
 			if job.Subject == "fine" { // an attempt was made and failed: it waits its backoff
-				r = dispatch.Result{Subject: job.Subject, Kind: dispatch.Retry, AttemptEnd: now, Attempts: 1}
+				r = schedule.Result{Subject: job.Subject, Kind: schedule.Retry, AttemptEnd: now, Attempts: 1}
 			}
 			s.Done(r, now)
 		}
-		if n := s.Overdue(now); now.Sub(t0) <= dispatch.OverdueAfter*interval && n != 0 {
+		if n := s.Overdue(now); now.Sub(t0) <= schedule.OverdueAfter*interval && n != 0 {
 			t.Fatalf("%d overdue at %s, want none yet", n, now.Sub(t0))
 		}
 		now = now.Add(100 * time.Millisecond)
@@ -360,7 +360,7 @@ func TestOverdueCountsLanesHeldBackAtEveryLook(t *testing.T) {
 		t.Fatalf("%d lanes overdue after %s of looks held back, want 1 (held)", n, now.Sub(t0))
 	}
 	job := mustDue(t, s, now.Add(time.Second), "held")
-	s.Done(dispatch.Result{Subject: job.Subject, Kind: dispatch.Delivered, AttemptEnd: now.Add(time.Second)}, now.Add(time.Second))
+	s.Done(schedule.Result{Subject: job.Subject, Kind: schedule.Delivered, AttemptEnd: now.Add(time.Second)}, now.Add(time.Second))
 	if n := s.Overdue(now.Add(time.Second)); n != 0 {
 		t.Fatalf("%d overdue after held's attempt, want 0", n)
 	}
