@@ -9,6 +9,7 @@ import (
 
 	"github.com/penguinhq/dispatcher/integration/itest"
 	"github.com/penguinhq/dispatcher/pkg/dispatch"
+	"github.com/penguinhq/dispatcher/pkg/lease"
 	"github.com/penguinhq/dispatcher/pkg/queue"
 	"github.com/penguinhq/dispatcher/pkg/raven"
 )
@@ -16,7 +17,7 @@ import (
 // cutOff is a real lease store that can be cut off, as an instance that loses its way to
 // the lease bucket while it can still reach raven would see it.
 type cutOff struct {
-	dispatch.LeaseStore
+	lease.Store
 	cut atomic.Bool
 }
 
@@ -26,28 +27,28 @@ func (c *cutOff) Heartbeat(ctx context.Context, id string) error {
 	if c.cut.Load() {
 		return errCut
 	}
-	return c.LeaseStore.Heartbeat(ctx, id)
+	return c.Store.Heartbeat(ctx, id)
 }
 
 func (c *cutOff) Members(ctx context.Context) ([]string, error) {
 	if c.cut.Load() {
 		return nil, errCut
 	}
-	return c.LeaseStore.Members(ctx)
+	return c.Store.Members(ctx)
 }
 
 func (c *cutOff) Acquire(ctx context.Context, p int, owner string) (uint64, bool, error) {
 	if c.cut.Load() {
 		return 0, false, errCut
 	}
-	return c.LeaseStore.Acquire(ctx, p, owner)
+	return c.Store.Acquire(ctx, p, owner)
 }
 
 func (c *cutOff) Renew(ctx context.Context, p int, owner string, rev uint64) (uint64, bool, error) {
 	if c.cut.Load() {
 		return 0, false, errCut
 	}
-	return c.LeaseStore.Renew(ctx, p, owner, rev)
+	return c.Store.Renew(ctx, p, owner, rev)
 }
 
 // The fencing argument, tested: instance a holds the only partition and is cut off from
@@ -76,7 +77,7 @@ func TestFencingAcrossLeaseTakeover(t *testing.T) {
 		t.Fatal(err)
 	}
 	var logs itest.Buffer // both instances' lines at info and above, to explain duplicates
-	start := func(id string, store dispatch.LeaseStore) func() {
+	start := func(id string, store lease.Store) func() {
 		d, err := dispatch.New(dispatch.Config{Policy: s.policy(), SendTimeout: timeout,
 			Leases: store, LeaseTTL: ttl, InstanceID: id}, s.q, rc, testLogAlso(&logs))
 		if err != nil {
@@ -87,7 +88,7 @@ func TestFencingAcrossLeaseTakeover(t *testing.T) {
 		go func() { _ = d.Run(ctx); close(done) }()
 		return func() { cancel(); <-done }
 	}
-	storeA := &cutOff{LeaseStore: leases}
+	storeA := &cutOff{Store: leases}
 	stopA := start("a", storeA)
 	defer stopA()
 	s.post("warm-up", 0)

@@ -10,6 +10,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/penguinhq/dispatcher/pkg/lease"
 	"github.com/penguinhq/dispatcher/pkg/raven"
 	"github.com/penguinhq/dispatcher/pkg/request"
 	"github.com/penguinhq/dispatcher/pkg/schedule"
@@ -300,7 +301,7 @@ func TestMaxAgeCountsFromTheFirstAttempt(t *testing.T) {
 		drive(t, b, l, 5*time.Second, 10*time.Millisecond)
 		b.clock.advance(2 * time.Hour)
 		for p := range b.src.Partitions() { // the leases were renewed meanwhile
-			l.ownership(ownEvent{kind: ownRenewed, partition: p, validUntil: b.clock.now().Add(time.Hour)})
+			l.ownership(lease.Event{Kind: lease.Renewed, Partition: p, ValidUntil: b.clock.now().Add(time.Hour)})
 		}
 		drive(t, b, l, time.Minute, 10*time.Millisecond)
 		if d := b.src.deadLetters(); len(d) != 0 {
@@ -331,7 +332,7 @@ func TestMaxAgeEndsTheRetries(t *testing.T) {
 		b.snd.answer = func(request.Stored, int) error { return raven.Classify(503, "", b.clock.now()) }
 		drive(t, b, l, 50*time.Minute, time.Second)
 		for p := range b.src.Partitions() {
-			l.ownership(ownEvent{kind: ownRenewed, partition: p, validUntil: b.clock.now().Add(time.Hour)})
+			l.ownership(lease.Event{Kind: lease.Renewed, Partition: p, ValidUntil: b.clock.now().Add(time.Hour)})
 		}
 		drive(t, b, l, 20*time.Minute, time.Second)
 		a, d := b.snd.attempts(), b.src.deadLetters()

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/penguinhq/dispatcher/pkg/governor"
+	"github.com/penguinhq/dispatcher/pkg/lease"
 	"github.com/penguinhq/dispatcher/pkg/raven"
 	"github.com/penguinhq/dispatcher/pkg/request"
 	"github.com/penguinhq/dispatcher/pkg/schedule"
@@ -20,7 +21,7 @@ import (
 // ownAll gives l every partition from now, leases valid for an hour.
 func ownAll(b *bundle, l *loop) {
 	for p := range b.src.Partitions() {
-		l.ownership(ownEvent{kind: ownAcquired, partition: p, validUntil: b.clock.now().Add(time.Hour)})
+		l.ownership(lease.Event{Kind: lease.Acquired, Partition: p, ValidUntil: b.clock.now().Add(time.Hour)})
 	}
 }
 
@@ -156,7 +157,7 @@ func TestBudgetInFlightShare(t *testing.T) {
 		b := setupOn(t, 8, Config{Policy: schedule.Policy{Interval: time.Second}, Budget: governor.Budget{MaxInFlight: 6}})
 		l := newTestLoop(t, b)
 		for p := range 4 {
-			l.ownership(ownEvent{kind: ownAcquired, partition: p, validUntil: b.clock.now().Add(time.Hour)})
+			l.ownership(lease.Event{Kind: lease.Acquired, Partition: p, ValidUntil: b.clock.now().Add(time.Hour)})
 		}
 		var clients []string
 		for i := range 40 {
@@ -191,8 +192,8 @@ func TestBudgetShareFollowsOwnership(t *testing.T) {
 		b := setup(t, Config{Policy: schedule.Policy{Interval: time.Second}, Budget: governor.Budget{MaxRate: 100, MaxInFlight: 40}})
 		l := newTestLoop(t, b)
 		now := b.clock.now()
-		l.ownership(ownEvent{kind: ownAcquired, partition: 0, validUntil: now.Add(time.Hour)})
-		l.ownership(ownEvent{kind: ownAcquired, partition: 1, validUntil: now.Add(2 * time.Second)})
+		l.ownership(lease.Event{Kind: lease.Acquired, Partition: 0, ValidUntil: now.Add(time.Hour)})
+		l.ownership(lease.Event{Kind: lease.Acquired, Partition: 1, ValidUntil: now.Add(2 * time.Second)})
 		l.startDue()
 		if st := b.d.BudgetState(); st.ShareRate != 50 || st.ShareInFlight != 20 || st.EffectiveRate != 50 {
 			t.Fatalf("2 of 4 partitions: %+v, want 50/s and 20 in flight", st)
@@ -202,7 +203,7 @@ func TestBudgetShareFollowsOwnership(t *testing.T) {
 		if st := b.d.BudgetState(); st.ShareRate != 25 || st.ShareInFlight != 10 || !strings.HasPrefix(st.Why, governor.WhyShare) {
 			t.Fatalf("after a lease lapsed: %+v, want 25/s, 10 in flight, why share", st)
 		}
-		l.ownership(ownEvent{kind: ownLost, partition: 0})
+		l.ownership(lease.Event{Kind: lease.Lost, Partition: 0})
 		l.startDue()
 		if st := b.d.BudgetState(); st.ShareRate != 0 || st.EffectiveRate != 0 || st.Owned != 0 {
 			t.Fatalf("nothing owned: %+v, want no share", st)
@@ -304,7 +305,7 @@ func TestBudgetInFlightShareIsAtLeastOne(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := setupOn(t, 8, Config{Policy: schedule.Policy{Interval: time.Second}, Budget: governor.Budget{MaxInFlight: 3}})
 		l := newTestLoop(t, b)
-		l.ownership(ownEvent{kind: ownAcquired, partition: 0, validUntil: b.clock.now().Add(time.Hour)})
+		l.ownership(lease.Event{Kind: lease.Acquired, Partition: 0, ValidUntil: b.clock.now().Add(time.Hour)})
 		subj := subject(0, "alice")
 		b.src.add(subj, "r1", start)
 		l.notify(subj)

@@ -248,7 +248,7 @@ func TestWorkerDoesNotSendARequestBeingCancelled(t *testing.T) {
 // and a removal that lands after the lease could have lapsed is not called a cancel.
 func TestCancelDecidesOnlyWhileSurelyTheOwner(t *testing.T) {
 	t.Parallel()
-	b := setup(t, Config{Leases: watchOnly{written: true}, LeaseTTL: testTTL, SendTimeout: time.Second})
+	b := setup(t, Config{Leases: leasesOnly{}, LeaseTTL: testTTL, SendTimeout: time.Second})
 	subj := subject(0, "erin")
 	b.src.add(subj, "r1", start)
 	ctx := context.Background()

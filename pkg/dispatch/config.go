@@ -10,7 +10,10 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/rs/zerolog"
+
 	"github.com/penguinhq/dispatcher/pkg/governor"
+	"github.com/penguinhq/dispatcher/pkg/lease"
 	"github.com/penguinhq/dispatcher/pkg/request"
 	"github.com/penguinhq/dispatcher/pkg/schedule"
 )
@@ -41,7 +44,7 @@ type Config struct {
 
 	// Leases shares the partitions with other dispatcher instances. Nil means this
 	// instance owns every partition: only one dispatcher may then run against the queue.
-	Leases LeaseStore
+	Leases lease.Store
 	// LeaseTTL is how long a lease lives unless renewed; a crashed instance's partitions
 	// are taken over after about LeaseTTL plus one interval. It must exceed SendTimeout
 	// comfortably. Defaults to 30s.
@@ -115,6 +118,12 @@ func (c Config) leaseMargin() time.Duration { return c.SendTimeout + c.LeaseTTL/
 // leaseEvery is how often leases are renewed: three times within the part of the TTL in
 // which sends may start.
 func (c Config) leaseEvery() time.Duration { return (c.LeaseTTL - c.leaseMargin()) / 3 }
+
+// leasing is the leaser's configuration, over partitions partitions, on the clock now.
+func (c Config) leasing(partitions int, now clock, log zerolog.Logger) lease.Config {
+	return lease.Config{Store: c.Leases, ID: c.InstanceID, Partitions: partitions, TTL: c.LeaseTTL,
+		Margin: c.leaseMargin(), Every: c.leaseEvery(), Now: now, Log: log}
+}
 
 // TakeoverBound is the longest a partition's clients wait for their next send after the
 // instance that owned it crashed: its lease expires LeaseTTL after its last renewal,

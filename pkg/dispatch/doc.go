@@ -8,8 +8,9 @@
 //   - The loop (dispatcher.go, loop.go, partitions.go): runs a schedule.Scheduler (the
 //     lanes, their timer heap and the policy, pure state in pkg/schedule) against a
 //     Source (the queue), handing each lane that falls due to a worker.
-//   - Ownership (ownership.go, acquire.go, leasewatch.go): partition leases, their
-//     renewal, and the fence a new owner waits out before its first attempt (ADR 4).
+//   - Ownership (partitions.go): the partitions a lease.Leaser (pkg/lease: leases, their
+//     renewal, and the fence a new owner waits out, ADR 4) says are this instance's, each
+//     open to attempts within its lease and after its fence.
 //   - The attempt (attempt.go): a worker reads the head, sends it with a Sender (raven)
 //     and judges the answer; settle.go writes the outcome's event and removes or
 //     dead-letters the request (ADR 9); observe.go records it for operators.

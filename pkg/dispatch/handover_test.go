@@ -7,6 +7,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/penguinhq/dispatcher/pkg/lease"
 	"github.com/penguinhq/dispatcher/pkg/request"
 	"github.com/penguinhq/dispatcher/pkg/schedule"
 )
@@ -52,7 +53,7 @@ func TestAcquiredPartitionWaitsOutTheFence(t *testing.T) {
 		subj := subject(1, "alice")
 		b.src.add(subj, "r1", start)
 		notBefore := start.Add(3 * time.Second) // the earlier owner's lease seen + TTL
-		l.ownership(ownEvent{kind: ownAcquired, partition: 1, validUntil: start.Add(time.Hour), notBefore: notBefore})
+		l.ownership(lease.Event{Kind: lease.Acquired, Partition: 1, ValidUntil: start.Add(time.Hour), NotBefore: notBefore})
 		l.notify(subj)
 
 		b.clock.advance(3*time.Second + iv - prefetchLead - time.Millisecond)
@@ -77,7 +78,7 @@ func TestUnownedPartitionIsNotScheduled(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := setup(t, Config{Policy: schedule.Policy{Interval: iv}})
 		l := newTestLoop(t, b)
-		l.ownership(ownEvent{kind: ownAcquired, partition: 0, validUntil: start.Add(time.Hour)})
+		l.ownership(lease.Event{Kind: lease.Acquired, Partition: 0, ValidUntil: start.Add(time.Hour)})
 		l.notify(subject(2, "bob"))
 		if _, ok := l.sched.Lane(subject(2, "bob")); ok {
 			t.Fatal("a lane was made for a partition owned by someone else")
@@ -93,7 +94,7 @@ func TestLapsingLeaseHoldsUntilRenewed(t *testing.T) {
 		l := newTestLoop(t, b)
 		subj := subject(3, "carol")
 		b.src.add(subj, "r1", start)
-		l.ownership(ownEvent{kind: ownAcquired, partition: 3, validUntil: start.Add(iv)})
+		l.ownership(lease.Event{Kind: lease.Acquired, Partition: 3, ValidUntil: start.Add(iv)})
 		l.notify(subj)
 		b.clock.advance(iv) // due now, and the lease could lapse now
 		l.startDue()
@@ -104,7 +105,7 @@ func TestLapsingLeaseHoldsUntilRenewed(t *testing.T) {
 		if !ok || li.State != schedule.LaneWaiting {
 			t.Fatalf("lane %+v, %v: want it held, waiting", li, ok)
 		}
-		l.ownership(ownEvent{kind: ownRenewed, partition: 3, validUntil: b.clock.now().Add(time.Hour)})
+		l.ownership(lease.Event{Kind: lease.Renewed, Partition: 3, ValidUntil: b.clock.now().Add(time.Hour)})
 		b.clock.advance(time.Second)
 		l.startDue()
 		if r := l.result(t); r.Kind != schedule.Delivered {
@@ -131,13 +132,13 @@ func TestLostPartitionStopsAndIsFencedWhenRetaken(t *testing.T) {
 			}
 			return nil
 		}
-		l.ownership(ownEvent{kind: ownAcquired, partition: 2, validUntil: start.Add(time.Hour)})
+		l.ownership(lease.Event{Kind: lease.Acquired, Partition: 2, ValidUntil: start.Add(time.Hour)})
 		l.notify(busy)
 		b.clock.advance(iv)
 		l.startDue() // d1 in flight
 		waitFor(t, func() bool { return len(b.snd.attempts()) == 1 })
 
-		l.ownership(ownEvent{kind: ownLost, partition: 2})
+		l.ownership(lease.Event{Kind: lease.Lost, Partition: 2})
 		l.notify(other) // arrives after the loss
 		b.clock.advance(iv)
 		l.startDue()
@@ -160,7 +161,7 @@ func TestLostPartitionStopsAndIsFencedWhenRetaken(t *testing.T) {
 
 		// Taken again: the fence starts over.
 		retaken := b.clock.now()
-		l.ownership(ownEvent{kind: ownAcquired, partition: 2, validUntil: retaken.Add(time.Hour)})
+		l.ownership(lease.Event{Kind: lease.Acquired, Partition: 2, ValidUntil: retaken.Add(time.Hour)})
 		l.notify(busy)
 		b.clock.advance(iv - prefetchLead - time.Millisecond)
 		l.startDue()
@@ -185,7 +186,7 @@ func TestReleaseWaitsForTheAttemptInFlight(t *testing.T) {
 		b.src.add(subj, "f1", start)
 		release, open := gate(t)
 		b.snd.answer = func(request.Stored, int) error { <-release; return nil }
-		l.ownership(ownEvent{kind: ownAcquired, partition: 0, validUntil: start.Add(time.Hour)})
+		l.ownership(lease.Event{Kind: lease.Acquired, Partition: 0, ValidUntil: start.Add(time.Hour)})
 		l.notify(subj)
 		b.clock.advance(iv)
 		l.startDue()
@@ -198,7 +199,7 @@ func TestReleaseWaitsForTheAttemptInFlight(t *testing.T) {
 
 		// Handing back a partition not held answers at once.
 		done2 := make(chan struct{})
-		l.ownership(ownEvent{kind: ownRelease, partition: 3, done: done2})
+		l.ownership(lease.Event{Kind: lease.Release, Partition: 3, Done: done2})
 		select {
 		case <-done2:
 		default:
@@ -232,7 +233,7 @@ func gate(t testing.TB) (<-chan struct{}, func()) {
 func handBack(t *testing.T, l *loop, p int, open func(), early, late string) {
 	t.Helper()
 	done := make(chan struct{})
-	l.ownership(ownEvent{kind: ownRelease, partition: p, done: done})
+	l.ownership(lease.Event{Kind: lease.Release, Partition: p, Done: done})
 	select {
 	case <-done:
 		t.Fatal(early)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/penguinhq/dispatcher/pkg/lease"
 	"github.com/penguinhq/dispatcher/pkg/request"
 	"github.com/penguinhq/dispatcher/pkg/schedule"
 )
@@ -22,7 +23,7 @@ type loop struct {
 	results   chan outcome // finished attempts: workers
 	listReq   chan int     // partitions to list: to the lister
 	steers    chan request.SteerChange
-	events    chan ownEvent // the leaser's
+	events    chan lease.Event // the leaser's
 	resync    chan struct{}
 	ctx       context.Context    // Run's: ends when it is asked to stop
 	workCtx   context.Context    // attempts': outlives ctx by the shutdown grace
@@ -44,7 +45,7 @@ func newLoop(d *Dispatcher, ctx context.Context) *loop {
 		results: make(chan outcome, d.cfg.MaxInFlight),
 		listReq: make(chan int, 4096),
 		steers:  make(chan request.SteerChange, 1024),
-		events:  make(chan ownEvent, d.src.Partitions()*2+16),
+		events:  make(chan lease.Event, d.src.Partitions()*2+16),
 		resync:  make(chan struct{}, 1),
 		ctx:     ctx,
 	}
@@ -130,11 +131,11 @@ func (l *loop) own(ctx context.Context) (leaserDone <-chan struct{}, releaseAll 
 		d.log.Info().Int("partitions", d.src.Partitions()).Stringer("fence", l.sched.Interval()).Msg("dispatcher owns every partition; first sends wait one interval")
 		return done, func(context.Context) {}
 	}
-	lm := newLeaser(d, l.events)
+	lm := lease.New(d.cfg.leasing(d.src.Partitions(), d.now, d.log), l.events)
 	lctx, cancel := context.WithCancel(ctx)
-	go func() { defer close(done); defer cancel(); lm.run(lctx) }()
+	go func() { defer close(done); defer cancel(); lm.Run(lctx) }()
 	d.log.Info().Stringer("lease_ttl", d.cfg.LeaseTTL).Stringer("renew_every", d.cfg.leaseEvery()).Msg("dispatcher sharing partitions through leases")
-	return done, lm.releaseAll
+	return done, lm.ReleaseAll
 }
 
 // serve runs the loop until ctx ends: it starts what is due, then waits for the next

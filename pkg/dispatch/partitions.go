@@ -3,6 +3,7 @@ package dispatch
 import (
 	"time"
 
+	"github.com/penguinhq/dispatcher/pkg/lease"
 	"github.com/penguinhq/dispatcher/pkg/request"
 )
 
@@ -49,31 +50,31 @@ func (l *loop) list(p int) {
 	}
 }
 
-func (l *loop) ownership(e ownEvent) {
+func (l *loop) ownership(e lease.Event) {
 	now := l.d.now()
 	l.d.gov.PartitionsChanged() // raven's budget is shared by the partitions one may send for
-	part := l.owned[e.partition]
-	switch e.kind {
-	case ownAcquired:
-		l.acquire(e.partition, now, e.validUntil, e.notBefore)
-	case ownRenewed:
+	part := l.owned[e.Partition]
+	switch e.Kind {
+	case lease.Acquired:
+		l.acquire(e.Partition, now, e.ValidUntil, e.NotBefore)
+	case lease.Renewed:
 		if part != nil {
-			part.validUntil = e.validUntil
+			part.validUntil = e.ValidUntil
 		}
-	case ownLost:
-		l.forget(e.partition)
+	case lease.Lost:
+		l.forget(e.Partition)
 		if part != nil {
 			part.gone = true
-			l.dropIfDrained(e.partition, part)
+			l.dropIfDrained(e.Partition, part)
 		}
-	case ownRelease:
+	case lease.Release:
 		if part == nil {
-			close(e.done)
+			close(e.Done)
 			return
 		}
-		part.release = e.done
-		l.forget(e.partition)
-		l.dropIfDrained(e.partition, part)
+		part.release = e.Done
+		l.forget(e.Partition)
+		l.dropIfDrained(e.Partition, part)
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/penguinhq/dispatcher/pkg/dispatch"
+	"github.com/penguinhq/dispatcher/pkg/lease"
 	"github.com/penguinhq/dispatcher/pkg/request"
 )
 
@@ -19,7 +20,7 @@ import (
 
 // LeaseStoreUnderTest is a fresh, empty lease store for ConformLeaseStore.
 type LeaseStoreUnderTest struct {
-	Store dispatch.LeaseStore
+	Store lease.Store
 	// Expire removes every lease and heartbeat at once, as a jump of the store's clock
 	// past their TTL does: without a watch event.
 	Expire func()
@@ -174,7 +175,7 @@ type watched struct {
 	more chan struct{}
 }
 
-func watch(t *testing.T, s dispatch.LeaseStore) *watched {
+func watch(t *testing.T, s lease.Store) *watched {
 	t.Helper()
 	w := &watched{more: make(chan struct{}, 64)}
 	stop, err := s.WatchLeases(context.Background(), func(c request.LeaseChange) {

@@ -211,7 +211,7 @@ func (s *Store) unwatch(w *fifo[Change]) {
 	s.mu.Unlock()
 }
 
-// StoreView is one instance's way to the store: a dispatch.LeaseStore that adds the faults
+// StoreView is one instance's way to the store: a lease.Store that adds the faults
 // drawn for that instance.
 type StoreView struct {
 	s  *Store
@@ -235,17 +235,17 @@ func (v *StoreView) call(ctx context.Context, what string, key int, apply func()
 	return v.in.call(ctx, portStore, what, key, apply)
 }
 
-// Heartbeat implements dispatch.LeaseStore.
+// Heartbeat implements lease.Store.
 func (v *StoreView) Heartbeat(ctx context.Context, id string) error {
 	return v.call(ctx, "heartbeat", -1, func() { v.s.heartbeat(id) })
 }
 
-// Leave implements dispatch.LeaseStore.
+// Leave implements lease.Store.
 func (v *StoreView) Leave(ctx context.Context, id string) error {
 	return v.call(ctx, "leave", -1, func() { v.s.leave(id) })
 }
 
-// Members implements dispatch.LeaseStore. Like the real one, a listing whose end never
+// Members implements lease.Store. Like the real one, a listing whose end never
 // comes ends with the caller's deadline, or the NATS client's timeout without one.
 func (v *StoreView) Members(ctx context.Context) ([]string, error) {
 	if _, ok := ctx.Deadline(); !ok {
@@ -260,7 +260,7 @@ func (v *StoreView) Members(ctx context.Context) ([]string, error) {
 	return ids, nil
 }
 
-// Written implements dispatch.LeaseStore.
+// Written implements lease.Store.
 func (v *StoreView) Written(ctx context.Context) (bool, error) {
 	var written bool
 	if err := v.call(ctx, "status", -1, func() { written = v.s.written() }); err != nil {
@@ -269,7 +269,7 @@ func (v *StoreView) Written(ctx context.Context) (bool, error) {
 	return written, nil
 }
 
-// Acquire implements dispatch.LeaseStore.
+// Acquire implements lease.Store.
 func (v *StoreView) Acquire(ctx context.Context, p int, owner string) (uint64, bool, error) {
 	var rev uint64
 	var ok bool
@@ -279,7 +279,7 @@ func (v *StoreView) Acquire(ctx context.Context, p int, owner string) (uint64, b
 	return rev, ok, nil
 }
 
-// Renew implements dispatch.LeaseStore.
+// Renew implements lease.Store.
 func (v *StoreView) Renew(ctx context.Context, p int, owner string, rev uint64) (uint64, bool, error) {
 	var newRev uint64
 	var ok bool
@@ -289,7 +289,7 @@ func (v *StoreView) Renew(ctx context.Context, p int, owner string, rev uint64) 
 	return newRev, ok, nil
 }
 
-// Release implements dispatch.LeaseStore.
+// Release implements lease.Store.
 func (v *StoreView) Release(ctx context.Context, p int, rev uint64) error {
 	var rerr error
 	if err := v.call(ctx, "release", p, func() { rerr = v.s.release(p, rev) }); err != nil {
@@ -298,7 +298,7 @@ func (v *StoreView) Release(ctx context.Context, p int, rev uint64) error {
 	return rerr
 }
 
-// ReleaseAll implements dispatch.LeaseStore.
+// ReleaseAll implements lease.Store.
 func (v *StoreView) ReleaseAll(ctx context.Context, owner string) (int, error) {
 	var n int
 	if err := v.call(ctx, "release all", -1, func() { n = v.s.releaseAll(owner) }); err != nil {
@@ -307,7 +307,7 @@ func (v *StoreView) ReleaseAll(ctx context.Context, owner string) (int, error) {
 	return n, nil
 }
 
-// WatchLeases implements dispatch.LeaseStore: the keys in place, then every change, each
+// WatchLeases implements lease.Store: the keys in place, then every change, each
 // delivered after the instance's watch delay; a watch the faults end calls lost.
 func (v *StoreView) WatchLeases(ctx context.Context, fn func(request.LeaseChange), lost func(error)) (func(), error) {
 	if err := v.call(ctx, "watch", -1, func() {}); err != nil {

@@ -1,4 +1,4 @@
-package dispatch
+package lease
 
 import (
 	"context"
@@ -8,10 +8,10 @@ import (
 )
 
 // The leaser's watch of the lease store: every instance sees every lease written, so that
-// one taking a partition over times the earlier holder's expiry itself (see leaser).
+// one taking a partition over times the earlier holder's expiry itself (see Leaser).
 
 // saw notes a change to a lease seen in the store.
-func (m *leaser) saw(c request.LeaseChange) {
+func (m *Leaser) saw(c request.LeaseChange) {
 	p, owner, released, rev := c.Partition, c.Owner, c.Released, c.Rev
 	m.seenMu.Lock()
 	defer m.seenMu.Unlock()
@@ -52,7 +52,7 @@ func (m *leaser) saw(c request.LeaseChange) {
 // watchCaughtUp gives the watch a moment (a second at most) to reach revision rev, that of
 // the latest acquisition: every renewal made before it has a lower one. It says whether
 // the watch got there, running.
-func (m *leaser) watchCaughtUp(rev uint64) bool {
+func (m *Leaser) watchCaughtUp(rev uint64) bool {
 	for deadline := m.now().Add(time.Second); ; time.Sleep(10 * time.Millisecond) {
 		m.seenMu.Lock()
 		caught, watching := m.seenRev >= rev, m.watching
@@ -71,7 +71,7 @@ func (m *leaser) watchCaughtUp(rev uint64) bool {
 // released (its holder released it drained and past its own fence: nobody earlier is
 // sending, and every later renewal is seen). Unless the watch is sure (it reached the
 // acquisition's revision), it is a full TTL from now.
-func (m *leaser) notBefore(p int, sure bool) time.Time {
+func (m *Leaser) notBefore(p int, sure bool) time.Time {
 	m.seenMu.Lock()
 	defer m.seenMu.Unlock()
 	now := m.now()
@@ -83,14 +83,16 @@ func (m *leaser) notBefore(p int, sure bool) time.Time {
 		nb = m.blindUntil
 	}
 	for _, o := range m.seen[p] {
-		nb = later(nb, o.Add(m.ttl))
+		if until := o.Add(m.ttl); until.After(nb) {
+			nb = until
+		}
 	}
 	return nb
 }
 
 // watch starts watching the leases; lost marks the watch gone, for the next round to
 // start it again.
-func (m *leaser) watch(ctx context.Context, poke func()) (stop func()) {
+func (m *Leaser) watch(ctx context.Context, poke func()) (stop func()) {
 	m.seenMu.Lock()
 	first := m.fresh // the first watch of a store never written to misses nothing
 	m.fresh = false
@@ -135,7 +137,7 @@ func (m *leaser) watch(ctx context.Context, poke func()) (stop func()) {
 // membersSeen are the instances whose heartbeat the watch saw within a TTL, this one
 // included: who is alive when the store cannot list them. Without a running watch, those
 // listed last.
-func (m *leaser) membersSeen() []string {
+func (m *Leaser) membersSeen() []string {
 	m.seenMu.Lock()
 	defer m.seenMu.Unlock()
 	if !m.watching {
@@ -159,7 +161,7 @@ type write struct {
 
 // ownLease says whether the watch shows partition p's lease written last by this
 // instance, and at which revision.
-func (m *leaser) ownLease(p int) (bool, uint64) {
+func (m *Leaser) ownLease(p int) (bool, uint64) {
 	m.seenMu.Lock()
 	defer m.seenMu.Unlock()
 	h := m.holder[p]
@@ -168,7 +170,7 @@ func (m *leaser) ownLease(p int) (bool, uint64) {
 
 // looksHeld says whether the watch saw another instance write partition p's lease within
 // a TTL, and no release since.
-func (m *leaser) looksHeld(p int) bool {
+func (m *Leaser) looksHeld(p int) bool {
 	m.seenMu.Lock()
 	defer m.seenMu.Unlock()
 	h, ok := m.holder[p]

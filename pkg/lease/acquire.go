@@ -1,4 +1,4 @@
-package dispatch
+package lease
 
 import (
 	"context"
@@ -7,12 +7,12 @@ import (
 	"time"
 )
 
-// How the leaser takes free partitions up to its share (see leaser).
+// How the leaser takes free partitions up to its share (see Leaser).
 
 // acquire takes free partitions until this instance holds its share (or a renewal period
 // has passed), trying as many at once as it lacks, starting from a place of its own so
 // that instances do not all race for the same ones.
-func (m *leaser) acquire(ctx context.Context, share, instances int) {
+func (m *Leaser) acquire(ctx context.Context, share, instances int) {
 	candidates := m.candidates()
 	// Batches go one after another while the ones tried are held by others; after a
 	// renewal period the rest wait for the next round, so that a slow store does not
@@ -62,7 +62,7 @@ func (m *leaser) acquire(ctx context.Context, share, instances int) {
 			h := &holding{rev: r.rev, validUntil: r.sent.Add(m.ttl - m.margin), fence: m.notBefore(r.p, sure)}
 			m.held[r.p] = h
 			m.log.Debug().Int("partition", r.p).Int("share", share).Int("instances", instances).Msg("partition acquired")
-			m.emit(ctx, ownEvent{kind: ownAcquired, partition: r.p, validUntil: h.validUntil, notBefore: h.fence})
+			m.emit(ctx, Event{Kind: Acquired, Partition: r.p, ValidUntil: h.validUntil, NotBefore: h.fence})
 		}
 		if failed {
 			return
@@ -74,7 +74,7 @@ func (m *leaser) acquire(ctx context.Context, share, instances int) {
 // watch shows held by another instance last: with a slow store a round may try one batch
 // only, and trying the same held ones first every round would never reach a free one
 // (seen: a partition left free for a minute).
-func (m *leaser) candidates() []int {
+func (m *Leaser) candidates() []int {
 	start := int(hashOf(m.id) % uint32(m.partitions))
 	var free, heldByOthers []int
 	for i := range m.partitions {
@@ -102,7 +102,7 @@ type got struct {
 // this instance's that it does not hold (own, at ownRev: an acquisition or renewal whose
 // answer was lost), it takes it back by renewing it, the validity counted from this
 // renewal.
-func (m *leaser) try(ctx context.Context, p int, own bool, ownRev uint64, wait time.Duration) got {
+func (m *Leaser) try(ctx context.Context, p int, own bool, ownRev uint64, wait time.Duration) got {
 	actx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	sent := m.now()

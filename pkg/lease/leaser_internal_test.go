@@ -1,11 +1,13 @@
-package dispatch
+package lease
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/penguinhq/dispatcher/pkg/request"
+	"github.com/rs/zerolog"
 )
 
 // Directed tests of the fences the simulation (pkg/dispatch/dispatchsim) found broken:
@@ -15,7 +17,7 @@ import (
 // watchOnly is a lease store whose watch starts and delivers nothing by itself: the
 // test hands the leaser its events.
 type watchOnly struct {
-	LeaseStore
+	Store
 	written bool
 }
 
@@ -27,13 +29,37 @@ func (w watchOnly) Written(context.Context) (bool, error) { return w.written, ni
 
 const testTTL = 10 * time.Second
 
-func watchingLeaser(t *testing.T, store LeaseStore, fresh bool) (*leaser, *bundle) {
+var start = time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+
+// clock is the test's clock.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *clock) advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
+// watchingLeaser is a Leaser of 8 partitions on store, its clock at start (TTL 10 s, a
+// send timeout of 1 s as the dispatcher counts its margin), its watch begun.
+func watchingLeaser(t *testing.T, store Store, fresh bool) (*Leaser, *clock) {
 	t.Helper()
-	b := setup(t, Config{Leases: store, LeaseTTL: testTTL, SendTimeout: time.Second})
-	m := newLeaser(b.d, make(chan ownEvent, 16))
+	c := &clock{t: start}
+	margin := time.Second + testTTL/10
+	m := New(Config{Store: store, ID: "unit", Partitions: 8, TTL: testTTL, Margin: margin, Every: (testTTL - margin) / 3,
+		Now: c.now, Log: zerolog.Nop()}, make(chan Event, 16))
 	m.fresh = fresh
 	m.watch(context.Background(), func() {})
-	return m, b
+	return m, c
 }
 
 // A holds p3 and renews it; the store's clock removes A's lease unseen; B takes p3 and
@@ -41,13 +67,13 @@ func watchingLeaser(t *testing.T, store LeaseStore, fresh bool) (*leaser, *bundl
 // before then. (The release used to forget every renewal of p3, A's with B's.)
 func TestAReleaseKeepsAnEarlierHoldersFence(t *testing.T) {
 	t.Parallel()
-	m, b := watchingLeaser(t, watchOnly{written: true}, false)
-	b.clock.advance(2 * testTTL) // the watch has run for longer than a TTL: nothing unseen
-	renewed := b.clock.now()
+	m, c := watchingLeaser(t, watchOnly{written: true}, false)
+	c.advance(2 * testTTL) // the watch has run for longer than a TTL: nothing unseen
+	renewed := c.now()
 	m.saw(request.LeaseChange{Partition: 3, Owner: "a", Released: false, Rev: 10})
-	b.clock.advance(2 * time.Second)
+	c.advance(2 * time.Second)
 	m.saw(request.LeaseChange{Partition: 3, Owner: "b", Released: false, Rev: 11}) // b takes p3 after a's lease vanished
-	b.clock.advance(time.Second)
+	c.advance(time.Second)
 	m.saw(request.LeaseChange{Partition: 3, Owner: "", Released: true, Rev: 12}) // and hands it back
 	if nb := m.notBefore(3, true); nb.Before(renewed.Add(testTTL)) {
 		t.Fatalf("after b's release, c may start at %s; a renewed at %s and may send until %s",
@@ -61,9 +87,9 @@ func TestAReleaseKeepsAnEarlierHoldersFence(t *testing.T) {
 // written to, or the watch saw the partition handed back.
 func TestAFreshInstanceWaitsForRenewalsItCouldNotSee(t *testing.T) {
 	t.Parallel()
-	m, b := watchingLeaser(t, watchOnly{written: true}, false)
-	began := b.clock.now()
-	b.clock.advance(time.Second)
+	m, c := watchingLeaser(t, watchOnly{written: true}, false)
+	began := c.now()
+	c.advance(time.Second)
 	if nb := m.notBefore(5, true); nb.Before(began.Add(testTTL)) {
 		t.Fatalf("a partition taken a second after the watch began may start at %s, want a TTL after the watch began (%s)",
 			nb.Sub(start), began.Add(testTTL).Sub(start))
@@ -76,35 +102,6 @@ func TestAFreshInstanceWaitsForRenewalsItCouldNotSee(t *testing.T) {
 	fresh, _ := watchingLeaser(t, watchOnly{}, true)
 	if nb := fresh.notBefore(5, true); !nb.IsZero() {
 		t.Fatalf("in a store never written to, a partition waits until %s; nobody can have renewed it unseen", nb.Sub(start))
-	}
-}
-
-// eventDeadline records the deadline WriteNow was given.
-type eventDeadline struct{ left time.Duration }
-
-func (e *eventDeadline) Record(request.Event) {}
-func (e *eventDeadline) WriteNow(ctx context.Context, _ request.Event) bool {
-	d, _ := ctx.Deadline()
-	e.left = time.Until(d)
-	return true
-}
-
-// The wait for a delivered request's final event ends by the attempt's own deadline
-// (sendBy + the send timeout): the removal that follows must land while the lease still
-// holds, or the next owner sends the request again. It used to wait 2 s whatever the
-// lease said.
-func TestTheFinalEventsWaitEndsInsideTheLease(t *testing.T) {
-	t.Parallel()
-	ev := &eventDeadline{}
-	b := setup(t, Config{Leases: watchOnly{written: true}, LeaseTTL: testTTL, SendTimeout: time.Second, Events: ev})
-	sendBy := b.clock.now().Add(100 * time.Millisecond) // the attempt started near the end of the lease's window
-	b.d.writeNow(context.Background(), request.Event{Type: request.EventDelivered}, sendBy)
-	if ev.left > 1100*time.Millisecond+100*time.Millisecond {
-		t.Fatalf("the final event may be waited for %s; the attempt's deadline is 1.1 s away (sendBy + send timeout)", ev.left)
-	}
-	b.d.writeNow(context.Background(), request.Event{Type: request.EventDelivered}, time.Time{})
-	if ev.left < time.Second {
-		t.Fatalf("without a lease the final event is waited for %s, want the 2 s of eventWait", ev.left)
 	}
 }
 
@@ -128,11 +125,11 @@ func (r *releases) ReleaseAll(context.Context, string) (int, error) { r.all = tr
 func TestAStopReleasesNoLeaseInsideItsFence(t *testing.T) {
 	t.Parallel()
 	store := &releases{watchOnly: watchOnly{written: true}}
-	m, b := watchingLeaser(t, store, false)
-	now := b.clock.now()
+	m, c := watchingLeaser(t, store, false)
+	now := c.now()
 	m.held[1] = &holding{rev: 1, fence: now.Add(-time.Second)} // past its fence
 	m.held[2] = &holding{rev: 2, fence: now.Add(time.Second)}  // an earlier holder may still send
-	m.releaseAll(context.Background())
+	m.ReleaseAll(context.Background())
 	if store.all || len(store.released) != 1 || store.released[0] != 1 {
 		t.Fatalf("released %v (all: %v), want partition 1 alone", store.released, store.all)
 	}

@@ -1,4 +1,4 @@
-package dispatch
+package lease
 
 import (
 	"context"
@@ -10,13 +10,15 @@ import (
 	"github.com/rs/zerolog"
 )
 
-type ownKind int
+// Kind says what an Event tells the dispatcher's loop of a partition.
+type Kind int
 
+// What the Leaser tells the loop.
 const (
-	ownAcquired ownKind = iota // the partition is ours; send after the fence
-	ownRenewed                 // the lease is ours until validUntil
-	ownLost                    // the lease is gone: stop at once
-	ownRelease                 // hand the partition back: stop starting sends, drain, close done
+	Acquired Kind = iota // the partition is ours; send after the fence (NotBefore)
+	Renewed              // the lease is ours until ValidUntil
+	Lost                 // the lease is gone: stop at once
+	Release              // hand the partition back: stop starting sends, drain, close Done
 )
 
 // LogRenewalsLapsed is logged with the partitions whose lease renewals failed until the
@@ -24,15 +26,17 @@ const (
 // another instance does).
 const LogRenewalsLapsed = "lease renewals failed until the leases could have expired; letting those partitions go"
 
-type ownEvent struct {
-	kind       ownKind
-	partition  int
-	validUntil time.Time
-	notBefore  time.Time // acquired: no attempt before this (zero: no wait beyond the fence)
-	done       chan struct{}
+// Event is one change of this instance's hold on a partition, for the loop: no attempt
+// there starts after ValidUntil, nor (Acquired) before NotBefore.
+type Event struct {
+	Kind       Kind
+	Partition  int
+	ValidUntil time.Time
+	NotBefore  time.Time // Acquired: no attempt before this (zero: no wait beyond the fence)
+	Done       chan struct{}
 }
 
-// leaser holds this instance's share of the partitions through leases.
+// Leaser holds this instance's share of the partitions through leases.
 //
 // Fencing: a lease renewed by a request sent at t expires on the server no sooner than
 // t+ttl, by when this instance must have finished every attempt in that partition. So it
@@ -53,15 +57,15 @@ type ownEvent struct {
 // only those of the instance that released. Renewals made before the watch began were not
 // seen: for a TTL after it begins (after start, or after the watch broke), a partition
 // taken over waits until then, unless the store had never been written to.
-type leaser struct {
-	store      LeaseStore
+type Leaser struct {
+	store      Store
 	id         string
 	partitions int
 	ttl        time.Duration
 	margin     time.Duration
 	every      time.Duration
-	now        clock
-	events     chan<- ownEvent
+	now        func() time.Time
+	events     chan<- Event
 	log        zerolog.Logger
 
 	held    map[int]*holding
@@ -94,16 +98,30 @@ type drained struct {
 	h *holding
 }
 
-// newLeaser returns the leaser of d's partitions, telling the loop through events.
-func newLeaser(d *Dispatcher, events chan<- ownEvent) *leaser {
-	return &leaser{store: d.cfg.Leases, id: d.cfg.InstanceID, partitions: d.src.Partitions(),
-		ttl: d.cfg.LeaseTTL, margin: d.cfg.leaseMargin(), every: d.cfg.leaseEvery(), now: d.now,
-		events: events, log: d.log, held: map[int]*holding{}, drained: make(chan drained, d.src.Partitions()),
+// Config is what a Leaser needs: the store, this instance's id, how many partitions there
+// are, the leases' TTL, how long before a lease could lapse sends stop (Margin: at least
+// the longest attempt), how often leases are renewed, and the clock.
+type Config struct {
+	Store      Store
+	ID         string
+	Partitions int
+	TTL        time.Duration
+	Margin     time.Duration
+	Every      time.Duration
+	Now        func() time.Time
+	Log        zerolog.Logger
+}
+
+// New returns the Leaser of cfg's partitions, telling the loop through events.
+func New(cfg Config, events chan<- Event) *Leaser {
+	return &Leaser{store: cfg.Store, id: cfg.ID, partitions: cfg.Partitions,
+		ttl: cfg.TTL, margin: cfg.Margin, every: cfg.Every, now: cfg.Now,
+		events: events, log: cfg.Log, held: map[int]*holding{}, drained: make(chan drained, cfg.Partitions),
 		seen: map[int]map[string]time.Time{}, holder: map[int]write{}, clean: map[int]bool{},
 		beats: map[string]time.Time{}}
 }
 
-func (m *leaser) run(ctx context.Context) {
+func (m *Leaser) Run(ctx context.Context) {
 	wake := make(chan struct{}, 1)
 	poke := func() {
 		select {
@@ -155,7 +173,7 @@ func (m *leaser) run(ctx context.Context) {
 	}
 }
 
-func (m *leaser) emit(ctx context.Context, e ownEvent) {
+func (m *Leaser) emit(ctx context.Context, e Event) {
 	select {
 	case m.events <- e:
 	case <-ctx.Done():
@@ -164,7 +182,7 @@ func (m *leaser) emit(ctx context.Context, e ownEvent) {
 
 // round renews what this instance holds, hands back what is over its share, and takes
 // free partitions up to its share.
-func (m *leaser) round(ctx context.Context) {
+func (m *Leaser) round(ctx context.Context) {
 	// The heartbeat, the renewals and the listing of instances go out together, each with
 	// a deadline of its own: one after the other, a slow store made a round longer than a
 	// TTL, so that renewals came too late; and a call never answered (a listing whose end
@@ -216,7 +234,7 @@ func (m *leaser) round(ctx context.Context) {
 
 // handBack hands excess partitions back to balance: the highest-numbered ones, but none
 // before its fence has passed.
-func (m *leaser) handBack(ctx context.Context, excess, share, n int) {
+func (m *Leaser) handBack(ctx context.Context, excess, share, n int) {
 	keys := slices.Sorted(maps.Keys(m.held))
 	var back []int
 	defer func() {
@@ -243,7 +261,7 @@ func (m *leaser) handBack(ctx context.Context, excess, share, n int) {
 		back = append(back, p)
 		done := make(chan struct{})
 		m.log.Debug().Int("partition", p).Int("share", share).Msg("handing partition back to balance")
-		m.emit(ctx, ownEvent{kind: ownRelease, partition: p, done: done})
+		m.emit(ctx, Event{Kind: Release, Partition: p, Done: done})
 		go func() {
 			select {
 			case <-done:
@@ -263,7 +281,7 @@ func (m *leaser) handBack(ctx context.Context, excess, share, n int) {
 // stopped sending there already, and the partition is free to be taken again, by anyone.
 // Kept, it would stay closed for as long as the errors lasted, and no other instance would
 // take it.
-func (m *leaser) renewAll(ctx context.Context) {
+func (m *Leaser) renewAll(ctx context.Context) {
 	type renewed struct {
 		p    int
 		sent time.Time
@@ -294,17 +312,17 @@ func (m *leaser) renewAll(ctx context.Context) {
 			// renewal that lands lets sends resume; a loaded machine answers late at times.
 			lapsedPs = append(lapsedPs, r.p)
 			delete(m.held, r.p)
-			m.emit(ctx, ownEvent{kind: ownLost, partition: r.p})
+			m.emit(ctx, Event{Kind: Lost, Partition: r.p})
 		case r.err != nil:
 			failed, cause = failed+1, r.err
 		case !r.ok:
 			m.log.Warn().Int("partition", r.p).Msg("lease lost")
 			delete(m.held, r.p)
-			m.emit(ctx, ownEvent{kind: ownLost, partition: r.p})
+			m.emit(ctx, Event{Kind: Lost, Partition: r.p})
 		default:
 			h := m.held[r.p]
 			h.rev, h.validUntil = r.rev, r.sent.Add(m.ttl-m.margin)
-			m.emit(ctx, ownEvent{kind: ownRenewed, partition: r.p, validUntil: h.validUntil})
+			m.emit(ctx, Event{Kind: Renewed, Partition: r.p, ValidUntil: h.validUntil})
 		}
 	}
 	if len(lapsedPs) > 0 {
@@ -320,7 +338,7 @@ func (m *leaser) renewAll(ctx context.Context) {
 // leaves first, so that the others count one instance fewer when they see the releases.
 // A lease still inside its fence is not released but left to expire: a release tells
 // the others that every earlier holder has stopped, which is not yet so.
-func (m *leaser) releaseAll(ctx context.Context) {
+func (m *Leaser) ReleaseAll(ctx context.Context) {
 	if err := m.store.Leave(ctx, m.id); err != nil {
 		m.log.Warn().Err(err).Msg("leaving failed; the heartbeat will expire instead")
 	}
