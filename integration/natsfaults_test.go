@@ -13,7 +13,6 @@ import (
 	"github.com/penguinhq/dispatcher/pkg/ledger"
 	"github.com/penguinhq/dispatcher/pkg/queue"
 	"github.com/penguinhq/dispatcher/pkg/queue/queuetest"
-	"github.com/penguinhq/dispatcher/pkg/request"
 )
 
 // natsFaults are the two ways a link to NATS fails: the peer gone (connections reset,
@@ -216,8 +215,8 @@ func TestDispatcherPausedPastItsLease(t *testing.T) {
 			if _, ok := partition[clientName(c)]; ok {
 				continue
 			}
-			if subj, _, ok, err := s.q.ClientSubject(context.Background(), clientName(c)); err == nil && ok {
-				partition[clientName(c)], _ = request.PartitionOf(subj)
+			if lane, _, ok, err := s.q.ClientLane(context.Background(), clientName(c)); err == nil && ok {
+				partition[clientName(c)] = lane.Partition
 			}
 		}
 		return len(partition) == 32, fmt.Sprintf("%d of 32", len(partition))

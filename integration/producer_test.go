@@ -138,7 +138,7 @@ func TestBatch(t *testing.T) {
 		t.Errorf("bob's key again: %v, want bob's first id %s as a duplicate", r, ids[1])
 	}
 	// Stored byte for byte: alice's head is item 0's body as it stood in the batch.
-	subject, n, _, err := s.q.ClientSubject(context.Background(), "alice")
+	subject, n, _, err := s.q.ClientLane(context.Background(), "alice")
 	if err != nil || n != 2 {
 		t.Fatalf("alice: %d queued (%v), want 2", n, err)
 	}

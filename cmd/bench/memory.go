@@ -16,18 +16,19 @@ import (
 )
 
 // benchLaneMemory measures what one backlogged client costs the dispatcher: its lane in
-// the scheduler (state, heap entry, map entry, subject). Request bodies are in JetStream,
+// the scheduler (state, heap entry, map entry, its lane's key). Request bodies are in JetStream,
 // not in the dispatcher, so nothing else grows with the number of clients.
 func benchLaneMemory(s settings) ([]row, error) {
-	subjects := make([]string, s.laneMemClients)
-	for i := range subjects {
-		subjects[i] = fmt.Sprintf("dispatch.req.%d.%s", i%64, request.EncodeClientID(fmt.Sprintf("client-%06d", i)))
+	lanes := make([]request.Lane, s.laneMemClients)
+	for i := range lanes {
+		lanes[i] = request.LaneOfClient(i%64, fmt.Sprintf("client-%06d", i))
 	}
 	before := heapAfterGC()
 	sched := schedule.New(schedule.Policy{Interval: 5 * time.Second}.WithDefaults(), func() float64 { return 0 })
 	now := time.Now()
-	for i, subj := range subjects {
-		sched.Notify(string([]byte(subj)), now.Add(time.Duration(i)), time.Time{}) // a fresh copy, as a notification brings
+	for i, lane := range lanes {
+		lane.Token = string([]byte(lane.Token)) // a fresh copy, as a notification brings
+		sched.Notify(lane, now.Add(time.Duration(i)), time.Time{})
 	}
 	after := heapAfterGC()
 	runtime.KeepAlive(sched)

@@ -61,18 +61,18 @@ func (s *standalone) publish(t *testing.T, client, id string) {
 func (s *standalone) bury(t *testing.T, client string, attempts int) {
 	t.Helper()
 	ctx := context.Background()
-	subj, _, ok, err := s.q.ClientSubject(ctx, client)
+	lane, _, ok, err := s.q.ClientLane(ctx, client)
 	if err != nil || !ok {
 		t.Fatalf("client %s: %v %v", client, ok, err)
 	}
-	st, _, err := s.q.Head(ctx, subj)
+	st, _, err := s.q.Head(ctx, lane)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := s.q.AddDeadLetter(ctx, st, request.Verdict{Reason: request.ReasonPermanent, LastStatus: 400, Attempts: attempts}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.q.Delete(ctx, st.Seq); err != nil {
+	if err := s.q.Delete(ctx, st.Lane, st.Seq); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -69,18 +69,18 @@ func (f *fixture) publish(t testing.TB, client, id string) {
 func (f *fixture) bury(t testing.TB, client string, reason request.Reason) {
 	t.Helper()
 	ctx := context.Background()
-	subj, _, ok, err := f.q.ClientSubject(ctx, client)
+	lane, _, ok, err := f.q.ClientLane(ctx, client)
 	if err != nil || !ok {
 		t.Fatalf("client %s: %v %v", client, ok, err)
 	}
-	st, _, err := f.q.Head(ctx, subj)
+	st, _, err := f.q.Head(ctx, lane)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := f.q.AddDeadLetter(ctx, st, request.Verdict{Reason: reason, LastStatus: 500, Attempts: 3}); err != nil {
 		t.Fatal(err)
 	}
-	if err := f.q.Delete(ctx, st.Seq); err != nil {
+	if err := f.q.Delete(ctx, st.Lane, st.Seq); err != nil {
 		t.Fatal(err)
 	}
 }

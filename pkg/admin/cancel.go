@@ -16,7 +16,11 @@ import (
 // stop is called (ADR 13).
 func ServeCancels(q *queue.Queue, d *dispatch.Dispatcher, instance string, log zerolog.Logger) (stop func(), err error) {
 	return q.ServeCancels(func(ctx context.Context, subject, id string) (request.CancelAnswer, bool) {
-		res, err := d.Cancel(ctx, subject, id)
+		var res dispatch.CancelResult
+		lane, err := request.LaneOf(subject)
+		if err == nil {
+			res, err = d.Cancel(ctx, lane, id)
+		}
 		a := request.CancelAnswer{Instance: instance}
 		switch {
 		case err != nil && !errors.Is(err, dispatch.ErrCancelLate) && ctx.Err() != nil:

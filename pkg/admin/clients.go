@@ -269,7 +269,7 @@ func (s *Service) heads(ctx context.Context, cs []Client) {
 		sem <- struct{}{}
 		go func(c *Client) {
 			defer func() { <-sem; wg.Done() }()
-			st, ok, _ := s.q.Head(ctx, c.subject)
+			st, ok, _ := s.head(ctx, c.subject)
 			if ok {
 				c.OldestAt = st.AcceptedAt
 			}

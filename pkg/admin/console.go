@@ -58,10 +58,11 @@ func (s *Service) Client(ctx context.Context, clientID string) (ClientView, erro
 	if err := request.ValidateClientID(clientID); err != nil {
 		return ClientView{}, invalid("client: %s", err)
 	}
-	subject, n, ok, err := s.q.ClientSubject(ctx, clientID)
+	lane, n, ok, err := s.q.ClientLane(ctx, clientID)
 	if err != nil {
 		return ClientView{}, err
 	}
+	subject := lane.Subject()
 	if !ok {
 		subject = s.q.StoredSubject(clientID)
 	}

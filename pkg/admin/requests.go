@@ -132,7 +132,7 @@ func (s *Service) queued(ctx context.Context, id, clientID string) (RequestState
 	if f.Position >= 0 {
 		rs.Position = &f.Position
 	}
-	head, hok, _ := s.q.Head(ctx, f.Subject)
+	head, hok, _ := s.head(ctx, f.Subject)
 	isHead := hok && head.Seq == f.Seq
 	if l, ok := s.lanes(ctx, []string{f.Subject})[f.Subject]; ok {
 		rs.Lane, rs.Dispatcher = &l.LaneInfo, l.instance
@@ -182,4 +182,14 @@ func (s *Service) sent(ctx context.Context, id string) (RequestState, bool) {
 		return rs, true
 	}
 	return RequestState{}, false
+}
+
+// head reads the oldest request queued on a request subject (the queue's, as a listing
+// or a lookup gave it).
+func (s *Service) head(ctx context.Context, subject string) (request.Stored, bool, error) {
+	lane, err := request.LaneOf(subject)
+	if err != nil {
+		return request.Stored{}, false, err
+	}
+	return s.q.Head(ctx, lane)
 }

@@ -102,7 +102,7 @@ func (s *Service) steer(ctx context.Context, clientID, by, what string, change f
 		s.log.Info().Str("client_id", clientID).Str("by", by).Stringer("steering", st).Msg(what)
 	}
 	// The change is made: a count that cannot be read now does not undo it.
-	if _, n, _, err := s.q.ClientSubject(ctx, clientID); err == nil {
+	if _, n, _, err := s.q.ClientLane(ctx, clientID); err == nil {
 		res.Queued = &n
 	}
 	return res, nil
@@ -139,10 +139,11 @@ func (s *Service) PurgeThrough(ctx context.Context, clientID, confirm, by string
 		return PurgeResult{}, invalid("purging %q needs confirmation: repeat the clientId as the confirmation", clientID)
 	}
 	res := PurgeResult{ClientID: clientID}
-	subject, n, ok, err := s.q.ClientSubject(ctx, clientID)
+	lane, n, ok, err := s.q.ClientLane(ctx, clientID)
 	if err != nil || !ok {
 		return res, err
 	}
+	subject := lane.Subject()
 	through, err := s.q.LastSeq(ctx, subject)
 	if err != nil || through == 0 {
 		return res, err
@@ -165,7 +166,7 @@ func (s *Service) PurgeThrough(ctx context.Context, clientID, confirm, by string
 	}
 	deadline := time.Now().Add(wait)
 	for {
-		head, ok, err := s.q.Head(ctx, subject)
+		head, ok, err := s.q.Head(ctx, lane)
 		if err != nil {
 			return res, err
 		}
@@ -180,7 +181,7 @@ func (s *Service) PurgeThrough(ctx context.Context, clientID, confirm, by string
 			return res, err
 		}
 		if !time.Now().Before(deadline) {
-			_, left, _, err := s.q.ClientSubject(ctx, clientID)
+			_, left, _, err := s.q.ClientLane(ctx, clientID)
 			res.Remaining = min(left, n)
 			return res, err
 		}

@@ -455,18 +455,18 @@ func (f *fixture) bury(t testing.TB, client, id string) {
 	t.Helper()
 	ctx := context.Background()
 	f.publish(t, client, id)
-	subj, _, _, err := f.q.ClientSubject(ctx, client)
+	lane, _, _, err := f.q.ClientLane(ctx, client)
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, _, err := f.q.Head(ctx, subj)
+	st, _, err := f.q.Head(ctx, lane)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := f.q.AddDeadLetter(ctx, st, request.Verdict{Reason: request.ReasonPermanent, LastStatus: 422, Attempts: 1}); err != nil {
 		t.Fatal(err)
 	}
-	if err := f.q.Delete(ctx, st.Seq); err != nil {
+	if err := f.q.Delete(ctx, st.Lane, st.Seq); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -507,7 +507,7 @@ func TestReplayFromTheConsoleIsADryRunFirst(t *testing.T) {
 	if !strings.Contains(dry, `id="replay-count">2<`) {
 		t.Fatal("the dry run does not count the two selected")
 	}
-	if _, n, ok, _ := f.q.ClientSubject(ctx, "acme"); ok || n != 0 {
+	if _, n, ok, _ := f.q.ClientLane(ctx, "acme"); ok || n != 0 {
 		t.Fatalf("after the dry run %d queued, want none", n)
 	}
 	done := replay(url.Values{"csrf": {csrf}, "mode": {"selected"}, "id": {"r1", "r3"}, "confirm": {"yes"}})

@@ -83,14 +83,14 @@ type activity struct {
 	mu      sync.Mutex
 	slots   [slots]slot
 	max     int
-	order   *list.List               // of *clientAttempts, most recently sent to first
-	clients map[string]*list.Element // by subject
+	order   *list.List // of *clientAttempts, most recently sent to first
+	clients map[request.Lane]*list.Element
 }
 
 type clientAttempts struct {
-	subject string
-	ring    [HistoryPerClient]attemptRecord
-	n       int // attempts recorded in all
+	lane request.Lane
+	ring [HistoryPerClient]attemptRecord
+	n    int // attempts recorded in all
 }
 
 // attemptRecord is an Attempt as the ring keeps it: 56 bytes rather than 136.
@@ -131,7 +131,7 @@ func (r attemptRecord) Attempt() Attempt {
 }
 
 func newActivity(maxClients int) *activity {
-	return &activity{max: maxClients, order: list.New(), clients: map[string]*list.Element{}}
+	return &activity{max: maxClients, order: list.New(), clients: map[request.Lane]*list.Element{}}
 }
 
 // at returns the slot for t, emptied when it last held an older window's counts.
@@ -144,8 +144,8 @@ func (a *activity) at(t time.Time) *slot {
 	return s
 }
 
-// attempt records one attempt of subject's client.
-func (a *activity) attempt(subject string, at Attempt) {
+// attempt records one attempt of lane's client.
+func (a *activity) attempt(lane request.Lane, at Attempt) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	s := a.at(at.End)
@@ -159,20 +159,20 @@ func (a *activity) attempt(subject string, at Attempt) {
 	if a.max <= 0 {
 		return
 	}
-	e, ok := a.clients[subject]
+	e, ok := a.clients[lane]
 	if ok {
 		a.order.MoveToFront(e)
 	} else if a.order.Len() >= a.max {
 		// Full: the least recently sent to makes room, its record reused.
 		e = a.order.Back()
 		c := e.Value.(*clientAttempts)
-		delete(a.clients, c.subject)
-		*c = clientAttempts{subject: subject}
+		delete(a.clients, c.lane)
+		*c = clientAttempts{lane: lane}
 		a.order.MoveToFront(e)
-		a.clients[subject] = e
+		a.clients[lane] = e
 	} else {
-		e = a.order.PushFront(&clientAttempts{subject: subject})
-		a.clients[subject] = e
+		e = a.order.PushFront(&clientAttempts{lane: lane})
+		a.clients[lane] = e
 	}
 	c := e.Value.(*clientAttempts)
 	c.ring[c.n%HistoryPerClient] = record(at)
@@ -186,11 +186,11 @@ func (a *activity) deadLettered(reason request.Reason, now time.Time) {
 	a.at(now).dead[string(reason)]++
 }
 
-// history returns subject's last attempts, oldest first.
-func (a *activity) history(subject string) []Attempt {
+// history returns lane's last attempts, oldest first.
+func (a *activity) history(lane request.Lane) []Attempt {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	e, ok := a.clients[subject]
+	e, ok := a.clients[lane]
 	if !ok {
 		return nil
 	}
@@ -203,11 +203,11 @@ func (a *activity) history(subject string) []Attempt {
 	return out
 }
 
-// lastDelivered is the end of subject's last delivered attempt it remembers.
-func (a *activity) lastDelivered(subject string) time.Time {
+// lastDelivered is the end of lane's last delivered attempt it remembers.
+func (a *activity) lastDelivered(lane request.Lane) time.Time {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	e, ok := a.clients[subject]
+	e, ok := a.clients[lane]
 	if !ok {
 		return time.Time{}
 	}

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/penguinhq/dispatcher/pkg/request"
 )
 
 func TestHistoryKeepsEachClientsLastAttemptsInOrder(t *testing.T) {
@@ -12,28 +14,28 @@ func TestHistoryKeepsEachClientsLastAttemptsInOrder(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	for i := range HistoryPerClient + 5 {
 		at := t0.Add(time.Duration(i) * time.Second)
-		a.attempt("a", Attempt{ID: fmt.Sprint(i), Start: at, End: at, Outcome: OutcomeDelivered, Status: 200})
+		a.attempt(request.Lane{Token: "a"}, Attempt{ID: fmt.Sprint(i), Start: at, End: at, Outcome: OutcomeDelivered, Status: 200})
 	}
-	h := a.history("a")
+	h := a.history(request.Lane{Token: "a"})
 	if len(h) != HistoryPerClient || h[0].ID != "5" || h[len(h)-1].ID != fmt.Sprint(HistoryPerClient+4) {
 		t.Fatalf("history of %d from %s to %s; want the last %d, oldest first", len(h), h[0].ID, h[len(h)-1].ID, HistoryPerClient)
 	}
 	kept := Attempt{ID: "k", Attempt: 3, Start: t0, End: t0.Add(time.Millisecond), Gap: 5*time.Second + 1234, HasGap: true,
 		Interval: 5 * time.Second, Outcome: OutcomeTransient, Status: 503}
-	a.attempt("k", kept)
-	a.attempt("k", Attempt{ID: "k2", Start: t0, End: t0, Outcome: OutcomePermanent})
-	if h := a.history("k"); len(h) != 2 || !h[0].Start.Equal(kept.Start) || !h[0].End.Equal(kept.End) ||
+	a.attempt(request.Lane{Token: "k"}, kept)
+	a.attempt(request.Lane{Token: "k"}, Attempt{ID: "k2", Start: t0, End: t0, Outcome: OutcomePermanent})
+	if h := a.history(request.Lane{Token: "k"}); len(h) != 2 || !h[0].Start.Equal(kept.Start) || !h[0].End.Equal(kept.End) ||
 		h[0].ID != kept.ID || h[0].Attempt != 3 || h[0].Gap != kept.Gap || !h[0].HasGap || h[0].Interval != kept.Interval ||
 		h[0].Outcome != kept.Outcome || h[0].Status != 503 || h[1].HasGap || h[1].Outcome != OutcomePermanent {
 		t.Fatalf("history of k: %+v; want %+v kept as it was, then k2", h, kept)
 	}
 	a = newActivity(2)
-	a.attempt("a", Attempt{ID: "a1", Start: t0, End: t0})
-	a.attempt("b", Attempt{ID: "b1", Start: t0, End: t0})
-	a.attempt("a", Attempt{ID: "a-again", Start: t0, End: t0}) // a is now the most recent
-	a.attempt("c", Attempt{ID: "c1", Start: t0, End: t0})      // evicts b, the least recent
-	if a.history("b") != nil || a.history("a") == nil || a.history("c") == nil {
-		t.Fatalf("after c: b %v, a %d, c %d; want b evicted", a.history("b"), len(a.history("a")), len(a.history("c")))
+	a.attempt(request.Lane{Token: "a"}, Attempt{ID: "a1", Start: t0, End: t0})
+	a.attempt(request.Lane{Token: "b"}, Attempt{ID: "b1", Start: t0, End: t0})
+	a.attempt(request.Lane{Token: "a"}, Attempt{ID: "a-again", Start: t0, End: t0}) // a is now the most recent
+	a.attempt(request.Lane{Token: "c"}, Attempt{ID: "c1", Start: t0, End: t0})      // evicts b, the least recent
+	if a.history(request.Lane{Token: "b"}) != nil || a.history(request.Lane{Token: "a"}) == nil || a.history(request.Lane{Token: "c"}) == nil {
+		t.Fatalf("after c: b %v, a %d, c %d; want b evicted", a.history(request.Lane{Token: "b"}), len(a.history(request.Lane{Token: "a"})), len(a.history(request.Lane{Token: "c"})))
 	}
 }
 
@@ -42,7 +44,7 @@ func TestActivityCountsTheLastMinuteOnly(t *testing.T) {
 	a := newActivity(0)
 	now := time.Date(2026, 1, 1, 0, 10, 0, 0, time.UTC)
 	old := now.Add(-2 * ActivityWindow)
-	a.attempt("x", Attempt{Start: old, End: old, Outcome: OutcomeTransient})
+	a.attempt(request.Lane{Token: "x"}, Attempt{Start: old, End: old, Outcome: OutcomeTransient})
 	a.deadLettered("permanent_failure", old)
 	for i, took := range []time.Duration{time.Millisecond, 3 * time.Millisecond, 40 * time.Millisecond, time.Minute} {
 		end := now.Add(-time.Duration(i) * 10 * time.Second)
@@ -50,7 +52,7 @@ func TestActivityCountsTheLastMinuteOnly(t *testing.T) {
 		if i == 3 {
 			status, outcome = 0, OutcomeTransient
 		}
-		a.attempt("x", Attempt{Start: end.Add(-took), End: end, Outcome: outcome, Status: status})
+		a.attempt(request.Lane{Token: "x"}, Attempt{Start: end.Add(-took), End: end, Outcome: outcome, Status: status})
 	}
 	a.deadLettered("max_attempts", now)
 	w := a.window(now)
@@ -75,8 +77,8 @@ func TestActivityCountsTheLastMinuteOnly(t *testing.T) {
 		t.Fatalf("window %s a second into a slot; want 56s", w.Window)
 	}
 	one := newActivity(1)
-	one.attempt("y", Attempt{Start: now, End: now, Outcome: "something new"})
-	if h := one.history("y"); len(h) != 1 || h[0].Outcome != "unknown" {
+	one.attempt(request.Lane{Token: "y"}, Attempt{Start: now, End: now, Outcome: "something new"})
+	if h := one.history(request.Lane{Token: "y"}); len(h) != 1 || h[0].Outcome != "unknown" {
 		t.Fatalf("an outcome the history does not know is shown as %+v, want unknown", h)
 	}
 	var all Activity
@@ -91,15 +93,15 @@ func TestActivityCountsTheLastMinuteOnly(t *testing.T) {
 // hand: go test -run '^$' -bench Activity ./pkg/dispatch).
 func BenchmarkActivityAttempt(b *testing.B) {
 	a := newActivity(DefaultAttemptHistory)
-	subjects := make([]string, 20_000)
-	for i := range subjects {
-		subjects[i] = fmt.Sprintf("dispatch.req.%d.client-%d", i%64, i)
+	lanes := make([]request.Lane, 20_000)
+	for i := range lanes {
+		lanes[i] = request.Lane{Partition: i % 64, Token: fmt.Sprintf("client-%d", i)}
 	}
 	now := time.Now()
 	b.ReportAllocs()
 	i := 0
 	for b.Loop() {
-		a.attempt(subjects[i%len(subjects)], Attempt{ID: "r", Start: now, End: now, Outcome: OutcomeDelivered, Status: 200, HasGap: true})
+		a.attempt(lanes[i%len(lanes)], Attempt{ID: "r", Start: now, End: now, Outcome: OutcomeDelivered, Status: 200, HasGap: true})
 		i++
 	}
 }

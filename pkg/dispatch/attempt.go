@@ -52,17 +52,17 @@ func (l *loop) startDue() {
 		if !ok {
 			return
 		}
-		p, part := l.owner(job.Subject)
+		p, part := l.owner(job.Lane)
 		switch {
 		case part == nil:
-			l.sched.Forget(job.Subject)
+			l.sched.Forget(job.Lane)
 		case job.Since.Before(part.since):
 			// A lane that outlived an earlier holding of the partition: it waits out the
 			// fence like a new one.
-			l.sched.Hold(job.Subject, part.since)
+			l.sched.Hold(job.Lane, part.since)
 		case lapsed(part.validUntil, now):
 			// The lease is not renewed yet: the same as a worker finding so.
-			l.sched.Done(schedule.Result{Subject: job.Subject, Kind: schedule.Held}, now)
+			l.sched.Done(schedule.Result{Lane: job.Lane, Kind: schedule.Held}, now)
 		default:
 			part.inFlight++
 			token := g.Started(now, job.SendAt)
@@ -78,45 +78,45 @@ func (l *loop) startDue() {
 // not start by then is not made and the lane is held.
 func (d *Dispatcher) work(ctx context.Context, job schedule.Job, sendBy time.Time) schedule.Result {
 	gen := d.sending.look() // before the head is read: see sending
-	st, ok, err := d.src.Head(ctx, job.Subject)
+	st, ok, err := d.src.Head(ctx, job.Lane)
 	var undecodable *request.UndecodableError
 	switch {
 	case errors.As(err, &undecodable):
-		d.log.Warn().Str("subject", job.Subject).Uint64("seq", st.Seq).Msg("message not written by ingest; dead-lettering it unsent")
+		d.log.Warn().Stringer("subject", job.Lane).Uint64("seq", st.Seq).Msg("message not written by ingest; dead-lettering it unsent")
 		return d.bury(ctx, job, st, request.Verdict{Reason: request.ReasonUndecodable, LastError: err.Error()}, sendBy)
 	case err != nil:
-		d.log.Debug().Err(err).Str("subject", job.Subject).Msg("reading head request failed; will look again")
-		return schedule.Result{Subject: job.Subject, Kind: schedule.Failed}
+		d.log.Debug().Err(err).Stringer("subject", job.Lane).Msg("reading head request failed; will look again")
+		return schedule.Result{Lane: job.Lane, Kind: schedule.Failed}
 	case !ok:
-		return schedule.Result{Subject: job.Subject, Kind: schedule.Empty}
+		return schedule.Result{Lane: job.Lane, Kind: schedule.Empty}
 	case st.Seq <= job.PurgeThrough:
 		// An operator purged the client's backlog up to here.
-		if !d.sending.commit(job.Subject, st.ID, gen) {
-			return schedule.Result{Subject: job.Subject, Kind: schedule.Failed} // a cancel took it, or may have
+		if !d.sending.commit(job.Lane, st.ID, gen) {
+			return schedule.Result{Lane: job.Lane, Kind: schedule.Failed} // a cancel took it, or may have
 		}
-		defer d.sending.settled(job.Subject)
+		defer d.sending.settled(job.Lane)
 		return d.unsent(ctx, job, st, request.ReasonPurged, sendBy, "request purged to the dead-letter stream")
 	case job.Paused:
-		return schedule.Result{Subject: job.Subject, Kind: schedule.Parked}
+		return schedule.Result{Lane: job.Lane, Kind: schedule.Parked}
 	case st.NotBefore.After(job.SendAt):
 		// Not before its time: the lane waits, and its client's later requests with it.
-		return schedule.Result{Subject: job.Subject, Kind: schedule.NotYet, Seq: st.Seq, NotBefore: st.NotBefore}
+		return schedule.Result{Lane: job.Lane, Kind: schedule.NotYet, Seq: st.Seq, NotBefore: st.NotBefore}
 	}
 	// The head was read up to the scheduler's lead in advance: start on time, not before.
 	if !sleepUntil(ctx, d.now, job.SendAt) {
-		return schedule.Result{Subject: job.Subject, Kind: schedule.Failed}
+		return schedule.Result{Lane: job.Lane, Kind: schedule.Failed}
 	}
-	if !d.sending.commit(job.Subject, st.ID, gen) {
-		return schedule.Result{Subject: job.Subject, Kind: schedule.Failed} // a cancel took it, or may have: read the head again
+	if !d.sending.commit(job.Lane, st.ID, gen) {
+		return schedule.Result{Lane: job.Lane, Kind: schedule.Failed} // a cancel took it, or may have: read the head again
 	}
-	defer d.sending.settled(job.Subject)
+	defer d.sending.settled(job.Lane)
 	if st.Expired(d.now()) {
 		// Its Not-After passed before this attempt could start: never sent (an attempt
 		// already under way at the deadline was not cut short).
 		return d.unsent(ctx, job, st, request.ReasonExpired, sendBy, "request expired (Not-After) unsent; dead-lettered")
 	}
 	if lapsed(sendBy, d.now()) {
-		return schedule.Result{Subject: job.Subject, Kind: schedule.Held}
+		return schedule.Result{Lane: job.Lane, Kind: schedule.Held}
 	}
 	return d.attempt(ctx, job, st, sendBy)
 }
@@ -126,7 +126,7 @@ func (d *Dispatcher) work(ctx context.Context, job schedule.Job, sendBy time.Tim
 // while the partition is surely ours.
 func (d *Dispatcher) unsent(ctx context.Context, job schedule.Job, st request.Stored, reason request.Reason, sendBy time.Time, msg string) schedule.Result {
 	if lapsed(sendBy, d.now()) {
-		return schedule.Result{Subject: job.Subject, Kind: schedule.Held}
+		return schedule.Result{Lane: job.Lane, Kind: schedule.Held}
 	}
 	res := d.bury(ctx, job, st, request.Verdict{Reason: reason, Attempts: attemptsOf(job, st)}, sendBy)
 	if res.Kind == schedule.DeadLettered {
@@ -186,7 +186,7 @@ func (d *Dispatcher) attempt(ctx context.Context, job schedule.Job, st request.S
 		about(ev).Dur("took", end.Sub(start)).Err(err).Msg("attempt")
 	}
 
-	res := schedule.Result{Subject: job.Subject, AttemptEnd: end, Took: end.Sub(start)}
+	res := schedule.Result{Lane: job.Lane, AttemptEnd: end, Took: end.Sub(start)}
 	why := request.Verdict{Attempts: attempt, FirstAttempt: first, LastAttempt: start, LastStatus: request.RavenStatus(err), Answer: answer}
 	res.Refused, res.PauseAll = overloaded(err, why.LastStatus)
 	switch judged {

@@ -22,7 +22,7 @@ import (
 func TestWorkDeliversAndRemoves(t *testing.T) {
 	t.Parallel()
 	b := setup(t, Config{})
-	subj := subject(1, "alice")
+	subj := laneOf(1, "alice")
 	b.src.add(subj, "r1", start)
 	b.src.add(subj, "r2", start)
 	res := b.d.work(context.Background(), b.job(subj), time.Time{})
@@ -43,7 +43,7 @@ func TestWorkDeliversAndRemoves(t *testing.T) {
 func TestWorkEmptyClient(t *testing.T) {
 	t.Parallel()
 	b := setup(t, Config{})
-	if res := b.d.work(context.Background(), b.job(subject(0, "nobody")), time.Time{}); res.Kind != schedule.Empty {
+	if res := b.d.work(context.Background(), b.job(laneOf(0, "nobody")), time.Time{}); res.Kind != schedule.Empty {
 		t.Fatalf("result %+v, want Empty", res)
 	}
 	if len(b.snd.attempts()) != 0 {
@@ -56,7 +56,7 @@ func TestWorkEmptyClient(t *testing.T) {
 func TestWorkPurgesUpToTheMark(t *testing.T) {
 	t.Parallel()
 	b := setup(t, Config{})
-	subj := subject(2, "bob")
+	subj := laneOf(2, "bob")
 	b.src.add(subj, "old", start)
 	mark := b.src.add(subj, "older", start).Seq
 	b.src.add(subj, "new", start)
@@ -90,7 +90,7 @@ func TestWorkPurgesUpToTheMark(t *testing.T) {
 func TestWorkPausedClientParks(t *testing.T) {
 	t.Parallel()
 	b := setup(t, Config{})
-	subj := subject(0, "carol")
+	subj := laneOf(0, "carol")
 	b.src.add(subj, "r1", start)
 	job := b.job(subj)
 	job.Paused = true
@@ -105,7 +105,7 @@ func TestWorkPausedClientParks(t *testing.T) {
 func TestWorkUndecodableHeadIsDeadLetteredUnsent(t *testing.T) {
 	t.Parallel()
 	b := setup(t, Config{})
-	subj := subject(3, "dave")
+	subj := laneOf(3, "dave")
 	raw := b.src.add(subj, "raw", start)
 	b.src.undecodable[raw.Seq] = true
 	b.src.add(subj, "good", start)
@@ -124,7 +124,7 @@ func TestWorkQueueUnreadableFails(t *testing.T) {
 	t.Parallel()
 	b := setup(t, Config{})
 	b.src.headErr = errors.New("no responders")
-	if res := b.d.work(context.Background(), b.job(subject(0, "erin")), time.Time{}); res.Kind != schedule.Failed {
+	if res := b.d.work(context.Background(), b.job(laneOf(0, "erin")), time.Time{}); res.Kind != schedule.Failed {
 		t.Fatalf("result %+v, want Failed", res)
 	}
 }
@@ -133,7 +133,7 @@ func TestWorkQueueUnreadableFails(t *testing.T) {
 func TestWorkHeldWhenTheLeaseMayLapse(t *testing.T) {
 	t.Parallel()
 	b := setup(t, Config{})
-	subj := subject(1, "frank")
+	subj := laneOf(1, "frank")
 	b.src.add(subj, "r1", start)
 	if res := b.d.work(context.Background(), b.job(subj), start); res.Kind != schedule.Held {
 		t.Fatalf("sendBy = now: %+v, want Held", res)
@@ -154,7 +154,7 @@ func TestWorkHeldWhenTheLeaseMayLapse(t *testing.T) {
 func TestWorkReportsARemovalAfterTheLeaseCouldLapse(t *testing.T) {
 	t.Parallel()
 	b := setup(t, Config{LeaseTTL: 30 * time.Second, SendTimeout: 2 * time.Second})
-	subj := subject(0, "gina")
+	subj := laneOf(0, "gina")
 	b.src.add(subj, "slow", start)
 	b.snd.answer = func(request.Stored, int) error {
 		b.clock.advance(time.Minute) // paused, or raven slow past the lease
@@ -175,7 +175,7 @@ func TestWorkRetriesAFailedRemoval(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		b := setup(t, Config{})
-		subj := subject(2, "hank")
+		subj := laneOf(2, "hank")
 		b.src.add(subj, "r1", start)
 		b.src.deleteFails = 2
 		if res := b.d.work(context.Background(), b.job(subj), time.Time{}); res.Kind != schedule.Delivered {
@@ -196,7 +196,7 @@ func TestWorkRemovalCutShortByShutdown(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		b := setup(t, Config{})
-		subj := subject(2, "ivy")
+		subj := laneOf(2, "ivy")
 		b.src.add(subj, "r1", start)
 		b.src.deleteFails = 1 << 30
 		ctx, cancel := context.WithCancel(context.Background())
@@ -216,7 +216,7 @@ func TestWorkRemovalCutShortByShutdown(t *testing.T) {
 func TestWorkTransientFailureRetriesThenGivesUp(t *testing.T) {
 	t.Parallel()
 	b := setup(t, Config{Policy: schedule.Policy{MaxAttempts: 3}})
-	subj := subject(1, "jack")
+	subj := laneOf(1, "jack")
 	st := b.src.add(subj, "r1", start)
 	b.snd.answer = func(request.Stored, int) error { return &request.TransientError{Status: 429, After: 7 * time.Second} }
 	job := b.job(subj)
@@ -244,7 +244,7 @@ func TestWorkTransientFailureRetriesThenGivesUp(t *testing.T) {
 func TestWorkPermanentFailureIsDeadLetteredAtOnce(t *testing.T) {
 	t.Parallel()
 	b := setup(t, Config{})
-	subj := subject(3, "kim")
+	subj := laneOf(3, "kim")
 	b.src.add(subj, "bad", start)
 	b.snd.answer = func(request.Stored, int) error { return &request.PermanentError{Status: 422} }
 	if res := b.d.work(context.Background(), b.job(subj), time.Time{}); res.Kind != schedule.DeadLettered {
@@ -263,7 +263,7 @@ func TestWorkPermanentFailureIsDeadLetteredAtOnce(t *testing.T) {
 func TestWorkCountsAttemptsPerRequest(t *testing.T) {
 	t.Parallel()
 	b := setup(t, Config{})
-	subj := subject(0, "lee")
+	subj := laneOf(0, "lee")
 	b.src.add(subj, "r1", start)
 	job := b.job(subj)
 	job.HeadSeq, job.Attempts, job.FirstAttempt = 99, 4, start.Add(-time.Hour)
@@ -283,7 +283,7 @@ func TestMaxAgeCountsFromTheFirstAttempt(t *testing.T) {
 		b := setup(t, Config{Policy: schedule.Policy{Interval: time.Second, MaxAge: time.Hour}})
 		l := newTestLoop(t, b)
 		ownAll(b, l)
-		subj := subject(0, "a")
+		subj := laneOf(0, "a")
 		b.src.add(subj, "delayed", start)
 		b.src.add(subj, "behind", start)
 		b.src.mu.Lock()

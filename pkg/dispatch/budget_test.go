@@ -40,7 +40,7 @@ func drive(t *testing.T, b *bundle, l *loop, d, step time.Duration) {
 // queue adds n requests for each of clients, spread over the partitions, and notifies l.
 func queue(b *bundle, l *loop, clients []string, n int) {
 	for i, c := range clients {
-		subj := subject(i%b.src.Partitions(), c)
+		subj := laneOf(i%b.src.Partitions(), c)
 		for k := range n {
 			b.src.add(subj, fmt.Sprintf("%s-%d", c, k), start)
 		}
@@ -164,7 +164,7 @@ func TestBudgetInFlightShare(t *testing.T) {
 			clients = append(clients, fmt.Sprintf("c%02d", i))
 		}
 		for i, c := range clients {
-			subj := subject(i%4, c)
+			subj := laneOf(i%4, c)
 			b.src.add(subj, c, start)
 			l.notify(subj)
 		}
@@ -306,7 +306,7 @@ func TestBudgetInFlightShareIsAtLeastOne(t *testing.T) {
 		b := setupOn(t, 8, Config{Policy: schedule.Policy{Interval: time.Second}, Budget: governor.Budget{MaxInFlight: 3}})
 		l := newTestLoop(t, b)
 		l.ownership(lease.Event{Kind: lease.Acquired, Partition: 0, ValidUntil: b.clock.now().Add(time.Hour)})
-		subj := subject(0, "alice")
+		subj := laneOf(0, "alice")
 		b.src.add(subj, "r1", start)
 		l.notify(subj)
 		b.clock.advance(time.Second)
@@ -331,7 +331,7 @@ func TestHandBackWaitsForTheInFlightShare(t *testing.T) {
 		l := newTestLoop(t, b)
 		ownAll(b, l)
 		for i, c := range names("c", 4) {
-			subj := subject(i%3, c) // partitions 0-2: none in 3
+			subj := laneOf(i%3, c) // partitions 0-2: none in 3
 			b.src.add(subj, c, start)
 			l.notify(subj)
 		}
@@ -356,7 +356,7 @@ func TestHeldBackDoesNotOutliveTheHeldLane(t *testing.T) {
 		l := newTestLoop(t, b)
 		ownAll(b, l)
 		for i, c := range names("c", 5) {
-			subj := subject(min(i, 3), c) // the fifth shares partition 3 with the fourth
+			subj := laneOf(min(i, 3), c) // the fifth shares partition 3 with the fourth
 			b.src.add(subj, c, start)
 			l.notify(subj)
 		}
@@ -365,7 +365,7 @@ func TestHeldBackDoesNotOutliveTheHeldLane(t *testing.T) {
 		if held, _ := b.d.gov.HeldBack(); !held || l.sched.InFlight() != 4 {
 			t.Fatalf("4 in flight and one held back expected; in flight %d, held %v", l.sched.InFlight(), held)
 		}
-		l.sched.ForgetWaiting(func(string) bool { return true }) // the held lane goes (as on a lost lease)
+		l.sched.ForgetWaiting(func(request.Lane) bool { return true }) // the held lane goes (as on a lost lease)
 		l.startDue()
 		if held, _ := b.d.gov.HeldBack(); held {
 			t.Fatal("still held back with no lane due: the loop would stop its timer")

@@ -39,9 +39,9 @@ import (
 type sending struct {
 	gen        atomic.Uint64 // moved on under mu; read without it by look
 	mu         sync.Mutex
-	attempting map[string]string // subject: id of the request committed to
-	cancelling map[string]int    // ids being cancelled
-	// let go: the subjects of the last marks let go, with the generation each moved to,
+	attempting map[request.Lane]string // lane: id of the request committed to
+	cancelling map[string]int          // ids being cancelled
+	// let go: the lanes of the last marks let go, with the generation each moved to,
 	// oldest first. A commit is refused only for its own client's cancels (another
 	// client's must not hold its send back, G6); one that looked before all of these
 	// cannot tell, and is refused.
@@ -49,8 +49,8 @@ type sending struct {
 }
 
 type letGo struct {
-	subject string
-	gen     uint64
+	lane request.Lane
+	gen  uint64
 }
 
 // maxLetGo is how many marks let go sending remembers: cancels are rare, and a worker
@@ -58,63 +58,63 @@ type letGo struct {
 const maxLetGo = 256
 
 func newSending() *sending {
-	return &sending{attempting: map[string]string{}, cancelling: map[string]int{}}
+	return &sending{attempting: map[request.Lane]string{}, cancelling: map[string]int{}}
 }
 
 // look is the generation, read by a worker before it reads its client's head (every
 // attempt's path: no lock).
 func (s *sending) look() uint64 { return s.gen.Load() }
 
-// commit says whether the worker that read gen before reading request id at subject's
+// commit says whether the worker that read gen before reading request id at lane's
 // head may send it (or dead-letter it): no cancel marked it, nor let a mark of its
 // client go since.
-func (s *sending) commit(subject, id string, gen uint64) bool {
+func (s *sending) commit(lane request.Lane, id string, gen uint64) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.cancelling[id] > 0 || s.gen.Load() != gen && s.cancelledSince(subject, gen) {
+	if s.cancelling[id] > 0 || s.gen.Load() != gen && s.cancelledSince(lane, gen) {
 		return false
 	}
-	s.attempting[subject] = id
+	s.attempting[lane] = id
 	return true
 }
 
-// cancelledSince says whether a mark on subject was let go after generation gen, or
+// cancelledSince says whether a mark on lane was let go after generation gen, or
 // may have been (the memory of marks let go does not reach back that far).
-func (s *sending) cancelledSince(subject string, gen uint64) bool {
+func (s *sending) cancelledSince(lane request.Lane, gen uint64) bool {
 	if len(s.letGo) == 0 || s.letGo[0].gen > gen+1 {
 		return true
 	}
 	for _, l := range s.letGo {
-		if l.gen > gen && l.subject == subject {
+		if l.gen > gen && l.lane == lane {
 			return true
 		}
 	}
 	return false
 }
 
-// settled ends subject's commit: its request was delivered, dead-lettered or will be
+// settled ends lane's commit: its request was delivered, dead-lettered or will be
 // retried.
-func (s *sending) settled(subject string) {
+func (s *sending) settled(lane request.Lane) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	delete(s.attempting, subject)
+	delete(s.attempting, lane)
 }
 
-// mark marks request id of subject as being cancelled, unless an attempt of it is
+// mark marks request id of lane as being cancelled, unless an attempt of it is
 // committed to (inFlight).
-func (s *sending) mark(subject, id string) (inFlight bool) {
+func (s *sending) mark(lane request.Lane, id string) (inFlight bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.attempting[subject] == id {
+	if s.attempting[lane] == id {
 		return true
 	}
 	s.cancelling[id]++
 	return false
 }
 
-// unmark lets the mark on request id of subject go, once the cancel's removal landed
+// unmark lets the mark on request id of lane go, once the cancel's removal landed
 // (or failed).
-func (s *sending) unmark(subject, id string) {
+func (s *sending) unmark(lane request.Lane, id string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.cancelling[id]--; s.cancelling[id] <= 0 {
@@ -123,7 +123,7 @@ func (s *sending) unmark(subject, id string) {
 	if len(s.letGo) == maxLetGo {
 		s.letGo = append(s.letGo[:0], s.letGo[1:]...)
 	}
-	s.letGo = append(s.letGo, letGo{subject: subject, gen: s.gen.Add(1)})
+	s.letGo = append(s.letGo, letGo{lane: lane, gen: s.gen.Add(1)})
 }
 
 // CancelOutcome says how a cancel ended.
@@ -176,10 +176,10 @@ type CancelResult struct {
 // so it is not called cancelled. Its status says what became of it.
 var ErrCancelLate = errors.New("the removal landed after this dispatcher's lease could have lapsed; read the request's status")
 
-// ownAsk asks the loop about the partition of a subject.
+// ownAsk asks the loop about the partition of a lane.
 type ownAsk struct {
-	subject string
-	reply   chan ownAnswer
+	lane  request.Lane
+	reply chan ownAnswer
 }
 
 type ownAnswer struct {
@@ -187,34 +187,31 @@ type ownAnswer struct {
 	since, validUntil time.Time
 }
 
-func (l *loop) ownOf(subject string) ownAnswer {
-	_, part := l.owner(subject)
+func (l *loop) ownOf(lane request.Lane) ownAnswer {
+	_, part := l.owner(lane)
 	if part == nil {
 		return ownAnswer{}
 	}
 	return ownAnswer{open: true, since: part.since, validUntil: part.validUntil}
 }
 
-// Cancel removes request id from subject's queue, unsent, if it is queued and not in
+// Cancel removes request id from lane's queue, unsent, if it is queued and not in
 // flight, and only if this instance owns the client's partition (CancelNotOwner: ask
 // the owner). Its cancelled event is written before the removal, or kept in the queue
 // with it (G10, ADR 9). An error says nothing was decided, except ErrCancelLate.
-func (d *Dispatcher) Cancel(ctx context.Context, subject, id string) (CancelResult, error) {
-	if _, err := request.PartitionOf(subject); err != nil {
-		return CancelResult{}, err
-	}
-	own, err := d.askOwner(ctx, subject)
+func (d *Dispatcher) Cancel(ctx context.Context, lane request.Lane, id string) (CancelResult, error) {
+	own, err := d.askOwner(ctx, lane)
 	if err != nil {
 		return CancelResult{}, err
 	}
-	res, err := d.cancel(ctx, subject, id, own)
+	res, err := d.cancel(ctx, lane, id, own)
 	if err == nil && res.Outcome != CancelNotOwner {
 		d.cfg.Metrics.cancel(res.Outcome.String())
 	}
 	return res, err
 }
 
-func (d *Dispatcher) cancel(ctx context.Context, subject, id string, own ownAnswer) (CancelResult, error) {
+func (d *Dispatcher) cancel(ctx context.Context, lane request.Lane, id string, own ownAnswer) (CancelResult, error) {
 	now := d.now()
 	switch {
 	case !own.open || lapsed(own.validUntil, now):
@@ -222,10 +219,10 @@ func (d *Dispatcher) cancel(ctx context.Context, subject, id string, own ownAnsw
 	case now.Before(own.since):
 		return CancelResult{Outcome: CancelHandover, Until: own.since}, nil
 	}
-	if d.sending.mark(subject, id) {
+	if d.sending.mark(lane, id) {
 		return CancelResult{Outcome: CancelInFlight}, nil
 	}
-	defer d.sending.unmark(subject, id)
+	defer d.sending.unmark(lane, id)
 	// Surely valid until: the removal must land by then (see above).
 	by := time.Time{}
 	if !own.validUntil.IsZero() {
@@ -234,7 +231,7 @@ func (d *Dispatcher) cancel(ctx context.Context, subject, id string, own ownAnsw
 		ctx, cancel = context.WithDeadline(ctx, by)
 		defer cancel()
 	}
-	st, ok, err := d.src.Find(ctx, subject, id)
+	st, ok, err := d.src.Find(ctx, lane, id)
 	if err != nil {
 		return CancelResult{}, fmt.Errorf("looking for %s in its client's queue: %w", id, err)
 	}
@@ -259,9 +256,9 @@ func (d *Dispatcher) cancel(ctx context.Context, subject, id string, own ownAnsw
 	return CancelResult{Outcome: Cancelled, Request: st, At: at}, nil
 }
 
-// askOwner asks the loop whether subject's partition is this instance's.
-func (d *Dispatcher) askOwner(ctx context.Context, subject string) (ownAnswer, error) {
-	q := ownAsk{subject: subject, reply: make(chan ownAnswer, 1)}
+// askOwner asks the loop whether lane's partition is this instance's.
+func (d *Dispatcher) askOwner(ctx context.Context, lane request.Lane) (ownAnswer, error) {
+	q := ownAsk{lane: lane, reply: make(chan ownAnswer, 1)}
 	select {
 	case d.owns <- q:
 	case <-ctx.Done():

@@ -22,16 +22,16 @@ type hookedSource struct {
 	afterHead, afterFind func()
 }
 
-func (h *hookedSource) Head(ctx context.Context, subj string) (request.Stored, bool, error) {
-	st, ok, err := h.memSource.Head(ctx, subj)
+func (h *hookedSource) Head(ctx context.Context, lane request.Lane) (request.Stored, bool, error) {
+	st, ok, err := h.memSource.Head(ctx, lane)
 	if h.afterHead != nil {
 		h.afterHead()
 	}
 	return st, ok, err
 }
 
-func (h *hookedSource) Find(ctx context.Context, subj, id string) (request.Stored, bool, error) {
-	st, ok, err := h.memSource.Find(ctx, subj, id)
+func (h *hookedSource) Find(ctx context.Context, lane request.Lane, id string) (request.Stored, bool, error) {
+	st, ok, err := h.memSource.Find(ctx, lane, id)
 	if h.afterFind != nil {
 		h.afterFind()
 	}
@@ -93,7 +93,7 @@ func TestCancelRemovesAQueuedRequestUnsent(t *testing.T) {
 	t.Parallel()
 	ev := &recordingEvents{}
 	b := setup(t, Config{Events: ev})
-	subj := subject(1, "alice")
+	subj := laneOf(1, "alice")
 	r1 := b.src.add(subj, "r1", start)
 	b.src.add(subj, "r2", start)
 	ctx := context.Background()
@@ -137,7 +137,7 @@ func TestCancelRemovesAQueuedRequestUnsent(t *testing.T) {
 func TestCancelKeepsItsEventWhenTheEventsDoNotTakeIt(t *testing.T) {
 	t.Parallel()
 	b := setup(t, Config{Events: &recordingEvents{fail: true}})
-	subj := subject(2, "bob")
+	subj := laneOf(2, "bob")
 	b.src.add(subj, "r1", start)
 	res, err := b.d.cancel(context.Background(), subj, "r1", owned)
 	if err != nil || res.Outcome != Cancelled {
@@ -162,7 +162,7 @@ func TestCancelKeepsItsEventWhenTheEventsDoNotTakeIt(t *testing.T) {
 func TestCancelOfTheRequestInFlightIsRefused(t *testing.T) {
 	t.Parallel()
 	b := setup(t, Config{})
-	subj := subject(1, "alice")
+	subj := laneOf(1, "alice")
 	b.src.add(subj, "r1", start)
 	b.src.add(subj, "r2", start)
 	sending, release := make(chan struct{}), make(chan struct{})
@@ -197,7 +197,7 @@ func TestCancelOfTheRequestInFlightIsRefused(t *testing.T) {
 func TestWorkerThatReadTheHeadBeforeACancelDoesNotSendIt(t *testing.T) {
 	t.Parallel()
 	b, h := setupHooked(t, Config{})
-	subj := subject(3, "carol")
+	subj := laneOf(3, "carol")
 	b.src.add(subj, "r1", start)
 	var res CancelResult
 	var cerr error
@@ -225,7 +225,7 @@ func TestWorkerThatReadTheHeadBeforeACancelDoesNotSendIt(t *testing.T) {
 func TestWorkerDoesNotSendARequestBeingCancelled(t *testing.T) {
 	t.Parallel()
 	b, h := setupHooked(t, Config{})
-	subj := subject(3, "dave")
+	subj := laneOf(3, "dave")
 	b.src.add(subj, "r1", start)
 	var r schedule.Result
 	h.afterFind = func() {
@@ -249,7 +249,7 @@ func TestWorkerDoesNotSendARequestBeingCancelled(t *testing.T) {
 func TestCancelDecidesOnlyWhileSurelyTheOwner(t *testing.T) {
 	t.Parallel()
 	b := setup(t, Config{Leases: leasesOnly{}, LeaseTTL: testTTL, SendTimeout: time.Second})
-	subj := subject(0, "erin")
+	subj := laneOf(0, "erin")
 	b.src.add(subj, "r1", start)
 	ctx := context.Background()
 	now := b.clock.now()
@@ -287,45 +287,45 @@ func TestSendingGuard(t *testing.T) {
 	t.Parallel()
 	s := newSending()
 	g := s.look()
-	if !s.commit("a", "r1", g) {
+	if !s.commit(request.Lane{Token: "a"}, "r1", g) {
 		t.Fatal("a commit with no cancel about is refused")
 	}
-	if !s.mark("a", "r1") {
+	if !s.mark(request.Lane{Token: "a"}, "r1") {
 		t.Fatal("a cancel of the request committed to is not told it is in flight")
 	}
-	if s.mark("a", "r2") {
+	if s.mark(request.Lane{Token: "a"}, "r2") {
 		t.Fatal("a cancel of another request of the client is told it is in flight")
 	}
-	s.settled("a")
-	if s.commit("a", "r2", s.look()) {
+	s.settled(request.Lane{Token: "a"})
+	if s.commit(request.Lane{Token: "a"}, "r2", s.look()) {
 		t.Fatal("a commit to a request being cancelled is let through")
 	}
 	g = s.look()
-	s.unmark("a", "r2")
-	if s.commit("a", "r2", g) {
+	s.unmark(request.Lane{Token: "a"}, "r2")
+	if s.commit(request.Lane{Token: "a"}, "r2", g) {
 		t.Fatal("a commit by a worker that looked before the cancel let go is let through")
 	}
 	// Another client's cancel does not hold a send back (G6): a worker of client b that
 	// looked before a cancel of a's request commits all the same.
 	g = s.look()
-	if s.mark("a", "r4") {
+	if s.mark(request.Lane{Token: "a"}, "r4") {
 		t.Fatal("a cancel of a request not committed to is told it is in flight")
 	}
-	s.unmark("a", "r4")
-	if !s.commit("b", "r9", g) {
+	s.unmark(request.Lane{Token: "a"}, "r4")
+	if !s.commit(request.Lane{Token: "b"}, "r9", g) {
 		t.Fatal("a cancel of client a's request refused client b's send")
 	}
-	s.settled("b")
+	s.settled(request.Lane{Token: "b"})
 	// A worker that looked before every mark remembered cannot tell: it is refused.
 	g = s.look()
 	for i := range maxLetGo + 1 {
-		s.mark("a", fmt.Sprint("x", i))
-		s.unmark("a", fmt.Sprint("x", i))
+		s.mark(request.Lane{Token: "a"}, fmt.Sprint("x", i))
+		s.unmark(request.Lane{Token: "a"}, fmt.Sprint("x", i))
 	}
-	if s.commit("b", "r10", g) {
+	if s.commit(request.Lane{Token: "b"}, "r10", g) {
 		t.Fatal("a commit that looked before the marks remembered is let through")
 	}
-	if !s.commit("a", "r3", s.look()) {
+	if !s.commit(request.Lane{Token: "a"}, "r3", s.look()) {
 		t.Fatal("a commit after the cancel, looked at afresh, is refused")
 	}
 }

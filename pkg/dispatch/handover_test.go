@@ -50,7 +50,7 @@ func TestAcquiredPartitionWaitsOutTheFence(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := setup(t, Config{Policy: schedule.Policy{Interval: iv}})
 		l := newTestLoop(t, b)
-		subj := subject(1, "alice")
+		subj := laneOf(1, "alice")
 		b.src.add(subj, "r1", start)
 		notBefore := start.Add(3 * time.Second) // the earlier owner's lease seen + TTL
 		l.ownership(lease.Event{Kind: lease.Acquired, Partition: 1, ValidUntil: start.Add(time.Hour), NotBefore: notBefore})
@@ -79,8 +79,8 @@ func TestUnownedPartitionIsNotScheduled(t *testing.T) {
 		b := setup(t, Config{Policy: schedule.Policy{Interval: iv}})
 		l := newTestLoop(t, b)
 		l.ownership(lease.Event{Kind: lease.Acquired, Partition: 0, ValidUntil: start.Add(time.Hour)})
-		l.notify(subject(2, "bob"))
-		if _, ok := l.sched.Lane(subject(2, "bob")); ok {
+		l.notify(laneOf(2, "bob"))
+		if _, ok := l.sched.Lane(laneOf(2, "bob")); ok {
 			t.Fatal("a lane was made for a partition owned by someone else")
 		}
 	})
@@ -92,7 +92,7 @@ func TestLapsingLeaseHoldsUntilRenewed(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := setup(t, Config{Policy: schedule.Policy{Interval: iv}})
 		l := newTestLoop(t, b)
-		subj := subject(3, "carol")
+		subj := laneOf(3, "carol")
 		b.src.add(subj, "r1", start)
 		l.ownership(lease.Event{Kind: lease.Acquired, Partition: 3, ValidUntil: start.Add(iv)})
 		l.notify(subj)
@@ -121,7 +121,7 @@ func TestLostPartitionStopsAndIsFencedWhenRetaken(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := setup(t, Config{Policy: schedule.Policy{Interval: iv}})
 		l := newTestLoop(t, b)
-		busy, other := subject(2, "dan"), subject(2, "eve")
+		busy, other := laneOf(2, "dan"), laneOf(2, "eve")
 		b.src.add(busy, "d1", start)
 		b.src.add(busy, "d2", start)
 		b.src.add(other, "e1", start)
@@ -170,7 +170,7 @@ func TestLostPartitionStopsAndIsFencedWhenRetaken(t *testing.T) {
 		}
 		b.clock.advance(prefetchLead + time.Millisecond)
 		l.startDue()
-		if r := l.result(t); r.Kind != schedule.Delivered || r.Subject != busy {
+		if r := l.result(t); r.Kind != schedule.Delivered || r.Lane != busy {
 			t.Fatalf("after the new fence: %+v, want d2 delivered", r)
 		}
 	})
@@ -182,7 +182,7 @@ func TestReleaseWaitsForTheAttemptInFlight(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := setup(t, Config{Policy: schedule.Policy{Interval: iv}})
 		l := newTestLoop(t, b)
-		subj := subject(0, "fay")
+		subj := laneOf(0, "fay")
 		b.src.add(subj, "f1", start)
 		release, open := gate(t)
 		b.snd.answer = func(request.Stored, int) error { <-release; return nil }

@@ -10,32 +10,47 @@ import (
 )
 
 type laneQuery struct {
-	subjects []string
-	limit    int
-	byDue    bool
-	reply    chan []schedule.LaneInfo
+	lanes []request.Lane
+	limit int
+	byDue bool
+	reply chan []schedule.LaneInfo
 }
 
 func (l *loop) lanesOf(q laneQuery) []schedule.LaneInfo {
 	if q.byDue {
 		return l.sched.DueLanes(q.limit)
 	}
-	if q.subjects == nil {
+	if q.lanes == nil {
 		return l.sched.LaneInfos(q.limit)
 	}
 	var out []schedule.LaneInfo
-	for _, s := range q.subjects {
-		if li, ok := l.sched.Lane(s); ok {
+	for _, lane := range q.lanes {
+		if li, ok := l.sched.Lane(lane); ok {
 			out = append(out, li)
 		}
 	}
 	return out
 }
 
-// Lanes describes this instance's lanes for the given request subjects (those it holds
-// no lane for are left out), or up to limit of its lanes when subjects is nil.
-func (d *Dispatcher) Lanes(ctx context.Context, subjects []string, limit int) ([]schedule.LaneInfo, error) {
-	return d.askLoop(ctx, laneQuery{subjects: subjects, limit: limit})
+// Lanes describes this instance's lanes of the given lanes (those it holds no lane for
+// are left out), or up to limit of its lanes when lanes is nil.
+func (d *Dispatcher) Lanes(ctx context.Context, lanes []request.Lane, limit int) ([]schedule.LaneInfo, error) {
+	return d.askLoop(ctx, laneQuery{lanes: lanes, limit: limit})
+}
+
+// lanesOf are the lanes of a query's request subjects, nil for none; a subject that
+// names no lane has none here to describe, and is left out.
+func lanesOf(subjects []string) []request.Lane {
+	if subjects == nil {
+		return nil
+	}
+	lanes := make([]request.Lane, 0, len(subjects))
+	for _, s := range subjects {
+		if lane, err := request.LaneOf(s); err == nil {
+			lanes = append(lanes, lane)
+		}
+	}
+	return lanes
 }
 
 func (d *Dispatcher) askLoop(ctx context.Context, q laneQuery) ([]schedule.LaneInfo, error) {
@@ -78,20 +93,21 @@ func (d *Dispatcher) Answer(ctx context.Context, q request.LaneQuery) (LaneAnswe
 		return LaneAnswer{Instance: d.cfg.InstanceID, Lanes: lanes}, err
 	}
 	a := LaneAnswer{Instance: d.cfg.InstanceID}
+	lanes := lanesOf(q.Subjects)
 	if !q.Activity || q.Budget || len(q.Subjects) > 0 || len(q.IDs) > 0 {
 		var err error
-		if a, err = d.AnswerLanes(ctx, q.IDs, q.Subjects, q.Limit, q.Budget); err != nil {
+		if a, err = d.AnswerLanes(ctx, q.IDs, lanes, q.Limit, q.Budget); err != nil {
 			return a, err
 		}
 	}
 	if q.History {
 		a.History = map[string][]Attempt{}
-		for _, s := range q.Subjects {
-			if h := d.activity.history(s); len(h) > 0 {
+		for _, lane := range lanes {
+			if h := d.activity.history(lane); len(h) > 0 {
 				for i := range h {
 					h[i].Instance = d.cfg.InstanceID
 				}
-				a.History[s] = h
+				a.History[lane.Subject()] = h
 			}
 		}
 	}
@@ -108,15 +124,15 @@ func (d *Dispatcher) Answer(ctx context.Context, q request.LaneQuery) (LaneAnswe
 const MaxDueLanes = 10_000
 
 // AnswerLanes says which of ids this instance delivered lately, and describes its lanes
-// for subjects (or up to limit of them, at most MaxLaneAnswer, when subjects and ids are
-// both empty). With budget it describes its view of raven's budget instead, and its
-// lanes only for subjects.
-func (d *Dispatcher) AnswerLanes(ctx context.Context, ids, subjects []string, limit int, budget bool) (LaneAnswer, error) {
+// of lanes (or up to limit of them, at most MaxLaneAnswer, when lanes and ids are both
+// empty). With budget it describes its view of raven's budget instead, and its lanes
+// only of lanes.
+func (d *Dispatcher) AnswerLanes(ctx context.Context, ids []string, lanes []request.Lane, limit int, budget bool) (LaneAnswer, error) {
 	a := LaneAnswer{Instance: d.cfg.InstanceID}
 	if budget {
 		st := d.BudgetState()
 		a.Budget = &st
-		if len(subjects) == 0 {
+		if len(lanes) == 0 {
 			return a, nil
 		}
 	}
@@ -125,16 +141,16 @@ func (d *Dispatcher) AnswerLanes(ctx context.Context, ids, subjects []string, li
 			a.Delivered = append(a.Delivered, dl)
 		}
 	}
-	if len(subjects) > 0 || len(ids) == 0 {
+	if len(lanes) > 0 || len(ids) == 0 {
 		if limit <= 0 || limit > MaxLaneAnswer {
 			limit = MaxLaneAnswer
 		}
 		var err error
-		if a.Lanes, err = d.Lanes(ctx, subjects, limit); err != nil {
+		if a.Lanes, err = d.Lanes(ctx, lanes, limit); err != nil {
 			return LaneAnswer{}, err
 		}
 		for i := range a.Lanes {
-			a.Lanes[i].LastDelivered = d.activity.lastDelivered(a.Lanes[i].Subject)
+			a.Lanes[i].LastDelivered = d.activity.lastDelivered(a.Lanes[i].Lane)
 		}
 	}
 	return a, nil

@@ -18,10 +18,10 @@ type loop struct {
 	d         *Dispatcher
 	sched     *schedule.Scheduler
 	owned     map[int]*partition
-	releasing bool         // a hand-back waits for attempts in flight to come within the budget's share
-	notes     chan string  // subjects with (perhaps) new requests: watch and lister
-	results   chan outcome // finished attempts: workers
-	listReq   chan int     // partitions to list: to the lister
+	releasing bool              // a hand-back waits for attempts in flight to come within the budget's share
+	notes     chan request.Lane // lanes with (perhaps) new requests: watch and lister
+	results   chan outcome      // finished attempts: workers
+	listReq   chan int          // partitions to list: to the lister
 	steers    chan request.SteerChange
 	events    chan lease.Event // the leaser's
 	resync    chan struct{}
@@ -41,7 +41,7 @@ func newLoop(d *Dispatcher, ctx context.Context) *loop {
 		d:       d,
 		sched:   schedule.New(d.cfg.Policy, d.rand),
 		owned:   make(map[int]*partition),
-		notes:   make(chan string, 1<<16),
+		notes:   make(chan request.Lane, 1<<16),
 		results: make(chan outcome, d.cfg.MaxInFlight),
 		listReq: make(chan int, 4096),
 		steers:  make(chan request.SteerChange, 1024),
@@ -83,13 +83,13 @@ func (l *loop) watchSteering(ctx context.Context) (stop func(), err error) {
 	return stop, nil
 }
 
-// watchBacklog passes the subjects of new requests to the loop, and asks for a listing
+// watchBacklog passes the lanes of new requests to the loop, and asks for a listing
 // of the backlog when the watch may have missed some.
 func (l *loop) watchBacklog(ctx context.Context) (stop func(), err error) {
 	began := time.Now()
-	return l.d.src.Watch(ctx, func(subj string) {
+	return l.d.src.Watch(ctx, func(lane request.Lane) {
 		select {
-		case l.notes <- subj:
+		case l.notes <- lane:
 		case <-ctx.Done():
 		}
 	}, func(err error) {
@@ -165,8 +165,8 @@ func (l *loop) serve(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case subj := <-l.notes:
-			l.notifyAll(subj)
+		case lane := <-l.notes:
+			l.notifyAll(lane)
 		case r := <-l.results:
 			l.done(r)
 		case e := <-l.events:
@@ -176,7 +176,7 @@ func (l *loop) serve(ctx context.Context) {
 		case q := <-d.queries:
 			q.reply <- l.lanesOf(q)
 		case q := <-d.owns:
-			q.reply <- l.ownOf(q.subject)
+			q.reply <- l.ownOf(q.lane)
 		case <-timer.C:
 		case <-ticker.C:
 			l.askResync()
@@ -202,13 +202,13 @@ func (l *loop) countStalls() {
 	l.d.lapsed.Store(int64(n))
 }
 
-// notifyAll takes subj and whatever else has arrived, without a trip around the loop.
-func (l *loop) notifyAll(subj string) {
-	l.notify(subj)
+// notifyAll takes lane and whatever else has arrived, without a trip around the loop.
+func (l *loop) notifyAll(lane request.Lane) {
+	l.notify(lane)
 	for {
 		select {
-		case subj := <-l.notes:
-			l.notify(subj)
+		case lane := <-l.notes:
+			l.notify(lane)
 		default:
 			return
 		}
@@ -235,9 +235,9 @@ func (l *loop) lister(ctx context.Context) {
 				}
 				continue
 			}
-			for subj := range backlog {
+			for lane := range backlog {
 				select {
-				case l.notes <- subj:
+				case l.notes <- lane:
 				case <-ctx.Done():
 					return
 				}

@@ -25,7 +25,7 @@ func (d *Dispatcher) noteAttempt(job schedule.Job, st request.Stored, attempt in
 	if !job.PrevEnd.IsZero() {
 		at.Gap, at.HasGap = start.Sub(job.PrevEnd), true
 	}
-	d.activity.attempt(job.Subject, at)
+	d.activity.attempt(job.Lane, at)
 }
 
 // deadLettered counts a dead letter for reason, in the metrics and the Activity.

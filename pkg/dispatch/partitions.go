@@ -104,28 +104,22 @@ func (l *loop) dropIfDrained(p int, part *partition) {
 
 // forget drops the waiting lanes of partition p; lanes in flight are dropped as they end.
 func (l *loop) forget(p int) {
-	l.sched.ForgetWaiting(func(subj string) bool {
-		q, err := request.PartitionOf(subj)
-		return err == nil && q == p
-	})
+	l.sched.ForgetWaiting(func(lane request.Lane) bool { return lane.Partition == p })
 }
 
-// owner returns subject's partition and its state, the state only if attempts may start
+// owner returns lane's partition and its state, the state only if attempts may start
 // there.
-func (l *loop) owner(subj string) (int, *partition) {
-	p, err := request.PartitionOf(subj)
-	if err != nil {
-		return -1, nil
-	}
+func (l *loop) owner(lane request.Lane) (int, *partition) {
+	p := lane.Partition
 	if part := l.owned[p]; part.open() {
 		return p, part
 	}
 	return p, nil
 }
 
-func (l *loop) notify(subj string) {
-	if _, part := l.owner(subj); part != nil {
-		l.sched.Notify(subj, l.d.now(), part.since)
+func (l *loop) notify(lane request.Lane) {
+	if _, part := l.owner(lane); part != nil {
+		l.sched.Notify(lane, l.d.now(), part.since)
 	}
 }
 
@@ -146,7 +140,7 @@ func (l *loop) done(r outcome) {
 		return
 	}
 	l.d.gov.PartitionsChanged()
-	l.sched.Forget(r.Subject)
+	l.sched.Forget(r.Lane)
 	if part != nil {
 		l.dropIfDrained(r.partition, part)
 	}

@@ -9,22 +9,23 @@ import (
 
 // Source is the queue as the dispatcher sees it.
 type Source interface {
-	// Partitions is how many partitions client subjects are spread over.
+	// Partitions is how many partitions the clients' lanes are spread over.
 	Partitions() int
-	// PartitionBacklog lists the subjects of partition p that have requests queued.
-	PartitionBacklog(ctx context.Context, p int) (map[string]uint64, error)
-	// Watch calls fn with the subject of each request stored from now on; onErr hears of
+	// PartitionBacklog lists the lanes of partition p that have requests queued.
+	PartitionBacklog(ctx context.Context, p int) (map[request.Lane]uint64, error)
+	// Watch calls fn with the lane of each request stored from now on; onErr hears of
 	// trouble after which a backlog listing is due.
-	Watch(ctx context.Context, fn func(subject string), onErr func(error)) (stop func(), err error)
-	// Head reads the oldest request on subject; ok is false when there is none. A request
-	// that cannot be sent (its subject names no client) comes with ok true and a
+	Watch(ctx context.Context, fn func(request.Lane), onErr func(error)) (stop func(), err error)
+	// Head reads the oldest request of lane; ok is false when there is none. A request
+	// that cannot be sent (its lane's token names no client) comes with ok true and a
 	// *request.UndecodableError: it is dead-lettered unsent.
-	Head(ctx context.Context, subject string) (st request.Stored, ok bool, err error)
-	// Find looks for the queued request id on subject, reading its headers only (no
-	// body); ok is false when it is not queued there.
-	Find(ctx context.Context, subject, id string) (st request.Stored, ok bool, err error)
-	// Delete removes a request; one already gone is not an error.
-	Delete(ctx context.Context, seq uint64) error
+	Head(ctx context.Context, lane request.Lane) (st request.Stored, ok bool, err error)
+	// Find looks for the queued request id in lane, reading its headers only (no body);
+	// ok is false when it is not queued there.
+	Find(ctx context.Context, lane request.Lane, id string) (st request.Stored, ok bool, err error)
+	// Delete removes request seq (its request.Stored.Seq) from lane; one already gone is
+	// not an error.
+	Delete(ctx context.Context, lane request.Lane, seq uint64) error
 	// AddDeadLetter writes a request to the dead-letter stream (it stays in the queue).
 	AddDeadLetter(ctx context.Context, st request.Stored, why request.Verdict) error
 	// KeepOutcome keeps a final event that Events did not write in time in the queue's

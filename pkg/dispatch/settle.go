@@ -16,10 +16,10 @@ import (
 // bury dead-letters st unsent, for why, and says so in the result.
 func (d *Dispatcher) bury(ctx context.Context, job schedule.Job, st request.Stored, why request.Verdict, sendBy time.Time) schedule.Result {
 	if d.finish(ctx, st, why, sendBy) != nil {
-		return schedule.Result{Subject: job.Subject, Kind: schedule.Failed}
+		return schedule.Result{Lane: job.Lane, Kind: schedule.Failed}
 	}
 	d.deadLettered(why.Reason)
-	return schedule.Result{Subject: job.Subject, Kind: schedule.DeadLettered}
+	return schedule.Result{Lane: job.Lane, Kind: schedule.DeadLettered}
 }
 
 // remove deletes a delivered request from the queue, retrying until it lands or ctx ends
@@ -88,7 +88,7 @@ func (d *Dispatcher) keepThenDelete(st request.Stored, unwritten *request.Event)
 			}
 			unwritten = nil
 		}
-		return d.src.Delete(ctx, st.Seq)
+		return d.src.Delete(ctx, st.Lane, st.Seq)
 	}
 }
 

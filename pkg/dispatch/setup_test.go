@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"sort"
 	"strings"
 	"sync"
@@ -21,8 +20,8 @@ import (
 // requests in a slice, a Sender that records attempts and answers as told, and a clock
 // that moves only when the test moves it.
 
-// memSource is a Source in memory. Subjects are "dispatch.req.<partition>.<token>", as
-// the queue stores them.
+// memSource is a Source in memory: each request on its lane, its Subject as the queue
+// would store it.
 type memSource struct {
 	mu          sync.Mutex
 	partitions  int
@@ -46,48 +45,46 @@ func newMemSource(partitions int) *memSource {
 	return &memSource{partitions: partitions, undecodable: map[uint64]bool{}}
 }
 
-// subject is where client's requests are stored, in partition p.
-func subject(p int, client string) string {
-	return fmt.Sprintf("%s%d.%s", request.RequestPrefix, p, request.EncodeClientID(client))
-}
+// laneOf is client's lane in partition p.
+func laneOf(p int, client string) request.Lane { return request.LaneOfClient(p, client) }
 
-// add queues a request on subj and returns it.
-func (m *memSource) add(subj, id string, acceptedAt time.Time) request.Stored {
+// add queues a request on lane and returns it.
+func (m *memSource) add(lane request.Lane, id string, acceptedAt time.Time) request.Stored {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.seq++
-	client, _ := request.ClientIDOf(subj)
-	st := request.Stored{Request: request.Request{ID: id, ClientID: client, Body: []byte(id)}, Seq: m.seq, Subject: subj, AcceptedAt: acceptedAt}
+	client, _ := lane.ClientID()
+	st := request.Stored{Request: request.Request{ID: id, ClientID: client, Body: []byte(id)}, Seq: m.seq, Subject: lane.Subject(), Lane: lane, AcceptedAt: acceptedAt}
 	m.queued = append(m.queued, st)
 	return st
 }
 
 func (m *memSource) Partitions() int { return m.partitions }
 
-func (m *memSource) PartitionBacklog(_ context.Context, p int) (map[string]uint64, error) {
+func (m *memSource) PartitionBacklog(_ context.Context, p int) (map[request.Lane]uint64, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	out := map[string]uint64{}
+	out := map[request.Lane]uint64{}
 	for _, st := range m.queued {
-		if q, err := request.PartitionOf(st.Subject); err == nil && q == p {
-			out[st.Subject]++
+		if st.Lane.Partition == p {
+			out[st.Lane]++
 		}
 	}
 	return out, nil
 }
 
-func (m *memSource) Watch(context.Context, func(string), func(error)) (func(), error) {
+func (m *memSource) Watch(context.Context, func(request.Lane), func(error)) (func(), error) {
 	return func() {}, nil
 }
 
-func (m *memSource) Head(_ context.Context, subj string) (request.Stored, bool, error) {
+func (m *memSource) Head(_ context.Context, lane request.Lane) (request.Stored, bool, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.headErr != nil {
 		return request.Stored{}, false, m.headErr
 	}
 	for _, st := range m.queued {
-		if st.Subject == subj {
+		if st.Lane == lane {
 			if m.undecodable[st.Seq] {
 				return st, true, &request.UndecodableError{Err: errors.New("not written by ingest")}
 			}
@@ -97,11 +94,11 @@ func (m *memSource) Head(_ context.Context, subj string) (request.Stored, bool, 
 	return request.Stored{}, false, nil
 }
 
-func (m *memSource) Find(_ context.Context, subj, id string) (request.Stored, bool, error) {
+func (m *memSource) Find(_ context.Context, lane request.Lane, id string) (request.Stored, bool, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, st := range m.queued {
-		if st.Subject == subj && st.ID == id {
+		if st.Lane == lane && st.ID == id {
 			st.Body = nil
 			return st, true, nil
 		}
@@ -109,7 +106,7 @@ func (m *memSource) Find(_ context.Context, subj, id string) (request.Stored, bo
 	return request.Stored{}, false, nil
 }
 
-func (m *memSource) Delete(_ context.Context, seq uint64) error {
+func (m *memSource) Delete(_ context.Context, lane request.Lane, seq uint64) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.deletes++
@@ -118,7 +115,7 @@ func (m *memSource) Delete(_ context.Context, seq uint64) error {
 		return errors.New("store unavailable")
 	}
 	for i, st := range m.queued {
-		if st.Seq == seq {
+		if st.Lane == lane && st.Seq == seq {
 			m.queued = append(m.queued[:i], m.queued[i+1:]...)
 			break
 		}
@@ -265,9 +262,9 @@ func setupOn(t testing.TB, partitions int, cfg Config) *bundle {
 	return b
 }
 
-// job is the job the scheduler would hand out for subj's first attempt, now.
-func (b *bundle) job(subj string) schedule.Job {
-	return schedule.Job{Subject: subj, SendAt: b.clock.now()}
+// job is the job the scheduler would hand out for lane's first attempt, now.
+func (b *bundle) job(lane request.Lane) schedule.Job {
+	return schedule.Job{Lane: lane, SendAt: b.clock.now()}
 }
 
 func sortedIDs(ds []deadLetter) []string {

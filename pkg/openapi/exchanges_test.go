@@ -405,11 +405,11 @@ func TestAdminExchanges(t *testing.T) {
 		client string
 		reason request.Reason
 	}{{"c", request.ReasonPermanent}, {"a", request.ReasonAttemptsExhausted}} {
-		subj, _, ok, err := q.ClientSubject(ctx, c.client)
+		lane, _, ok, err := q.ClientLane(ctx, c.client)
 		if err != nil || !ok {
 			t.Fatalf("client %s: %v %v", c.client, ok, err)
 		}
-		st, _, err := q.Head(ctx, subj)
+		st, _, err := q.Head(ctx, lane)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -417,7 +417,7 @@ func TestAdminExchanges(t *testing.T) {
 		if err := q.AddDeadLetter(ctx, st, request.Verdict{Reason: c.reason, LastStatus: 500, LastError: "", Attempts: 3, FirstAttempt: now.Add(-time.Minute), LastAttempt: now}); err != nil {
 			t.Fatal(err)
 		}
-		if err := q.Delete(ctx, st.Seq); err != nil {
+		if err := q.Delete(ctx, st.Lane, st.Seq); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -551,10 +551,11 @@ func requestsWithRecords(t *testing.T, q *queue.Queue) (queued, inFlight, delive
 	write(request.Event{Type: request.EventDelivered, ID: delivered, Attempt: 2, Status: 202})
 	write(request.Event{Type: request.EventDeadLettered, ID: dead, Attempt: 2, Status: 400, Reason: request.ReasonPermanent})
 
-	subject, _, ok, err := q.ClientSubject(ctx, "d")
+	lane, _, ok, err := q.ClientLane(ctx, "d")
 	if err != nil || !ok {
 		t.Fatalf("client d: %v %v", ok, err)
 	}
+	subject := lane.Subject()
 	stop, err := q.ServeLaneQueries(func(_ context.Context, lq request.LaneQuery) (any, error) {
 		a := dispatch.LaneAnswer{Instance: "dispatcher-1"}
 		if slices.Contains(lq.Subjects, subject) {

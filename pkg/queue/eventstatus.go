@@ -27,14 +27,14 @@ func (q *Queue) Place(ctx context.Context, st request.Status) *request.QueuePlac
 	if st.State != request.StateQueued || st.ClientID == "" || st.Seq == 0 {
 		return nil
 	}
-	subject, n, ok, err := q.ClientSubject(ctx, st.ClientID)
+	lane, n, ok, err := q.ClientLane(ctx, st.ClientID)
 	if err != nil || !ok {
 		return nil
 	}
 	place := &request.QueuePlace{Backlog: n}
 	if q.cfg.NoBodyReads {
 		place.AtHead = n == 1
-	} else if head, ok, err := q.Head(ctx, subject); err == nil && ok {
+	} else if head, ok, err := q.Head(ctx, lane); err == nil && ok {
 		place.AtHead = head.Seq == st.Seq
 	}
 	return place

@@ -14,20 +14,21 @@ import (
 	"github.com/penguinhq/dispatcher/pkg/request"
 )
 
-// ClientSubject finds where clientID's requests are stored: its subject and how many
-// are queued. ok is false when it has none.
-func (q *Queue) ClientSubject(ctx context.Context, clientID string) (subject string, count uint64, ok bool, err error) {
+// ClientLane finds where clientID's requests are queued: its lane and how many are
+// queued there. ok is false when it has none.
+func (q *Queue) ClientLane(ctx context.Context, clientID string) (lane request.Lane, count uint64, ok bool, err error) {
 	if err := request.ValidateClientID(clientID); err != nil {
-		return "", 0, false, err
+		return request.Lane{}, 0, false, err
 	}
 	m, err := q.backlog(ctx, request.RequestPrefix+"*."+request.EncodeClientID(clientID))
 	if err != nil {
-		return "", 0, false, err
+		return request.Lane{}, 0, false, err
 	}
 	for s, n := range m {
-		return s, n, true, nil
+		lane, err := request.LaneOf(s)
+		return lane, n, err == nil, err
 	}
-	return "", 0, false, nil
+	return request.Lane{}, 0, false, nil
 }
 
 // LastSeq is the sequence of the newest request queued on subject; 0 when none is.

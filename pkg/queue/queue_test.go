@@ -50,10 +50,10 @@ func TestHeadDeleteInOrder(t *testing.T) {
 	if len(backlog) != 2 {
 		t.Fatalf("backlog has %d subjects, want 2: %v", len(backlog), backlog)
 	}
-	var alice string
+	var alice request.Lane
 	for subj, n := range backlog {
 		if id, _ := request.ClientIDOf(subj); id == "alice" {
-			alice = subj
+			alice, _ = request.LaneOf(subj)
 			if n != 3 {
 				t.Fatalf("alice has %d queued, want 3", n)
 			}
@@ -70,10 +70,10 @@ func TestHeadDeleteInOrder(t *testing.T) {
 		if want := fmt.Sprint("a", i); st.ID != want || st.ClientID != "alice" || string(st.Body) != `{"n":"`+want+`"}` || st.ContentType != "application/json" {
 			t.Fatalf("head %d = %+v, want id %s", i, st, want)
 		}
-		if err := q.Delete(ctx, st.Seq); err != nil {
+		if err := q.Delete(ctx, st.Lane, st.Seq); err != nil {
 			t.Fatal(err)
 		}
-		if err := q.Delete(ctx, st.Seq); err != nil {
+		if err := q.Delete(ctx, st.Lane, st.Seq); err != nil {
 			t.Fatalf("deleting twice: %v", err)
 		}
 	}
@@ -95,9 +95,13 @@ func TestDeleteTwiceAnywhere(t *testing.T) {
 	for i := range 5 {
 		seqs = append(seqs, publish(t, q, "alice", fmt.Sprint("a", i)).Seq)
 	}
+	lane, _, _, err := q.ClientLane(ctx, "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, seq := range []uint64{seqs[2], seqs[0], seqs[4]} {
 		for try := range 2 {
-			if err := q.Delete(ctx, seq); err != nil {
+			if err := q.Delete(ctx, lane, seq); err != nil {
 				t.Fatalf("deleting sequence %d, try %d: %v", seq, try+1, err)
 			}
 		}
@@ -167,7 +171,8 @@ func TestDeadLetterKeepsOneCopy(t *testing.T) {
 	publish(t, q, "d", "id1")
 	backlog, _ := q.Backlog(ctx)
 	for subj := range backlog {
-		st, _, err := q.Head(ctx, subj)
+		lane, _ := request.LaneOf(subj)
+		st, _, err := q.Head(ctx, lane)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -345,11 +350,11 @@ func TestStoredSubjectIsTheServers(t *testing.T) {
 		for i := range 50 {
 			id := fmt.Sprintf("client-%d-%s", i, strings.Repeat("x", i))
 			publish(t, q, id, fmt.Sprint("r", i))
-			subj, _, ok, err := q.ClientSubject(context.Background(), id)
+			lane, _, ok, err := q.ClientLane(context.Background(), id)
 			if err != nil || !ok {
 				t.Fatalf("client %s: %v %v", id, ok, err)
 			}
-			if got := q.StoredSubject(id); got != subj {
+			if got, subj := q.StoredSubject(id), lane.Subject(); got != subj {
 				t.Fatalf("%d partitions, client %s: StoredSubject %s, the server stored it under %s", partitions, id, got, subj)
 			}
 		}

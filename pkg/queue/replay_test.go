@@ -19,18 +19,18 @@ func deadLetterOne(t testing.TB, q *queue.Queue, client, id string) request.Dead
 	t.Helper()
 	ctx := context.Background()
 	publish(t, q, client, id)
-	subj, _, ok, err := q.ClientSubject(ctx, client)
+	lane, _, ok, err := q.ClientLane(ctx, client)
 	if err != nil || !ok {
-		t.Fatalf("client subject of %s: %v %v", client, ok, err)
+		t.Fatalf("client lane of %s: %v %v", client, ok, err)
 	}
-	st, _, err := q.Head(ctx, subj)
+	st, _, err := q.Head(ctx, lane)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := q.AddDeadLetter(ctx, st, request.Verdict{Reason: request.ReasonPermanent, LastStatus: 400, Attempts: 1}); err != nil {
 		t.Fatal(err)
 	}
-	if err := q.Delete(ctx, st.Seq); err != nil {
+	if err := q.Delete(ctx, st.Lane, st.Seq); err != nil {
 		t.Fatal(err)
 	}
 	recs := deadLetters(t, q, queue.DeadFilter{ID: id})
@@ -82,8 +82,8 @@ func TestRequeueAfterACrashQueuesOnce(t *testing.T) {
 	if dead := deadLetters(t, q, queue.DeadFilter{}); len(dead) != 0 {
 		t.Fatalf("%d dead letters left, want 0", len(dead))
 	}
-	subj, _, _, _ := q.ClientSubject(ctx, "alice")
-	st, _, _ := q.Head(ctx, subj)
+	lane, _, _, _ := q.ClientLane(ctx, "alice")
+	st, _, _ := q.Head(ctx, lane)
 	if st.ID != "req-1" || string(st.Body) != `{"n":"req-1"}` || st.ContentType != "application/json" {
 		t.Fatalf("requeued request %+v lost its id, body or content type", st)
 	}
@@ -163,8 +163,8 @@ func TestRequeueKeepsANotBeforeStillAhead(t *testing.T) {
 		if _, err := q.Publish(ctx, request.Request{ID: "req-" + tc.name, ClientID: client, Body: []byte("{}"), NotBefore: tc.notBefore}); err != nil {
 			t.Fatal(err)
 		}
-		subj, _, _, _ := q.ClientSubject(ctx, client)
-		st, _, err := q.Head(ctx, subj)
+		lane, _, _, _ := q.ClientLane(ctx, client)
+		st, _, err := q.Head(ctx, lane)
 		if err != nil || !st.NotBefore.Equal(tc.notBefore) {
 			t.Fatalf("%s: stored %+v %v, want its Not-Before %s", tc.name, st, err, tc.notBefore)
 		}
@@ -172,7 +172,7 @@ func TestRequeueKeepsANotBeforeStillAhead(t *testing.T) {
 		if err := q.AddDeadLetter(ctx, st, request.Verdict{Reason: request.ReasonPurged}); err != nil {
 			t.Fatal(err)
 		}
-		if err := q.Delete(ctx, st.Seq); err != nil {
+		if err := q.Delete(ctx, st.Lane, st.Seq); err != nil {
 			t.Fatal(err)
 		}
 		dead := deadLetters(t, q, queue.DeadFilter{ID: st.ID})
@@ -182,7 +182,7 @@ func TestRequeueKeepsANotBeforeStillAhead(t *testing.T) {
 		if _, _, err := q.Requeue(ctx, dead[0]); err != nil {
 			t.Fatal(err)
 		}
-		st, _, err = q.Head(ctx, subj)
+		st, _, err = q.Head(ctx, lane)
 		if err != nil || st.ID != "req-"+tc.name || st.Cycle != 1 {
 			t.Fatalf("%s: replayed %+v %v", tc.name, st, err)
 		}

@@ -180,9 +180,20 @@ func (q *Queue) Backlog(ctx context.Context) (map[string]uint64, error) {
 	return q.backlog(ctx, request.RequestPrefix+">")
 }
 
-// PartitionBacklog lists the client subjects of partition p that have requests queued.
-func (q *Queue) PartitionBacklog(ctx context.Context, p int) (map[string]uint64, error) {
-	return q.backlog(ctx, request.RequestPrefix+strconv.Itoa(p)+".*")
+// PartitionBacklog lists the lanes of partition p that have requests queued, with how
+// many each.
+func (q *Queue) PartitionBacklog(ctx context.Context, p int) (map[request.Lane]uint64, error) {
+	subjects, err := q.backlog(ctx, request.RequestPrefix+strconv.Itoa(p)+".*")
+	if err != nil {
+		return nil, err
+	}
+	lanes := make(map[request.Lane]uint64, len(subjects))
+	for subject, n := range subjects {
+		if lane, err := request.LaneOf(subject); err == nil { // the stream stores no other
+			lanes[lane] = n
+		}
+	}
+	return lanes, nil
 }
 
 func (q *Queue) backlog(ctx context.Context, filter string) (map[string]uint64, error) {
@@ -193,11 +204,11 @@ func (q *Queue) backlog(ctx context.Context, filter string) (map[string]uint64, 
 	return info.State.Subjects, nil
 }
 
-// Watch calls fn with the subject of every request stored from now on, from one light
+// Watch calls fn with the lane of every request stored from now on, from one light
 // ordered consumer (headers only, no acks, memory, R1). onErr hears about consumer
 // trouble: a gap is possible then, and the caller should list the backlog again. Stop the
 // watch by calling the returned function.
-func (q *Queue) Watch(ctx context.Context, fn func(subject string), onErr func(error)) (stop func(), err error) {
+func (q *Queue) Watch(ctx context.Context, fn func(request.Lane), onErr func(error)) (stop func(), err error) {
 	cons, err := q.reqs.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{request.RequestPrefix + ">"},
 		DeliverPolicy:  jetstream.DeliverNewPolicy,
@@ -206,7 +217,11 @@ func (q *Queue) Watch(ctx context.Context, fn func(subject string), onErr func(e
 	if err != nil {
 		return nil, fmt.Errorf("creating backlog watch: %w", err)
 	}
-	cc, err := cons.Consume(func(m jetstream.Msg) { fn(m.Subject()) },
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		if lane, err := request.LaneOf(m.Subject()); err == nil { // the stream stores no other
+			fn(lane)
+		}
+	},
 		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) { onErr(err) }))
 	if err != nil {
 		return nil, fmt.Errorf("starting backlog watch: %w", err)
@@ -214,10 +229,11 @@ func (q *Queue) Watch(ctx context.Context, fn func(subject string), onErr func(e
 	return cc.Stop, nil
 }
 
-// Head returns the oldest request on subject; ok is false when the subject is empty. A
-// request whose subject holds no valid clientId token comes back with ok true and an
+// Head returns the oldest request of lane; ok is false when it has none. A request whose
+// lane's token is no valid clientId comes back with ok true and an
 // *request.UndecodableError.
-func (q *Queue) Head(ctx context.Context, subject string) (st request.Stored, ok bool, err error) {
+func (q *Queue) Head(ctx context.Context, lane request.Lane) (st request.Stored, ok bool, err error) {
+	subject := lane.Subject()
 	m, err := q.reqs.GetMsg(ctx, 0, jetstream.WithGetMsgSubject(subject))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return request.Stored{}, false, nil
@@ -235,10 +251,10 @@ func (q *Queue) Head(ctx context.Context, subject string) (st request.Stored, ok
 	return st, true, nil
 }
 
-// Find looks for the queued request id on subject, reading headers only (FindRequest on
-// the subject's client); ok is false when it is not queued there.
-func (q *Queue) Find(ctx context.Context, subject, id string) (st request.Stored, ok bool, err error) {
-	clientID, err := request.ClientIDOf(subject)
+// Find looks for the queued request id in lane, reading headers only (FindRequest on the
+// lane's client); ok is false when it is not queued there.
+func (q *Queue) Find(ctx context.Context, lane request.Lane, id string) (st request.Stored, ok bool, err error) {
+	clientID, err := lane.ClientID()
 	if err != nil {
 		return request.Stored{}, false, err
 	}
@@ -246,8 +262,10 @@ func (q *Queue) Find(ctx context.Context, subject, id string) (st request.Stored
 	return f.Stored, ok, err
 }
 
-// Delete removes one request from the queue; a request already gone is not an error.
-func (q *Queue) Delete(ctx context.Context, seq uint64) error {
+// Delete removes request seq of lane from the queue; a request already gone is not an
+// error. The stream's sequence names the request alone: the lane is not needed to find
+// it.
+func (q *Queue) Delete(ctx context.Context, _ request.Lane, seq uint64) error {
 	err := q.reqs.DeleteMsg(ctx, seq)
 	if err != nil && !isNotFound(err) {
 		q.writes.note(err)
@@ -307,6 +325,7 @@ func setPlanHeaders(h nats.Header, r request.Request) {
 // clientId is empty when the subject holds no valid token.
 func storedOf(subject string, h nats.Header, body []byte, seq uint64, at time.Time) request.Stored {
 	clientID, _ := request.ClientIDOf(subject)
+	lane, _ := request.LaneOf(subject) // none for a dead letter's
 	// A header that does not parse (not written by this service) reads as none.
 	notBefore, _ := time.Parse(time.RFC3339Nano, h.Get(request.HeaderNotBefore))
 	notAfter, _ := time.Parse(time.RFC3339Nano, h.Get(request.HeaderNotAfter))
@@ -325,6 +344,7 @@ func storedOf(subject string, h nats.Header, body []byte, seq uint64, at time.Ti
 		},
 		Seq:        seq,
 		Subject:    subject,
+		Lane:       lane,
 		AcceptedAt: at,
 	}
 }

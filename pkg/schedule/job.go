@@ -1,11 +1,15 @@
 package schedule
 
-import "time"
+import (
+	"time"
+
+	"github.com/penguinhq/dispatcher/pkg/request"
+)
 
 // Job is one lane handed to a worker: look at the client's head request and, if there is
 // one, make one attempt, starting it no sooner than SendAt.
 type Job struct {
-	Subject string
+	Lane request.Lane
 	// SendAt is the earliest the attempt may start. A job is handed out up to the
 	// scheduler's lead before it, so that the head request is read in advance and the
 	// attempt starts on time whatever the queue's latency.
@@ -55,8 +59,8 @@ const (
 
 // Result is what a worker reports back for a Job.
 type Result struct {
-	Subject string
-	Kind    Kind
+	Lane request.Lane
+	Kind Kind
 	// For Retry: the request's sequence, the attempt number just made and when the first
 	// attempt started.
 	Seq          uint64

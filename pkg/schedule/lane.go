@@ -3,6 +3,8 @@ package schedule
 import (
 	"container/heap"
 	"time"
+
+	"github.com/penguinhq/dispatcher/pkg/request"
 )
 
 // laneState is where a lane is: each state but busy ones keeps it in the waiting heap
@@ -42,7 +44,7 @@ func (st laneState) String() string {
 
 // lane is one client's place in the scheduler.
 type lane struct {
-	subject      string
+	key          request.Lane
 	state        laneState
 	due          time.Time
 	notBefore    time.Time // what asked for due, before spacing pushed it later
@@ -88,7 +90,8 @@ const (
 
 // LaneInfo is what the scheduler knows of one lane, for operators.
 type LaneInfo struct {
-	Subject  string        `json:"subject"`
+	Lane     request.Lane  `json:"-"`
+	Subject  string        `json:"subject"` // the lane's, in the queue
 	State    string        `json:"state"`
 	NextSend time.Time     `json:"next_send,omitzero"` // earliest start of its next attempt, when waiting
 	Attempts int           `json:"attempts"`           // failed attempts of the head request so far
@@ -99,9 +102,9 @@ type LaneInfo struct {
 	LastDelivered time.Time `json:"last_delivered,omitzero"`
 }
 
-// Lane describes subject's lane; false when there is none.
-func (s *Scheduler) Lane(subject string) (LaneInfo, bool) {
-	l := s.lanes[subject]
+// Lane describes key's lane; false when there is none.
+func (s *Scheduler) Lane(key request.Lane) (LaneInfo, bool) {
+	l := s.lanes[key]
 	if l == nil {
 		return LaneInfo{}, false
 	}
@@ -122,7 +125,7 @@ func (s *Scheduler) LaneInfos(limit int) []LaneInfo {
 }
 
 func (s *Scheduler) info(l *lane) LaneInfo {
-	li := LaneInfo{Subject: l.subject, State: l.state.String(), Attempts: l.attempts, LastEnd: l.lastEnd, Interval: s.IntervalOf(l.subject)}
+	li := LaneInfo{Lane: l.key, Subject: l.key.Subject(), State: l.state.String(), Attempts: l.attempts, LastEnd: l.lastEnd, Interval: s.IntervalOf(l.key)}
 	if l.state == waiting {
 		li.NextSend = l.due
 	}

@@ -27,10 +27,10 @@ type Scheduler struct {
 	policy   Policy
 	lead     time.Duration
 	rand     func() float64
-	lanes    map[string]*lane
+	lanes    map[request.Lane]*lane
 	waiting  laneHeap
 	inFlight int
-	steers   map[string]request.Steering // by client token (the subject's last token)
+	steers   map[string]request.Steering // by client token (request.Lane's Token)
 	// Fences from interval raises, for clients whose lane was already forgotten: their
 	// last attempt may have ended as late as this. Global, and by client token.
 	raised       time.Time
@@ -39,7 +39,7 @@ type Scheduler struct {
 
 // New returns an empty Scheduler. rand returns numbers in [0, 1) for jitter.
 func New(p Policy, rand func() float64) *Scheduler {
-	return &Scheduler{policy: p, rand: rand, lanes: make(map[string]*lane), steers: make(map[string]request.Steering), clientRaised: make(map[string]time.Time)}
+	return &Scheduler{policy: p, rand: rand, lanes: make(map[request.Lane]*lane), steers: make(map[string]request.Steering), clientRaised: make(map[string]time.Time)}
 }
 
 // Interval is the global interval in force.
@@ -63,7 +63,7 @@ func (s *Scheduler) SetInterval(d time.Duration, now time.Time) {
 	s.rescheduleWaiting(func(*lane) bool { return true })
 }
 
-// Steer sets at now how client (a subject's last token) is steered; the zero Steering
+// Steer sets at now how client (a lane's Token) is steered; the zero Steering
 // clears it. A lane waiting is rescheduled to the client's interval; a parked lane, or
 // one in flight, is looked at again, so that a resume or a purge takes effect. A raise
 // of the client's interval fences a lane made later, as SetInterval does.
@@ -86,11 +86,11 @@ func (s *Scheduler) Steer(client string, st request.Steering, now time.Time) {
 			delete(s.clientRaised, c)
 		}
 	}
-	mine := func(l *lane) bool { return clientOf(l.subject) == client }
+	mine := func(l *lane) bool { return l.key.Token == client }
 	for _, l := range s.lanes {
 		switch {
 		case !mine(l):
-		case purge && l.state == waiting && l.notBefore.After(now) && s.purges(l.subject, l.headSeq):
+		case purge && l.state == waiting && l.notBefore.After(now) && s.purges(l.key, l.headSeq):
 			l.notBefore = now
 		case l.state == parked:
 			s.schedule(l, l.notBefore)
@@ -104,12 +104,12 @@ func (s *Scheduler) Steer(client string, st request.Steering, now time.Time) {
 // SteeringOf is the steering record in force for client; the zero record when none.
 func (s *Scheduler) SteeringOf(client string) request.Steering { return s.steers[client] }
 
-// IntervalOf is the interval in force for subject's client.
-func (s *Scheduler) IntervalOf(subject string) time.Duration {
+// IntervalOf is the interval in force for key's client.
+func (s *Scheduler) IntervalOf(key request.Lane) time.Duration {
 	if len(s.steers) == 0 {
 		return s.policy.Interval
 	}
-	return s.intervalOfClient(clientOf(subject))
+	return s.intervalOfClient(key.Token)
 }
 
 func (s *Scheduler) intervalOfClient(client string) time.Duration {
@@ -124,15 +124,12 @@ func (s *Scheduler) intervalOf(st request.Steering) time.Duration {
 	return s.policy.Interval
 }
 
-func (s *Scheduler) steerOf(subject string) request.Steering {
+func (s *Scheduler) steerOf(key request.Lane) request.Steering {
 	if len(s.steers) == 0 {
 		return request.Steering{}
 	}
-	return s.steers[clientOf(subject)]
+	return s.steers[key.Token]
 }
-
-// clientOf is the client token of a request subject.
-func clientOf(subject string) string { return request.ClientToken(subject) }
 
 func (s *Scheduler) rescheduleWaiting(match func(*lane) bool) {
 	changed := false
@@ -157,20 +154,20 @@ func (s *Scheduler) InFlight() int { return s.inFlight }
 // worker reads the head request ahead of time. Zero (the default) hands out lanes when due.
 func (s *Scheduler) SetLead(d time.Duration) { s.lead = d }
 
-// Notify says subject has (or may have) requests queued. since is the lane's fence: an
+// Notify says key has (or may have) requests queued. since is the lane's fence: an
 // attempt by an earlier owner of the client may have ended as late as since, so the
 // first attempt waits until an interval after it (zero: no fence). A new lane is due at
 // now or then; a lane already waiting, parked or in flight is left as it is.
-func (s *Scheduler) Notify(subject string, now, since time.Time) {
-	l := s.lanes[subject]
+func (s *Scheduler) Notify(key request.Lane, now, since time.Time) {
+	l := s.lanes[key]
 	switch {
 	case l == nil:
 		since = later(since, s.raised)
 		if len(s.clientRaised) > 0 {
-			since = later(since, s.clientRaised[clientOf(subject)])
+			since = later(since, s.clientRaised[key.Token])
 		}
-		l = &lane{subject: subject, index: -1, since: since}
-		s.lanes[subject] = l
+		l = &lane{key: key, index: -1, since: since}
+		s.lanes[key] = l
 		s.schedule(l, now)
 	case l.state == inFlight:
 		l.state = inFlightStale
@@ -237,13 +234,13 @@ func (s *Scheduler) Due(now time.Time) (Job, bool) {
 	for len(s.waiting) > 0 && !s.waiting[0].due.After(now.Add(s.lead)) {
 		l := heap.Pop(&s.waiting).(*lane)
 		if l.state == idle {
-			delete(s.lanes, l.subject) // its interval has passed: forgetting it is safe
+			delete(s.lanes, l.key) // its interval has passed: forgetting it is safe
 			continue
 		}
 		l.state = inFlight
 		s.inFlight++
-		st := s.steerOf(l.subject)
-		return Job{Subject: l.subject, SendAt: l.due, HeadSeq: l.headSeq, Attempts: l.attempts, FirstAttempt: l.firstAttempt,
+		st := s.steerOf(l.key)
+		return Job{Lane: l.key, SendAt: l.due, HeadSeq: l.headSeq, Attempts: l.attempts, FirstAttempt: l.firstAttempt,
 			PrevEnd: l.lastEnd, Interval: s.intervalOf(st), Since: l.since, Paused: st.Paused, PurgeThrough: st.PurgeThrough}, true
 	}
 	return Job{}, false
@@ -252,7 +249,7 @@ func (s *Scheduler) Due(now time.Time) (Job, bool) {
 // Done takes a worker's Result back at now and decides when the lane is next due, or
 // drops the lane when its client has nothing left.
 func (s *Scheduler) Done(r Result, now time.Time) {
-	l := s.lanes[r.Subject]
+	l := s.lanes[r.Lane]
 	if l == nil || !l.state.busy() {
 		return
 	}
@@ -273,11 +270,11 @@ func (s *Scheduler) Done(r Result, now time.Time) {
 		switch {
 		case stale:
 			s.schedule(l, now)
-		case l.lastEnd.IsZero() || !now.Before(l.lastEnd.Add(s.IntervalOf(l.subject))):
+		case l.lastEnd.IsZero() || !now.Before(l.lastEnd.Add(s.IntervalOf(l.key))):
 			// Nothing queued, and the last attempt is at least an interval old, so
 			// forgetting the lane cannot break spacing. (A fence is not lost with it:
 			// the lane is made again with the partition's fence.)
-			delete(s.lanes, r.Subject)
+			delete(s.lanes, r.Lane)
 		default:
 			// Looked early (the lead): keep the lane, so that a request arriving now
 			// still waits out the interval, and forget it once the interval has passed.
@@ -290,14 +287,14 @@ func (s *Scheduler) Done(r Result, now time.Time) {
 		s.schedule(l, now)
 	case Retry:
 		l.headSeq, l.attempts, l.firstAttempt = r.Seq, r.Attempts, r.FirstAttempt
-		if s.purges(l.subject, r.Seq) { // asked for while the attempt was under way
+		if s.purges(l.key, r.Seq) { // asked for while the attempt was under way
 			s.schedule(l, now)
 			break
 		}
 		// The interval is not added here: schedule adds it, with the interval in force.
 		s.schedule(l, l.lastEnd.Add(max(s.policy.Backoff(r.Attempts, s.rand()), r.RetryAfter)))
 	case Parked:
-		if s.steerOf(l.subject).Paused && !stale {
+		if s.steerOf(l.key).Paused && !stale {
 			l.state, l.notBefore = parked, now
 		} else { // resumed while the worker looked
 			s.schedule(l, now)
@@ -308,7 +305,7 @@ func (s *Scheduler) Done(r Result, now time.Time) {
 		if r.Seq != l.headSeq {
 			l.headSeq, l.attempts, l.firstAttempt = r.Seq, 0, time.Time{}
 		}
-		if s.purges(l.subject, r.Seq) { // asked for while the worker looked
+		if s.purges(l.key, r.Seq) { // asked for while the worker looked
 			s.schedule(l, now)
 			break
 		}
@@ -321,17 +318,17 @@ func (s *Scheduler) Done(r Result, now time.Time) {
 	}
 }
 
-// purges says whether the steering in force purges subject's request seq: a purge its
+// purges says whether the steering in force purges key's request seq: a purge its
 // worker did not know of, since it reported that request back instead of purging it.
-func (s *Scheduler) purges(subject string, seq uint64) bool {
-	return seq != 0 && seq <= s.steerOf(subject).PurgeThrough
+func (s *Scheduler) purges(key request.Lane, seq uint64) bool {
+	return seq != 0 && seq <= s.steerOf(key).PurgeThrough
 }
 
 // Hold puts back a lane that Due just handed out and that may not start now after all:
 // its client's partition was taken over at since, so it waits out the fence like a new
 // lane.
-func (s *Scheduler) Hold(subject string, since time.Time) {
-	l := s.lanes[subject]
+func (s *Scheduler) Hold(key request.Lane, since time.Time) {
+	l := s.lanes[key]
 	if l == nil || !l.state.busy() {
 		return
 	}
@@ -343,8 +340,8 @@ func (s *Scheduler) Hold(subject string, since time.Time) {
 
 // Forget drops a lane whether it waits or was just handed out by Due; a lane with a
 // worker must be handed back with Done first.
-func (s *Scheduler) Forget(subject string) {
-	l := s.lanes[subject]
+func (s *Scheduler) Forget(key request.Lane) {
+	l := s.lanes[key]
 	if l == nil {
 		return
 	}
@@ -354,11 +351,11 @@ func (s *Scheduler) Forget(subject string) {
 	if l.index >= 0 {
 		heap.Remove(&s.waiting, l.index)
 	}
-	delete(s.lanes, subject)
+	delete(s.lanes, key)
 }
 
 // ForgetWaiting drops every waiting lane that match selects; lanes in flight stay.
-func (s *Scheduler) ForgetWaiting(match func(subject string) bool) {
+func (s *Scheduler) ForgetWaiting(match func(key request.Lane) bool) {
 	for subj, l := range s.lanes {
 		if !l.state.busy() && match(subj) {
 			s.Forget(subj)
@@ -377,7 +374,7 @@ func (s *Scheduler) schedule(l *lane, notBefore time.Time) {
 // dueOf is when l is due if nothing but spacing pushes it past notBefore, with the
 // interval in force now.
 func (s *Scheduler) dueOf(l *lane, notBefore time.Time) time.Time {
-	iv := s.IntervalOf(l.subject)
+	iv := s.IntervalOf(l.key)
 	if l.state == idle {
 		return l.lastEnd.Add(iv + s.lead)
 	}

@@ -21,15 +21,18 @@ func policy() schedule.Policy {
 func zero() float64 { return 0 }
 
 // mustDue takes the one job due at now and fails if there is none or another.
-func mustDue(t testing.TB, s *schedule.Scheduler, now time.Time, subject string) schedule.Job {
+// ln is the lane of client token name (partition 0).
+func ln(name string) request.Lane { return request.Lane{Token: name} }
+
+func mustDue(t testing.TB, s *schedule.Scheduler, now time.Time, client string) schedule.Job {
 	t.Helper()
 	job, ok := s.Due(now)
 	if !ok {
 		next, _ := s.Next()
 		t.Fatalf("nothing due at %s (next at %s)", now.Sub(t0), next.Sub(t0))
 	}
-	if job.Subject != subject {
-		t.Fatalf("due at %s: %s, want %s", now.Sub(t0), job.Subject, subject)
+	if job.Lane != ln(client) {
+		t.Fatalf("due at %s: %s, want %s", now.Sub(t0), job.Lane.Token, client)
 	}
 	return job
 }
@@ -37,24 +40,24 @@ func mustDue(t testing.TB, s *schedule.Scheduler, now time.Time, subject string)
 func mustNotDue(t testing.TB, s *schedule.Scheduler, now time.Time) {
 	t.Helper()
 	if job, ok := s.Due(now); ok {
-		t.Fatalf("%s due at %s, want nothing", job.Subject, now.Sub(t0))
+		t.Fatalf("%s due at %s, want nothing", job.Lane.Token, now.Sub(t0))
 	}
 }
 
 func TestIdleClientGoesAtOnce(t *testing.T) {
 	t.Parallel()
 	s := schedule.New(policy(), zero)
-	s.Notify("a", t0, time.Time{})
+	s.Notify(ln("a"), t0, time.Time{})
 	mustDue(t, s, t0, "a")
 }
 
 func TestSpacingIsMeasuredFromAttemptEnd(t *testing.T) {
 	t.Parallel()
 	s := schedule.New(policy(), zero)
-	s.Notify("a", t0, time.Time{})
+	s.Notify(ln("a"), t0, time.Time{})
 	mustDue(t, s, t0, "a")
 	end := t0.Add(700 * time.Millisecond) // raven took 700ms
-	s.Done(schedule.Result{Subject: "a", Kind: schedule.Delivered, AttemptEnd: end}, end.Add(time.Millisecond))
+	s.Done(schedule.Result{Lane: ln("a"), Kind: schedule.Delivered, AttemptEnd: end}, end.Add(time.Millisecond))
 	next, _ := s.Next()
 	if want := end.Add(interval); !next.Equal(want) {
 		t.Fatalf("next due %s after t0, want exactly %s", next.Sub(t0), want.Sub(t0))
@@ -69,10 +72,10 @@ func TestSpacingIsMeasuredFromAttemptEnd(t *testing.T) {
 func TestAtMostOneInFlightPerClient(t *testing.T) {
 	t.Parallel()
 	s := schedule.New(policy(), zero)
-	s.Notify("a", t0, time.Time{})
+	s.Notify(ln("a"), t0, time.Time{})
 	mustDue(t, s, t0, "a")
 	for range 3 {
-		s.Notify("a", t0, time.Time{}) // more requests arrive while one is in flight
+		s.Notify(ln("a"), t0, time.Time{}) // more requests arrive while one is in flight
 	}
 	mustNotDue(t, s, t0.Add(time.Hour))
 	if s.InFlight() != 1 || s.Lanes() != 1 {
@@ -80,17 +83,17 @@ func TestAtMostOneInFlightPerClient(t *testing.T) {
 	}
 	// The request that arrived in flight is looked at after the interval even if the
 	// worker found the head empty at the time it looked.
-	s.Done(schedule.Result{Subject: "a", Kind: schedule.Empty}, t0.Add(time.Millisecond))
+	s.Done(schedule.Result{Lane: ln("a"), Kind: schedule.Empty}, t0.Add(time.Millisecond))
 	mustDue(t, s, t0.Add(time.Millisecond), "a")
 }
 
 func TestManyClientsAreIndependent(t *testing.T) {
 	t.Parallel()
 	s := schedule.New(policy(), zero)
-	s.Notify("busy", t0, time.Time{})
+	s.Notify(ln("busy"), t0, time.Time{})
 	mustDue(t, s, t0, "busy")
-	s.Done(schedule.Result{Subject: "busy", Kind: schedule.Delivered, AttemptEnd: t0}, t0)
-	s.Notify("idle", t0.Add(time.Second), time.Time{})
+	s.Done(schedule.Result{Lane: ln("busy"), Kind: schedule.Delivered, AttemptEnd: t0}, t0)
+	s.Notify(ln("idle"), t0.Add(time.Second), time.Time{})
 	mustDue(t, s, t0.Add(time.Second), "idle")
 	mustNotDue(t, s, t0.Add(time.Second))
 	mustDue(t, s, t0.Add(interval), "busy")
@@ -99,11 +102,11 @@ func TestManyClientsAreIndependent(t *testing.T) {
 func TestEmptyLaneIsDropped(t *testing.T) {
 	t.Parallel()
 	s := schedule.New(policy(), zero)
-	s.Notify("a", t0, time.Time{})
+	s.Notify(ln("a"), t0, time.Time{})
 	mustDue(t, s, t0, "a")
-	s.Done(schedule.Result{Subject: "a", Kind: schedule.Delivered, AttemptEnd: t0}, t0)
+	s.Done(schedule.Result{Lane: ln("a"), Kind: schedule.Delivered, AttemptEnd: t0}, t0)
 	mustDue(t, s, t0.Add(interval), "a")
-	s.Done(schedule.Result{Subject: "a", Kind: schedule.Empty}, t0.Add(interval))
+	s.Done(schedule.Result{Lane: ln("a"), Kind: schedule.Empty}, t0.Add(interval))
 	if s.Lanes() != 0 {
 		t.Fatalf("lanes = %d after the client drained, want 0", s.Lanes())
 	}
@@ -115,7 +118,7 @@ func TestEmptyLaneIsDropped(t *testing.T) {
 func TestFenceHoldsNewLanes(t *testing.T) {
 	t.Parallel()
 	s := schedule.New(policy(), zero)
-	s.Notify("a", t0, t0) // the partition was taken over at t0
+	s.Notify(ln("a"), t0, t0) // the partition was taken over at t0
 	fence := t0.Add(interval)
 	mustNotDue(t, s, fence.Add(-time.Nanosecond))
 	mustDue(t, s, fence, "a")
@@ -125,7 +128,7 @@ func TestBackoffDoublesToCapAndNeverUndercutsInterval(t *testing.T) {
 	t.Parallel()
 	p := policy() // base 1s, max 1m, interval 5s
 	s := schedule.New(p, zero)
-	s.Notify("a", t0, time.Time{})
+	s.Notify(ln("a"), t0, time.Time{})
 	now := t0
 	want := []time.Duration{5 * time.Second, 5 * time.Second, 5 * time.Second, 8 * time.Second, 16 * time.Second, 32 * time.Second, time.Minute, time.Minute}
 	for i, w := range want {
@@ -135,7 +138,7 @@ func TestBackoffDoublesToCapAndNeverUndercutsInterval(t *testing.T) {
 			t.Fatalf("attempt %d, want %d", attempt, i+1)
 		}
 		end := now.Add(100 * time.Millisecond)
-		s.Done(schedule.Result{Subject: "a", Kind: schedule.Retry, Seq: 7, Attempts: attempt, AttemptEnd: end}, end)
+		s.Done(schedule.Result{Lane: ln("a"), Kind: schedule.Retry, Seq: 7, Attempts: attempt, AttemptEnd: end}, end)
 		next, _ := s.Next()
 		if got := next.Sub(end); got != w {
 			t.Fatalf("after failure %d: next attempt %s after the end, want %s", attempt, got, w)
@@ -147,14 +150,14 @@ func TestBackoffDoublesToCapAndNeverUndercutsInterval(t *testing.T) {
 func TestRetryAfterIsHonoured(t *testing.T) {
 	t.Parallel()
 	s := schedule.New(policy(), zero)
-	s.Notify("a", t0, time.Time{})
+	s.Notify(ln("a"), t0, time.Time{})
 	mustDue(t, s, t0, "a")
-	s.Done(schedule.Result{Subject: "a", Kind: schedule.Retry, Seq: 1, Attempts: 1, AttemptEnd: t0, RetryAfter: 42 * time.Second}, t0)
+	s.Done(schedule.Result{Lane: ln("a"), Kind: schedule.Retry, Seq: 1, Attempts: 1, AttemptEnd: t0, RetryAfter: 42 * time.Second}, t0)
 	mustNotDue(t, s, t0.Add(42*time.Second-time.Nanosecond))
 	mustDue(t, s, t0.Add(42*time.Second), "a")
 
 	// A Retry-After shorter than the interval does not shorten it.
-	s.Done(schedule.Result{Subject: "a", Kind: schedule.Retry, Seq: 1, Attempts: 2, AttemptEnd: t0.Add(42 * time.Second), RetryAfter: time.Second}, t0.Add(42*time.Second))
+	s.Done(schedule.Result{Lane: ln("a"), Kind: schedule.Retry, Seq: 1, Attempts: 2, AttemptEnd: t0.Add(42 * time.Second), RetryAfter: time.Second}, t0.Add(42*time.Second))
 	mustNotDue(t, s, t0.Add(42*time.Second+interval-time.Nanosecond))
 }
 
@@ -184,14 +187,14 @@ func TestJitterBounds(t *testing.T) {
 func TestRetryStateFollowsTheHead(t *testing.T) {
 	t.Parallel()
 	s := schedule.New(policy(), zero)
-	s.Notify("a", t0, time.Time{})
+	s.Notify(ln("a"), t0, time.Time{})
 	mustDue(t, s, t0, "a")
-	s.Done(schedule.Result{Subject: "a", Kind: schedule.Retry, Seq: 9, Attempts: 1, FirstAttempt: t0, AttemptEnd: t0}, t0)
+	s.Done(schedule.Result{Lane: ln("a"), Kind: schedule.Retry, Seq: 9, Attempts: 1, FirstAttempt: t0, AttemptEnd: t0}, t0)
 	job := mustDue(t, s, t0.Add(interval), "a")
 	if job.HeadSeq != 9 || job.Attempts != 1 || !job.FirstAttempt.Equal(t0) {
 		t.Fatalf("job after a retry = %+v, want head 9 with 1 attempt", job)
 	}
-	s.Done(schedule.Result{Subject: "a", Kind: schedule.DeadLettered, AttemptEnd: t0.Add(interval)}, t0.Add(interval))
+	s.Done(schedule.Result{Lane: ln("a"), Kind: schedule.DeadLettered, AttemptEnd: t0.Add(interval)}, t0.Add(interval))
 	job = mustDue(t, s, t0.Add(2*interval), "a")
 	if job.Attempts != 0 || job.HeadSeq != 0 {
 		t.Fatalf("job after a dead letter = %+v, want a fresh head", job)
@@ -201,11 +204,11 @@ func TestRetryStateFollowsTheHead(t *testing.T) {
 func TestFailedReadIsRetriedButKeepsSpacing(t *testing.T) {
 	t.Parallel()
 	s := schedule.New(policy(), zero)
-	s.Notify("a", t0, time.Time{})
+	s.Notify(ln("a"), t0, time.Time{})
 	mustDue(t, s, t0, "a")
-	s.Done(schedule.Result{Subject: "a", Kind: schedule.Delivered, AttemptEnd: t0}, t0)
+	s.Done(schedule.Result{Lane: ln("a"), Kind: schedule.Delivered, AttemptEnd: t0}, t0)
 	mustDue(t, s, t0.Add(interval), "a")
-	s.Done(schedule.Result{Subject: "a", Kind: schedule.Failed}, t0.Add(interval))
+	s.Done(schedule.Result{Lane: ln("a"), Kind: schedule.Failed}, t0.Add(interval))
 	mustNotDue(t, s, t0.Add(interval+time.Second-time.Nanosecond))
 	mustDue(t, s, t0.Add(interval+time.Second), "a")
 }
@@ -250,10 +253,10 @@ func TestLeadHandsOutEarlyButSendAtIsExact(t *testing.T) {
 	const lead = 50 * time.Millisecond
 	s := schedule.New(policy(), zero)
 	s.SetLead(lead)
-	s.Notify("a", t0, time.Time{})
+	s.Notify(ln("a"), t0, time.Time{})
 	mustDue(t, s, t0, "a")
 	end := t0.Add(10 * time.Millisecond)
-	s.Done(schedule.Result{Subject: "a", Kind: schedule.Delivered, AttemptEnd: end}, end)
+	s.Done(schedule.Result{Lane: ln("a"), Kind: schedule.Delivered, AttemptEnd: end}, end)
 	if next, _ := s.Next(); !next.Equal(end.Add(interval - lead)) {
 		t.Fatalf("Next = %s, want the lead before the due time", next.Sub(t0))
 	}
@@ -271,22 +274,22 @@ func TestEarlyEmptyLaneKeepsSpacing(t *testing.T) {
 	const lead = 50 * time.Millisecond
 	s := schedule.New(policy(), zero)
 	s.SetLead(lead)
-	s.Notify("a", t0, time.Time{})
+	s.Notify(ln("a"), t0, time.Time{})
 	mustDue(t, s, t0, "a")
-	s.Done(schedule.Result{Subject: "a", Kind: schedule.Delivered, AttemptEnd: t0}, t0)
+	s.Done(schedule.Result{Lane: ln("a"), Kind: schedule.Delivered, AttemptEnd: t0}, t0)
 	early := t0.Add(interval - lead)
 	mustDue(t, s, early, "a")
-	s.Done(schedule.Result{Subject: "a", Kind: schedule.Empty}, early.Add(time.Millisecond))
+	s.Done(schedule.Result{Lane: ln("a"), Kind: schedule.Empty}, early.Add(time.Millisecond))
 	if s.Lanes() != 1 {
 		t.Fatalf("lanes %d: the lane was forgotten before its interval passed", s.Lanes())
 	}
-	s.Notify("a", early.Add(2*time.Millisecond), time.Time{}) // a request arrives
+	s.Notify(ln("a"), early.Add(2*time.Millisecond), time.Time{}) // a request arrives
 	job := mustDue(t, s, early.Add(2*time.Millisecond), "a")
 	if job.SendAt.Before(t0.Add(interval)) {
 		t.Fatalf("SendAt %s, before the interval after the last attempt", job.SendAt.Sub(t0))
 	}
 	// Without a new request the lane is forgotten once the interval has passed.
-	s.Done(schedule.Result{Subject: "a", Kind: schedule.Empty}, early.Add(3*time.Millisecond))
+	s.Done(schedule.Result{Lane: ln("a"), Kind: schedule.Empty}, early.Add(3*time.Millisecond))
 	mustNotDue(t, s, t0.Add(interval+lead))
 	if s.Lanes() != 0 {
 		t.Fatalf("lanes %d after the interval passed, want 0", s.Lanes())
@@ -300,9 +303,9 @@ func TestHeldLaneIsNotHandedStraightBack(t *testing.T) {
 	const lead = 50 * time.Millisecond
 	s := schedule.New(policy(), zero)
 	s.SetLead(lead)
-	s.Notify("a", t0, time.Time{})
+	s.Notify(ln("a"), t0, time.Time{})
 	mustDue(t, s, t0, "a")
-	s.Done(schedule.Result{Subject: "a", Kind: schedule.Held}, t0)
+	s.Done(schedule.Result{Lane: ln("a"), Kind: schedule.Held}, t0)
 	mustNotDue(t, s, t0)
 	mustDue(t, s, t0.Add(50*time.Millisecond), "a")
 }
@@ -313,15 +316,15 @@ func TestDueLanesListsTheEarliestFirst(t *testing.T) {
 	order := rand.Perm(200)
 	for _, k := range order {
 		// The fence makes each lane due at its own time: k seconds after an interval.
-		s.Notify(fmt.Sprintf("c%03d", k), t0, t0.Add(time.Duration(k)*time.Second))
+		s.Notify(ln(fmt.Sprintf("c%03d", k)), t0, t0.Add(time.Duration(k)*time.Second))
 	}
 	got := s.DueLanes(25)
 	if len(got) != 25 {
 		t.Fatalf("%d lanes, want 25", len(got))
 	}
 	for i, l := range got {
-		if want := fmt.Sprintf("c%03d", i); l.Subject != want || l.State != schedule.LaneWaiting {
-			t.Fatalf("lane %d: %s (%s), want %s waiting", i, l.Subject, l.State, want)
+		if want := fmt.Sprintf("c%03d", i); l.Lane != ln(want) || l.State != schedule.LaneWaiting {
+			t.Fatalf("lane %d: %s (%s), want %s waiting", i, l.Lane.Token, l.State, want)
 		}
 	}
 	if n := len(s.DueLanes(1000)); n != 200 {
@@ -336,8 +339,8 @@ func TestDueLanesListsTheEarliestFirst(t *testing.T) {
 func TestOverdueCountsLanesHeldBackAtEveryLook(t *testing.T) {
 	t.Parallel()
 	s := schedule.New(policy(), zero)
-	s.Notify("held", t0, time.Time{})
-	s.Notify("fine", t0, time.Time{})
+	s.Notify(ln("held"), t0, time.Time{})
+	s.Notify(ln("fine"), t0, time.Time{})
 	now := t0
 	for now.Before(t0.Add(schedule.OverdueAfter*interval + time.Second)) {
 		for {
@@ -345,9 +348,9 @@ func TestOverdueCountsLanesHeldBackAtEveryLook(t *testing.T) {
 			if !ok {
 				break
 			}
-			r := schedule.Result{Subject: job.Subject, Kind: schedule.Held}
-			if job.Subject == "fine" { // an attempt was made and failed: it waits its backoff
-				r = schedule.Result{Subject: job.Subject, Kind: schedule.Retry, AttemptEnd: now, Attempts: 1}
+			r := schedule.Result{Lane: job.Lane, Kind: schedule.Held}
+			if job.Lane.Token == "fine" { // an attempt was made and failed: it waits its backoff
+				r = schedule.Result{Lane: job.Lane, Kind: schedule.Retry, AttemptEnd: now, Attempts: 1}
 			}
 			s.Done(r, now)
 		}
@@ -360,7 +363,7 @@ func TestOverdueCountsLanesHeldBackAtEveryLook(t *testing.T) {
 		t.Fatalf("%d lanes overdue after %s of looks held back, want 1 (held)", n, now.Sub(t0))
 	}
 	job := mustDue(t, s, now.Add(time.Second), "held")
-	s.Done(schedule.Result{Subject: job.Subject, Kind: schedule.Delivered, AttemptEnd: now.Add(time.Second)}, now.Add(time.Second))
+	s.Done(schedule.Result{Lane: job.Lane, Kind: schedule.Delivered, AttemptEnd: now.Add(time.Second)}, now.Add(time.Second))
 	if n := s.Overdue(now.Add(time.Second)); n != 0 {
 		t.Fatalf("%d overdue after held's attempt, want 0", n)
 	}

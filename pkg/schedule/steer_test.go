@@ -8,83 +8,83 @@ import (
 	"github.com/penguinhq/dispatcher/pkg/schedule"
 )
 
-// deliver takes subject's due job at now and reports it delivered, the attempt ending at
+// deliver takes client's due job at now and reports it delivered, the attempt ending at
 // once; it returns the job.
-func deliver(t testing.TB, s *schedule.Scheduler, now time.Time, subject string) schedule.Job {
+func deliver(t testing.TB, s *schedule.Scheduler, now time.Time, client string) schedule.Job {
 	t.Helper()
-	job := mustDue(t, s, now, subject)
-	s.Done(schedule.Result{Subject: subject, Kind: schedule.Delivered, AttemptEnd: now}, now)
+	job := mustDue(t, s, now, client)
+	s.Done(schedule.Result{Lane: ln(client), Kind: schedule.Delivered, AttemptEnd: now}, now)
 	return job
 }
 
 func TestGlobalIntervalChangeMovesWaitingLanes(t *testing.T) {
 	t.Parallel()
 	s := schedule.New(policy(), zero)
-	s.Notify("p.a", t0, time.Time{})
-	deliver(t, s, t0, "p.a")
+	s.Notify(ln("a"), t0, time.Time{})
+	deliver(t, s, t0, "a")
 
 	s.SetInterval(20*time.Second, t0) // longer: the waiting lane is pushed back
 	mustNotDue(t, s, t0.Add(20*time.Second-time.Nanosecond))
-	deliver(t, s, t0.Add(20*time.Second), "p.a")
+	deliver(t, s, t0.Add(20*time.Second), "a")
 
 	s.SetInterval(2*time.Second, t0) // shorter: brought forward
 	mustNotDue(t, s, t0.Add(22*time.Second-time.Nanosecond))
-	mustDue(t, s, t0.Add(22*time.Second), "p.a")
+	mustDue(t, s, t0.Add(22*time.Second), "a")
 }
 
 func TestClientIntervalOverridesGlobal(t *testing.T) {
 	t.Parallel()
 	s := schedule.New(policy(), zero)
 	s.Steer("slow", request.Steering{Interval: request.Duration(time.Minute)}, t0.Add(-time.Hour))
-	for _, c := range []string{"p.slow", "p.fast"} {
-		s.Notify(c, t0, time.Time{})
+	for _, c := range []string{"slow", "fast"} {
+		s.Notify(ln(c), t0, time.Time{})
 		deliver(t, s, t0, c)
 	}
-	mustDue(t, s, t0.Add(interval), "p.fast")
+	mustDue(t, s, t0.Add(interval), "fast")
 	mustNotDue(t, s, t0.Add(time.Minute-time.Nanosecond))
-	mustDue(t, s, t0.Add(time.Minute), "p.slow")
-	if got := s.IntervalOf("p.slow"); got != time.Minute {
+	mustDue(t, s, t0.Add(time.Minute), "slow")
+	if got := s.IntervalOf(ln("slow")); got != time.Minute {
 		t.Fatalf("IntervalOf(slow) = %s, want 1m", got)
 	}
 
 	// Clearing the steer brings the client back to the global interval.
 	s2 := schedule.New(policy(), zero)
 	s2.Steer("slow", request.Steering{Interval: request.Duration(time.Minute)}, t0.Add(-time.Hour))
-	s2.Notify("p.slow", t0, time.Time{})
-	deliver(t, s2, t0, "p.slow")
+	s2.Notify(ln("slow"), t0, time.Time{})
+	deliver(t, s2, t0, "slow")
 	s2.Steer("slow", request.Steering{}, t0)
-	mustDue(t, s2, t0.Add(interval), "p.slow")
+	mustDue(t, s2, t0.Add(interval), "slow")
 }
 
 func TestFenceUsesTheClientsInterval(t *testing.T) {
 	t.Parallel()
 	s := schedule.New(policy(), zero)
 	s.Steer("slow", request.Steering{Interval: request.Duration(time.Minute)}, t0.Add(-time.Hour))
-	s.Notify("p.slow", t0, t0) // taken over at t0: the previous owner may have just sent
+	s.Notify(ln("slow"), t0, t0) // taken over at t0: the previous owner may have just sent
 	mustNotDue(t, s, t0.Add(time.Minute-time.Nanosecond))
-	mustDue(t, s, t0.Add(time.Minute), "p.slow")
+	mustDue(t, s, t0.Add(time.Minute), "slow")
 }
 
 func TestPausedLaneParksAndResumesSpaced(t *testing.T) {
 	t.Parallel()
 	s := schedule.New(policy(), zero)
-	s.Notify("p.a", t0, time.Time{})
-	deliver(t, s, t0, "p.a")
+	s.Notify(ln("a"), t0, time.Time{})
+	deliver(t, s, t0, "a")
 	s.Steer("a", request.Steering{Paused: true}, t0)
 
-	job := mustDue(t, s, t0.Add(interval), "p.a")
+	job := mustDue(t, s, t0.Add(interval), "a")
 	if !job.Paused {
 		t.Fatal("job of a paused client is not marked paused")
 	}
-	s.Done(schedule.Result{Subject: "p.a", Kind: schedule.Parked}, t0.Add(interval))
-	s.Notify("p.a", t0.Add(interval), time.Time{}) // more requests arrive: still parked
+	s.Done(schedule.Result{Lane: ln("a"), Kind: schedule.Parked}, t0.Add(interval))
+	s.Notify(ln("a"), t0.Add(interval), time.Time{}) // more requests arrive: still parked
 	mustNotDue(t, s, t0.Add(time.Hour))
-	if li, ok := s.Lane("p.a"); !ok || li.State != schedule.LanePaused {
+	if li, ok := s.Lane(ln("a")); !ok || li.State != schedule.LanePaused {
 		t.Fatalf("lane = %+v, %v; want paused", li, ok)
 	}
 
 	s.Steer("a", request.Steering{}, t0) // resume: due at once (the interval has long passed)
-	job = mustDue(t, s, t0.Add(time.Hour), "p.a")
+	job = mustDue(t, s, t0.Add(time.Hour), "a")
 	if job.Paused {
 		t.Fatal("job after resume is still marked paused")
 	}
@@ -93,12 +93,12 @@ func TestPausedLaneParksAndResumesSpaced(t *testing.T) {
 func TestResumeSoonAfterASendStillWaitsTheInterval(t *testing.T) {
 	t.Parallel()
 	s := schedule.New(policy(), zero)
-	s.Notify("p.a", t0, time.Time{})
-	deliver(t, s, t0, "p.a")
+	s.Notify(ln("a"), t0, time.Time{})
+	deliver(t, s, t0, "a")
 	s.Steer("a", request.Steering{Paused: true}, t0)
 	s.Steer("a", request.Steering{}, t0.Add(time.Second)) // resumed before the interval passed
 	mustNotDue(t, s, t0.Add(interval-time.Nanosecond))
-	mustDue(t, s, t0.Add(interval), "p.a")
+	mustDue(t, s, t0.Add(interval), "a")
 }
 
 // A purge asked for while a client is paused and its lane parked has the lane looked at
@@ -106,15 +106,15 @@ func TestResumeSoonAfterASendStillWaitsTheInterval(t *testing.T) {
 func TestPurgeOfAParkedLaneLooksAgain(t *testing.T) {
 	t.Parallel()
 	s := schedule.New(policy(), zero)
-	s.Notify("p.a", t0, time.Time{})
-	deliver(t, s, t0, "p.a")
+	s.Notify(ln("a"), t0, time.Time{})
+	deliver(t, s, t0, "a")
 	s.Steer("a", request.Steering{Paused: true}, t0)
-	job := mustDue(t, s, t0.Add(interval), "p.a")
-	s.Done(schedule.Result{Subject: job.Subject, Kind: schedule.Parked}, t0.Add(interval))
+	job := mustDue(t, s, t0.Add(interval), "a")
+	s.Done(schedule.Result{Lane: job.Lane, Kind: schedule.Parked}, t0.Add(interval))
 	// The purge asks for a look; nothing was sent meanwhile, so spacing still counts
 	// from t0.
 	s.Steer("a", request.Steering{Paused: true, PurgeThrough: 9}, t0)
-	job = mustDue(t, s, t0.Add(interval), "p.a")
+	job = mustDue(t, s, t0.Add(interval), "a")
 	if !job.Paused || job.PurgeThrough != 9 {
 		t.Fatalf("job = %+v, want paused with purge through 9", job)
 	}
@@ -123,17 +123,17 @@ func TestPurgeOfAParkedLaneLooksAgain(t *testing.T) {
 func TestPurgeLeavesSpacingFromTheLastRealAttempt(t *testing.T) {
 	t.Parallel()
 	s := schedule.New(policy(), zero)
-	s.Notify("p.a", t0, time.Time{})
-	deliver(t, s, t0, "p.a")
+	s.Notify(ln("a"), t0, time.Time{})
+	deliver(t, s, t0, "a")
 	s.Steer("a", request.Steering{PurgeThrough: 5}, t0)
 	now := t0.Add(interval)
-	job := mustDue(t, s, now, "p.a")
+	job := mustDue(t, s, now, "a")
 	if job.PurgeThrough != 5 {
 		t.Fatalf("job.PurgeThrough = %d, want 5", job.PurgeThrough)
 	}
 	// A purged request is no attempt: the lane is due again at once.
-	s.Done(schedule.Result{Subject: "p.a", Kind: schedule.DeadLettered}, now)
-	mustDue(t, s, now, "p.a")
+	s.Done(schedule.Result{Lane: ln("a"), Kind: schedule.DeadLettered}, now)
+	mustDue(t, s, now, "a")
 }
 
 // A client whose lane was forgotten (its interval had passed) may have sent as late as
@@ -147,21 +147,21 @@ func TestRaisedIntervalFencesClientsWithoutALane(t *testing.T) {
 		},
 	} {
 		s := schedule.New(policy(), zero)
-		s.Notify("p.a", t0, time.Time{})
-		deliver(t, s, t0, "p.a")
+		s.Notify(ln("a"), t0, time.Time{})
+		deliver(t, s, t0, "a")
 		forgetAt := t0.Add(interval)
-		mustDue(t, s, forgetAt, "p.a")
-		s.Done(schedule.Result{Subject: "p.a", Kind: schedule.Empty}, forgetAt)
+		mustDue(t, s, forgetAt, "a")
+		s.Done(schedule.Result{Lane: ln("a"), Kind: schedule.Empty}, forgetAt)
 		if s.Lanes() != 0 {
 			t.Fatal("the drained lane was kept; the test needs it forgotten")
 		}
 		raiseAt := forgetAt.Add(time.Second)
 		raise(s, raiseAt)
-		s.Notify("p.a", raiseAt, time.Time{})
+		s.Notify(ln("a"), raiseAt, time.Time{})
 		// The last attempt ended at t0; the scheduler only knows it was at least 5s
 		// before the raise, so it waits a minute from raiseAt-5s.
 		mustNotDue(t, s, raiseAt.Add(time.Minute-interval-time.Nanosecond))
-		mustDue(t, s, raiseAt.Add(time.Minute-interval), "p.a")
+		mustDue(t, s, raiseAt.Add(time.Minute-interval), "a")
 	}
 }
 
@@ -171,14 +171,14 @@ func TestPurgeWhileAPausedLaneIsInFlight(t *testing.T) {
 	t.Parallel()
 	s := schedule.New(policy(), zero)
 	s.Steer("a", request.Steering{Paused: true}, t0.Add(-time.Hour))
-	s.Notify("p.a", t0, time.Time{})
-	job := mustDue(t, s, t0, "p.a")
+	s.Notify(ln("a"), t0, time.Time{})
+	job := mustDue(t, s, t0, "a")
 	if !job.Paused || job.PurgeThrough != 0 {
 		t.Fatalf("job %+v", job)
 	}
 	s.Steer("a", request.Steering{Paused: true, PurgeThrough: 7}, t0) // while in flight
-	s.Done(schedule.Result{Subject: "p.a", Kind: schedule.Parked}, t0)
-	job = mustDue(t, s, t0, "p.a")
+	s.Done(schedule.Result{Lane: ln("a"), Kind: schedule.Parked}, t0)
+	job = mustDue(t, s, t0, "a")
 	if job.PurgeThrough != 7 {
 		t.Fatalf("after the purge was asked for, job %+v, want purge through 7", job)
 	}
@@ -187,7 +187,7 @@ func TestPurgeWhileAPausedLaneIsInFlight(t *testing.T) {
 func TestLaneInfosWithANonsenseLimit(t *testing.T) {
 	t.Parallel()
 	s := schedule.New(policy(), zero)
-	s.Notify("p.a", t0, time.Time{})
+	s.Notify(ln("a"), t0, time.Time{})
 	if got := s.LaneInfos(-1); len(got) != 0 {
 		t.Fatalf("LaneInfos(-1) = %v", got)
 	}
@@ -201,13 +201,13 @@ func TestLaneInfosWithANonsenseLimit(t *testing.T) {
 func TestPurgeDoesNotWaitForADelayedHead(t *testing.T) {
 	t.Parallel()
 	s := schedule.New(policy(), zero)
-	s.Notify("p.a", t0, time.Time{})
-	mustDue(t, s, t0, "p.a")
-	s.Done(schedule.Result{Subject: "p.a", Kind: schedule.NotYet, Seq: 7, NotBefore: t0.Add(time.Hour)}, t0)
+	s.Notify(ln("a"), t0, time.Time{})
+	mustDue(t, s, t0, "a")
+	s.Done(schedule.Result{Lane: ln("a"), Kind: schedule.NotYet, Seq: 7, NotBefore: t0.Add(time.Hour)}, t0)
 	mustNotDue(t, s, t0.Add(time.Minute))
 
 	s.Steer("a", request.Steering{PurgeThrough: 7}, t0.Add(time.Minute))
-	if job := mustDue(t, s, t0.Add(time.Minute), "p.a"); job.PurgeThrough != 7 {
+	if job := mustDue(t, s, t0.Add(time.Minute), "a"); job.PurgeThrough != 7 {
 		t.Fatalf("job %+v, want it to purge through 7", job)
 	}
 }
@@ -216,12 +216,12 @@ func TestPurgeDoesNotWaitForADelayedHead(t *testing.T) {
 func TestPurgeShortOfADelayedHeadLeavesItWaiting(t *testing.T) {
 	t.Parallel()
 	s := schedule.New(policy(), zero)
-	s.Notify("p.a", t0, time.Time{})
-	mustDue(t, s, t0, "p.a")
-	s.Done(schedule.Result{Subject: "p.a", Kind: schedule.NotYet, Seq: 9, NotBefore: t0.Add(time.Hour)}, t0)
+	s.Notify(ln("a"), t0, time.Time{})
+	mustDue(t, s, t0, "a")
+	s.Done(schedule.Result{Lane: ln("a"), Kind: schedule.NotYet, Seq: 9, NotBefore: t0.Add(time.Hour)}, t0)
 	s.Steer("a", request.Steering{PurgeThrough: 7}, t0.Add(time.Minute))
 	mustNotDue(t, s, t0.Add(time.Hour-time.Nanosecond))
-	mustDue(t, s, t0.Add(time.Hour), "p.a")
+	mustDue(t, s, t0.Add(time.Hour), "a")
 }
 
 // A purge asked for while the lane is with a worker that finds a delayed head, or whose
@@ -241,15 +241,15 @@ func TestPurgeWhileTheLaneIsInFlightDoesNotWait(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			s := schedule.New(policy(), zero)
-			s.Notify("p.a", t0, time.Time{})
-			mustDue(t, s, t0, "p.a")
+			s.Notify(ln("a"), t0, time.Time{})
+			mustDue(t, s, t0, "a")
 			s.Steer("a", request.Steering{PurgeThrough: 7}, t0) // while the worker has the lane
-			tc.res.Subject = "p.a"
+			tc.res.Lane = ln("a")
 			s.Done(tc.res, t0)
 			if tc.purge.After(t0) { // spacing still holds: no sooner than the interval after the attempt
 				mustNotDue(t, s, tc.purge.Add(-time.Nanosecond))
 			}
-			if job := mustDue(t, s, tc.purge, "p.a"); job.PurgeThrough != 7 {
+			if job := mustDue(t, s, tc.purge, "a"); job.PurgeThrough != 7 {
 				t.Fatalf("job %+v, want it to purge through 7", job)
 			}
 		})
@@ -260,10 +260,10 @@ func TestPurgeWhileTheLaneIsInFlightDoesNotWait(t *testing.T) {
 func TestPurgeShortOfTheHeadInFlightLeavesItsWait(t *testing.T) {
 	t.Parallel()
 	s := schedule.New(policy(), zero)
-	s.Notify("p.a", t0, time.Time{})
-	mustDue(t, s, t0, "p.a")
+	s.Notify(ln("a"), t0, time.Time{})
+	mustDue(t, s, t0, "a")
 	s.Steer("a", request.Steering{PurgeThrough: 6}, t0)
-	s.Done(schedule.Result{Subject: "p.a", Kind: schedule.NotYet, Seq: 7, NotBefore: t0.Add(time.Hour)}, t0)
+	s.Done(schedule.Result{Lane: ln("a"), Kind: schedule.NotYet, Seq: 7, NotBefore: t0.Add(time.Hour)}, t0)
 	mustNotDue(t, s, t0.Add(time.Hour-time.Nanosecond))
-	mustDue(t, s, t0.Add(time.Hour), "p.a")
+	mustDue(t, s, t0.Add(time.Hour), "a")
 }

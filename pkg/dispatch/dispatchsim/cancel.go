@@ -63,7 +63,7 @@ func (w *World) cancel(n uint64, from int) {
 	answers := make(chan answer, len(live))
 	for _, in := range live {
 		go func() {
-			res, err := in.d.Cancel(ctx, st.Subject, st.ID)
+			res, err := in.d.Cancel(ctx, st.Lane, st.ID)
 			answers <- answer{in, res, err}
 		}()
 	}

@@ -3,7 +3,6 @@ package dispatchsim
 import (
 	"context"
 	"slices"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -235,8 +234,8 @@ func ConformSource(t *testing.T, open func(t *testing.T) SourceUnderTest) {
 	ctx := context.Background()
 	u := open(t)
 	src := u.Source
-	subjects := make(chan string, 16)
-	stop, err := src.Watch(ctx, func(s string) { subjects <- s }, func(error) {})
+	lanes := make(chan request.Lane, 16)
+	stop, err := src.Watch(ctx, func(l request.Lane) { lanes <- l }, func(error) {})
 	if err != nil {
 		t.Fatalf("watch: %v", err)
 	}
@@ -244,18 +243,18 @@ func ConformSource(t *testing.T, open func(t *testing.T) SourceUnderTest) {
 	u.Add("alice", "a1")
 	u.Add("alice", "a2")
 	u.Add("bob", "b1")
-	var alice, bob string
+	var alice, bob request.Lane
 	for range 3 {
 		select {
-		case s := <-subjects:
-			switch id, _ := request.ClientIDOf(s); id {
+		case l := <-lanes:
+			switch id, _ := l.ClientID(); id {
 			case "alice":
-				alice = s
+				alice = l
 			case "bob":
-				bob = s
+				bob = l
 			}
 		case <-time.After(10 * time.Second):
-			t.Fatal("the watch did not give the subjects of the requests queued")
+			t.Fatal("the watch did not give the lanes of the requests queued")
 		}
 	}
 	// A kept final event is no request: the listing and the head below do not see it.
@@ -263,14 +262,14 @@ func ConformSource(t *testing.T, open func(t *testing.T) SourceUnderTest) {
 	if err := src.KeepOutcome(ctx, kept); err != nil {
 		t.Fatalf("keeping a final event: %v", err)
 	}
-	p, err := request.PartitionOf(alice)
-	if err != nil || p < 0 || p >= src.Partitions() {
-		t.Fatalf("alice's subject %q: partition %d of %d, %v", alice, p, src.Partitions(), err)
+	p := alice.Partition
+	if p < 0 || p >= src.Partitions() || bob.Token != request.EncodeClientID("bob") {
+		t.Fatalf("alice's lane %+v (partition of %d), bob's %+v", alice, src.Partitions(), bob)
 	}
 	conformBacklog(t, ctx, src, p, alice)
 	st, ok, err := src.Head(ctx, alice)
-	if err != nil || !ok || st.ID != "a1" || st.ClientID != "alice" {
-		t.Fatalf("head %+v %v %v; want a1 of alice", st, ok, err)
+	if err != nil || !ok || st.ID != "a1" || st.ClientID != "alice" || st.Lane != alice {
+		t.Fatalf("head %+v %v %v; want a1 of alice, on her lane", st, ok, err)
 	}
 	conformFind(t, ctx, src, alice, bob, st.Seq)
 	if err := src.AddDeadLetter(ctx, st, request.Verdict{Reason: request.ReasonPermanent}); err != nil {
@@ -279,53 +278,53 @@ func ConformSource(t *testing.T, open func(t *testing.T) SourceUnderTest) {
 	if again, _, _ := src.Head(ctx, alice); again.ID != "a1" {
 		t.Fatalf("after dead-lettering a1 the head is %s; a dead letter stays queued until deleted", again.ID)
 	}
-	if err := src.Delete(ctx, st.Seq); err != nil {
+	if err := src.Delete(ctx, alice, st.Seq); err != nil {
 		t.Fatalf("delete: %v", err)
 	}
-	if err := src.Delete(ctx, st.Seq); err != nil {
+	if err := src.Delete(ctx, alice, st.Seq); err != nil {
 		t.Fatalf("delete of one already gone: %v, want none", err)
 	}
 	if st2, ok, err := src.Head(ctx, alice); err != nil || !ok || st2.ID != "a2" || st2.Seq <= st.Seq {
 		t.Fatalf("head after the delete %+v %v %v; want a2, later", st2, ok, err)
 	}
 	st2, _, _ := src.Head(ctx, alice)
-	if err := src.Delete(ctx, st2.Seq); err != nil {
+	if err := src.Delete(ctx, alice, st2.Seq); err != nil {
 		t.Fatalf("delete: %v", err)
 	}
 	if _, ok, err := src.Head(ctx, alice); ok || err != nil {
-		t.Fatalf("head of an empty subject: ok %v err %v; want none", ok, err)
+		t.Fatalf("head of an empty lane: ok %v err %v; want none", ok, err)
 	}
 	if _, ok, err := src.Find(ctx, alice, "a2"); ok || err != nil {
 		t.Fatalf("find a2 once deleted: ok %v err %v; want not there", ok, err)
 	}
 }
 
-// conformFind checks Find: a request behind the head (at headSeq), by id on its client's
-// subject, headers only; not on another client's subject, nor an id never queued.
-func conformFind(t *testing.T, ctx context.Context, src dispatch.Source, alice, bob string, headSeq uint64) {
+// conformFind checks Find: a request behind the head (at headSeq), by id in its client's
+// lane, headers only; not in another client's lane, nor an id never queued.
+func conformFind(t *testing.T, ctx context.Context, src dispatch.Source, alice, bob request.Lane, headSeq uint64) {
 	t.Helper()
-	if f, ok, err := src.Find(ctx, alice, "a2"); err != nil || !ok || f.ID != "a2" || f.ClientID != "alice" || f.Seq <= headSeq || f.Subject != alice || len(f.Body) != 0 {
-		t.Fatalf("find a2 on alice's subject: %+v %v %v; want a2 behind a1, without its body", f, ok, err)
+	if f, ok, err := src.Find(ctx, alice, "a2"); err != nil || !ok || f.ID != "a2" || f.ClientID != "alice" || f.Seq <= headSeq || f.Lane != alice || len(f.Body) != 0 {
+		t.Fatalf("find a2 in alice's lane: %+v %v %v; want a2 behind a1, without its body", f, ok, err)
 	}
 	if _, ok, err := src.Find(ctx, bob, "a2"); ok || err != nil {
-		t.Fatalf("find a2 on bob's subject: ok %v err %v; want not there", ok, err)
+		t.Fatalf("find a2 in bob's lane: ok %v err %v; want not there", ok, err)
 	}
 	if _, ok, err := src.Find(ctx, alice, "zz"); ok || err != nil {
 		t.Fatalf("find an id never queued: ok %v err %v; want not there", ok, err)
 	}
 }
 
-// conformBacklog checks partition p's backlog: two requests on alice's subject, and only
-// request subjects of p.
-func conformBacklog(t *testing.T, ctx context.Context, src dispatch.Source, p int, alice string) {
+// conformBacklog checks partition p's backlog: two requests in alice's lane, and only
+// lanes of p.
+func conformBacklog(t *testing.T, ctx context.Context, src dispatch.Source, p int, alice request.Lane) {
 	t.Helper()
 	backlog, err := src.PartitionBacklog(ctx, p)
 	if err != nil || backlog[alice] != 2 {
-		t.Fatalf("partition %d's backlog %v, %v; want 2 on %s", p, backlog, err, alice)
+		t.Fatalf("partition %d's backlog %v, %v; want 2 in %s", p, backlog, err, alice)
 	}
-	for subj := range backlog {
-		if q, _ := request.PartitionOf(subj); q != p || !strings.HasPrefix(subj, request.RequestPrefix) {
-			t.Fatalf("partition %d's backlog lists %s", p, subj)
+	for lane := range backlog {
+		if lane.Partition != p {
+			t.Fatalf("partition %d's backlog lists %s", p, lane)
 		}
 	}
 }

@@ -3,7 +3,6 @@ package dispatchsim
 import (
 	"context"
 	"errors"
-	"fmt"
 	"iter"
 	"maps"
 	"slices"
@@ -25,7 +24,7 @@ type Queue struct {
 	msgs       []request.Stored // by sequence
 	added      []request.Stored // every request ever queued
 	dead       []DeadLetter
-	watchers   map[*fifo[string]]struct{}
+	watchers   map[*fifo[request.Lane]]struct{}
 }
 
 // DeadLetter is a request written to the dead-letter stream, and why.
@@ -37,14 +36,17 @@ type DeadLetter struct {
 
 // NewQueue returns an empty queue over the given number of partitions.
 func NewQueue(partitions int) *Queue {
-	return &Queue{partitions: partitions, watchers: map[*fifo[string]]struct{}{}}
+	return &Queue{partitions: partitions, watchers: map[*fifo[request.Lane]]struct{}{}}
 }
 
-// Subject is where client's requests go: a partition of its own by a hash of its id, as
+// Lane is where client's requests go: a partition of its own by a hash of its id, as
 // the stream's subject transform does it.
-func (q *Queue) Subject(client string) string {
-	return fmt.Sprintf("%s%d.%s", request.RequestPrefix, int(fnv32(client)%uint32(q.partitions)), request.EncodeClientID(client))
+func (q *Queue) Lane(client string) request.Lane {
+	return request.LaneOfClient(int(fnv32(client)%uint32(q.partitions)), client)
 }
+
+// Subject is the subject of client's lane.
+func (q *Queue) Subject(client string) string { return q.Lane(client).Subject() }
 
 // Add queues a request for client and returns it as stored.
 func (q *Queue) Add(client, id string, body []byte) request.Stored {
@@ -52,11 +54,11 @@ func (q *Queue) Add(client, id string, body []byte) request.Stored {
 	defer q.mu.Unlock()
 	q.seq++
 	st := request.Stored{Request: request.Request{ID: id, ClientID: client, Body: body, ContentType: "application/json"},
-		Seq: q.seq, Subject: q.Subject(client), AcceptedAt: time.Now()}
+		Seq: q.seq, Subject: q.Subject(client), Lane: q.Lane(client), AcceptedAt: time.Now()}
 	q.msgs = append(q.msgs, st)
 	q.added = append(q.added, st)
 	for w := range q.watchers {
-		w.push(st.Subject)
+		w.push(st.Lane)
 	}
 	return st
 }
@@ -82,35 +84,35 @@ func (q *Queue) DeadLetters() []DeadLetter {
 	return slices.Clone(q.dead)
 }
 
-func (q *Queue) backlog(p int) map[string]uint64 {
+func (q *Queue) backlog(p int) map[request.Lane]uint64 {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	out := map[string]uint64{}
+	out := map[request.Lane]uint64{}
 	for _, st := range q.msgs {
-		if n, err := request.PartitionOf(st.Subject); err == nil && n == p {
-			out[st.Subject]++
+		if st.Lane.Partition == p {
+			out[st.Lane]++
 		}
 	}
 	return out
 }
 
-func (q *Queue) head(subj string) (request.Stored, bool) {
+func (q *Queue) head(lane request.Lane) (request.Stored, bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	for _, st := range q.msgs {
-		if st.Subject == subj {
+		if st.Lane == lane {
 			return st, true
 		}
 	}
 	return request.Stored{}, false
 }
 
-// find is request id on subj, if it is queued there.
-func (q *Queue) find(subj, id string) (request.Stored, bool) {
+// find is request id in lane, if it is queued there.
+func (q *Queue) find(lane request.Lane, id string) (request.Stored, bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	for _, st := range q.msgs {
-		if st.Subject == subj && st.ID == id {
+		if st.Lane == lane && st.ID == id {
 			st.Body = nil // headers only, as the real queue reads it
 			return st, true
 		}
@@ -118,11 +120,11 @@ func (q *Queue) find(subj, id string) (request.Stored, bool) {
 	return request.Stored{}, false
 }
 
-// delete removes seq and returns it, if it was there.
-func (q *Queue) delete(seq uint64) (request.Stored, bool) {
+// delete removes seq of lane and returns it, if it was there.
+func (q *Queue) delete(lane request.Lane, seq uint64) (request.Stored, bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	i := slices.IndexFunc(q.msgs, func(st request.Stored) bool { return st.Seq == seq })
+	i := slices.IndexFunc(q.msgs, func(st request.Stored) bool { return st.Seq == seq && st.Lane == lane })
 	if i < 0 {
 		return request.Stored{}, false
 	}
@@ -147,17 +149,17 @@ type QueueView struct {
 func (v *QueueView) Partitions() int { return v.q.partitions }
 
 // PartitionBacklog implements dispatch.Source.
-func (v *QueueView) PartitionBacklog(ctx context.Context, p int) (map[string]uint64, error) {
-	var out map[string]uint64
+func (v *QueueView) PartitionBacklog(ctx context.Context, p int) (map[request.Lane]uint64, error) {
+	var out map[request.Lane]uint64
 	if err := v.in.call(ctx, portQueue, "list", p, func() { out = v.q.backlog(p) }); err != nil {
 		return nil, err // a call given up on may still land, and write out: not read then
 	}
 	return out, nil
 }
 
-// Watch implements dispatch.Source: the subject of each request added from now on.
-func (v *QueueView) Watch(ctx context.Context, fn func(subject string), onErr func(error)) (func(), error) {
-	w := newFIFO[string]()
+// Watch implements dispatch.Source: the lane of each request added from now on.
+func (v *QueueView) Watch(ctx context.Context, fn func(request.Lane), onErr func(error)) (func(), error) {
+	w := newFIFO[request.Lane]()
 	v.q.mu.Lock()
 	v.q.watchers[w] = struct{}{}
 	v.q.mu.Unlock()
@@ -181,30 +183,30 @@ func (v *QueueView) Watch(ctx context.Context, fn func(subject string), onErr fu
 }
 
 // Head implements dispatch.Source.
-func (v *QueueView) Head(ctx context.Context, subj string) (request.Stored, bool, error) {
+func (v *QueueView) Head(ctx context.Context, lane request.Lane) (request.Stored, bool, error) {
 	var st request.Stored
 	var ok bool
-	if err := v.in.call(ctx, portQueue, "head", int(fnv32(subj)), func() { st, ok = v.q.head(subj) }); err != nil {
+	if err := v.in.call(ctx, portQueue, "head", int(fnv32(lane.Subject())), func() { st, ok = v.q.head(lane) }); err != nil {
 		return request.Stored{}, false, err
 	}
 	return st, ok, nil
 }
 
 // Find implements dispatch.Source.
-func (v *QueueView) Find(ctx context.Context, subj, id string) (request.Stored, bool, error) {
+func (v *QueueView) Find(ctx context.Context, lane request.Lane, id string) (request.Stored, bool, error) {
 	var st request.Stored
 	var ok bool
-	if err := v.in.call(ctx, portQueue, "find", int(fnv32(subj)), func() { st, ok = v.q.find(subj, id) }); err != nil {
+	if err := v.in.call(ctx, portQueue, "find", int(fnv32(lane.Subject())), func() { st, ok = v.q.find(lane, id) }); err != nil {
 		return request.Stored{}, false, err
 	}
 	return st, ok, nil
 }
 
 // Delete implements dispatch.Source.
-func (v *QueueView) Delete(ctx context.Context, seq uint64) error {
+func (v *QueueView) Delete(ctx context.Context, lane request.Lane, seq uint64) error {
 	called := time.Now()
 	err := v.in.call(ctx, portQueue, "delete", int(seq), func() {
-		if st, ok := v.q.delete(seq); ok {
+		if st, ok := v.q.delete(lane, seq); ok {
 			v.in.w.removedFinal(v.in, st)
 		}
 		v.in.w.deleted(v.in, seq, called, time.Now(), false)
