@@ -36,6 +36,7 @@ import (
 	"github.com/penguinhq/dispatcher/pkg/queue"
 	"github.com/penguinhq/dispatcher/pkg/queue/queuetest"
 	"github.com/penguinhq/dispatcher/pkg/raven"
+	"github.com/penguinhq/dispatcher/pkg/record"
 	"github.com/penguinhq/dispatcher/pkg/request"
 	"github.com/penguinhq/dispatcher/pkg/schedule"
 )
@@ -87,7 +88,7 @@ type stack struct {
 	ravenURL   string
 	ravenProxy *fault.Proxy // with options.ravenProxy
 	ingestURL  string
-	events     *queue.EventWriter
+	events     *record.Writer
 	http       *http.Client // to ingest: every exchange checked against the OpenAPI document
 
 	mu          sync.Mutex

@@ -23,6 +23,7 @@ import (
 	"github.com/penguinhq/dispatcher/pkg/natsnode"
 	"github.com/penguinhq/dispatcher/pkg/queue"
 	"github.com/penguinhq/dispatcher/pkg/raven"
+	"github.com/penguinhq/dispatcher/pkg/record"
 	"github.com/penguinhq/dispatcher/pkg/request"
 	"github.com/penguinhq/dispatcher/pkg/schedule"
 )
@@ -133,7 +134,7 @@ func httpClient(conns int) *http.Client {
 // events is a writer of requests' events on a node's queue, started as the binaries
 // start it (cli.StartEvents), with its counters in a registry of its own.
 type events struct {
-	w       *queue.EventWriter
+	w       *record.Writer
 	reg     *prometheus.Registry
 	stopped sync.Once
 	stop    func()

@@ -27,6 +27,7 @@ import (
 	"github.com/penguinhq/dispatcher/pkg/dispatch"
 	"github.com/penguinhq/dispatcher/pkg/queue"
 	"github.com/penguinhq/dispatcher/pkg/raven"
+	"github.com/penguinhq/dispatcher/pkg/record"
 	"github.com/penguinhq/dispatcher/pkg/request"
 )
 
@@ -151,7 +152,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, _ io.Wr
 	}
 	c.dispatch.Leases = leases
 	reg := cli.NewRegistry()
-	var events *queue.EventWriter
+	var events *record.Writer
 	if c.events {
 		w, stop := cli.StartEvents(q, c.dispatch.InstanceID, reg, log)
 		defer stop() // once the dispatcher has drained
@@ -165,7 +166,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, _ io.Wr
 // The listener stays up while the dispatcher drains, /readyz saying it is not ready.
 //
 // events, if not nil, writes requests' events.
-func runDispatcher(ctx context.Context, c *settings, q *queue.Queue, reg *prometheus.Registry, events *queue.EventWriter, log zerolog.Logger) error {
+func runDispatcher(ctx context.Context, c *settings, q *queue.Queue, reg *prometheus.Registry, events *record.Writer, log zerolog.Logger) error {
 	c.dispatch.Raven.UserAgent = "dispatcher/" + c.dispatch.InstanceID
 	rc, err := raven.New(c.dispatch.Raven)
 	if err != nil {

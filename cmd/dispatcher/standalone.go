@@ -18,6 +18,7 @@ import (
 	"github.com/penguinhq/dispatcher/pkg/ingest"
 	"github.com/penguinhq/dispatcher/pkg/natsnode"
 	"github.com/penguinhq/dispatcher/pkg/queue"
+	"github.com/penguinhq/dispatcher/pkg/record"
 )
 
 // The standalone: an embedded NATS server, ingest, the dispatcher and a demo raven in
@@ -64,7 +65,7 @@ func runStandalone(ctx context.Context, c *settings, log zerolog.Logger) error {
 	}
 	reg := cli.NewRegistry()
 	reg.MustRegister(ns.Guard.Collector())
-	var events *queue.EventWriter
+	var events *record.Writer
 	stopEvents := func() {}
 	if c.events { // one writer for both parts
 		events, stopEvents = cli.StartEvents(q, c.dispatch.InstanceID, reg, log)
@@ -222,7 +223,7 @@ func untilFatal(ctx context.Context, ns *natsnode.Node) func() error {
 
 // startIngest starts the ingest API on INGEST_ADDR and returns its URL, with the address
 // it bound.
-func startIngest(ctx context.Context, c *settings, q *queue.Queue, nc *queue.Conn, reg *prometheus.Registry, events *queue.EventWriter, log zerolog.Logger, g *parts) (string, error) {
+func startIngest(ctx context.Context, c *settings, q *queue.Queue, nc *queue.Conn, reg *prometheus.Registry, events *record.Writer, log zerolog.Logger, g *parts) (string, error) {
 	c.ingest.MaxBodyBytes = cli.FitBody(c.ingest.MaxBodyBytes, nc, log)
 	if events != nil {
 		c.ingest.Events, c.ingest.Status, c.ingest.Instance = events, q, c.dispatch.InstanceID

@@ -36,7 +36,7 @@ func (q *Queue) WriteEvent(ctx context.Context, e request.Event) error {
 
 // chunkEnd is where the chunk of batch starting at lo ends: at most atomicMax events and,
 // past the first, atomicBatchBytes of them.
-func chunkEnd(batch []queuedEvent, lo int) int {
+func chunkEnd(batch []request.Event, lo int) int {
 	hi, bytes := lo, 0
 	for hi < len(batch) && hi-lo < atomicMax {
 		size := 256 // an event without an answer: about its JSON

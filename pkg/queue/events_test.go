@@ -14,6 +14,7 @@ import (
 
 	"github.com/penguinhq/dispatcher/pkg/queue"
 	"github.com/penguinhq/dispatcher/pkg/queue/queuetest"
+	"github.com/penguinhq/dispatcher/pkg/record"
 	"github.com/penguinhq/dispatcher/pkg/request"
 )
 
@@ -31,7 +32,7 @@ func openOnServer(t *testing.T) (*nats.Conn, *queue.Queue) {
 }
 
 // runWriter runs an event writer on q until the test ends.
-func runWriter(t *testing.T, q *queue.Queue, reg prometheus.Registerer) *queue.EventWriter {
+func runWriter(t *testing.T, q *queue.Queue, reg prometheus.Registerer) *record.Writer {
 	t.Helper()
 	w := q.NewEventWriter("test", 0, reg, zerolog.Nop())
 	ctx, cancel := context.WithCancel(context.Background())

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/penguinhq/dispatcher/pkg/queue"
+	"github.com/penguinhq/dispatcher/pkg/record"
 	"github.com/penguinhq/dispatcher/pkg/request"
 )
 
@@ -375,7 +376,7 @@ func TestTheClientOfAnIDIsFoundFromItsAcceptance(t *testing.T) {
 
 // openWithWriter opens a queue on a server of its own, with an event writer, for a test
 // that lasts at most a minute.
-func openWithWriter(t *testing.T) (*queue.Queue, *queue.EventWriter, context.Context) {
+func openWithWriter(t *testing.T) (*queue.Queue, *record.Writer, context.Context) {
 	t.Helper()
 	_, q := openOnServer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -384,7 +385,7 @@ func openWithWriter(t *testing.T) (*queue.Queue, *queue.EventWriter, context.Con
 }
 
 // stored waits until every event recorded with w is written.
-func stored(t *testing.T, w *queue.EventWriter) {
+func stored(t *testing.T, w *record.Writer) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

@@ -26,7 +26,7 @@ import (
 // logged and counted, and the removal goes ahead: holding it would hold every lane
 // while the stream is full).
 func (q *Queue) KeepOutcome(ctx context.Context, e request.Event) error {
-	if !writable(e) {
+	if !e.Recordable() {
 		return nil // no status to keep: not a request this service stored
 	}
 	m := nats.NewMsg(request.OutcomeSubject(e.ClientID))
@@ -126,7 +126,7 @@ func (q *Queue) drainOutcomes(ctx context.Context) (int, error) {
 			return n, fmt.Errorf("reading kept final events: %w", err)
 		}
 		var e request.Event
-		if json.Unmarshal(m.Data, &e) == nil && writable(e) {
+		if json.Unmarshal(m.Data, &e) == nil && e.Recordable() {
 			write, err := q.stillNeeded(ctx, e)
 			if err != nil {
 				return n, err

@@ -77,7 +77,7 @@ func (q *Queue) PublishAll(ctx context.Context, rs []request.Request) ([]request
 		start = time.Time{} // one by one after a refusal: not a measure of that way
 	}
 	q.publishEach(ctx, rs, receipts, errs)
-	if !start.IsZero() && firstErr(errs) == nil {
+	if !start.IsZero() && errors.Join(errs...) == nil {
 		q.batchMu.Lock()
 		q.batchCosts.note(false, len(rs), time.Since(start))
 		q.batchMu.Unlock()

@@ -316,3 +316,8 @@ func StatusOf(id string, events []Event) Status {
 	}
 	return st
 }
+
+// Recordable says whether e names a request this service stored, and so may be kept in
+// the record: one published straight to a request subject may have any id, which must
+// not become part of an event's subject or record.
+func (e Event) Recordable() bool { return e.ClientID != "" && ValidateID(e.ID) == nil }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/penguinhq/dispatcher/pkg/ingest"
 	"github.com/penguinhq/dispatcher/pkg/queue"
+	"github.com/penguinhq/dispatcher/pkg/record"
 	"github.com/penguinhq/dispatcher/pkg/retry"
 )
 
@@ -33,7 +34,7 @@ func OpenQueue(ctx context.Context, nc *queue.Conn, cfg queue.Config, ensure que
 // StartEvents starts the writer of requests' events, named instance in them. stop
 // ends it, after it wrote what was waiting (up to 5s): call it once nothing records
 // events any more, and before the connection closes.
-func StartEvents(q *queue.Queue, instance string, reg prometheus.Registerer, log zerolog.Logger) (w *queue.EventWriter, stop func()) {
+func StartEvents(q *queue.Queue, instance string, reg prometheus.Registerer, log zerolog.Logger) (w *record.Writer, stop func()) {
 	w = q.NewEventWriter(instance, 0, reg, log)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
