@@ -15,8 +15,8 @@ import (
 	"github.com/penguinhq/dispatcher/pkg/schedule"
 )
 
-// Unit tests of raven's budget: the loop driven by the test's clock, with every partition
-// of the in-memory source owned, and the governor fed results directly.
+// Unit tests of raven's budget in the loop: the loop driven by the test's clock, with
+// every partition of the in-memory source owned (pkg/governor tests the governor alone).
 
 // ownAll gives l every partition from now, leases valid for an hour.
 func ownAll(b *bundle, l *loop) {

@@ -63,7 +63,11 @@ func New(cfg Config, src Source, snd Sender, log zerolog.Logger) (*Dispatcher, e
 	log = log.With().Str("component", "dispatch").Str("instance", cfg.InstanceID).Logger()
 	d := &Dispatcher{cfg: cfg, src: src, snd: snd, log: log, now: time.Now, rand: rand.Float64,
 		queries: make(chan laneQuery), owns: make(chan ownAsk), sending: newSending(), recent: newRecent(cfg.RecentDeliveries), activity: newActivity(cfg.AttemptHistory)}
-	d.gov = governor.New(cfg.Budget, cfg.Adaptive, src.Partitions(), cfg.Metrics, log)
+	var gm governor.Metrics // a nil *Metrics in it would not be nil
+	if cfg.Metrics != nil {
+		gm = cfg.Metrics
+	}
+	d.gov = governor.New(cfg.Budget, cfg.Adaptive, src.Partitions(), gm, log)
 	if cfg.Tracing != nil {
 		d.tracer = cfg.Tracing.Tracer(tracing.Name)
 	}

@@ -38,17 +38,21 @@ func (d *Dispatcher) Lanes(ctx context.Context, lanes []request.Lane, limit int)
 	return d.askLoop(ctx, laneQuery{lanes: lanes, limit: limit})
 }
 
-// lanesOf are the lanes of a query's request subjects, nil for none; a subject that
-// names no lane has none here to describe, and is left out.
+// lanesOf are the lanes of a query's request subjects (the asks' wire carries subjects),
+// nil for nil, one for each subject: a subject that names no lane becomes a lane that is
+// nowhere (partition -1), described as none, so that the answer is as for any subject
+// this instance holds no lane for.
 func lanesOf(subjects []string) []request.Lane {
 	if subjects == nil {
 		return nil
 	}
-	lanes := make([]request.Lane, 0, len(subjects))
-	for _, s := range subjects {
-		if lane, err := request.LaneOf(s); err == nil {
-			lanes = append(lanes, lane)
+	lanes := make([]request.Lane, len(subjects))
+	for i, s := range subjects {
+		lane, err := request.LaneOf(s)
+		if err != nil {
+			lane = request.Lane{Partition: -1, Token: s}
 		}
+		lanes[i] = lane
 	}
 	return lanes
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"sort"
 	"strings"
 	"sync"
@@ -115,7 +116,10 @@ func (m *memSource) Delete(_ context.Context, lane request.Lane, seq uint64) err
 		return errors.New("store unavailable")
 	}
 	for i, st := range m.queued {
-		if st.Lane == lane && st.Seq == seq {
+		if st.Seq == seq { // by its sequence, as the queue deletes
+			if st.Lane != lane {
+				panic(fmt.Sprintf("delete of request %d named lane %s; it is queued in %s", seq, lane, st.Lane))
+			}
 			m.queued = append(m.queued[:i], m.queued[i+1:]...)
 			break
 		}

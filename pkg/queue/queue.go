@@ -14,8 +14,8 @@ import (
 )
 
 // Queue is the service's JetStream on one connection: the request and dead-letter
-// streams it holds open, and through the same connection the events stream (writes in
-// events.go, reads in eventread.go), the lease, control and steering buckets, and the
+// streams it holds open, and through the same connection the events stream (the event
+// writer's sink in events.go, reads in eventread.go), the lease, control and steering buckets, and the
 // dispatchers' asks (lanes, queued requests, cancels).
 type Queue struct {
 	nc     *nats.Conn

@@ -354,7 +354,11 @@ func TestStoredSubjectIsTheServers(t *testing.T) {
 			if err != nil || !ok {
 				t.Fatalf("client %s: %v %v", id, ok, err)
 			}
-			if got, subj := q.StoredSubject(id), lane.Subject(); got != subj {
+			head, _, err := q.Head(context.Background(), lane)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got, subj := q.StoredSubject(id), head.Subject; got != subj || lane.Subject() != subj { // head.Subject: the server's
 				t.Fatalf("%d partitions, client %s: StoredSubject %s, the server stored it under %s", partitions, id, got, subj)
 			}
 		}

@@ -58,8 +58,8 @@ type Stored struct {
 	Seq uint64
 	// Subject is the subject the request is stored under.
 	Subject string
-	// Lane is the lane it is queued in, as the dispatcher's source read it (zero when it
-	// was read otherwise, as by a status read).
+	// Lane is the lane it is queued in: Subject's, as the queue read it (zero for a dead
+	// letter's request, which is queued in none).
 	Lane Lane
 	// AcceptedAt is when the queue stored it (the server's clock).
 	AcceptedAt time.Time

@@ -3,7 +3,6 @@ package request
 import (
 	"fmt"
 	"strconv"
-	"strings"
 )
 
 // Lane names one client's queue within its partition: the requests the dispatcher
@@ -38,12 +37,9 @@ func LaneOf(subject string) (Lane, error) {
 	if err != nil {
 		return Lane{}, err
 	}
-	if p < 0 {
-		return Lane{}, fmt.Errorf("subject %q: partition %d", subject, p)
-	}
-	token := ClientToken(subject)
-	if token == "" || strings.Count(subject, ".") != strings.Count(RequestPrefix, ".")+1 {
+	lane := Lane{Partition: p, Token: ClientToken(subject)}
+	if p < 0 || lane.Token == "" || lane.Subject() != subject { // one spelling of each lane: "03" is not 3
 		return Lane{}, fmt.Errorf("subject %q is not a request subject of one client", subject)
 	}
-	return Lane{Partition: p, Token: token}, nil
+	return lane, nil
 }

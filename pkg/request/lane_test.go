@@ -27,7 +27,7 @@ func TestLaneIsItsSubjectAndBack(t *testing.T) {
 		}
 	}
 	for _, s := range []string{"", "dispatch.req.", "dispatch.req.3", "dispatch.req.3.", "dispatch.req.x.abc",
-		"dispatch.req.3.a.b", "dispatch.req.-1.abc", "dispatch.dead.abc", "dispatch.req.abc"} {
+		"dispatch.req.3.a.b", "dispatch.req.-1.abc", "dispatch.req.03.abc", "dispatch.req.+3.abc", "dispatch.dead.abc", "dispatch.req.abc"} {
 		if lane, err := request.LaneOf(s); err == nil {
 			t.Errorf("subject %q read as lane %+v, want an error", s, lane)
 		}

@@ -56,6 +56,42 @@ func TestClientIntervalOverridesGlobal(t *testing.T) {
 	mustDue(t, s2, t0.Add(interval), "slow")
 }
 
+// Steering names a client by its token: it reaches the client's lane whatever its
+// partition (a client moves partition when the partition count changes), and no other
+// client's lane in that partition.
+func TestSteeringReachesTheClientInAnyPartition(t *testing.T) {
+	t.Parallel()
+	s := schedule.New(policy(), zero)
+	s.Steer("slow", request.Steering{Interval: request.Duration(time.Minute)}, t0.Add(-time.Hour))
+	lanes := []request.Lane{{Partition: 3, Token: "slow"}, {Partition: 40, Token: "slow"}, {Partition: 3, Token: "fast"}}
+	for _, l := range lanes {
+		s.Notify(l, t0, time.Time{})
+	}
+	for range lanes {
+		job, ok := s.Due(t0)
+		if !ok {
+			t.Fatal("a new lane was not due at once")
+		}
+		s.Done(schedule.Result{Lane: job.Lane, Kind: schedule.Delivered, AttemptEnd: t0}, t0)
+	}
+	for _, l := range lanes {
+		want := interval
+		if l.Token == "slow" {
+			want = time.Minute
+		}
+		if got := s.IntervalOf(l); got != want {
+			t.Errorf("IntervalOf(%+v) = %s, want %s", l, got, want)
+		}
+	}
+	job, ok := s.Due(t0.Add(interval))
+	if !ok || job.Lane != lanes[2] {
+		t.Fatalf("due one interval on: %+v %v, want the fast client's lane alone", job, ok)
+	}
+	if job, ok := s.Due(t0.Add(time.Minute - time.Nanosecond)); ok {
+		t.Fatalf("%+v due before the slow client's minute", job)
+	}
+}
+
 func TestFenceUsesTheClientsInterval(t *testing.T) {
 	t.Parallel()
 	s := schedule.New(policy(), zero)

@@ -149,7 +149,7 @@ func (c *checks) nothingLost(left []request.Stored) {
 		}
 	}
 	for _, st := range left {
-		p, _ := request.PartitionOf(st.Subject)
+		p := st.Lane.Partition
 		c.fail(st.ClientID, "liveness: %s still queued %s after the faults ended (partition %d, held in the store by %q)",
 			st.ID, c.w.set.Bound, p, c.w.store.Owners()[p])
 	}

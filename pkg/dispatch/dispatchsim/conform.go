@@ -268,7 +268,7 @@ func ConformSource(t *testing.T, open func(t *testing.T) SourceUnderTest) {
 	}
 	conformBacklog(t, ctx, src, p, alice)
 	st, ok, err := src.Head(ctx, alice)
-	if err != nil || !ok || st.ID != "a1" || st.ClientID != "alice" || st.Lane != alice {
+	if err != nil || !ok || st.ID != "a1" || st.ClientID != "alice" || st.Lane != alice || st.Subject != alice.Subject() {
 		t.Fatalf("head %+v %v %v; want a1 of alice, on her lane", st, ok, err)
 	}
 	conformFind(t, ctx, src, alice, bob, st.Seq)
@@ -303,7 +303,7 @@ func ConformSource(t *testing.T, open func(t *testing.T) SourceUnderTest) {
 // lane, headers only; not in another client's lane, nor an id never queued.
 func conformFind(t *testing.T, ctx context.Context, src dispatch.Source, alice, bob request.Lane, headSeq uint64) {
 	t.Helper()
-	if f, ok, err := src.Find(ctx, alice, "a2"); err != nil || !ok || f.ID != "a2" || f.ClientID != "alice" || f.Seq <= headSeq || f.Lane != alice || len(f.Body) != 0 {
+	if f, ok, err := src.Find(ctx, alice, "a2"); err != nil || !ok || f.ID != "a2" || f.ClientID != "alice" || f.Seq <= headSeq || f.Lane != alice || f.Subject != alice.Subject() || len(f.Body) != 0 {
 		t.Fatalf("find a2 in alice's lane: %+v %v %v; want a2 behind a1, without its body", f, ok, err)
 	}
 	if _, ok, err := src.Find(ctx, bob, "a2"); ok || err != nil {

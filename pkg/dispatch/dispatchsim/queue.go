@@ -3,6 +3,7 @@ package dispatchsim
 import (
 	"context"
 	"errors"
+	"fmt"
 	"iter"
 	"maps"
 	"slices"
@@ -13,9 +14,9 @@ import (
 )
 
 // Queue is a simulated request stream with what pkg/queue's Queue does for the
-// dispatcher: each client's requests on its own subject in a partition, oldest first; a
-// direct read of a subject's head; deletes by sequence (one already gone is no error);
-// a listing of a partition's subjects; a watch of the subjects new requests go to; and a
+// dispatcher: each client's requests in its own lane in a partition, oldest first; a
+// direct read of a lane's head; deletes by sequence (one already gone is no error); a
+// listing of a partition's lanes; a watch of the lanes new requests go to; and a
 // dead-letter stream. Instances reach it through a View, which adds their faults.
 type Queue struct {
 	mu         sync.Mutex
@@ -45,16 +46,13 @@ func (q *Queue) Lane(client string) request.Lane {
 	return request.LaneOfClient(int(fnv32(client)%uint32(q.partitions)), client)
 }
 
-// Subject is the subject of client's lane.
-func (q *Queue) Subject(client string) string { return q.Lane(client).Subject() }
-
 // Add queues a request for client and returns it as stored.
 func (q *Queue) Add(client, id string, body []byte) request.Stored {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.seq++
 	st := request.Stored{Request: request.Request{ID: id, ClientID: client, Body: body, ContentType: "application/json"},
-		Seq: q.seq, Subject: q.Subject(client), Lane: q.Lane(client), AcceptedAt: time.Now()}
+		Seq: q.seq, Subject: q.Lane(client).Subject(), Lane: q.Lane(client), AcceptedAt: time.Now()}
 	q.msgs = append(q.msgs, st)
 	q.added = append(q.added, st)
 	for w := range q.watchers {
@@ -120,15 +118,19 @@ func (q *Queue) find(lane request.Lane, id string) (request.Stored, bool) {
 	return request.Stored{}, false
 }
 
-// delete removes seq of lane and returns it, if it was there.
+// delete removes seq and returns it, if it was there; lane must be the one it is queued
+// in (the real queue does not check: a dispatcher that names another is wrong).
 func (q *Queue) delete(lane request.Lane, seq uint64) (request.Stored, bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	i := slices.IndexFunc(q.msgs, func(st request.Stored) bool { return st.Seq == seq && st.Lane == lane })
+	i := slices.IndexFunc(q.msgs, func(st request.Stored) bool { return st.Seq == seq }) // as the queue deletes
 	if i < 0 {
 		return request.Stored{}, false
 	}
 	st := q.msgs[i]
+	if st.Lane != lane {
+		panic(fmt.Sprintf("delete of request %d named lane %s; it is queued in %s", seq, lane, st.Lane))
+	}
 	q.msgs = slices.Delete(q.msgs, i, i+1)
 	return st, true
 }

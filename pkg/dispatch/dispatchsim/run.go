@@ -9,8 +9,6 @@ import (
 	"slices"
 	"strings"
 	"time"
-
-	"github.com/penguinhq/dispatcher/pkg/request"
 )
 
 // Partitions is how many partitions the simulated queue spreads clients over.
@@ -243,8 +241,7 @@ func (w *World) detail(broken map[string]bool, byClient map[string][]Attempt, at
 	var b strings.Builder
 	fmt.Fprintf(&b, "seed %d: %s", w.seed, Describe(w.seed))
 	for _, client := range slices.Sorted(mapsKeys(broken)) {
-		subj := w.queue.Subject(client)
-		p, _ := request.PartitionOf(subj)
+		p := w.queue.Lane(client).Partition
 		fmt.Fprintf(&b, "timeline of %s (partition %d):\n", client, p)
 		for _, a := range byClient[client] {
 			fmt.Fprintf(&b, "  %s-%s %s by %s: status %d accepted %v answered %v\n", at(a.Start), at(a.End), a.ID, a.Instance, a.Status, a.Accepted, a.Answered)
