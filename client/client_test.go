@@ -1090,3 +1090,48 @@ func TestProblemRetryAfter(t *testing.T) {
 		})
 	}
 }
+
+// Do whose submit fails says with which Idempotency-Key it sent the request (it may
+// have been stored all the same), and Do again with that key sends the same key: the
+// request is stored at most once. Do used to drop the key it made.
+func TestDoThatCouldNotSubmitGivesItsKey(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	up := false
+	ingest := newFakeIngest(t, func(n int, w http.ResponseWriter, r *http.Request, body []byte) {
+		mu.Lock()
+		isUp := up
+		mu.Unlock()
+		switch {
+		case !isUp:
+			writeProblem(w, http.StatusServiceUnavailable, "overloaded", "")
+		case r.Method == http.MethodPost:
+			writeJSON(w, http.StatusAccepted, map[string]any{"id": "req-1", "clientId": "penguin-7", "status": "queued", "duplicate": true})
+		default:
+			writeJSON(w, http.StatusOK, map[string]any{"id": "req-1", "clientId": "penguin-7", "status": "delivered"})
+		}
+	})
+	c := newTestClient(t, ingest)
+	_, err := c.Do(testContext(t, 200*time.Millisecond), "penguin-7", []byte(`{}`))
+	var ns *client.NotSubmittedError
+	if !errors.As(err, &ns) {
+		t.Fatalf("Do with ingest refusing: %v; want a *NotSubmittedError", err)
+	}
+	calls := ingest.Calls()
+	sent := calls[len(calls)-1].header.Get("Idempotency-Key")
+	if ns.Receipt.IdempotencyKey == "" || ns.Receipt.IdempotencyKey != sent || ns.Unwrap() == nil {
+		t.Fatalf("Do's error carries key %q (and %v), want the key it sent, %q", ns.Receipt.IdempotencyKey, ns.Unwrap(), sent)
+	}
+	mu.Lock()
+	up = true
+	mu.Unlock()
+	st, err := c.Do(testContext(t, 10*time.Second), "penguin-7", []byte(`{}`), client.WithIdempotencyKey(ns.Receipt.IdempotencyKey))
+	if err != nil || st.State != client.StatusDelivered {
+		t.Fatalf("Do again with the key: %+v, %v; want delivered", st, err)
+	}
+	for _, c := range ingest.Calls() {
+		if c.method == http.MethodPost && c.header.Get("Idempotency-Key") != sent {
+			t.Fatalf("a submit with key %q; every one should carry %q", c.header.Get("Idempotency-Key"), sent)
+		}
+	}
+}

@@ -16,15 +16,17 @@ import (
 // last attempt, when it answered). Either way the error is nil: raven's answer is the
 // result. An error means ctx ended before the request was final (Status is then the
 // last one read; the request is queued and will still be sent), or Submit failed: a
-// *Problem such as a 400, or ctx ending while it retried, when the request may have
-// been stored all the same (pass WithIdempotencyKey to send it again safely).
+// *NotSubmittedError, wrapping a *Problem such as a 400 or ctx ending while it retried,
+// when the request may have been stored all the same. Its Receipt holds the
+// Idempotency-Key the request was sent with: Do again with WithIdempotencyKey and that
+// key, and it is stored at most once.
 //
 // Raven's body is kept up to the dispatcher's RESPONSE_MAX_BYTES (64 KiB by default):
 // Response.Truncated says when it was longer.
 func (c *Client) Do(ctx context.Context, clientID string, body []byte, opts ...SubmitOption) (Status, error) {
 	r, err := c.Submit(ctx, clientID, body, opts...)
 	if err != nil {
-		return Status{}, err
+		return Status{}, &NotSubmittedError{Receipt: r, Err: err}
 	}
 	st, err := c.Wait(ctx, r.ClientID, r.ID)
 	if err != nil {
@@ -32,3 +34,20 @@ func (c *Client) Do(ctx context.Context, clientID string, body []byte, opts ...S
 	}
 	return st, nil
 }
+
+// NotSubmittedError is Do's error when its Submit failed. The request may have been
+// stored all the same (an answer lost on the way, ctx ending while Submit retried):
+// Receipt.IdempotencyKey is the key it was sent with, the caller's or the one Do made, so
+// that Do again with WithIdempotencyKey(Receipt.IdempotencyKey) stores it at most once.
+// errors.As and errors.Is see through it to Submit's error (a *Problem, ErrBodyNotJSON,
+// the context's error).
+type NotSubmittedError struct {
+	Receipt Receipt
+	Err     error
+}
+
+func (e *NotSubmittedError) Error() string {
+	return e.Err.Error() + " (sent with Idempotency-Key " + e.Receipt.IdempotencyKey + ": send again with it to store the request once)"
+}
+
+func (e *NotSubmittedError) Unwrap() error { return e.Err }
