@@ -158,7 +158,7 @@ func (l *loop) serve(ctx context.Context) {
 		next, ok := l.sched.Next()
 		held, wake := l.d.gov.HeldBack()
 		if ok && l.sched.InFlight() < d.cfg.MaxInFlight && (!held || !wake.IsZero()) {
-			timer.Reset(max(later(next, wake).Sub(d.now()), 0))
+			timer.Reset(max(schedule.Later(next, wake).Sub(d.now()), 0))
 		} else {
 			timer.Stop()
 		}

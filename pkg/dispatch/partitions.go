@@ -5,6 +5,7 @@ import (
 
 	"github.com/penguinhq/dispatcher/pkg/lease"
 	"github.com/penguinhq/dispatcher/pkg/request"
+	"github.com/penguinhq/dispatcher/pkg/schedule"
 )
 
 // partition is what the loop knows of one partition it owns.
@@ -28,7 +29,7 @@ func lapsed(validUntil, now time.Time) bool {
 // acquire makes partition p ours from now, or from notBefore if that is later (see the
 // leaser's fencing); the scheduler adds the interval.
 func (l *loop) acquire(p int, now, validUntil, notBefore time.Time) {
-	part := &partition{since: later(now, notBefore), validUntil: validUntil}
+	part := &partition{since: schedule.Later(now, notBefore), validUntil: validUntil}
 	if old := l.owned[p]; old != nil {
 		part.inFlight = old.inFlight // results of an earlier tenure still on their way
 	}
@@ -181,12 +182,4 @@ func (l *loop) releaseDrained() {
 			l.dropIfDrained(p, part)
 		}
 	}
-}
-
-// later is the later of a and b.
-func later(a, b time.Time) time.Time {
-	if b.After(a) {
-		return b
-	}
-	return a
 }

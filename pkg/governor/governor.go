@@ -176,7 +176,7 @@ func (g *Governor) Finished(r schedule.Result, token bool, now time.Time) {
 	if start := r.AttemptEnd.Add(-r.Took); g.winN == 0 || start.Before(g.winFirst) {
 		g.winFirst = start
 	}
-	g.winLast = later(g.winLast, r.AttemptEnd)
+	g.winLast = schedule.Later(g.winLast, r.AttemptEnd)
 	g.winN++
 	if r.Refused {
 		g.winBad++
@@ -397,11 +397,3 @@ type noMetrics struct{}
 
 func (noMetrics) BudgetWait(time.Duration) {}
 func (noMetrics) RateChanged(string)       {}
-
-// later is the later of a and b.
-func later(a, b time.Time) time.Time {
-	if b.After(a) {
-		return b
-	}
-	return a
-}

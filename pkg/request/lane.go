@@ -3,6 +3,7 @@ package request
 import (
 	"fmt"
 	"strconv"
+	"strings"
 )
 
 // Lane names one client's queue within its partition: the requests the dispatcher
@@ -32,14 +33,14 @@ func (l Lane) String() string { return l.Subject() }
 func (l Lane) ClientID() (string, error) { return DecodeClientID(l.Token) }
 
 // LaneOf returns the lane of a stored request's subject, "dispatch.req.<partition>.<token>".
+// A lane has one spelling: "03" or "+3" is no partition. It reads the subject once and
+// allocates nothing (it runs for every request the dispatcher watches and reads).
 func LaneOf(subject string) (Lane, error) {
-	p, err := PartitionOf(subject)
-	if err != nil {
-		return Lane{}, err
-	}
-	lane := Lane{Partition: p, Token: ClientToken(subject)}
-	if p < 0 || lane.Token == "" || lane.Subject() != subject { // one spelling of each lane: "03" is not 3
+	rest, ok := strings.CutPrefix(subject, RequestPrefix)
+	part, token, cut := strings.Cut(rest, ".")
+	p, err := strconv.Atoi(part)
+	if !ok || !cut || err != nil || p < 0 || strconv.Itoa(p) != part || token == "" || strings.Contains(token, ".") {
 		return Lane{}, fmt.Errorf("subject %q is not a request subject of one client", subject)
 	}
-	return lane, nil
+	return Lane{Partition: p, Token: token}, nil
 }

@@ -57,7 +57,7 @@ func (s *Scheduler) SetInterval(d time.Duration, now time.Time) {
 		return
 	}
 	if d > old {
-		s.raised = later(s.raised, now.Add(-old))
+		s.raised = Later(s.raised, now.Add(-old))
 	}
 	s.policy.Interval = d
 	s.rescheduleWaiting(func(*lane) bool { return true })
@@ -79,7 +79,7 @@ func (s *Scheduler) Steer(client string, st request.Steering, now time.Time) {
 		s.steers[client] = st
 	}
 	if s.intervalOfClient(client) > old {
-		s.clientRaised[client] = later(s.clientRaised[client], now.Add(-old))
+		s.clientRaised[client] = Later(s.clientRaised[client], now.Add(-old))
 	}
 	for c, f := range s.clientRaised { // drop fences that can no longer matter
 		if f.Add(s.intervalOfClient(c)).Before(now) {
@@ -162,9 +162,9 @@ func (s *Scheduler) Notify(key request.Lane, now, since time.Time) {
 	l := s.lanes[key]
 	switch {
 	case l == nil:
-		since = later(since, s.raised)
+		since = Later(since, s.raised)
 		if len(s.clientRaised) > 0 {
-			since = later(since, s.clientRaised[key.Token])
+			since = Later(since, s.clientRaised[key.Token])
 		}
 		l = &lane{key: key, index: -1, since: since}
 		s.lanes[key] = l
@@ -309,7 +309,7 @@ func (s *Scheduler) Done(r Result, now time.Time) {
 			s.schedule(l, now)
 			break
 		}
-		s.schedule(l, later(r.NotBefore, now))
+		s.schedule(l, Later(r.NotBefore, now))
 	case Failed:
 		s.schedule(l, now.Add(failedRetry))
 	case Held:
@@ -333,7 +333,7 @@ func (s *Scheduler) Hold(key request.Lane, since time.Time) {
 		return
 	}
 	s.inFlight--
-	l.since = later(l.since, since)
+	l.since = Later(l.since, since)
 	l.heldSince = time.Time{} // waiting out a fence is not a stall
 	s.schedule(l, l.notBefore)
 }
@@ -380,15 +380,16 @@ func (s *Scheduler) dueOf(l *lane, notBefore time.Time) time.Time {
 	}
 	due := notBefore
 	if !l.lastEnd.IsZero() {
-		due = later(due, l.lastEnd.Add(iv))
+		due = Later(due, l.lastEnd.Add(iv))
 	}
 	if !l.since.IsZero() {
-		due = later(due, l.since.Add(iv))
+		due = Later(due, l.since.Add(iv))
 	}
 	return due
 }
 
-func later(a, b time.Time) time.Time {
+// Later is the later of a and b.
+func Later(a, b time.Time) time.Time {
 	if b.After(a) {
 		return b
 	}
