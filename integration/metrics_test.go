@@ -241,14 +241,14 @@ func TestMetricsMatchTheRecordingRaven(t *testing.T) {
 	if code, _ := adminCall(t, "GET", base+"/clients", "wrong", ""); code != 401 {
 		t.Fatalf("admin API with a wrong token: %d", code)
 	}
-	code, body := adminCall(t, "POST", base+"/replay", token, `{"all":true,"dry_run":true}`)
+	code, body := adminCall(t, "POST", base+"/replay", token, `{"all":true,"dryRun":true}`)
 	if rep, _ := body["report"].(map[string]any); code != 200 || rep["matched"] != 1.0 {
 		t.Fatalf("admin dry-run replay: %d %v", code, body)
 	}
 	if code, body := adminCall(t, "POST", base+"/replay", token, `{}`); code != 400 || !strings.Contains(body["detail"].(string), "all") {
 		t.Fatalf("admin replay without a filter: %d %v", code, body)
 	}
-	if code, body := adminCall(t, "PUT", base+"/interval", token, `{"interval":"2s"}`); code != 200 || body["global_interval"] != "2s" {
+	if code, body := adminCall(t, "PUT", base+"/interval", token, `{"interval":"2s"}`); code != 200 || body["globalInterval"] != "2s" {
 		t.Fatalf("admin set interval: %d %v", code, body)
 	}
 	if code, _ := adminCall(t, "GET", "http://"+ingestOps+"/admin/v1/clients", token, ""); code != 404 {

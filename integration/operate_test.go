@@ -95,10 +95,7 @@ func failWhile(failing *atomic.Bool) func(ledger.Arrival) ledger.Response {
 	}
 }
 
-type deadList struct {
-	Total       int                  `json:"total"`
-	DeadLetters []request.DeadLetter `json:"dead_letters"`
-}
+type deadList = admin.DeadLettersPage[request.DeadLetter]
 
 func TestReplayFromTheDeadLetterStream(t *testing.T) {
 	t.Parallel()
@@ -138,7 +135,7 @@ func TestReplayFromTheDeadLetterStream(t *testing.T) {
 		mustContain(t, shown, want)
 	}
 	var withBody struct {
-		DeadLetters []admin.DeadLetterBody `json:"dead_letters"`
+		DeadLetters []admin.DeadLetterBody `json:"deadLetters"`
 	}
 	s.ctlJSON(&withBody, "deadletters", "-id", alice[0], "-body")
 	if len(withBody.DeadLetters) != 1 || withBody.DeadLetters[0].Body == nil || *withBody.DeadLetters[0].Body != `{"clientId":"alice","n":1}` {

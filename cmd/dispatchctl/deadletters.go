@@ -16,6 +16,7 @@ import (
 
 	"github.com/penguinhq/dispatcher/pkg/admin"
 	"github.com/penguinhq/dispatcher/pkg/queue"
+	"github.com/penguinhq/dispatcher/pkg/request"
 )
 
 func (e *env) filter() (queue.DeadFilter, error) {
@@ -34,7 +35,7 @@ func deadLetters(ctx context.Context, e *env, _ []string) error {
 	if err != nil {
 		return err
 	}
-	return e.print(map[string]any{"total": total, "dead_letters": list}, func(w *tabwriter.Writer) {
+	return e.print(admin.DeadLettersPage[request.DeadLetter]{Total: total, DeadLetters: list}, func(w *tabwriter.Writer) {
 		fmt.Fprintf(w, "SEQ\tID\tCLIENT\tREASON\tSTATUS\tATTEMPTS\tDEAD AT\tLAST ERROR\n")
 		for _, d := range list {
 			fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n", d.Seq, d.ID, quote(d.ClientID), d.Reason, d.LastStatus, d.Attempts, d.DeadAt.Format(time.RFC3339), dash(printable(d.LastError)))
@@ -51,7 +52,7 @@ func deadLetterBodies(ctx context.Context, e *env, f queue.DeadFilter) error {
 		return err
 	}
 	if e.o.json {
-		return e.print(map[string]any{"total": total, "dead_letters": list}, nil)
+		return e.print(admin.DeadLettersPage[admin.DeadLetterBody]{Total: total, DeadLetters: list}, nil)
 	}
 	w := e.stdout // not a tabwriter: a body's own tabs stay as they are
 	for _, d := range list {

@@ -233,19 +233,13 @@ func TestDeadLettersListAndReplay(t *testing.T) {
 	f.publish(t, "dave", "d1")
 	f.bury(t, "dave", request.ReasonPermanent)
 
-	var list struct {
-		Total       int                  `json:"total"`
-		DeadLetters []request.DeadLetter `json:"dead_letters"`
-	}
+	var list admin.DeadLettersPage[request.DeadLetter]
 	f.call(t, "GET", "/admin/v1/deadletters?client=carol&limit=2", token, "", &list)
 	if list.Total != 3 || len(list.DeadLetters) != 2 || list.DeadLetters[0].ID != "c1" || list.DeadLetters[0].Attempts != 3 || list.DeadLetters[0].BodyBytes != 2 {
 		t.Fatalf("carol's dead letters: %+v, want 3 in all, the first 2 shown oldest first", list)
 	}
 
-	var bodies struct {
-		Total       int                    `json:"total"`
-		DeadLetters []admin.DeadLetterBody `json:"dead_letters"`
-	}
+	var bodies admin.DeadLettersPage[admin.DeadLetterBody]
 	f.call(t, "GET", "/admin/v1/deadletters?id=d1&body=true", token, "", &bodies)
 	if d := bodies.DeadLetters; bodies.Total != 1 || len(d) != 1 || d[0].Body == nil || d[0].Headers["Dispatch-Dead-Reason"][0] != string(request.ReasonPermanent) {
 		t.Fatalf("d1 with its body: %+v, want its body and headers", bodies)
@@ -261,7 +255,7 @@ func TestDeadLettersListAndReplay(t *testing.T) {
 		Report admin.ReplayReport `json:"report"`
 		Items  []admin.ReplayItem `json:"items"`
 	}
-	f.call(t, "POST", "/admin/v1/replay", token, `{"reason":"attempts-exhausted","dry_run":true}`, &rep)
+	f.call(t, "POST", "/admin/v1/replay", token, `{"reason":"attempts-exhausted","dryRun":true}`, &rep)
 	if rep.Report.Matched != 3 || rep.Report.Requeued != 0 || len(rep.Items) != 3 || rep.Items[0].Outcome != admin.ReplayWouldRequeue || rep.Report.Through != rep.Items[2].Seq {
 		t.Fatalf("dry run: %+v, want 3 matched, none requeued", rep)
 	}

@@ -2,11 +2,11 @@ package admin
 
 import (
 	"context"
-	"encoding/json"
 	"sync"
 	"time"
 
 	"github.com/penguinhq/dispatcher/pkg/dispatch"
+	"github.com/penguinhq/dispatcher/pkg/jsonkeys"
 	"github.com/penguinhq/dispatcher/pkg/request"
 )
 
@@ -31,7 +31,7 @@ func (s *Service) ask(ctx context.Context, lq request.LaneQuery) []dispatch.Lane
 	out := make([]dispatch.LaneAnswer, 0, len(raw))
 	for _, r := range raw {
 		var a dispatch.LaneAnswer
-		if json.Unmarshal(r, &a) == nil {
+		if jsonkeys.Unmarshal(r, &a) == nil {
 			out = append(out, a)
 		}
 	}

@@ -35,18 +35,18 @@ func (s *Service) lanes(ctx context.Context, subjects []string) map[string]laneO
 
 // Client is one client with a backlog.
 type Client struct {
-	ClientID   string    `json:"client_id"`
+	ClientID   string    `json:"clientId" was:"client_id"`
 	Backlog    uint64    `json:"backlog"`
-	OldestAt   time.Time `json:"oldest_accepted_at,omitzero"`
-	OldestAge  string    `json:"oldest_age,omitempty"`
-	Lane       string    `json:"lane"`                 // waiting, in_flight, paused, idle, or none (no dispatcher holds it)
-	NextSend   time.Time `json:"next_send,omitzero"`   // earliest start of the next attempt, when waiting
-	Attempts   int       `json:"attempts"`             // failed attempts of its head request so far
-	Interval   string    `json:"interval,omitempty"`   // the interval in force for it
-	Dispatcher string    `json:"dispatcher,omitempty"` // the instance holding its lane
+	OldestAt   time.Time `json:"oldestAcceptedAt,omitzero" was:"oldest_accepted_at"`
+	OldestAge  string    `json:"oldestAge,omitempty" was:"oldest_age"`
+	Lane       string    `json:"lane"`                              // waiting, in_flight, paused, idle, or none (no dispatcher holds it)
+	NextSend   time.Time `json:"nextSend,omitzero" was:"next_send"` // earliest start of the next attempt, when waiting
+	Attempts   int       `json:"attempts"`                          // failed attempts of its head request so far
+	Interval   string    `json:"interval,omitempty"`                // the interval in force for it
+	Dispatcher string    `json:"dispatcher,omitempty"`              // the instance holding its lane
 	// LastDelivered is when its last delivery ended, as the instance holding its lane
 	// remembers it; zero when it remembers none.
-	LastDelivered time.Time         `json:"last_delivered,omitzero"`
+	LastDelivered time.Time         `json:"lastDelivered,omitzero" was:"last_delivered"`
 	Steering      *request.Steering `json:"steering,omitempty"`
 	subject       string
 	oldestKnown   bool
@@ -85,7 +85,7 @@ type ClientsPage struct {
 	Sort   string `json:"sort"`
 	Search string `json:"search,omitempty"`
 	// AsOf is when the list of clients and their backlogs was read.
-	AsOf    time.Time `json:"as_of"`
+	AsOf    time.Time `json:"asOf" was:"as_of"`
 	Clients []Client  `json:"clients"`
 }
 

@@ -15,7 +15,9 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	"github.com/penguinhq/dispatcher/pkg/httpapi"
+	"github.com/penguinhq/dispatcher/pkg/jsonkeys"
 	"github.com/penguinhq/dispatcher/pkg/openapi"
+	"github.com/penguinhq/dispatcher/pkg/request"
 )
 
 // Handler serves the admin API, to be mounted at /admin, each call authorized by
@@ -29,12 +31,12 @@ func (s *Service) Handler(token string) http.Handler {
 	r.Get("/v1/requests/{id}", s.handle(s.getRequest))                // ?client=
 	r.Delete("/v1/requests/{id}", s.handle(s.deleteRequest))          // ?client= (cancel)
 	r.Get("/v1/deadletters", s.handle(s.getDeadLetters))              // ?client=&id=&reason=&since=&until=&limit=
-	r.Post("/v1/replay", s.handle(s.postReplay))                      // {"id","client","reason","since","until","all","dry_run"}
+	r.Post("/v1/replay", s.handle(s.postReplay))                      // {"id","client","reason","since","until","all","dryRun"}
 	r.Get("/v1/steering", s.handle(s.getSteering))                    //
 	r.Get("/v1/status", s.handle(s.getStatus))                        // instances, partitions, NATS health
 	r.Put("/v1/interval", s.handle(s.putInterval))                    // {"interval":"10s"} ("default": DISPATCH_INTERVAL)
 	r.Get("/v1/budget", s.handle(s.getBudget))                        // raven's budget, and each instance's share
-	r.Put("/v1/budget", s.handle(s.putBudget))                        // {"max_rate":500,"max_inflight":"configured"}
+	r.Put("/v1/budget", s.handle(s.putBudget))                        // {"maxRate":500,"maxInFlight":"configured"}
 	r.Put("/v1/client/interval", s.steerHandler(s.putClientInterval)) // {"client","interval"}
 	r.Post("/v1/client/pause", s.steerHandler(s.postPause))           // {"client"}
 	r.Post("/v1/client/resume", s.steerHandler(s.postResume))         // {"client"}
@@ -123,10 +125,16 @@ func (s *Service) getDeadLetters(r *http.Request) (any, error) {
 	}
 	if q.Get("body") == "true" { // with headers and bodies: at most MaxBodies
 		list, total, err := s.DeadLetterBodies(r.Context(), f, limit)
-		return map[string]any{"total": total, "dead_letters": list}, err
+		return DeadLettersPage[DeadLetterBody]{Total: total, DeadLetters: list}, err
 	}
 	list, total, err := s.DeadLetters(r.Context(), f, limit)
-	return map[string]any{"total": total, "dead_letters": list}, err
+	return DeadLettersPage[request.DeadLetter]{Total: total, DeadLetters: list}, err
+}
+
+// DeadLettersPage is a page of dead letters, with how many the filter selects.
+type DeadLettersPage[T request.DeadLetter | DeadLetterBody] struct {
+	Total       int `json:"total"`
+	DeadLetters []T `json:"deadLetters" was:"dead_letters"`
 }
 
 // maxReplayItems is the most items a replay's answer lists; the report counts them all.
@@ -137,7 +145,7 @@ func (s *Service) postReplay(r *http.Request) (any, error) {
 		ID, Client, Reason, Since, Until string
 		All                              bool
 		Through                          uint64
-		DryRun                           bool `json:"dry_run"`
+		DryRun                           bool `json:"dryRun" was:"dry_run"`
 	}
 	if err := decode(r, &b); err != nil {
 		return nil, err
@@ -179,14 +187,14 @@ func (s *Service) getBudget(r *http.Request) (any, error) { return s.Budget(r.Co
 
 func (s *Service) putBudget(r *http.Request) (any, error) {
 	var b struct {
-		MaxRate     json.RawMessage `json:"max_rate"`
-		MaxInFlight json.RawMessage `json:"max_inflight"`
+		MaxRate     json.RawMessage `json:"maxRate" was:"max_rate"`
+		MaxInFlight json.RawMessage `json:"maxInFlight" was:"max_inflight"`
 	}
 	if err := decode(r, &b); err != nil {
 		return nil, err
 	}
-	rate, err1 := numberOrWord(b.MaxRate, "max_rate")
-	inflight, err2 := numberOrWord(b.MaxInFlight, "max_inflight")
+	rate, err1 := numberOrWord(b.MaxRate, "maxRate")
+	inflight, err2 := numberOrWord(b.MaxInFlight, "maxInFlight")
 	if err := errors.Join(err1, err2); err != nil {
 		return nil, err
 	}
@@ -283,9 +291,7 @@ func (s *Service) handle(fn func(*http.Request) (any, error)) http.HandlerFunc {
 }
 
 func decode(r *http.Request, v any) error {
-	dec := json.NewDecoder(io.LimitReader(r.Body, 64<<10))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
+	if err := jsonkeys.Decode(io.LimitReader(r.Body, 64<<10), v, true); err != nil {
 		return invalid("body: %s", err)
 	}
 	return nil

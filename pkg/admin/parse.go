@@ -25,8 +25,13 @@ func ParseInterval(s string) (time.Duration, error) {
 // FilterOf builds a dead-letter filter from text: since and until are RFC 3339 times
 // or durations back from now ("2h").
 func FilterOf(id, client, reason, since, until string, now time.Time) (queue.DeadFilter, error) {
-	f := queue.DeadFilter{ID: id, ClientID: client, Reason: request.Reason(reason)}
+	f := queue.DeadFilter{ID: id, ClientID: client}
 	var err error
+	if reason != "" {
+		if f.Reason, err = request.ParseReason(reason); err != nil {
+			return f, invalid("%s", err)
+		}
+	}
 	if f.Since, err = timeOf("since", since, now); err != nil {
 		return f, err
 	}

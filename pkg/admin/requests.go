@@ -26,12 +26,12 @@ type RequestState struct {
 	ID         string              `json:"id"`
 	State      request.State       `json:"state"`
 	Detail     string              `json:"detail"`
-	ClientID   string              `json:"client_id,omitempty"`
-	AcceptedAt time.Time           `json:"accepted_at,omitzero"`
+	ClientID   string              `json:"clientId,omitempty" was:"client_id"`
+	AcceptedAt time.Time           `json:"acceptedAt,omitzero" was:"accepted_at"`
 	Position   *int64              `json:"position,omitempty"` // requests ahead of it in its client's queue
 	Lane       *schedule.LaneInfo  `json:"lane,omitempty"`
 	Dispatcher string              `json:"dispatcher,omitempty"`
-	DeadLetter *request.DeadLetter `json:"dead_letter,omitempty"`
+	DeadLetter *request.DeadLetter `json:"deadLetter,omitempty" was:"dead_letter"`
 	Delivery   *dispatch.Delivery  `json:"delivery,omitempty"`
 	// Record is its status record, as GET /v1/requests/{id} on ingest answers it; nil
 	// when it has none (written before events were, or with EVENTS=false).
@@ -144,7 +144,7 @@ func (s *Service) queued(ctx context.Context, id, clientID string) (RequestState
 	case rs.State == StateInFlight:
 		rs.Detail = "at the head of its client's queue, with a dispatcher now"
 	case isHead:
-		rs.Detail = "at the head of its client's queue; see lane.next_send"
+		rs.Detail = "at the head of its client's queue; see lane.nextSend"
 	default:
 		rs.Detail = "queued behind earlier requests of its client"
 	}

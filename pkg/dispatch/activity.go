@@ -31,7 +31,7 @@ type Attempt struct {
 	// clock, or the fence an earlier owner left) to the start of this one; HasGap is false
 	// for a client's first attempt.
 	Gap      time.Duration `json:"gap"`
-	HasGap   bool          `json:"has_gap"`
+	HasGap   bool          `json:"hasGap" was:"has_gap"`
 	Interval time.Duration `json:"interval"` // in force for the client at the attempt
 	Outcome  string        `json:"outcome"`
 	Status   int           `json:"status,omitempty"` // raven's HTTP status; 0 when it gave none
@@ -48,8 +48,8 @@ type Activity struct {
 	Outcomes    map[string]int `json:"outcomes"`
 	Statuses    map[string]int `json:"statuses"`
 	Latency     []int          `json:"latency"`
-	DeadLetters map[string]int `json:"dead_letters"`
-	InFlight    int            `json:"in_flight"`
+	DeadLetters map[string]int `json:"deadLetters" was:"dead_letters"`
+	InFlight    int            `json:"inFlight" was:"in_flight"`
 	Lanes       int            `json:"lanes"`
 	Owned       int            `json:"owned"`
 }

@@ -14,7 +14,7 @@ type Delivery struct {
 	ID        string    `json:"id"`
 	Subject   string    `json:"subject"`
 	Attempt   int       `json:"attempt"`
-	Delivered time.Time `json:"delivered_at"`
+	Delivered time.Time `json:"deliveredAt" was:"delivered_at"`
 }
 
 // recent remembers the last n deliveries, in a ring; safe for concurrent use.

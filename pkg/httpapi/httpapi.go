@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+
+	"github.com/penguinhq/dispatcher/pkg/jsonkeys"
 )
 
 // Problem is an RFC 9457 problem detail. Code is a stable, machine-readable name for the
@@ -38,11 +40,17 @@ func WriteProblem(w http.ResponseWriter, p Problem) {
 	_ = encoder(w).Encode(p)
 }
 
-// WriteJSON writes v as JSON with status.
+// WriteJSON writes v as JSON with status, each renamed key under its old name as well
+// (jsonkeys).
 func WriteJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	_ = encoder(w).Encode(v)
+	b, err := jsonkeys.Marshal(v)
+	if err != nil { // a type jsonkeys does not take (a map keyed by numbers): as encoding/json writes it
+		_ = encoder(w).Encode(v)
+		return
+	}
+	_, _ = w.Write(append(b, '\n'))
 }
 
 // encoder writes JSON answers as they read: "<token>" in a detail stays "<token>", not

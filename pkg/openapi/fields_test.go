@@ -14,6 +14,7 @@ import (
 	"github.com/penguinhq/dispatcher/pkg/admin"
 	"github.com/penguinhq/dispatcher/pkg/dispatch"
 	"github.com/penguinhq/dispatcher/pkg/httpapi"
+	"github.com/penguinhq/dispatcher/pkg/jsonkeys"
 	"github.com/penguinhq/dispatcher/pkg/openapi"
 	"github.com/penguinhq/dispatcher/pkg/queue"
 	"github.com/penguinhq/dispatcher/pkg/request"
@@ -23,7 +24,9 @@ import (
 // TestSchemaFields holds component schemas to the Go types the APIs encode: a schema's
 // properties must be the JSON fields the type can have (every field set), and its
 // required ones those the type always has (the zero value's, which omitempty and
-// omitzero leave out). A field added to a type fails here until the document has it.
+// omitzero leave out). A field added to a type fails here until the document has it. A
+// field renamed (a was tag) is written under both keys for a version: the document has
+// both, and marks the old one deprecated.
 func TestSchemaFields(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
@@ -42,6 +45,7 @@ func TestSchemaFields(t *testing.T) {
 		{openapi.Admin(), "Steering", request.Steering{}},
 		{openapi.Admin(), "DeadLetter", request.DeadLetter{}},
 		{openapi.Admin(), "DeadLetterBody", admin.DeadLetterBody{}},
+		{openapi.Admin(), "DeadLettersPage", admin.DeadLettersPage[request.DeadLetter]{}},
 		{openapi.Admin(), "ReplayItem", admin.ReplayItem{}},
 		{openapi.Admin(), "ReplayReport", admin.ReplayReport{}},
 		{openapi.Admin(), "Steered", admin.Steered{}},
@@ -70,7 +74,7 @@ func TestSchemaFields(t *testing.T) {
 	} {
 		t.Run(c.schema+"/"+reflect.TypeOf(c.value).String(), func(t *testing.T) {
 			t.Parallel()
-			props, required := schemaFields(t, c.doc, c.schema)
+			props, required, deprecated := schemaFields(t, c.doc, c.schema)
 			full := reflect.New(reflect.TypeOf(c.value)).Elem()
 			fill(full)
 			fields, always := jsonKeys(t, full.Interface()), jsonKeys(t, c.value)
@@ -88,13 +92,16 @@ func TestSchemaFields(t *testing.T) {
 			if !slices.Equal(required, always) {
 				t.Errorf("the schema requires %q; the type always has %q", required, always)
 			}
+			if old := oldKeys(reflect.TypeOf(c.value)); !slices.Equal(deprecated, old) {
+				t.Errorf("the schema marks %q deprecated; the type's old keys are %q", deprecated, old)
+			}
 		})
 	}
 }
 
 // schemaFields returns the properties of a component schema, its allOf's included, and
 // those it requires.
-func schemaFields(t *testing.T, doc []byte, name string) (props, required []string) {
+func schemaFields(t *testing.T, doc []byte, name string) (props, required, deprecated []string) {
 	t.Helper()
 	d, err := libopenapi.NewDocument(doc)
 	if err != nil {
@@ -111,7 +118,12 @@ func schemaFields(t *testing.T, doc []byte, name string) (props, required []stri
 	var collect func(s *base.Schema)
 	collect = func(s *base.Schema) {
 		if s.Properties != nil {
-			props = append(props, slices.Collect(s.Properties.KeysFromOldest())...)
+			for name, p := range s.Properties.FromOldest() {
+				props = append(props, name)
+				if d := p.Schema().Deprecated; d != nil && *d {
+					deprecated = append(deprecated, name)
+				}
+			}
 		}
 		required = append(required, s.Required...)
 		for _, p := range s.AllOf {
@@ -120,13 +132,31 @@ func schemaFields(t *testing.T, doc []byte, name string) (props, required []stri
 	}
 	collect(proxy.Schema())
 	slices.Sort(props)
-	return slices.Compact(props), slices.Compact(required)
+	slices.Sort(deprecated)
+	return slices.Compact(props), slices.Compact(required), slices.Compact(deprecated)
 }
 
-// jsonKeys returns the top-level keys of v as JSON, sorted.
+// oldKeys are the keys t's fields are also written under for a version (their was tags),
+// its embedded structs' included, sorted.
+func oldKeys(t reflect.Type) []string {
+	var out []string
+	for i := range t.NumField() {
+		f := t.Field(i)
+		if was := f.Tag.Get("was"); was != "" {
+			out = append(out, was)
+		}
+		if f.Anonymous && f.Type.Kind() == reflect.Struct && f.Tag.Get("json") == "" {
+			out = append(out, oldKeys(f.Type)...)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// jsonKeys returns the top-level keys of v as the APIs write it, sorted.
 func jsonKeys(t *testing.T, v any) []string {
 	t.Helper()
-	b, err := json.Marshal(v)
+	b, err := jsonkeys.Marshal(v)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/penguinhq/dispatcher/pkg/jsonkeys"
 	"github.com/penguinhq/dispatcher/pkg/request"
 )
 
@@ -20,7 +21,7 @@ const laneQuerySubject = "dispatch.ctl.lanes"
 func (q *Queue) ServeLaneQueries(answer func(ctx context.Context, lq request.LaneQuery) (any, error)) (stop func(), err error) {
 	sub, err := q.nc.Subscribe(laneQuerySubject, func(m *nats.Msg) {
 		var lq request.LaneQuery
-		if err := json.Unmarshal(m.Data, &lq); err != nil {
+		if err := jsonkeys.Unmarshal(m.Data, &lq); err != nil {
 			return
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
@@ -29,7 +30,7 @@ func (q *Queue) ServeLaneQueries(answer func(ctx context.Context, lq request.Lan
 		if err != nil {
 			return
 		}
-		b, err := json.Marshal(out)
+		b, err := jsonkeys.Marshal(out)
 		if err != nil {
 			return
 		}
@@ -50,7 +51,7 @@ func (q *Queue) QueryLanes(ctx context.Context, lq request.LaneQuery, wait time.
 // QueryLanesUntil is QueryLanes that returns as soon as expect answers arrived (expect
 // 0: waits the whole wait).
 func (q *Queue) QueryLanesUntil(ctx context.Context, lq request.LaneQuery, wait time.Duration, expect int) ([]json.RawMessage, error) {
-	b, err := json.Marshal(lq)
+	b, err := jsonkeys.Marshal(lq)
 	if err != nil {
 		return nil, err
 	}

@@ -1,6 +1,10 @@
 package request
 
-import "time"
+import (
+	"fmt"
+	"strings"
+	"time"
+)
 
 // Header names on a stored request and on what raven receives.
 const (
@@ -68,12 +72,12 @@ type Stored struct {
 // Verdict says why a request was given up: moved to the dead-letter stream unsent or
 // undelivered.
 type Verdict struct {
-	Reason       Reason    `json:"reason"`                // one of the Reason constants
-	LastStatus   int       `json:"last_status,omitempty"` // raven's last HTTP status, 0 when there was none
-	LastError    string    `json:"last_error,omitempty"`  // the last error, empty when raven answered
+	Reason       Reason    `json:"reason"`                                 // one of the Reason constants
+	LastStatus   int       `json:"lastStatus,omitempty" was:"last_status"` // raven's last HTTP status, 0 when there was none
+	LastError    string    `json:"lastError,omitempty" was:"last_error"`   // the last error, empty when raven answered
 	Attempts     int       `json:"attempts"`
-	FirstAttempt time.Time `json:"first_attempt,omitzero"`
-	LastAttempt  time.Time `json:"last_attempt,omitzero"`
+	FirstAttempt time.Time `json:"firstAttempt,omitzero" was:"first_attempt"`
+	LastAttempt  time.Time `json:"lastAttempt,omitzero" was:"last_attempt"`
 	// Answer is raven's answer to the last attempt, for the dead_lettered event (nil when
 	// raven did not answer). The dead-letter stream does not keep it.
 	Answer *Response `json:"-"`
@@ -84,11 +88,11 @@ type Verdict struct {
 type DeadLetter struct {
 	Seq        uint64    `json:"seq"` // its sequence in the dead-letter stream
 	ID         string    `json:"id"`
-	ClientID   string    `json:"client_id"` // empty when its subject held no valid token
-	AcceptedAt time.Time `json:"accepted_at,omitzero"`
+	ClientID   string    `json:"clientId" was:"client_id"` // empty when its subject held no valid token
+	AcceptedAt time.Time `json:"acceptedAt,omitzero" was:"accepted_at"`
 	Verdict
-	DeadAt      time.Time `json:"dead_at"`
-	BodyBytes   int       `json:"body_bytes"`
+	DeadAt      time.Time `json:"deadAt" was:"dead_at"`
+	BodyBytes   int       `json:"bodyBytes" was:"body_bytes"`
 	ContentType string    `json:"-"`
 	Body        []byte    `json:"-"`
 	Subject     string    `json:"-"` // its subject in the dead-letter stream
@@ -128,6 +132,22 @@ const (
 
 // Reasons lists every reason for dead-lettering.
 var Reasons = []Reason{ReasonPermanent, ReasonAttemptsExhausted, ReasonAgeExhausted, ReasonUndecodable, ReasonPurged, ReasonExpired}
+
+// ParseReason reads a reason as a caller names it: as written (attempts-exhausted) or in
+// snake_case, the spelling of every other enumerated value and the one reasons take in
+// the next version (attempts_exhausted; ADR 14).
+func ParseReason(s string) (Reason, error) {
+	for _, r := range Reasons {
+		if s == string(r) || s == strings.ReplaceAll(string(r), "-", "_") {
+			return r, nil
+		}
+	}
+	names := make([]string, len(Reasons))
+	for i, r := range Reasons {
+		names[i] = string(r)
+	}
+	return "", fmt.Errorf("reason %q: one of %s", s, strings.Join(names, ", "))
+}
 
 // Expired says whether st may no longer be attempted at now: its Not-After has passed.
 func (st Stored) Expired(now time.Time) bool {

@@ -1,6 +1,7 @@
 package request_test
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/penguinhq/dispatcher/pkg/request"
@@ -30,6 +31,23 @@ func TestLaneIsItsSubjectAndBack(t *testing.T) {
 		"dispatch.req.3.a.b", "dispatch.req.-1.abc", "dispatch.req.03.abc", "dispatch.req.+3.abc", "dispatch.dead.abc", "dispatch.req.abc"} {
 		if lane, err := request.LaneOf(s); err == nil {
 			t.Errorf("subject %q read as lane %+v, want an error", s, lane)
+		}
+	}
+}
+
+func TestParseReasonTakesBothSpellingsAndNoOther(t *testing.T) {
+	for in, want := range map[string]request.Reason{
+		"attempts-exhausted": request.ReasonAttemptsExhausted, "attempts_exhausted": request.ReasonAttemptsExhausted,
+		"age-exhausted": request.ReasonAgeExhausted, "age_exhausted": request.ReasonAgeExhausted,
+		"permanent": request.ReasonPermanent, "expired": request.ReasonExpired,
+	} {
+		if got, err := request.ParseReason(in); err != nil || got != want {
+			t.Errorf("ParseReason(%q) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "tired", "Permanent", "attempts exhausted", "attempts-exhausted "} {
+		if _, err := request.ParseReason(in); err == nil || !strings.Contains(err.Error(), "attempts-exhausted") {
+			t.Errorf("ParseReason(%q): %v, want an error that lists the reasons", in, err)
 		}
 	}
 }

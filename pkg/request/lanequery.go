@@ -12,7 +12,7 @@ type LaneQuery struct {
 	Budget   bool     `json:"budget,omitempty"`
 	// ByDue asks for the waiting lanes with the earliest next send, up to Limit, in that
 	// order.
-	ByDue bool `json:"by_due,omitempty"`
+	ByDue bool `json:"byDue,omitempty" was:"by_due"`
 	// History asks for the last attempts of Subjects' clients.
 	History bool `json:"history,omitempty"`
 	// Activity asks for each instance's last minute.
