@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/penguinhq/dispatcher/pkg/dispatch"
 	"github.com/penguinhq/dispatcher/pkg/governor"
+	"github.com/penguinhq/dispatcher/pkg/introspect"
 	"github.com/penguinhq/dispatcher/pkg/ledger"
 	"github.com/penguinhq/dispatcher/pkg/request"
 )
@@ -192,10 +192,11 @@ func (s *stack) budgets(n int) map[string]governor.BudgetState {
 	if n == 0 {
 		wait = time.Second
 	}
-	answers, _ := s.q.QueryLanesUntil(context.Background(), request.LaneQuery{Budget: true}, wait, n)
+	q := introspect.BudgetQuestion{}
+	answers, _ := s.q.Ask(context.Background(), q.Name(), introspect.Body(q), wait, n)
 	out := map[string]governor.BudgetState{}
 	for _, raw := range answers {
-		var a dispatch.LaneAnswer
+		var a introspect.BudgetAnswer
 		if json.Unmarshal(raw, &a) == nil && a.Budget != nil {
 			out[a.Instance] = *a.Budget
 		}

@@ -32,6 +32,7 @@ import (
 	"github.com/penguinhq/dispatcher/pkg/fault"
 	"github.com/penguinhq/dispatcher/pkg/governor"
 	"github.com/penguinhq/dispatcher/pkg/ingest"
+	"github.com/penguinhq/dispatcher/pkg/introspect"
 	"github.com/penguinhq/dispatcher/pkg/ledger"
 	"github.com/penguinhq/dispatcher/pkg/queue"
 	"github.com/penguinhq/dispatcher/pkg/queue/queuetest"
@@ -191,7 +192,7 @@ func (s *stack) startDispatcher() {
 		s.t.Fatal(err)
 	}
 	// As the dispatcher binary runs it: steered by the control bucket, counted, and
-	// answering lane queries.
+	// answering operators' questions.
 	s.metrics = prometheus.NewRegistry()
 	log := testLogAlso(&s.dispatchLog)
 	d, err := dispatch.New(dispatch.Config{Policy: s.policy(), ShutdownGrace: 5 * time.Second, Budget: s.opts.budget,
@@ -199,9 +200,7 @@ func (s *stack) startDispatcher() {
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	stopLanes, err := s.q.ServeLaneQueries(func(ctx context.Context, lq request.LaneQuery) (any, error) {
-		return d.Answer(ctx, lq)
-	})
+	stopQuestions, err := s.q.ServeQuestions(introspect.AnswersOf(d))
 	if err != nil {
 		s.t.Fatal(err)
 	}
@@ -220,7 +219,7 @@ func (s *stack) startDispatcher() {
 	s.stopDispatch = func() {
 		stopCancels()
 		stopLookups()
-		stopLanes()
+		stopQuestions()
 		cancel()
 		if err := <-done; err != nil {
 			s.t.Errorf("dispatcher: %v", err)

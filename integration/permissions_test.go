@@ -171,7 +171,7 @@ func (u *natsUser) mayNotSubscribe(subject string) {
 
 // The shipped NATS users (deployments/nats/nats.conf) each do only their own job (issue
 // 35, finding 1). The binaries run as ingest, dispatcher and ops through everything they
-// do (take, send, dead-letter, statuses, steering, replay, status, lane queries) with no
+// do (take, send, dead-letter, statuses, steering, replay, status, questions to the dispatchers) with no
 // permission violation; then each user is refused what another's job is: reading a queued
 // body or a dead letter, writing leases or steering (a forged pause), changing streams,
 // subscribing to another's replies; and a producer's user follows its own clients' events

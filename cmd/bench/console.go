@@ -15,6 +15,7 @@ import (
 	"github.com/penguinhq/dispatcher/pkg/admin"
 	"github.com/penguinhq/dispatcher/pkg/console"
 	"github.com/penguinhq/dispatcher/pkg/dispatch"
+	"github.com/penguinhq/dispatcher/pkg/introspect"
 	"github.com/penguinhq/dispatcher/pkg/queue"
 	"github.com/penguinhq/dispatcher/pkg/request"
 )
@@ -104,16 +105,14 @@ func benchConsole(ctx context.Context, s settings, log io.Writer) ([]row, error)
 }
 
 // serveConsole serves the admin API and the console over n's queue, with d answering the
-// lane queries, as the dispatcher's operators' listener does, behind token.
+// operators' questions, as the dispatcher's operators' listener does, behind token.
 func serveConsole(ctx context.Context, n *node, d *dispatch.Dispatcher, token string) (base string, stop func(), err error) {
-	stopLanes, err := n.q.ServeLaneQueries(func(ctx context.Context, lq request.LaneQuery) (any, error) {
-		return d.Answer(ctx, lq)
-	})
+	stopQuestions, err := n.q.ServeQuestions(introspect.AnswersOf(d))
 	if err != nil {
 		return "", nil, err
 	}
 	fail := func(err error) (string, func(), error) {
-		stopLanes()
+		stopQuestions()
 		return "", nil, err
 	}
 	ctl, err := n.q.Control(ctx, zerolog.Nop())
@@ -132,7 +131,7 @@ func serveConsole(ctx context.Context, n *node, d *dispatch.Dispatcher, token st
 	if err != nil {
 		return fail(err)
 	}
-	return base, func() { stopServe(); stopLanes() }, nil
+	return base, func() { stopServe(); stopQuestions() }, nil
 }
 
 // backlogClients queues one request for each of clients clients, a thousand at a time.
@@ -151,7 +150,7 @@ func backlogClients(ctx context.Context, n *node, clients int) error {
 }
 
 // medianGet GETs url reps+2 times with header, and gives the median time of all but the
-// first two, which warm up (the first lane query waits for every answer).
+// first two, which warm up (the first question waits for every answer).
 func medianGet(ctx context.Context, client *http.Client, url string, header http.Header, reps int) (time.Duration, error) {
 	var lat samples
 	for i := range reps + 2 {

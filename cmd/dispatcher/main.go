@@ -25,10 +25,10 @@ import (
 	"github.com/penguinhq/dispatcher/pkg/admin"
 	"github.com/penguinhq/dispatcher/pkg/console"
 	"github.com/penguinhq/dispatcher/pkg/dispatch"
+	"github.com/penguinhq/dispatcher/pkg/introspect"
 	"github.com/penguinhq/dispatcher/pkg/queue"
 	"github.com/penguinhq/dispatcher/pkg/raven"
 	"github.com/penguinhq/dispatcher/pkg/record"
-	"github.com/penguinhq/dispatcher/pkg/request"
 )
 
 func main() {
@@ -161,7 +161,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, _ io.Wr
 	return runDispatcher(ctx, c, q, reg, events, log)
 }
 
-// runDispatcher runs the dispatcher, its answers to lane queries and the operators'
+// runDispatcher runs the dispatcher, its answers to operators' questions and the operators'
 // listener (metrics, health, admin API) until ctx ends and the dispatcher has drained.
 // The listener stays up while the dispatcher drains, /readyz saying it is not ready.
 //
@@ -238,28 +238,26 @@ func runDispatcher(ctx context.Context, c *settings, q *queue.Queue, reg *promet
 	return errors.Join(err, stopOps())
 }
 
-// serveAsks answers what the others ask the running dispatchers: the operators' lane
-// queries, ingest's status reads of requests without a record (ADR 10), and the cancels
+// serveAsks answers what the others ask the running dispatchers: the operators'
+// questions (pkg/introspect), ingest's status reads of requests without a record (ADR 10), and the cancels
 // of the clients this one owns (ADR 13).
 func serveAsks(q *queue.Queue, d *dispatch.Dispatcher, instance string, log zerolog.Logger) (stop func(), err error) {
-	stopLanes, err := q.ServeLaneQueries(func(ctx context.Context, lq request.LaneQuery) (any, error) {
-		return d.Answer(ctx, lq)
-	})
+	stopQuestions, err := q.ServeQuestions(introspect.AnswersOf(d))
 	if err != nil {
 		return nil, err
 	}
 	stopLookups, err := q.ServeQueuedLookups()
 	if err != nil {
-		stopLanes()
+		stopQuestions()
 		return nil, err
 	}
 	stopCancels, err := admin.ServeCancels(q, d, instance, log)
 	if err != nil {
 		stopLookups()
-		stopLanes()
+		stopQuestions()
 		return nil, err
 	}
-	return func() { stopCancels(); stopLookups(); stopLanes() }, nil
+	return func() { stopCancels(); stopLookups(); stopQuestions() }, nil
 }
 
 // parts runs the parts of the standalone process; one stopping stops the rest.

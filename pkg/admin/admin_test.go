@@ -18,7 +18,9 @@ import (
 
 	"github.com/penguinhq/dispatcher/pkg/admin"
 	"github.com/penguinhq/dispatcher/pkg/dispatch"
+	"github.com/penguinhq/dispatcher/pkg/governor"
 	"github.com/penguinhq/dispatcher/pkg/httpapi"
+	"github.com/penguinhq/dispatcher/pkg/introspect"
 	"github.com/penguinhq/dispatcher/pkg/queue"
 	"github.com/penguinhq/dispatcher/pkg/queue/queuetest"
 	"github.com/penguinhq/dispatcher/pkg/request"
@@ -360,9 +362,15 @@ func TestLaneQueriesStopWaitingOnceEveryKnownDispatcherAnswered(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, id := range []string{"d1", "d2"} {
-		stop, err := q.ServeLaneQueries(func(context.Context, request.LaneQuery) (any, error) {
-			act := dispatch.Activity{Window: dispatch.ActivityWindow, Outcomes: map[string]int{dispatch.OutcomeDelivered: 6}}
-			return dispatch.LaneAnswer{Instance: id, Activity: &act}, nil
+		stop, err := q.ServeQuestions(func(_ context.Context, name string, _ []byte) ([]byte, error) {
+			switch name {
+			case introspect.NameActivity:
+				act := introspect.Activity{Window: introspect.ActivityWindow, Outcomes: map[string]int{dispatch.OutcomeDelivered: 6}}
+				return json.Marshal(introspect.ActivityAnswer{Instance: id, Activity: &act})
+			case introspect.NameBudget:
+				return json.Marshal(introspect.BudgetAnswer{Instance: id, Budget: &governor.BudgetState{}})
+			}
+			return nil, errors.New("not asked what it answers") // no answer
 		})
 		if err != nil {
 			t.Fatal(err)

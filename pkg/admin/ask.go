@@ -5,32 +5,30 @@ import (
 	"sync"
 	"time"
 
-	"github.com/penguinhq/dispatcher/pkg/dispatch"
+	"github.com/penguinhq/dispatcher/pkg/introspect"
 	"github.com/penguinhq/dispatcher/pkg/jsonkeys"
-	"github.com/penguinhq/dispatcher/pkg/request"
 )
 
-// Asking the running dispatchers about their lanes (request.LaneQuery; each answers with
-// a dispatch.LaneAnswer), for the admin API's clients, requests and budget, and the
-// console's pages.
+// Asking the running dispatchers (pkg/introspect's questions), for the admin API's
+// clients, requests and budget, and the console's pages.
 
-// ask sends lq to the dispatchers and decodes their answers. It stops waiting once as
-// many have answered as are known to run: those with a live heartbeat (with leases), or
-// as many as answered lately; so that a page is not held for the whole lane wait. A
-// query that gets fewer answers waits the whole lane wait, as does the first after
-// answersKept, which finds an instance that joined without leases.
-func (s *Service) ask(ctx context.Context, lq request.LaneQuery) []dispatch.LaneAnswer {
+// ask asks the dispatchers q and decodes their answers as A, q's answer type. It stops
+// waiting once as many have answered as are known to run: those with a live heartbeat
+// (with leases), or as many as answered lately; so that a page is not held for the whole
+// lane wait. A question that gets fewer answers waits the whole lane wait, as does the
+// first after answersKept, which finds an instance that joined without leases.
+func ask[A any](ctx context.Context, s *Service, q introspect.Question) []A {
 	expect := s.expected(ctx)
-	raw, err := s.q.QueryLanesUntil(ctx, lq, s.laneWait, expect)
+	raw, err := s.q.Ask(ctx, q.Name(), introspect.Body(q), s.laneWait, expect)
 	if err != nil {
 		return nil
 	}
 	if expect == 0 || len(raw) < expect { // waited the whole lane wait: as many as there are
 		s.answered(len(raw))
 	}
-	out := make([]dispatch.LaneAnswer, 0, len(raw))
+	out := make([]A, 0, len(raw))
 	for _, r := range raw {
-		var a dispatch.LaneAnswer
+		var a A
 		if jsonkeys.Unmarshal(r, &a) == nil {
 			out = append(out, a)
 		}

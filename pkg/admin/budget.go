@@ -7,8 +7,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/penguinhq/dispatcher/pkg/dispatch"
 	"github.com/penguinhq/dispatcher/pkg/governor"
+	"github.com/penguinhq/dispatcher/pkg/introspect"
 	"github.com/penguinhq/dispatcher/pkg/request"
 )
 
@@ -35,11 +35,11 @@ type InstanceBudget struct {
 
 // Budget reads raven's budget, and asks every dispatcher how it holds it.
 func (s *Service) Budget(ctx context.Context) (BudgetView, error) {
-	return s.budgetOf(ctx, s.ask(ctx, request.LaneQuery{Budget: true}))
+	return s.budgetOf(ctx, ask[introspect.BudgetAnswer](ctx, s, introspect.BudgetQuestion{}))
 }
 
 // budgetOf is the budget as operators set it, and as the dispatchers answered.
-func (s *Service) budgetOf(ctx context.Context, answers []dispatch.LaneAnswer) (BudgetView, error) {
+func (s *Service) budgetOf(ctx context.Context, answers []introspect.BudgetAnswer) (BudgetView, error) {
 	b, err := s.ctl.Budget(ctx)
 	if err != nil {
 		return BudgetView{}, err

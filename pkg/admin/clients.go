@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/penguinhq/dispatcher/pkg/dispatch"
+	"github.com/penguinhq/dispatcher/pkg/introspect"
 	"github.com/penguinhq/dispatcher/pkg/request"
 	"github.com/penguinhq/dispatcher/pkg/schedule"
 )
@@ -25,7 +25,7 @@ func (s *Service) lanes(ctx context.Context, subjects []string) map[string]laneO
 	if len(subjects) == 0 {
 		return out
 	}
-	for _, a := range s.ask(ctx, request.LaneQuery{Subjects: subjects}) {
+	for _, a := range ask[introspect.LanesAnswer](ctx, s, introspect.LanesQuestion{Subjects: subjects}) {
 		for _, l := range a.Lanes {
 			out[l.Subject] = laneOf{l, a.Instance}
 		}
@@ -123,7 +123,7 @@ func (s *Service) Clients(ctx context.Context, cq ClientsQuery) (ClientsPage, er
 	}
 	switch cq.Sort {
 	case SortNext:
-		due := s.dueOrder(ctx, min(cq.Page*cq.Limit, dispatch.MaxDueLanes))
+		due := s.dueOrder(ctx, min(cq.Page*cq.Limit, introspect.MaxDueLanes))
 		page.Clients = clients(firstN(es, to, func(a, b backlogEntry) int {
 			da, aok := due[a.subject]
 			db, bok := due[b.subject]
@@ -249,7 +249,7 @@ func (s *Service) oldestHeadsWanted(search string, to int) int {
 // and returns their next sends by subject.
 func (s *Service) dueOrder(ctx context.Context, n int) map[string]time.Time {
 	out := map[string]time.Time{}
-	for _, a := range s.ask(ctx, request.LaneQuery{ByDue: true, Limit: n}) {
+	for _, a := range ask[introspect.LanesAnswer](ctx, s, introspect.DueLanesQuestion{Limit: n}) {
 		for _, l := range a.Lanes {
 			out[l.Subject] = l.NextSend
 		}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/penguinhq/dispatcher/pkg/dispatch"
+	"github.com/penguinhq/dispatcher/pkg/introspect"
 	"github.com/penguinhq/dispatcher/pkg/queue"
 	"github.com/penguinhq/dispatcher/pkg/request"
 )
@@ -25,7 +26,7 @@ type ClientView struct {
 	// Queued are its first MaxQueuedShown queued requests, in the order they will go.
 	Queued []QueuedRequest `json:"queued"`
 	// History is its last attempts, oldest first, as the dispatchers remember them.
-	History []dispatch.Attempt `json:"history"`
+	History []introspect.Attempt `json:"history"`
 	// DeadLetters are its first dead letters, oldest first, of DeadTotal.
 	DeadLetters []request.DeadLetter `json:"deadLetters" was:"dead_letters"`
 	DeadTotal   int                  `json:"deadTotal" was:"dead_total"`
@@ -43,13 +44,13 @@ type QueuedRequest struct {
 }
 
 // LastDelivery is the end of the client's last delivered attempt that History holds.
-func (v ClientView) LastDelivery() (dispatch.Attempt, bool) {
+func (v ClientView) LastDelivery() (introspect.Attempt, bool) {
 	for i := len(v.History) - 1; i >= 0; i-- {
 		if v.History[i].Outcome == dispatch.OutcomeDelivered {
 			return v.History[i], true
 		}
 	}
-	return dispatch.Attempt{}, false
+	return introspect.Attempt{}, false
 }
 
 // Client describes one client, with or without a backlog: its lane, steering, queued
@@ -84,7 +85,7 @@ func (s *Service) Client(ctx context.Context, clientID string) (ClientView, erro
 	for i, st := range queued {
 		v.Queued[i] = QueuedRequest{ID: st.ID, Seq: st.Seq, AcceptedAt: st.AcceptedAt, NotBefore: st.NotBefore}
 	}
-	for _, a := range s.ask(ctx, request.LaneQuery{Subjects: []string{subject}, History: true}) {
+	for _, a := range ask[introspect.HistoryAnswer](ctx, s, introspect.HistoryQuestion{Subjects: []string{subject}}) {
 		v.History = append(v.History, a.History[subject]...)
 	}
 	// Two instances remember attempts when the client moved between them: in time order.
@@ -98,8 +99,8 @@ type Overview struct {
 	// Status is without the NATS cluster's health (dispatchctl status has it).
 	Status Status `json:"status"`
 	// Activity is every answering dispatcher's last minute, added up; Instances each one's.
-	Activity  dispatch.Activity  `json:"activity"`
-	Instances []InstanceActivity `json:"instances"`
+	Activity  introspect.Activity `json:"activity"`
+	Instances []InstanceActivity  `json:"instances"`
 	// Budget is raven's budget; nil when it cannot be read.
 	Budget *BudgetView `json:"budget,omitempty"`
 	// Problems are the parts that could not be read, for the page to say so.
@@ -110,7 +111,7 @@ type Overview struct {
 // InstanceActivity is one dispatcher's last minute.
 type InstanceActivity struct {
 	Instance string `json:"instance"`
-	dispatch.Activity
+	introspect.Activity
 }
 
 // SendsPerSecond is the deliveries per second over the window.
@@ -128,8 +129,10 @@ func (s *Service) Overview(ctx context.Context) Overview {
 	var wg sync.WaitGroup
 	var stErr error
 	wg.Go(func() { o.Status, stErr = s.status(ctx) })
-	answers := s.ask(ctx, request.LaneQuery{Activity: true, Budget: true})
-	b, bErr := s.budgetOf(ctx, answers)
+	var b BudgetView
+	var bErr error
+	wg.Go(func() { b, bErr = s.Budget(ctx) })
+	answers := ask[introspect.ActivityAnswer](ctx, s, introspect.ActivityQuestion{})
 	wg.Wait()
 	for _, a := range answers {
 		if a.Activity == nil {
@@ -139,7 +142,7 @@ func (s *Service) Overview(ctx context.Context) Overview {
 		o.Activity.Merge(*a.Activity)
 	}
 	if o.Activity.Outcomes == nil {
-		o.Activity.Merge(dispatch.Activity{Window: dispatch.ActivityWindow})
+		o.Activity.Merge(introspect.Activity{Window: introspect.ActivityWindow})
 	}
 	slices.SortFunc(o.Instances, func(a, b InstanceActivity) int { return cmp.Compare(a.Instance, b.Instance) })
 	if stErr != nil {

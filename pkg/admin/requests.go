@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/penguinhq/dispatcher/pkg/dispatch"
+	"github.com/penguinhq/dispatcher/pkg/introspect"
 	"github.com/penguinhq/dispatcher/pkg/queue"
 	"github.com/penguinhq/dispatcher/pkg/request"
 	"github.com/penguinhq/dispatcher/pkg/schedule"
@@ -23,16 +23,16 @@ const (
 
 // RequestState is where one request is.
 type RequestState struct {
-	ID         string              `json:"id"`
-	State      request.State       `json:"state"`
-	Detail     string              `json:"detail"`
-	ClientID   string              `json:"clientId,omitempty" was:"client_id"`
-	AcceptedAt time.Time           `json:"acceptedAt,omitzero" was:"accepted_at"`
-	Position   *int64              `json:"position,omitempty"` // requests ahead of it in its client's queue
-	Lane       *schedule.LaneInfo  `json:"lane,omitempty"`
-	Dispatcher string              `json:"dispatcher,omitempty"`
-	DeadLetter *request.DeadLetter `json:"deadLetter,omitempty" was:"dead_letter"`
-	Delivery   *dispatch.Delivery  `json:"delivery,omitempty"`
+	ID         string               `json:"id"`
+	State      request.State        `json:"state"`
+	Detail     string               `json:"detail"`
+	ClientID   string               `json:"clientId,omitempty" was:"client_id"`
+	AcceptedAt time.Time            `json:"acceptedAt,omitzero" was:"accepted_at"`
+	Position   *int64               `json:"position,omitempty"` // requests ahead of it in its client's queue
+	Lane       *schedule.LaneInfo   `json:"lane,omitempty"`
+	Dispatcher string               `json:"dispatcher,omitempty"`
+	DeadLetter *request.DeadLetter  `json:"deadLetter,omitempty" was:"dead_letter"`
+	Delivery   *introspect.Delivery `json:"delivery,omitempty"`
 	// Record is its status record, as GET /v1/requests/{id} on ingest answers it; nil
 	// when it has none (written before events were, or with EVENTS=false).
 	Record *request.Status `json:"record,omitempty"`
@@ -171,7 +171,7 @@ func (s *Service) deadLettered(ctx context.Context, id, clientID string) (Reques
 
 // sent asks the dispatchers whether one of them delivered the request lately.
 func (s *Service) sent(ctx context.Context, id string) (RequestState, bool) {
-	for _, a := range s.ask(ctx, request.LaneQuery{IDs: []string{id}}) {
+	for _, a := range ask[introspect.DeliveredAnswer](ctx, s, introspect.DeliveredQuestion{IDs: []string{id}}) {
 		if len(a.Delivered) == 0 {
 			continue
 		}

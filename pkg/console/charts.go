@@ -9,6 +9,7 @@ import (
 
 	"github.com/penguinhq/dispatcher/pkg/admin"
 	"github.com/penguinhq/dispatcher/pkg/dispatch"
+	"github.com/penguinhq/dispatcher/pkg/introspect"
 )
 
 // Charts are drawn as inline SVG by the templates from the numbers computed here: no
@@ -39,9 +40,9 @@ const (
 	gapTop              = 12.0 // room for the labels
 )
 
-func gapChart(history []dispatch.Attempt) gapData {
+func gapChart(history []introspect.Attempt) gapData {
 	d := gapData{Width: gapWidth, Height: gapHeight}
-	var gaps []dispatch.Attempt
+	var gaps []introspect.Attempt
 	for _, a := range history {
 		if a.HasGap {
 			gaps = append(gaps, a)
@@ -117,7 +118,7 @@ type bar struct {
 	Count      int
 }
 
-func latencyBars(a dispatch.Activity) barChart {
+func latencyBars(a introspect.Activity) barChart {
 	const w, h = 616, 130
 	c := barChart{Width: w, Height: h}
 	most := 0
@@ -130,9 +131,9 @@ func latencyBars(a dispatch.Activity) barChart {
 	}
 	slot := float64(w) / float64(len(a.Latency))
 	for i, n := range a.Latency {
-		label := ">" + dispatch.LatencyBounds[len(dispatch.LatencyBounds)-1].String()
-		if i < len(dispatch.LatencyBounds) {
-			label = dispatch.LatencyBounds[i].String()
+		label := ">" + introspect.LatencyBounds[len(introspect.LatencyBounds)-1].String()
+		if i < len(introspect.LatencyBounds) {
+			label = introspect.LatencyBounds[i].String()
 		}
 		bh := float64(h-16) * float64(n) / float64(most)
 		c.Bars = append(c.Bars, bar{X: float64(i)*slot + 2, W: slot - 4, Y: float64(h-16) - bh, H: bh, Label: label, Count: n})
@@ -205,12 +206,12 @@ var funcs = template.FuncMap{
 		}
 		return "", fmt.Errorf("count: %T is not a count", n)
 	},
-	"quantile": func(a dispatch.Activity, q float64) string {
+	"quantile": func(a introspect.Activity, q float64) string {
 		switch v := a.Quantile(q); v {
 		case 0:
 			return "—"
 		case -1:
-			return "> " + dispatch.LatencyBounds[len(dispatch.LatencyBounds)-1].String()
+			return "> " + introspect.LatencyBounds[len(introspect.LatencyBounds)-1].String()
 		default:
 			return "≤ " + v.String()
 		}

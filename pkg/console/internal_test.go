@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/penguinhq/dispatcher/pkg/dispatch"
+	"github.com/penguinhq/dispatcher/pkg/introspect"
 )
 
 // Two instances' histories of a client that moved between them hold more gaps than the
@@ -14,13 +15,13 @@ import (
 func TestTheGapChartDrawsTheLastGapsWithinItsWidth(t *testing.T) {
 	t.Parallel()
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	var history []dispatch.Attempt
+	var history []introspect.Attempt
 	for i := range 2 * dispatch.HistoryPerClient {
 		gap := 6 * time.Second
 		if i == 0 {
 			gap = 4 * time.Second // the oldest, not drawn: still counted
 		}
-		history = append(history, dispatch.Attempt{ID: fmt.Sprint(i), Start: t0.Add(time.Duration(i) * 6 * time.Second),
+		history = append(history, introspect.Attempt{ID: fmt.Sprint(i), Start: t0.Add(time.Duration(i) * 6 * time.Second),
 			HasGap: true, Gap: gap, Interval: 5 * time.Second, Outcome: dispatch.OutcomeDelivered})
 	}
 	d := gapChart(history)

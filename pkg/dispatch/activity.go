@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/penguinhq/dispatcher/pkg/introspect"
 	"github.com/penguinhq/dispatcher/pkg/request"
 )
 
@@ -21,53 +22,9 @@ const (
 	HistoryPerClient      = 20
 )
 
-// Attempt is one attempt as the console shows it.
-type Attempt struct {
-	ID      string    `json:"id"`
-	Attempt int       `json:"attempt"`
-	Start   time.Time `json:"start"`
-	End     time.Time `json:"end"`
-	// Gap is the time from the end of the client's previous attempt (by this instance's
-	// clock, or the fence an earlier owner left) to the start of this one; HasGap is false
-	// for a client's first attempt.
-	Gap      time.Duration `json:"gap"`
-	HasGap   bool          `json:"hasGap" was:"has_gap"`
-	Interval time.Duration `json:"interval"` // in force for the client at the attempt
-	Outcome  string        `json:"outcome"`
-	Status   int           `json:"status,omitempty"` // raven's HTTP status; 0 when it gave none
-	Instance string        `json:"instance,omitempty"`
-}
-
-// Activity is one instance's last ActivityWindow: attempts by outcome, raven's answers by
-// status ("error" when there was none) and by latency (counts per LatencyBounds bucket,
-// the last bucket open-ended), and dead letters by reason.
-type Activity struct {
-	// Window is how long the counts cover: from ActivityWindow less one slot (5 s) to
-	// ActivityWindow, as the newest slot fills. Rates divide by it.
-	Window      time.Duration  `json:"window"`
-	Outcomes    map[string]int `json:"outcomes"`
-	Statuses    map[string]int `json:"statuses"`
-	Latency     []int          `json:"latency"`
-	DeadLetters map[string]int `json:"deadLetters" was:"dead_letters"`
-	InFlight    int            `json:"inFlight" was:"in_flight"`
-	Lanes       int            `json:"lanes"`
-	Owned       int            `json:"owned"`
-}
-
-// ActivityWindow is how far back Activity reaches.
-const ActivityWindow = time.Minute
-
-// LatencyBounds are the upper bounds of Activity.Latency's buckets; one more bucket holds
-// the slower answers.
-var LatencyBounds = []time.Duration{
-	time.Millisecond, 2 * time.Millisecond, 5 * time.Millisecond, 10 * time.Millisecond,
-	25 * time.Millisecond, 50 * time.Millisecond, 100 * time.Millisecond, 250 * time.Millisecond,
-	500 * time.Millisecond, time.Second, 2500 * time.Millisecond, 5 * time.Second, 10 * time.Second,
-}
-
 const (
 	slotLength = 5 * time.Second
-	slots      = int(ActivityWindow / slotLength)
+	slots      = int(introspect.ActivityWindow / slotLength)
 )
 
 type slot struct {
@@ -106,7 +63,7 @@ type attemptRecord struct {
 
 var outcomes = []string{OutcomeDelivered, OutcomeTransient, OutcomePermanent}
 
-func record(at Attempt) attemptRecord {
+func record(at introspect.Attempt) attemptRecord {
 	r := attemptRecord{id: at.ID, start: at.Start.UnixNano(), end: at.End.UnixNano(), gap: at.Gap, interval: at.Interval,
 		attempt: int32(min(at.Attempt, 1<<31-1)), status: int16(at.Status), hasGap: at.HasGap, outcome: outcomeUnknown}
 	for i, o := range outcomes {
@@ -121,12 +78,12 @@ func record(at Attempt) attemptRecord {
 // as one it was not.
 const outcomeUnknown = 255
 
-func (r attemptRecord) Attempt() Attempt {
+func (r attemptRecord) Attempt() introspect.Attempt {
 	outcome := "unknown"
 	if int(r.outcome) < len(outcomes) {
 		outcome = outcomes[r.outcome]
 	}
-	return Attempt{ID: r.id, Attempt: int(r.attempt), Start: time.Unix(0, r.start), End: time.Unix(0, r.end),
+	return introspect.Attempt{ID: r.id, Attempt: int(r.attempt), Start: time.Unix(0, r.start), End: time.Unix(0, r.end),
 		Gap: r.gap, HasGap: r.hasGap, Interval: r.interval, Outcome: outcome, Status: int(r.status)}
 }
 
@@ -139,20 +96,20 @@ func (a *activity) at(t time.Time) *slot {
 	epoch := t.UnixNano() / int64(slotLength)
 	s := &a.slots[epoch%int64(slots)]
 	if s.epoch != epoch || s.outcomes == nil {
-		*s = slot{epoch: epoch, outcomes: map[string]int{}, statuses: map[int]int{}, latency: make([]int, len(LatencyBounds)+1), dead: map[string]int{}}
+		*s = slot{epoch: epoch, outcomes: map[string]int{}, statuses: map[int]int{}, latency: make([]int, len(introspect.LatencyBounds)+1), dead: map[string]int{}}
 	}
 	return s
 }
 
 // attempt records one attempt of lane's client.
-func (a *activity) attempt(lane request.Lane, at Attempt) {
+func (a *activity) attempt(lane request.Lane, at introspect.Attempt) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	s := a.at(at.End)
 	s.outcomes[at.Outcome]++
 	s.statuses[at.Status]++
 	took, b := at.End.Sub(at.Start), 0
-	for b < len(LatencyBounds) && took > LatencyBounds[b] {
+	for b < len(introspect.LatencyBounds) && took > introspect.LatencyBounds[b] {
 		b++
 	}
 	s.latency[b]++
@@ -187,7 +144,7 @@ func (a *activity) deadLettered(reason request.Reason, now time.Time) {
 }
 
 // history returns lane's last attempts, oldest first.
-func (a *activity) history(lane request.Lane) []Attempt {
+func (a *activity) history(lane request.Lane) []introspect.Attempt {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	e, ok := a.clients[lane]
@@ -196,7 +153,7 @@ func (a *activity) history(lane request.Lane) []Attempt {
 	}
 	c := e.Value.(*clientAttempts)
 	n := min(c.n, HistoryPerClient)
-	out := make([]Attempt, 0, n)
+	out := make([]introspect.Attempt, 0, n)
 	for i := c.n - n; i < c.n; i++ {
 		out = append(out, c.ring[i%HistoryPerClient].Attempt())
 	}
@@ -221,12 +178,12 @@ func (a *activity) lastDelivered(lane request.Lane) time.Time {
 }
 
 // window sums the slots of the last ActivityWindow before now.
-func (a *activity) window(now time.Time) Activity {
+func (a *activity) window(now time.Time) introspect.Activity {
 	newest := now.UnixNano() / int64(slotLength)
 	// The slots summed: slots-1 whole ones and the one now filling, which began at
 	// newest; the counts cover that long, not the whole ActivityWindow.
 	covered := time.Duration(slots-1)*slotLength + time.Duration(now.UnixNano()-newest*int64(slotLength))
-	out := Activity{Window: covered, Outcomes: map[string]int{}, Statuses: map[string]int{}, Latency: make([]int, len(LatencyBounds)+1), DeadLetters: map[string]int{}}
+	out := introspect.Activity{Window: covered, Outcomes: map[string]int{}, Statuses: map[string]int{}, Latency: make([]int, len(introspect.LatencyBounds)+1), DeadLetters: map[string]int{}}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for i := range a.slots {
@@ -254,45 +211,4 @@ func add(to, from map[string]int) {
 	for k, n := range from {
 		to[k] += n
 	}
-}
-
-// Merge adds o's counts to a (instances' activities, for the whole service).
-func (a *Activity) Merge(o Activity) {
-	if a.Outcomes == nil {
-		*a = Activity{Window: o.Window, Outcomes: map[string]int{}, Statuses: map[string]int{}, Latency: make([]int, len(LatencyBounds)+1), DeadLetters: map[string]int{}}
-	}
-	add(a.Outcomes, o.Outcomes)
-	add(a.Statuses, o.Statuses)
-	add(a.DeadLetters, o.DeadLetters)
-	for b := range min(len(a.Latency), len(o.Latency)) {
-		a.Latency[b] += o.Latency[b]
-	}
-	a.Window = max(a.Window, o.Window)
-	a.InFlight += o.InFlight
-	a.Lanes += o.Lanes
-	a.Owned += o.Owned
-}
-
-// Quantile is the upper bound of the latency bucket that holds the q-th quantile of the
-// answers (q in (0, 1]); 0 when there were none, and -1 when it is past the last bound.
-func (a Activity) Quantile(q float64) time.Duration {
-	total := 0
-	for _, n := range a.Latency {
-		total += n
-	}
-	if total == 0 {
-		return 0
-	}
-	rank := int(q*float64(total) + 0.999999)
-	seen := 0
-	for b, n := range a.Latency {
-		seen += n
-		if seen >= rank {
-			if b < len(LatencyBounds) {
-				return LatencyBounds[b]
-			}
-			return -1
-		}
-	}
-	return -1
 }

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/penguinhq/dispatcher/pkg/introspect"
 	"github.com/penguinhq/dispatcher/pkg/request"
 )
 
@@ -14,26 +15,26 @@ func TestHistoryKeepsEachClientsLastAttemptsInOrder(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	for i := range HistoryPerClient + 5 {
 		at := t0.Add(time.Duration(i) * time.Second)
-		a.attempt(request.Lane{Token: "a"}, Attempt{ID: fmt.Sprint(i), Start: at, End: at, Outcome: OutcomeDelivered, Status: 200})
+		a.attempt(request.Lane{Token: "a"}, introspect.Attempt{ID: fmt.Sprint(i), Start: at, End: at, Outcome: OutcomeDelivered, Status: 200})
 	}
 	h := a.history(request.Lane{Token: "a"})
 	if len(h) != HistoryPerClient || h[0].ID != "5" || h[len(h)-1].ID != fmt.Sprint(HistoryPerClient+4) {
 		t.Fatalf("history of %d from %s to %s; want the last %d, oldest first", len(h), h[0].ID, h[len(h)-1].ID, HistoryPerClient)
 	}
-	kept := Attempt{ID: "k", Attempt: 3, Start: t0, End: t0.Add(time.Millisecond), Gap: 5*time.Second + 1234, HasGap: true,
+	kept := introspect.Attempt{ID: "k", Attempt: 3, Start: t0, End: t0.Add(time.Millisecond), Gap: 5*time.Second + 1234, HasGap: true,
 		Interval: 5 * time.Second, Outcome: OutcomeTransient, Status: 503}
 	a.attempt(request.Lane{Token: "k"}, kept)
-	a.attempt(request.Lane{Token: "k"}, Attempt{ID: "k2", Start: t0, End: t0, Outcome: OutcomePermanent})
+	a.attempt(request.Lane{Token: "k"}, introspect.Attempt{ID: "k2", Start: t0, End: t0, Outcome: OutcomePermanent})
 	if h := a.history(request.Lane{Token: "k"}); len(h) != 2 || !h[0].Start.Equal(kept.Start) || !h[0].End.Equal(kept.End) ||
 		h[0].ID != kept.ID || h[0].Attempt != 3 || h[0].Gap != kept.Gap || !h[0].HasGap || h[0].Interval != kept.Interval ||
 		h[0].Outcome != kept.Outcome || h[0].Status != 503 || h[1].HasGap || h[1].Outcome != OutcomePermanent {
 		t.Fatalf("history of k: %+v; want %+v kept as it was, then k2", h, kept)
 	}
 	a = newActivity(2)
-	a.attempt(request.Lane{Token: "a"}, Attempt{ID: "a1", Start: t0, End: t0})
-	a.attempt(request.Lane{Token: "b"}, Attempt{ID: "b1", Start: t0, End: t0})
-	a.attempt(request.Lane{Token: "a"}, Attempt{ID: "a-again", Start: t0, End: t0}) // a is now the most recent
-	a.attempt(request.Lane{Token: "c"}, Attempt{ID: "c1", Start: t0, End: t0})      // evicts b, the least recent
+	a.attempt(request.Lane{Token: "a"}, introspect.Attempt{ID: "a1", Start: t0, End: t0})
+	a.attempt(request.Lane{Token: "b"}, introspect.Attempt{ID: "b1", Start: t0, End: t0})
+	a.attempt(request.Lane{Token: "a"}, introspect.Attempt{ID: "a-again", Start: t0, End: t0}) // a is now the most recent
+	a.attempt(request.Lane{Token: "c"}, introspect.Attempt{ID: "c1", Start: t0, End: t0})      // evicts b, the least recent
 	if a.history(request.Lane{Token: "b"}) != nil || a.history(request.Lane{Token: "a"}) == nil || a.history(request.Lane{Token: "c"}) == nil {
 		t.Fatalf("after c: b %v, a %d, c %d; want b evicted", a.history(request.Lane{Token: "b"}), len(a.history(request.Lane{Token: "a"})), len(a.history(request.Lane{Token: "c"})))
 	}
@@ -43,8 +44,8 @@ func TestActivityCountsTheLastMinuteOnly(t *testing.T) {
 	t.Parallel()
 	a := newActivity(0)
 	now := time.Date(2026, 1, 1, 0, 10, 0, 0, time.UTC)
-	old := now.Add(-2 * ActivityWindow)
-	a.attempt(request.Lane{Token: "x"}, Attempt{Start: old, End: old, Outcome: OutcomeTransient})
+	old := now.Add(-2 * introspect.ActivityWindow)
+	a.attempt(request.Lane{Token: "x"}, introspect.Attempt{Start: old, End: old, Outcome: OutcomeTransient})
 	a.deadLettered("permanent_failure", old)
 	for i, took := range []time.Duration{time.Millisecond, 3 * time.Millisecond, 40 * time.Millisecond, time.Minute} {
 		end := now.Add(-time.Duration(i) * 10 * time.Second)
@@ -52,7 +53,7 @@ func TestActivityCountsTheLastMinuteOnly(t *testing.T) {
 		if i == 3 {
 			status, outcome = 0, OutcomeTransient
 		}
-		a.attempt(request.Lane{Token: "x"}, Attempt{Start: end.Add(-took), End: end, Outcome: outcome, Status: status})
+		a.attempt(request.Lane{Token: "x"}, introspect.Attempt{Start: end.Add(-took), End: end, Outcome: outcome, Status: status})
 	}
 	a.deadLettered("max_attempts", now)
 	w := a.window(now)
@@ -77,11 +78,11 @@ func TestActivityCountsTheLastMinuteOnly(t *testing.T) {
 		t.Fatalf("window %s a second into a slot; want 56s", w.Window)
 	}
 	one := newActivity(1)
-	one.attempt(request.Lane{Token: "y"}, Attempt{Start: now, End: now, Outcome: "something new"})
+	one.attempt(request.Lane{Token: "y"}, introspect.Attempt{Start: now, End: now, Outcome: "something new"})
 	if h := one.history(request.Lane{Token: "y"}); len(h) != 1 || h[0].Outcome != "unknown" {
 		t.Fatalf("an outcome the history does not know is shown as %+v, want unknown", h)
 	}
-	var all Activity
+	var all introspect.Activity
 	all.Merge(w)
 	all.Merge(w)
 	if all.Outcomes[OutcomeDelivered] != 6 || all.Latency[0] != 2 || all.Window != w.Window {
@@ -101,7 +102,7 @@ func BenchmarkActivityAttempt(b *testing.B) {
 	b.ReportAllocs()
 	i := 0
 	for b.Loop() {
-		a.attempt(lanes[i%len(lanes)], Attempt{ID: "r", Start: now, End: now, Outcome: OutcomeDelivered, Status: 200, HasGap: true})
+		a.attempt(lanes[i%len(lanes)], introspect.Attempt{ID: "r", Start: now, End: now, Outcome: OutcomeDelivered, Status: 200, HasGap: true})
 		i++
 	}
 }

@@ -19,8 +19,8 @@
 //   - Cancel (cancel.go): the owner of a client's partition removes a queued request that
 //     is not in flight, past the partition's fence and inside its lease; a sending guard
 //     keeps it apart from the owner's own workers (ADR 13).
-//   - What operators ask (activity.go, recent.go, lanequery.go) and what it counts
-//     (metrics.go).
+//   - What operators ask (answers.go: the Dispatcher is a pkg/introspect Answerer, from
+//     what activity.go and recent.go remember) and what it counts (metrics.go).
 //
 // Each package this one talks to is seen through a small interface declared here; cmd/
 // wires the real queue and raven client in.

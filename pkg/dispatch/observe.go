@@ -8,6 +8,7 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/penguinhq/dispatcher/pkg/introspect"
 	"github.com/penguinhq/dispatcher/pkg/request"
 	"github.com/penguinhq/dispatcher/pkg/schedule"
 	"github.com/penguinhq/dispatcher/pkg/tracing"
@@ -21,7 +22,7 @@ func (d *Dispatcher) noteAttempt(job schedule.Job, st request.Stored, attempt in
 	if err != nil {
 		status = request.RavenStatus(err)
 	}
-	at := Attempt{ID: st.ID, Attempt: attempt, Start: start, End: end, Interval: job.Interval, Outcome: outcome, Status: status}
+	at := introspect.Attempt{ID: st.ID, Attempt: attempt, Start: start, End: end, Interval: job.Interval, Outcome: outcome, Status: status}
 	if !job.PrevEnd.IsZero() {
 		at.Gap, at.HasGap = start.Sub(job.PrevEnd), true
 	}

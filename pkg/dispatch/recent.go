@@ -2,25 +2,18 @@ package dispatch
 
 import (
 	"sync"
-	"time"
+
+	"github.com/penguinhq/dispatcher/pkg/introspect"
 )
 
 // DefaultRecentDeliveries is how many deliveries an instance remembers by id, for
 // operators asking what became of a request.
 const DefaultRecentDeliveries = 10_000
 
-// Delivery is what an instance remembers of a request raven accepted.
-type Delivery struct {
-	ID        string    `json:"id"`
-	Subject   string    `json:"subject"`
-	Attempt   int       `json:"attempt"`
-	Delivered time.Time `json:"deliveredAt" was:"delivered_at"`
-}
-
 // recent remembers the last n deliveries, in a ring; safe for concurrent use.
 type recent struct {
 	mu   sync.Mutex
-	ring []Delivery
+	ring []introspect.Delivery
 	next int
 	byID map[string]int // id -> position in ring
 }
@@ -29,10 +22,10 @@ func newRecent(n int) *recent {
 	if n <= 0 {
 		return nil
 	}
-	return &recent{ring: make([]Delivery, 0, n), byID: make(map[string]int, n)}
+	return &recent{ring: make([]introspect.Delivery, 0, n), byID: make(map[string]int, n)}
 }
 
-func (r *recent) add(d Delivery) {
+func (r *recent) add(d introspect.Delivery) {
 	if r == nil {
 		return
 	}
@@ -51,19 +44,19 @@ func (r *recent) add(d Delivery) {
 	r.next = (r.next + 1) % len(r.ring)
 }
 
-func (r *recent) get(id string) (Delivery, bool) {
+func (r *recent) get(id string) (introspect.Delivery, bool) {
 	if r == nil {
-		return Delivery{}, false
+		return introspect.Delivery{}, false
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	i, ok := r.byID[id]
 	if !ok {
-		return Delivery{}, false
+		return introspect.Delivery{}, false
 	}
 	return r.ring[i], true
 }
 
 // Delivered says whether this instance delivered the request with this id lately (among
 // its last RecentDeliveries), and when. Safe to call from any goroutine.
-func (d *Dispatcher) Delivered(id string) (Delivery, bool) { return d.recent.get(id) }
+func (d *Dispatcher) Delivered(id string) (introspect.Delivery, bool) { return d.recent.get(id) }

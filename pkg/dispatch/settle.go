@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/penguinhq/dispatcher/pkg/introspect"
 	"github.com/penguinhq/dispatcher/pkg/request"
 	"github.com/penguinhq/dispatcher/pkg/schedule"
 	"github.com/penguinhq/dispatcher/pkg/tracing"
@@ -176,7 +177,7 @@ func (d *Dispatcher) settleDelivered(ctx context.Context, st request.Stored, att
 	if d.remove(ctx, st, sendBy, unwritten) != nil {
 		return false
 	}
-	d.recent.add(Delivery{ID: st.ID, Subject: st.Subject, Attempt: attempt, Delivered: end})
+	d.recent.add(introspect.Delivery{ID: st.ID, Subject: st.Subject, Attempt: attempt, Delivered: end})
 	d.cfg.Metrics.delivered()
 	return true
 }

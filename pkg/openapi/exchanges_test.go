@@ -12,7 +12,6 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -21,9 +20,9 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/penguinhq/dispatcher/pkg/admin"
-	"github.com/penguinhq/dispatcher/pkg/dispatch"
 	"github.com/penguinhq/dispatcher/pkg/httpapi"
 	"github.com/penguinhq/dispatcher/pkg/ingest"
+	"github.com/penguinhq/dispatcher/pkg/introspect"
 	"github.com/penguinhq/dispatcher/pkg/openapi"
 	"github.com/penguinhq/dispatcher/pkg/openapi/openapitest"
 	"github.com/penguinhq/dispatcher/pkg/queue"
@@ -370,7 +369,7 @@ func TestAdminThrottles(t *testing.T) {
 
 // TestAdminExchanges holds the admin API's answers to the document, on a real queue
 // with requests, dead letters, status records and steering in it. No dispatcher runs:
-// one stand-in answers lane queries about client d's lane and a request it delivered.
+// one stand-in answers questions about client d's lane and a request it delivered.
 func TestAdminExchanges(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -524,7 +523,7 @@ func TestAdminExchanges(t *testing.T) {
 // and the dispatchers would: queued (behind inFlight), inFlight (at the head of d's
 // queue), delivered and dead (records only: the one still remembered by a dispatcher,
 // the other no longer in the dead-letter stream). A stand-in dispatcher, until the test
-// ends, answers lane queries about d's lane (in flight) and the delivery of delivered,
+// ends, answers questions about d's lane (in flight) and the delivery of delivered,
 // and no other query, as if no dispatcher held the rest.
 func requestsWithRecords(t *testing.T, q *queue.Queue) (queued, inFlight, delivered, dead string) {
 	t.Helper()
@@ -559,18 +558,17 @@ func requestsWithRecords(t *testing.T, q *queue.Queue) (queued, inFlight, delive
 		t.Fatalf("client d: %v %v", ok, err)
 	}
 	subject := lane.Subject()
-	stop, err := q.ServeLaneQueries(func(_ context.Context, lq request.LaneQuery) (any, error) {
-		a := dispatch.LaneAnswer{Instance: "dispatcher-1"}
-		if slices.Contains(lq.Subjects, subject) {
-			a.Lanes = []schedule.LaneInfo{{Subject: subject, State: schedule.LaneInFlight, Attempts: 1, LastEnd: now, Interval: 5 * time.Second}}
+	stop, err := q.ServeQuestions(func(_ context.Context, name string, body []byte) ([]byte, error) {
+		asked := string(body)
+		switch {
+		case name == introspect.NameLanes && strings.Contains(asked, subject):
+			return json.Marshal(introspect.LanesAnswer{Instance: "dispatcher-1",
+				Lanes: []schedule.LaneInfo{{Subject: subject, State: schedule.LaneInFlight, Attempts: 1, LastEnd: now, Interval: 5 * time.Second}}})
+		case name == introspect.NameDelivered && strings.Contains(asked, delivered):
+			return json.Marshal(introspect.DeliveredAnswer{Instance: "dispatcher-1",
+				Delivered: []introspect.Delivery{{ID: delivered, Subject: subject, Attempt: 2, Delivered: now}}})
 		}
-		if slices.Contains(lq.IDs, delivered) {
-			a.Delivered = []dispatch.Delivery{{ID: delivered, Subject: subject, Attempt: 2, Delivered: now}}
-		}
-		if a.Lanes == nil && a.Delivered == nil {
-			return nil, errors.New("not asked about what it holds") // no answer
-		}
-		return a, nil
+		return nil, errors.New("not asked about what it holds") // no answer
 	})
 	if err != nil {
 		t.Fatal(err)

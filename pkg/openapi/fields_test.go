@@ -12,8 +12,8 @@ import (
 	"github.com/pb33f/libopenapi/datamodel/high/base"
 
 	"github.com/penguinhq/dispatcher/pkg/admin"
-	"github.com/penguinhq/dispatcher/pkg/dispatch"
 	"github.com/penguinhq/dispatcher/pkg/httpapi"
+	"github.com/penguinhq/dispatcher/pkg/introspect"
 	"github.com/penguinhq/dispatcher/pkg/jsonkeys"
 	"github.com/penguinhq/dispatcher/pkg/openapi"
 	"github.com/penguinhq/dispatcher/pkg/queue"
@@ -66,7 +66,7 @@ func TestSchemaFields(t *testing.T) {
 		{openapi.Admin(), "RequestState", admin.RequestState{}},
 		{openapi.Admin(), "CancelOutcome", admin.CancelOutcome{}},
 		{openapi.Admin(), "LaneInfo", schedule.LaneInfo{}},
-		{openapi.Admin(), "Delivery", dispatch.Delivery{}},
+		{openapi.Admin(), "Delivery", introspect.Delivery{}},
 		{openapi.Admin(), "RequestRecord", request.Status{}},
 		{openapi.Admin(), "RecordAttempt", request.AttemptInfo{}},
 		{openapi.Admin(), "RecordDeadLetter", request.DeadInfo{}},

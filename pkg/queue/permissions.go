@@ -26,7 +26,7 @@ const (
 	RoleIngest Role = "ingest"
 	// RoleDispatcher reads and removes requests, writes dead letters, events (and final
 	// events kept in the request stream while the events stream does not take them) and its
-	// leases, reads steering, answers lane queries, and serves the admin API and the
+	// leases, reads steering, answers operators' questions, and serves the admin API and the
 	// console (so it also steers, replays and purges for the operators signed in there,
 	// and asks for the servers' JetStream report for their status page).
 	RoleDispatcher Role = "dispatcher"
@@ -80,7 +80,7 @@ func RolePermissions(r Role) Permissions {
 		return Permissions{
 			Publish: join(
 				[]string{request.RequestPrefix + "*", request.DeadLetterPrefix + "*", request.EventPrefix + ">", request.OutcomePrefix + "*", "$JS.API.INFO",
-					"$KV." + LeaseBucket + ".>", "$KV." + ControlBucket + ".>", "$SYS.REQ.ACCOUNT.PING.STATZ", laneQuerySubject,
+					"$KV." + LeaseBucket + ".>", "$KV." + ControlBucket + ".>", "$SYS.REQ.ACCOUNT.PING.STATZ", questionSubject,
 					MetaSubject, cancelSubject},
 				api(RequestStream, managed...), api(RequestStream, reads...), api(RequestStream, "STREAM.MSG.DELETE"),
 				api(DeadLetterStream, managed...), api(DeadLetterStream, reads...), api(DeadLetterStream, "STREAM.MSG.DELETE"),
@@ -88,14 +88,14 @@ func RolePermissions(r Role) Permissions {
 				api(kvLeases, managed...), api(kvLeases, reads...),
 				api(kvControl, managed...), api(kvControl, reads...),
 			),
-			Subscribe: []string{InboxPrefix(r) + ".>", request.EventPrefix + ">", laneQuerySubject, queuedSubject, cancelSubject},
+			Subscribe: []string{InboxPrefix(r) + ".>", request.EventPrefix + ">", questionSubject, queuedSubject, cancelSubject},
 			Responses: true,
 		}
 	case RoleOps:
 		return Permissions{
 			Publish: join(
 				[]string{request.RequestPrefix + "*", request.EventPrefix + "*." + string(request.EventReplayed), "$JS.API.INFO",
-					"$KV." + ControlBucket + ".>", "$SYS.REQ.ACCOUNT.PING.STATZ", MetaSubject, laneQuerySubject, cancelSubject},
+					"$KV." + ControlBucket + ".>", "$SYS.REQ.ACCOUNT.PING.STATZ", MetaSubject, questionSubject, cancelSubject},
 				api(RequestStream, "STREAM.INFO"), api(RequestStream, reads...),
 				api(DeadLetterStream, "STREAM.INFO"), api(DeadLetterStream, reads...), api(DeadLetterStream, "STREAM.MSG.DELETE"),
 				api(EventStream, "STREAM.INFO"), api(EventStream, reads...),

@@ -2,7 +2,6 @@ package queue_test
 
 import (
 	"context"
-	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -13,7 +12,6 @@ import (
 	"github.com/penguinhq/dispatcher/pkg/queue"
 	"github.com/penguinhq/dispatcher/pkg/queue/queuetest"
 	"github.com/penguinhq/dispatcher/pkg/request"
-	"github.com/penguinhq/dispatcher/pkg/schedule"
 )
 
 // The keys renamed to camelCase (ADR 14) during a rolling upgrade: a control record the
@@ -99,42 +97,5 @@ func TestControlRecordsReadAndWriteBothSpellings(t *testing.T) {
 				t.Errorf("%s stored as %s: no %s", key, e.Value(), w)
 			}
 		}
-	}
-}
-
-// A lane query from an admin of the previous version (snake_case) is understood, and the
-// answer carries the old keys for it as well.
-func TestLaneQueriesReadAndAnswerBothSpellings(t *testing.T) {
-	t.Parallel()
-	s := queuetest.Server(t)
-	nc := queuetest.Conn(t, s)
-	ctx := context.Background()
-	q, err := queue.Open(ctx, nc, queue.Config{}, queue.CreateOrUpdate)
-	if err != nil {
-		t.Fatal(err)
-	}
-	next := time.Date(2026, 12, 6, 11, 0, 0, 0, time.UTC)
-	asked := make(chan request.LaneQuery, 1)
-	stop, err := q.ServeLaneQueries(func(_ context.Context, lq request.LaneQuery) (any, error) {
-		asked <- lq
-		return []schedule.LaneInfo{{Subject: "dispatch.requests.0.YQ", NextSend: next}}, nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stop()
-	m, err := nc.Request("dispatch.ctl.lanes", []byte(`{"by_due":true,"limit":3}`), 5*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if lq := <-asked; !lq.ByDue || lq.Limit != 3 {
-		t.Errorf("the old query was read as %+v", lq)
-	}
-	var answer []map[string]json.RawMessage
-	if err := json.Unmarshal(m.Data, &answer); err != nil || len(answer) != 1 {
-		t.Fatalf("answer %s: %v", m.Data, err)
-	}
-	if a := answer[0]; string(a["nextSend"]) != `"2026-12-06T11:00:00Z"` || string(a["next_send"]) != string(a["nextSend"]) {
-		t.Errorf("the answer %s does not carry nextSend under both keys", m.Data)
 	}
 }
