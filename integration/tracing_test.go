@@ -14,7 +14,6 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/penguinhq/dispatcher/pkg/admin"
-	"github.com/penguinhq/dispatcher/pkg/dispatch"
 	"github.com/penguinhq/dispatcher/pkg/ledger"
 	"github.com/penguinhq/dispatcher/pkg/queue"
 	"github.com/penguinhq/dispatcher/pkg/schedule"
@@ -88,7 +87,7 @@ func TestOneRequestIsOneTrace(t *testing.T) {
 			acc.SpanContext().TraceID(), acc.Parent().SpanID(), attr(acc, "dispatch.request_id"), callerTrace, callerSpan, id)
 	}
 	attempts := spansNamed(sr, "dispatch.attempt")
-	wantOutcomes := []string{dispatch.OutcomeTransient, dispatch.OutcomeTransient, dispatch.OutcomeDelivered}
+	wantOutcomes := []string{schedule.OutcomeTransient, schedule.OutcomeTransient, schedule.OutcomeDelivered}
 	wantStatus := []string{"503", "503", "200"}
 	arrivals := arrivalsOf(s.ledger, "traced")
 	if len(attempts) != 3 || len(arrivals) != 3 {
@@ -155,7 +154,7 @@ func TestOneRequestIsOneTrace(t *testing.T) {
 		}
 		return last != nil
 	})
-	if ev := last.Events(); len(ev) != 1 || ev[0].Name != "dispatch.dead_lettered" || attr(last, "dispatch.outcome") != dispatch.OutcomePermanent {
+	if ev := last.Events(); len(ev) != 1 || ev[0].Name != "dispatch.dead_lettered" || attr(last, "dispatch.outcome") != schedule.OutcomePermanent {
 		t.Fatalf("the doomed request's attempt span: outcome %s, events %v; want a permanent failure with one dead_lettered event", attr(last, "dispatch.outcome"), ev)
 	}
 	original := last.SpanContext().TraceID()
@@ -174,7 +173,7 @@ func TestOneRequestIsOneTrace(t *testing.T) {
 	}
 	waitFor(t, time.Minute, "the replayed request to be delivered", func() bool {
 		for _, sp := range spansNamed(sr, "dispatch.attempt") {
-			if attr(sp, "dispatch.request_id") == doomed && attr(sp, "dispatch.outcome") == dispatch.OutcomeDelivered {
+			if attr(sp, "dispatch.request_id") == doomed && attr(sp, "dispatch.outcome") == schedule.OutcomeDelivered {
 				return true
 			}
 		}

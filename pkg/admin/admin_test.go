@@ -17,13 +17,13 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/penguinhq/dispatcher/pkg/admin"
-	"github.com/penguinhq/dispatcher/pkg/dispatch"
 	"github.com/penguinhq/dispatcher/pkg/governor"
 	"github.com/penguinhq/dispatcher/pkg/httpapi"
 	"github.com/penguinhq/dispatcher/pkg/introspect"
 	"github.com/penguinhq/dispatcher/pkg/queue"
 	"github.com/penguinhq/dispatcher/pkg/queue/queuetest"
 	"github.com/penguinhq/dispatcher/pkg/request"
+	"github.com/penguinhq/dispatcher/pkg/schedule"
 )
 
 // fixture is an admin Service on a real embedded JetStream server, with no dispatcher
@@ -365,7 +365,7 @@ func TestLaneQueriesStopWaitingOnceEveryKnownDispatcherAnswered(t *testing.T) {
 		stop, err := q.ServeQuestions(func(_ context.Context, name string, _ []byte) ([]byte, error) {
 			switch name {
 			case introspect.NameActivity:
-				act := introspect.Activity{Window: introspect.ActivityWindow, Outcomes: map[string]int{dispatch.OutcomeDelivered: 6}}
+				act := introspect.Activity{Window: introspect.ActivityWindow, Outcomes: map[string]int{schedule.OutcomeDelivered: 6}}
 				return json.Marshal(introspect.ActivityAnswer{Instance: id, Activity: &act})
 			case introspect.NameBudget:
 				return json.Marshal(introspect.BudgetAnswer{Instance: id, Budget: &governor.BudgetState{}})
@@ -382,7 +382,7 @@ func TestLaneQueriesStopWaitingOnceEveryKnownDispatcherAnswered(t *testing.T) {
 	if took := time.Since(first); took < wait {
 		t.Fatalf("the first query took %s: it cannot know how many answer before the lane wait (%s)", took, wait)
 	}
-	if len(o.Instances) != 2 || o.Activity.Outcomes[dispatch.OutcomeDelivered] != 12 || o.SendsPerSecond() != 0.2 {
+	if len(o.Instances) != 2 || o.Activity.Outcomes[schedule.OutcomeDelivered] != 12 || o.SendsPerSecond() != 0.2 {
 		t.Fatalf("overview: %d instances, %v, %.2f/s; want both, their deliveries added up", len(o.Instances), o.Activity.Outcomes, o.SendsPerSecond())
 	}
 	second := time.Now()

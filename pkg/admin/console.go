@@ -8,10 +8,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/penguinhq/dispatcher/pkg/dispatch"
 	"github.com/penguinhq/dispatcher/pkg/introspect"
 	"github.com/penguinhq/dispatcher/pkg/queue"
 	"github.com/penguinhq/dispatcher/pkg/request"
+	"github.com/penguinhq/dispatcher/pkg/schedule"
 )
 
 // What the operators' console reads beyond the admin API's calls: one client on one
@@ -46,7 +46,7 @@ type QueuedRequest struct {
 // LastDelivery is the end of the client's last delivered attempt that History holds.
 func (v ClientView) LastDelivery() (introspect.Attempt, bool) {
 	for i := len(v.History) - 1; i >= 0; i-- {
-		if v.History[i].Outcome == dispatch.OutcomeDelivered {
+		if v.History[i].Outcome == schedule.OutcomeDelivered {
 			return v.History[i], true
 		}
 	}
@@ -119,7 +119,7 @@ func (o Overview) SendsPerSecond() float64 {
 	if o.Activity.Window <= 0 {
 		return 0
 	}
-	return float64(o.Activity.Outcomes[dispatch.OutcomeDelivered]) / o.Activity.Window.Seconds()
+	return float64(o.Activity.Outcomes[schedule.OutcomeDelivered]) / o.Activity.Window.Seconds()
 }
 
 // Overview reads the service's state and every dispatcher's last minute. Parts that

@@ -7,6 +7,7 @@ import (
 
 	"github.com/penguinhq/dispatcher/pkg/dispatch"
 	"github.com/penguinhq/dispatcher/pkg/introspect"
+	"github.com/penguinhq/dispatcher/pkg/schedule"
 )
 
 // Two instances' histories of a client that moved between them hold more gaps than the
@@ -22,7 +23,7 @@ func TestTheGapChartDrawsTheLastGapsWithinItsWidth(t *testing.T) {
 			gap = 4 * time.Second // the oldest, not drawn: still counted
 		}
 		history = append(history, introspect.Attempt{ID: fmt.Sprint(i), Start: t0.Add(time.Duration(i) * 6 * time.Second),
-			HasGap: true, Gap: gap, Interval: 5 * time.Second, Outcome: dispatch.OutcomeDelivered})
+			HasGap: true, Gap: gap, Interval: 5 * time.Second, Outcome: schedule.OutcomeDelivered})
 	}
 	d := gapChart(history)
 	if len(d.Bars) != dispatch.HistoryPerClient {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/penguinhq/dispatcher/pkg/introspect"
 	"github.com/penguinhq/dispatcher/pkg/request"
+	"github.com/penguinhq/dispatcher/pkg/schedule"
 )
 
 // What an instance did lately, kept for the operators' console: each client's last
@@ -61,7 +62,7 @@ type attemptRecord struct {
 	hasGap        bool
 }
 
-var outcomes = []string{OutcomeDelivered, OutcomeTransient, OutcomePermanent}
+var outcomes = []string{schedule.OutcomeDelivered, schedule.OutcomeTransient, schedule.OutcomePermanent}
 
 func record(at introspect.Attempt) attemptRecord {
 	r := attemptRecord{id: at.ID, start: at.Start.UnixNano(), end: at.End.UnixNano(), gap: at.Gap, interval: at.Interval,

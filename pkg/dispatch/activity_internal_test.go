@@ -7,6 +7,7 @@ import (
 
 	"github.com/penguinhq/dispatcher/pkg/introspect"
 	"github.com/penguinhq/dispatcher/pkg/request"
+	"github.com/penguinhq/dispatcher/pkg/schedule"
 )
 
 func TestHistoryKeepsEachClientsLastAttemptsInOrder(t *testing.T) {
@@ -15,19 +16,19 @@ func TestHistoryKeepsEachClientsLastAttemptsInOrder(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	for i := range HistoryPerClient + 5 {
 		at := t0.Add(time.Duration(i) * time.Second)
-		a.attempt(request.Lane{Token: "a"}, introspect.Attempt{ID: fmt.Sprint(i), Start: at, End: at, Outcome: OutcomeDelivered, Status: 200})
+		a.attempt(request.Lane{Token: "a"}, introspect.Attempt{ID: fmt.Sprint(i), Start: at, End: at, Outcome: schedule.OutcomeDelivered, Status: 200})
 	}
 	h := a.history(request.Lane{Token: "a"})
 	if len(h) != HistoryPerClient || h[0].ID != "5" || h[len(h)-1].ID != fmt.Sprint(HistoryPerClient+4) {
 		t.Fatalf("history of %d from %s to %s; want the last %d, oldest first", len(h), h[0].ID, h[len(h)-1].ID, HistoryPerClient)
 	}
 	kept := introspect.Attempt{ID: "k", Attempt: 3, Start: t0, End: t0.Add(time.Millisecond), Gap: 5*time.Second + 1234, HasGap: true,
-		Interval: 5 * time.Second, Outcome: OutcomeTransient, Status: 503}
+		Interval: 5 * time.Second, Outcome: schedule.OutcomeTransient, Status: 503}
 	a.attempt(request.Lane{Token: "k"}, kept)
-	a.attempt(request.Lane{Token: "k"}, introspect.Attempt{ID: "k2", Start: t0, End: t0, Outcome: OutcomePermanent})
+	a.attempt(request.Lane{Token: "k"}, introspect.Attempt{ID: "k2", Start: t0, End: t0, Outcome: schedule.OutcomePermanent})
 	if h := a.history(request.Lane{Token: "k"}); len(h) != 2 || !h[0].Start.Equal(kept.Start) || !h[0].End.Equal(kept.End) ||
 		h[0].ID != kept.ID || h[0].Attempt != 3 || h[0].Gap != kept.Gap || !h[0].HasGap || h[0].Interval != kept.Interval ||
-		h[0].Outcome != kept.Outcome || h[0].Status != 503 || h[1].HasGap || h[1].Outcome != OutcomePermanent {
+		h[0].Outcome != kept.Outcome || h[0].Status != 503 || h[1].HasGap || h[1].Outcome != schedule.OutcomePermanent {
 		t.Fatalf("history of k: %+v; want %+v kept as it was, then k2", h, kept)
 	}
 	a = newActivity(2)
@@ -45,19 +46,19 @@ func TestActivityCountsTheLastMinuteOnly(t *testing.T) {
 	a := newActivity(0)
 	now := time.Date(2026, 1, 1, 0, 10, 0, 0, time.UTC)
 	old := now.Add(-2 * introspect.ActivityWindow)
-	a.attempt(request.Lane{Token: "x"}, introspect.Attempt{Start: old, End: old, Outcome: OutcomeTransient})
+	a.attempt(request.Lane{Token: "x"}, introspect.Attempt{Start: old, End: old, Outcome: schedule.OutcomeTransient})
 	a.deadLettered("permanent_failure", old)
 	for i, took := range []time.Duration{time.Millisecond, 3 * time.Millisecond, 40 * time.Millisecond, time.Minute} {
 		end := now.Add(-time.Duration(i) * 10 * time.Second)
-		status, outcome := 200, OutcomeDelivered
+		status, outcome := 200, schedule.OutcomeDelivered
 		if i == 3 {
-			status, outcome = 0, OutcomeTransient
+			status, outcome = 0, schedule.OutcomeTransient
 		}
 		a.attempt(request.Lane{Token: "x"}, introspect.Attempt{Start: end.Add(-took), End: end, Outcome: outcome, Status: status})
 	}
 	a.deadLettered("max_attempts", now)
 	w := a.window(now)
-	if w.Outcomes[OutcomeDelivered] != 3 || w.Outcomes[OutcomeTransient] != 1 || w.Statuses["200"] != 3 || w.Statuses["error"] != 1 {
+	if w.Outcomes[schedule.OutcomeDelivered] != 3 || w.Outcomes[schedule.OutcomeTransient] != 1 || w.Statuses["200"] != 3 || w.Statuses["error"] != 1 {
 		t.Fatalf("outcomes %v, statuses %v; want 3 delivered (200) and 1 transient (error), the older ones left out", w.Outcomes, w.Statuses)
 	}
 	if len(w.DeadLetters) != 1 || w.DeadLetters["max_attempts"] != 1 {
@@ -85,7 +86,7 @@ func TestActivityCountsTheLastMinuteOnly(t *testing.T) {
 	var all introspect.Activity
 	all.Merge(w)
 	all.Merge(w)
-	if all.Outcomes[OutcomeDelivered] != 6 || all.Latency[0] != 2 || all.Window != w.Window {
+	if all.Outcomes[schedule.OutcomeDelivered] != 6 || all.Latency[0] != 2 || all.Window != w.Window {
 		t.Fatalf("merged twice: %v, latency %v", all.Outcomes, all.Latency)
 	}
 }
@@ -102,7 +103,7 @@ func BenchmarkActivityAttempt(b *testing.B) {
 	b.ReportAllocs()
 	i := 0
 	for b.Loop() {
-		a.attempt(lanes[i%len(lanes)], introspect.Attempt{ID: "r", Start: now, End: now, Outcome: OutcomeDelivered, Status: 200, HasGap: true})
+		a.attempt(lanes[i%len(lanes)], introspect.Attempt{ID: "r", Start: now, End: now, Outcome: schedule.OutcomeDelivered, Status: 200, HasGap: true})
 		i++
 	}
 }

@@ -3,7 +3,6 @@ package dispatch
 import (
 	"context"
 	"errors"
-	"net/http"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -151,8 +150,8 @@ func sleepUntil(ctx context.Context, now clock, t time.Time) bool {
 	}
 }
 
-// attempt sends st to raven once, and acts on the answer: removes it, dead-letters it, or
-// has the lane retry it.
+// attempt sends st to raven once, and acts on the answer as schedule.Policy.Decide
+// decides: removes it, dead-letters it, or has the lane retry it.
 func (d *Dispatcher) attempt(ctx context.Context, job schedule.Job, st request.Stored, sendBy time.Time) schedule.Result {
 	attempt, first := attemptsOf(job, st)+1, time.Time{}
 	if st.Seq == job.HeadSeq {
@@ -167,13 +166,13 @@ func (d *Dispatcher) attempt(ctx context.Context, job schedule.Job, st request.S
 	status, answer, err := d.send(sendCtx, st, attempt)
 	end := d.now()
 	startedWritten()
-	judged := judge(err)
+	dec := d.cfg.Decide(err, attempt, first, end)
 	var deadReason request.Reason // set below when this attempt dead-letters the request
 	if span != nil {
-		defer func() { endAttempt(span, judged, status, err, deadReason) }()
+		defer func() { endAttempt(span, dec.Outcome, status, err, deadReason) }()
 	}
-	d.cfg.Metrics.attempt(start, end, job.PrevEnd, job.Interval, judged)
-	d.noteAttempt(job, st, attempt, start, end, judged, status, err)
+	d.cfg.Metrics.attempt(start, end, job.PrevEnd, job.Interval, dec.Outcome)
+	d.noteAttempt(job, st, attempt, start, end, dec.Outcome, status, err)
 	// Fields are added per event, not through a child logger: no allocation per attempt
 	// when the level is off.
 	about := func(ev *zerolog.Event) *zerolog.Event {
@@ -186,11 +185,9 @@ func (d *Dispatcher) attempt(ctx context.Context, job schedule.Job, st request.S
 		about(ev).Dur("took", end.Sub(start)).Err(err).Msg("attempt")
 	}
 
-	res := schedule.Result{Lane: job.Lane, AttemptEnd: end, Took: end.Sub(start)}
-	why := request.Verdict{Attempts: attempt, FirstAttempt: first, LastAttempt: start, LastStatus: request.RavenStatus(err), Answer: answer}
-	res.Refused, res.PauseAll = overloaded(err, why.LastStatus)
-	switch judged {
-	case OutcomeDelivered:
+	res := schedule.Result{Lane: job.Lane, AttemptEnd: end, Took: end.Sub(start), Refused: dec.Refused, PauseAll: dec.PauseAll}
+	switch dec.Kind {
+	case schedule.Delivered:
 		if !d.settleDelivered(ctx, st, attempt, end, status, answer, sendBy) {
 			res.Kind = schedule.Failed // shutting down; the request stays and is sent again later
 			return res
@@ -200,20 +197,13 @@ func (d *Dispatcher) attempt(ctx context.Context, job schedule.Job, st request.S
 		}
 		res.Kind = schedule.Delivered
 		return res
-	case OutcomePermanent:
-		why.Reason = request.ReasonPermanent
-	default:
-		if why.Reason = d.cfg.GiveUp(attempt, first, end); why.Reason == "" {
-			var tr *request.TransientError
-			if errors.As(err, &tr) {
-				res.RetryAfter = tr.After
-			}
-			res.Kind, res.Seq, res.Attempts, res.FirstAttempt = schedule.Retry, st.Seq, attempt, first
-			about(d.log.Info()).Err(err).Dur("retry_after", res.RetryAfter).Msg(LogAttemptFailed)
-			d.recordFailed(st, attempt, end, why.LastStatus, answer, err)
-			return res
-		}
+	case schedule.Retry:
+		res.Kind, res.Seq, res.Attempts, res.FirstAttempt, res.RetryAfter = schedule.Retry, st.Seq, attempt, first, dec.RetryAfter
+		about(d.log.Info()).Err(err).Dur("retry_after", res.RetryAfter).Msg(LogAttemptFailed)
+		d.recordFailed(st, attempt, end, request.RavenStatus(err), answer, err)
+		return res
 	}
+	why := request.Verdict{Reason: dec.Reason, Attempts: attempt, FirstAttempt: first, LastAttempt: start, LastStatus: request.RavenStatus(err), Answer: answer}
 	if why.LastStatus == 0 {
 		why.LastError = err.Error()
 	}
@@ -226,21 +216,6 @@ func (d *Dispatcher) attempt(ctx context.Context, job schedule.Job, st request.S
 	about(d.log.Warn()).Str("reason", string(why.Reason)).Int("last_status", why.LastStatus).Msg("request dead-lettered")
 	res.Kind = schedule.DeadLettered
 	return res
-}
-
-// judge says what an attempt's error means: delivered (nil), a permanent failure (a
-// request.PermanentError), or a transient one. It is made here only, for the decision
-// and for the metrics alike.
-func judge(err error) string {
-	var perm *request.PermanentError
-	switch {
-	case err == nil:
-		return OutcomeDelivered
-	case errors.As(err, &perm):
-		return OutcomePermanent
-	default:
-		return OutcomeTransient
-	}
 }
 
 // attemptsOf is how many attempts of st this dispatcher made so far: those of the lane's
@@ -287,24 +262,4 @@ func (d *Dispatcher) retry(ctx context.Context, logged bool, op func() error) er
 		d.log.Info().Int("tries", tries).Msg("queue operation succeeded after retrying")
 	}
 	return err
-}
-
-// overloaded says whether an attempt's failure says raven is overloaded (429, 503, or
-// a timeout), and for a 503 with Retry-After how long raven asked every sender to wait.
-func overloaded(err error, status int) (bool, time.Duration) {
-	switch {
-	case err == nil:
-		return false, 0
-	case status == http.StatusServiceUnavailable:
-		var tr *request.TransientError
-		if errors.As(err, &tr) {
-			return true, tr.After
-		}
-		return true, 0
-	case status == http.StatusTooManyRequests:
-		return true, 0
-	case status == 0 && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, request.ErrNoAnswerInTime)):
-		return true, 0
-	}
-	return false, 0
 }

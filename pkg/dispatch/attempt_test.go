@@ -348,30 +348,3 @@ func TestMaxAgeEndsTheRetries(t *testing.T) {
 		}
 	})
 }
-
-// The attempt reads raven's outcome by the shared words alone (request's error types),
-// wrapped or not, as the queue and raven's client return them.
-func TestAttemptErrorsAreReadByTheSharedWords(t *testing.T) {
-	t.Parallel()
-	busy := fmt.Errorf("sending: %w", &request.TransientError{Status: 503, After: 3 * time.Second})
-	if got := judge(busy); got != OutcomeTransient {
-		t.Errorf("judge(503) = %s, want %s", got, OutcomeTransient)
-	}
-	if st := request.RavenStatus(busy); st != 503 {
-		t.Errorf("request.RavenStatus(503) = %d", st)
-	}
-	if over, wait := overloaded(busy, request.RavenStatus(busy)); !over || wait != 3*time.Second {
-		t.Errorf("overloaded(503, Retry-After 3s) = %v %s", over, wait)
-	}
-	refused := fmt.Errorf("sending: %w", &request.PermanentError{Status: 422})
-	if got, st := judge(refused), request.RavenStatus(refused); got != OutcomePermanent || st != 422 {
-		t.Errorf("judge(422) = %s (status %d), want %s", got, st, OutcomePermanent)
-	}
-	if over, _ := overloaded(refused, 422); over {
-		t.Error("a 422 counted as raven overloaded")
-	}
-	timedOut := fmt.Errorf("sending: %w", request.ErrNoAnswerInTime)
-	if over, _ := overloaded(timedOut, 0); !over || judge(timedOut) != OutcomeTransient {
-		t.Errorf("a timeout: overloaded %v, judged %s", over, judge(timedOut))
-	}
-}

@@ -11,9 +11,10 @@
 //   - Ownership (partitions.go): the partitions a lease.Leaser (pkg/lease: leases, their
 //     renewal, and the fence a new owner waits out, ADR 4) says are this instance's, each
 //     open to attempts within its lease and after its fence.
-//   - The attempt (attempt.go): a worker reads the head, sends it with a Sender (raven)
-//     and judges the answer; settle.go writes the outcome's event and removes or
-//     dead-letters the request (ADR 9); observe.go records it for operators.
+//   - The attempt (attempt.go): a worker reads the head and sends it with a Sender
+//     (raven); the policy decides what the answer means (schedule.Policy.Decide, pure);
+//     settle.go writes the outcome's event and removes or dead-letters the request (ADR
+//     9); observe.go records it for operators.
 //   - Raven's budget: a governor.Governor (pkg/governor) holds each instance to its
 //     share, with a token bucket, and runs adaptive mode (ADR 7).
 //   - Cancel (cancel.go): the owner of a client's partition removes a queued request that

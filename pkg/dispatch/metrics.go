@@ -7,6 +7,7 @@ import (
 
 	"github.com/penguinhq/dispatcher/pkg/governor"
 	"github.com/penguinhq/dispatcher/pkg/request"
+	"github.com/penguinhq/dispatcher/pkg/schedule"
 )
 
 // Metrics is what a Dispatcher counts, for Prometheus. No metric has a per-client label:
@@ -26,13 +27,6 @@ type Metrics struct {
 	cancels       *prometheus.CounterVec
 	reg           prometheus.Registerer
 }
-
-// Outcomes of an attempt, as the "outcome" label of dispatch_attempts_total.
-const (
-	OutcomeDelivered = "delivered"
-	OutcomeTransient = "transient_failure"
-	OutcomePermanent = "permanent_failure"
-)
 
 // NewMetrics registers the dispatcher's metrics with reg. None depends on the interval
 // configured at start: the kept gap is measured against the interval in force for each
@@ -97,7 +91,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	for _, w := range governor.Whys() {
 		m.rateChanges.WithLabelValues(w)
 	}
-	for _, o := range []string{OutcomeDelivered, OutcomeTransient, OutcomePermanent} {
+	for _, o := range []string{schedule.OutcomeDelivered, schedule.OutcomeTransient, schedule.OutcomePermanent} {
 		m.attempts.WithLabelValues(o)
 	}
 	for _, r := range request.Reasons { // every series from zero, as Prometheus asks
@@ -178,14 +172,14 @@ func (m *Metrics) attempt(start, end, prevEnd time.Time, interval time.Duration,
 			}
 		}
 	}
-	if outcome != OutcomeDelivered {
+	if outcome != schedule.OutcomeDelivered {
 		m.attempts.WithLabelValues(outcome).Inc()
 	}
 }
 
 func (m *Metrics) delivered() {
 	if m != nil {
-		m.attempts.WithLabelValues(OutcomeDelivered).Inc()
+		m.attempts.WithLabelValues(schedule.OutcomeDelivered).Inc()
 	}
 }
 
