@@ -39,21 +39,15 @@ func (d *Dispatcher) Lanes(ctx context.Context, lanes []request.Lane, limit int)
 	return d.askLoop(ctx, laneQuery{lanes: lanes, limit: limit})
 }
 
-// lanesOf are the lanes of a query's request subjects (the asks' wire carries subjects),
-// nil for nil, one for each subject: a subject that names no lane becomes a lane that is
-// nowhere (partition -1), described as none, so that the answer is as for any subject
-// this instance holds no lane for.
+// lanesOf are the lanes a question's request subjects name (the wire carries subjects).
+// A subject that names no lane is left out: no instance holds a lane for it, so it is
+// answered as any subject this one holds no lane for.
 func lanesOf(subjects []string) []request.Lane {
-	if subjects == nil {
-		return nil
-	}
-	lanes := make([]request.Lane, len(subjects))
-	for i, s := range subjects {
-		lane, err := request.LaneOf(s)
-		if err != nil {
-			lane = request.Lane{Partition: -1, Token: s}
+	lanes := make([]request.Lane, 0, len(subjects))
+	for _, s := range subjects {
+		if lane, err := request.LaneOf(s); err == nil {
+			lanes = append(lanes, lane)
 		}
-		lanes[i] = lane
 	}
 	return lanes
 }
@@ -87,7 +81,13 @@ func (d *Dispatcher) AnswerLanes(ctx context.Context, q introspect.LanesQuestion
 	if limit <= 0 || limit > introspect.MaxLanes {
 		limit = introspect.MaxLanes
 	}
-	lanes, err := d.Lanes(ctx, lanesOf(q.Subjects), limit)
+	var of []request.Lane // none: every lane, up to limit
+	if len(q.Subjects) > 0 {
+		if of = lanesOf(q.Subjects); len(of) == 0 {
+			return nil, nil // none names a lane
+		}
+	}
+	lanes, err := d.Lanes(ctx, of, limit)
 	if err != nil {
 		return nil, err
 	}
