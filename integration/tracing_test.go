@@ -87,7 +87,7 @@ func TestOneRequestIsOneTrace(t *testing.T) {
 			acc.SpanContext().TraceID(), acc.Parent().SpanID(), attr(acc, "dispatch.request_id"), callerTrace, callerSpan, id)
 	}
 	attempts := spansNamed(sr, "dispatch.attempt")
-	wantOutcomes := []string{schedule.OutcomeTransient, schedule.OutcomeTransient, schedule.OutcomeDelivered}
+	wantOutcomes := []schedule.Outcome{schedule.OutcomeTransient, schedule.OutcomeTransient, schedule.OutcomeDelivered}
 	wantStatus := []string{"503", "503", "200"}
 	arrivals := arrivalsOf(s.ledger, "traced")
 	if len(attempts) != 3 || len(arrivals) != 3 {
@@ -100,7 +100,7 @@ func TestOneRequestIsOneTrace(t *testing.T) {
 		if got := attr(sp, "dispatch.attempt"); got != []string{"1", "2", "3"}[i] {
 			t.Errorf("attempt span %d says attempt %s", i+1, got)
 		}
-		if attr(sp, "dispatch.outcome") != wantOutcomes[i] || attr(sp, "http.response.status_code") != wantStatus[i] || attr(sp, "dispatch.request_id") != id {
+		if attr(sp, "dispatch.outcome") != string(wantOutcomes[i]) || attr(sp, "http.response.status_code") != wantStatus[i] || attr(sp, "dispatch.request_id") != id {
 			t.Errorf("attempt %d: outcome %q, status %q, request %q; want %s, %s, %s", i+1, attr(sp, "dispatch.outcome"),
 				attr(sp, "http.response.status_code"), attr(sp, "dispatch.request_id"), wantOutcomes[i], wantStatus[i], id)
 		}
@@ -154,7 +154,7 @@ func TestOneRequestIsOneTrace(t *testing.T) {
 		}
 		return last != nil
 	})
-	if ev := last.Events(); len(ev) != 1 || ev[0].Name != "dispatch.dead_lettered" || attr(last, "dispatch.outcome") != schedule.OutcomePermanent {
+	if ev := last.Events(); len(ev) != 1 || ev[0].Name != "dispatch.dead_lettered" || attr(last, "dispatch.outcome") != string(schedule.OutcomePermanent) {
 		t.Fatalf("the doomed request's attempt span: outcome %s, events %v; want a permanent failure with one dead_lettered event", attr(last, "dispatch.outcome"), ev)
 	}
 	original := last.SpanContext().TraceID()
@@ -173,7 +173,7 @@ func TestOneRequestIsOneTrace(t *testing.T) {
 	}
 	waitFor(t, time.Minute, "the replayed request to be delivered", func() bool {
 		for _, sp := range spansNamed(sr, "dispatch.attempt") {
-			if attr(sp, "dispatch.request_id") == doomed && attr(sp, "dispatch.outcome") == schedule.OutcomeDelivered {
+			if attr(sp, "dispatch.request_id") == doomed && attr(sp, "dispatch.outcome") == string(schedule.OutcomeDelivered) {
 				return true
 			}
 		}

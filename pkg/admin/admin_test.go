@@ -365,7 +365,7 @@ func TestLaneQueriesStopWaitingOnceEveryKnownDispatcherAnswered(t *testing.T) {
 		stop, err := q.ServeQuestions(func(_ context.Context, name string, _ []byte) ([]byte, error) {
 			switch name {
 			case introspect.NameActivity:
-				act := introspect.Activity{Window: introspect.ActivityWindow, Outcomes: map[string]int{schedule.OutcomeDelivered: 6}}
+				act := introspect.Activity{Window: introspect.ActivityWindow, Outcomes: map[schedule.Outcome]int{schedule.OutcomeDelivered: 6}}
 				return json.Marshal(introspect.ActivityAnswer{Instance: id, Activity: &act})
 			case introspect.NameBudget:
 				return json.Marshal(introspect.BudgetAnswer{Instance: id, Budget: &governor.BudgetState{}})

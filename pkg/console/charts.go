@@ -228,6 +228,5 @@ var funcs = template.FuncMap{
 		}
 		return strings.Join(s, ", ")
 	},
-	"add": func(a, b int) int { return a + b },
 	"sub": func(a, b float64) float64 { return a - b },
 }

@@ -9,7 +9,9 @@ import (
 
 	"github.com/penguinhq/dispatcher/pkg/admin"
 	"github.com/penguinhq/dispatcher/pkg/governor"
+	"github.com/penguinhq/dispatcher/pkg/introspect"
 	"github.com/penguinhq/dispatcher/pkg/request"
+	"github.com/penguinhq/dispatcher/pkg/schedule"
 )
 
 // renderPage executes page name's template with data, as Console.render does.
@@ -48,6 +50,18 @@ func TestTheBudgetSaysNoLimitRatherThanZero(t *testing.T) {
 		if !strings.Contains(page, want) {
 			t.Errorf("the overview's budget does not say %q:\n%s", want, page[strings.Index(page, `id="h-budget"`):])
 		}
+	}
+}
+
+// Each instance's row on the overview counts its deliveries and its failures (transient
+// and permanent together) from its last minute.
+func TestTheOverviewCountsEachInstancesOutcomes(t *testing.T) {
+	t.Parallel()
+	act := introspect.Activity{Outcomes: map[schedule.Outcome]int{schedule.OutcomeDelivered: 7, schedule.OutcomeTransient: 2, schedule.OutcomePermanent: 1}, Lanes: 3, InFlight: 1, Owned: 4}
+	o := admin.Overview{Instances: []admin.InstanceActivity{{Instance: "d1", Activity: act}}}
+	page := renderPage(t, "overview", time.Now(), overviewData{Overview: o})
+	if want := `<td>d1</td><td class="num">3</td><td class="num">1</td><td class="num">4</td><td class="num">7</td><td class="num">3</td>`; !strings.Contains(page, want) {
+		t.Errorf("the overview's instances do not say %q:\n%s", want, page)
 	}
 }
 

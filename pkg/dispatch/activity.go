@@ -30,7 +30,7 @@ const (
 
 type slot struct {
 	epoch    int64 // start of the slot, in slotLengths since the Unix epoch
-	outcomes map[string]int
+	outcomes map[schedule.Outcome]int
 	statuses map[int]int // 0: no answer
 	latency  []int
 	dead     map[string]int
@@ -62,12 +62,10 @@ type attemptRecord struct {
 	hasGap        bool
 }
 
-var outcomes = []string{schedule.OutcomeDelivered, schedule.OutcomeTransient, schedule.OutcomePermanent}
-
 func record(at introspect.Attempt) attemptRecord {
 	r := attemptRecord{id: at.ID, start: at.Start.UnixNano(), end: at.End.UnixNano(), gap: at.Gap, interval: at.Interval,
 		attempt: int32(min(at.Attempt, 1<<31-1)), status: int16(at.Status), hasGap: at.HasGap, outcome: outcomeUnknown}
-	for i, o := range outcomes {
+	for i, o := range schedule.Outcomes {
 		if o == at.Outcome {
 			r.outcome = uint8(i)
 		}
@@ -75,14 +73,14 @@ func record(at introspect.Attempt) attemptRecord {
 	return r
 }
 
-// outcomeUnknown stands for an outcome not among outcomes: shown as "unknown", never
-// as one it was not.
+// outcomeUnknown stands for an outcome not among schedule.Outcomes: shown as "unknown",
+// never as one it was not.
 const outcomeUnknown = 255
 
 func (r attemptRecord) Attempt() introspect.Attempt {
-	outcome := "unknown"
-	if int(r.outcome) < len(outcomes) {
-		outcome = outcomes[r.outcome]
+	outcome := schedule.Outcome("unknown")
+	if int(r.outcome) < len(schedule.Outcomes) {
+		outcome = schedule.Outcomes[r.outcome]
 	}
 	return introspect.Attempt{ID: r.id, Attempt: int(r.attempt), Start: time.Unix(0, r.start), End: time.Unix(0, r.end),
 		Gap: r.gap, HasGap: r.hasGap, Interval: r.interval, Outcome: outcome, Status: int(r.status)}
@@ -97,7 +95,7 @@ func (a *activity) at(t time.Time) *slot {
 	epoch := t.UnixNano() / int64(slotLength)
 	s := &a.slots[epoch%int64(slots)]
 	if s.epoch != epoch || s.outcomes == nil {
-		*s = slot{epoch: epoch, outcomes: map[string]int{}, statuses: map[int]int{}, latency: make([]int, len(introspect.LatencyBounds)+1), dead: map[string]int{}}
+		*s = slot{epoch: epoch, outcomes: map[schedule.Outcome]int{}, statuses: map[int]int{}, latency: make([]int, len(introspect.LatencyBounds)+1), dead: map[string]int{}}
 	}
 	return s
 }
@@ -184,7 +182,7 @@ func (a *activity) window(now time.Time) introspect.Activity {
 	// The slots summed: slots-1 whole ones and the one now filling, which began at
 	// newest; the counts cover that long, not the whole ActivityWindow.
 	covered := time.Duration(slots-1)*slotLength + time.Duration(now.UnixNano()-newest*int64(slotLength))
-	out := introspect.Activity{Window: covered, Outcomes: map[string]int{}, Statuses: map[string]int{}, Latency: make([]int, len(introspect.LatencyBounds)+1), DeadLetters: map[string]int{}}
+	out := introspect.Activity{Window: covered, Outcomes: map[schedule.Outcome]int{}, Statuses: map[string]int{}, Latency: make([]int, len(introspect.LatencyBounds)+1), DeadLetters: map[string]int{}}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for i := range a.slots {
@@ -208,7 +206,7 @@ func (a *activity) window(now time.Time) introspect.Activity {
 	return out
 }
 
-func add(to, from map[string]int) {
+func add[K comparable](to, from map[K]int) {
 	for k, n := range from {
 		to[k] += n
 	}

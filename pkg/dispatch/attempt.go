@@ -66,7 +66,7 @@ func (l *loop) startDue() {
 			part.inFlight++
 			token := g.Started(now, job.SendAt)
 			sendBy := part.validUntil // read here: the loop moves it on as leases are renewed
-			go func() { l.results <- outcome{Result: l.d.work(l.workCtx, job, sendBy), partition: p, token: token} }()
+			go func() { l.results <- finished{Result: l.d.work(l.workCtx, job, sendBy), partition: p, token: token} }()
 		}
 	}
 }

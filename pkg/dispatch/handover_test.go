@@ -31,7 +31,7 @@ func newTestLoop(t testing.TB, b *bundle) *loop {
 
 // result waits for one worker's outcome and hands it back to the loop. In a bubble its
 // 10 s pass only when no worker can finish.
-func (l *loop) result(t testing.TB) outcome {
+func (l *loop) result(t testing.TB) finished {
 	t.Helper()
 	select {
 	case r := <-l.results:
@@ -39,7 +39,7 @@ func (l *loop) result(t testing.TB) outcome {
 		return r
 	case <-time.After(10 * time.Second):
 		t.Fatal("no worker finished")
-		return outcome{}
+		return finished{}
 	}
 }
 

@@ -20,7 +20,7 @@ type loop struct {
 	owned     map[int]*partition
 	releasing bool              // a hand-back waits for attempts in flight to come within the budget's share
 	notes     chan request.Lane // lanes with (perhaps) new requests: watch and lister
-	results   chan outcome      // finished attempts: workers
+	results   chan finished     // finished attempts: workers
 	listReq   chan int          // partitions to list: to the lister
 	steers    chan request.SteerChange
 	events    chan lease.Event // the leaser's
@@ -30,7 +30,7 @@ type loop struct {
 	stopWork  context.CancelFunc // ends workCtx
 }
 
-type outcome struct {
+type finished struct {
 	schedule.Result
 	partition int
 	token     bool // the attempt took a token of raven's budget
@@ -42,7 +42,7 @@ func newLoop(d *Dispatcher, ctx context.Context) *loop {
 		sched:   schedule.New(d.cfg.Policy, d.rand),
 		owned:   make(map[int]*partition),
 		notes:   make(chan request.Lane, 1<<16),
-		results: make(chan outcome, d.cfg.MaxInFlight),
+		results: make(chan finished, d.cfg.MaxInFlight),
 		listReq: make(chan int, 4096),
 		steers:  make(chan request.SteerChange, 1024),
 		events:  make(chan lease.Event, d.src.Partitions()*2+16),

@@ -91,8 +91,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	for _, w := range governor.Whys() {
 		m.rateChanges.WithLabelValues(w)
 	}
-	for _, o := range []string{schedule.OutcomeDelivered, schedule.OutcomeTransient, schedule.OutcomePermanent} {
-		m.attempts.WithLabelValues(o)
+	for _, o := range schedule.Outcomes {
+		m.attempts.WithLabelValues(string(o))
 	}
 	for _, r := range request.Reasons { // every series from zero, as Prometheus asks
 		m.deadLetters.WithLabelValues(string(r))
@@ -156,9 +156,9 @@ func (m *Metrics) RateChanged(why string) {
 	}
 }
 
-// attempt counts one attempt and its gap; outcome is judge's, and delivered attempts
-// are counted by delivered, once the request is removed.
-func (m *Metrics) attempt(start, end, prevEnd time.Time, interval time.Duration, outcome string) {
+// attempt counts one attempt and its gap; outcome is the decision's, and delivered
+// attempts are counted by delivered, once the request is removed.
+func (m *Metrics) attempt(start, end, prevEnd time.Time, interval time.Duration, outcome schedule.Outcome) {
 	if m == nil {
 		return
 	}
@@ -173,13 +173,13 @@ func (m *Metrics) attempt(start, end, prevEnd time.Time, interval time.Duration,
 		}
 	}
 	if outcome != schedule.OutcomeDelivered {
-		m.attempts.WithLabelValues(outcome).Inc()
+		m.attempts.WithLabelValues(string(outcome)).Inc()
 	}
 }
 
 func (m *Metrics) delivered() {
 	if m != nil {
-		m.attempts.WithLabelValues(schedule.OutcomeDelivered).Inc()
+		m.attempts.WithLabelValues(string(schedule.OutcomeDelivered)).Inc()
 	}
 }
 

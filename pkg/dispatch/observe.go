@@ -18,7 +18,7 @@ import (
 // deciding it (attempt.go) and settling it (settle.go).
 
 // noteAttempt remembers an attempt for the console (Activity and the client's history).
-func (d *Dispatcher) noteAttempt(job schedule.Job, st request.Stored, attempt int, start, end time.Time, outcome string, status int, err error) {
+func (d *Dispatcher) noteAttempt(job schedule.Job, st request.Stored, attempt int, start, end time.Time, outcome schedule.Outcome, status int, err error) {
 	if err != nil {
 		status = request.RavenStatus(err)
 	}
@@ -60,13 +60,13 @@ func (d *Dispatcher) startAttempt(ctx context.Context, job schedule.Job, st requ
 
 // endAttempt ends an attempt's span with its outcome, raven's status, and the
 // dead-lettering it led to, if it did.
-func endAttempt(span trace.Span, outcome string, status int, err error, deadReason request.Reason) {
-	span.SetAttributes(attribute.String("dispatch.outcome", outcome))
+func endAttempt(span trace.Span, outcome schedule.Outcome, status int, err error, deadReason request.Reason) {
+	span.SetAttributes(attribute.String("dispatch.outcome", string(outcome)))
 	if status != 0 {
 		span.SetAttributes(attribute.Int("http.response.status_code", status))
 	}
 	if err != nil {
-		span.SetStatus(codes.Error, outcome)
+		span.SetStatus(codes.Error, string(outcome))
 	}
 	if deadReason != "" {
 		span.AddEvent("dispatch.dead_lettered", trace.WithAttributes(attribute.String("dispatch.reason", string(deadReason))))

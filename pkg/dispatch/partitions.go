@@ -126,7 +126,7 @@ func (l *loop) notify(lane request.Lane) {
 
 // done takes a finished attempt back: the lane goes on, unless its partition is no
 // longer open to attempts.
-func (l *loop) done(r outcome) {
+func (l *loop) done(r finished) {
 	now := l.d.now()
 	l.sched.Done(r.Result, now)
 	l.d.gov.Finished(r.Result, r.token, now)

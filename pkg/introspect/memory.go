@@ -1,6 +1,10 @@
 package introspect
 
-import "time"
+import (
+	"time"
+
+	"github.com/penguinhq/dispatcher/pkg/schedule"
+)
 
 // The parts of the answers that describe what an instance did lately: its memory of
 // clients' attempts, of its last minute and of its deliveries (kept by pkg/dispatch,
@@ -15,12 +19,12 @@ type Attempt struct {
 	// Gap is the time from the end of the client's previous attempt (by this instance's
 	// clock, or the fence an earlier owner left) to the start of this one; HasGap is false
 	// for a client's first attempt.
-	Gap      time.Duration `json:"gap"`
-	HasGap   bool          `json:"hasGap" was:"has_gap"`
-	Interval time.Duration `json:"interval"` // in force for the client at the attempt
-	Outcome  string        `json:"outcome"`
-	Status   int           `json:"status,omitempty"` // raven's HTTP status; 0 when it gave none
-	Instance string        `json:"instance,omitempty"`
+	Gap      time.Duration    `json:"gap"`
+	HasGap   bool             `json:"hasGap" was:"has_gap"`
+	Interval time.Duration    `json:"interval"` // in force for the client at the attempt
+	Outcome  schedule.Outcome `json:"outcome"`
+	Status   int              `json:"status,omitempty"` // raven's HTTP status; 0 when it gave none
+	Instance string           `json:"instance,omitempty"`
 }
 
 // Activity is one instance's last ActivityWindow: attempts by outcome, raven's answers by
@@ -29,14 +33,14 @@ type Attempt struct {
 type Activity struct {
 	// Window is how long the counts cover: from ActivityWindow less one slot (5 s) to
 	// ActivityWindow, as the newest slot fills. Rates divide by it.
-	Window      time.Duration  `json:"window"`
-	Outcomes    map[string]int `json:"outcomes"`
-	Statuses    map[string]int `json:"statuses"`
-	Latency     []int          `json:"latency"`
-	DeadLetters map[string]int `json:"deadLetters" was:"dead_letters"`
-	InFlight    int            `json:"inFlight" was:"in_flight"`
-	Lanes       int            `json:"lanes"`
-	Owned       int            `json:"owned"`
+	Window      time.Duration            `json:"window"`
+	Outcomes    map[schedule.Outcome]int `json:"outcomes"`
+	Statuses    map[string]int           `json:"statuses"`
+	Latency     []int                    `json:"latency"`
+	DeadLetters map[string]int           `json:"deadLetters" was:"dead_letters"`
+	InFlight    int                      `json:"inFlight" was:"in_flight"`
+	Lanes       int                      `json:"lanes"`
+	Owned       int                      `json:"owned"`
 }
 
 // ActivityWindow is how far back Activity reaches.
@@ -58,7 +62,7 @@ type Delivery struct {
 	Delivered time.Time `json:"deliveredAt" was:"delivered_at"`
 }
 
-func add(to, from map[string]int) {
+func add[K comparable](to, from map[K]int) {
 	for k, n := range from {
 		to[k] += n
 	}
@@ -67,7 +71,7 @@ func add(to, from map[string]int) {
 // Merge adds o's counts to a (instances' activities, for the whole service).
 func (a *Activity) Merge(o Activity) {
 	if a.Outcomes == nil {
-		*a = Activity{Window: o.Window, Outcomes: map[string]int{}, Statuses: map[string]int{}, Latency: make([]int, len(LatencyBounds)+1), DeadLetters: map[string]int{}}
+		*a = Activity{Window: o.Window, Outcomes: map[schedule.Outcome]int{}, Statuses: map[string]int{}, Latency: make([]int, len(LatencyBounds)+1), DeadLetters: map[string]int{}}
 	}
 	add(a.Outcomes, o.Outcomes)
 	add(a.Statuses, o.Statuses)
@@ -103,4 +107,13 @@ func (a Activity) Quantile(q float64) time.Duration {
 		}
 	}
 	return -1
+}
+
+// Of is how many attempts came to any of outcomes.
+func (a Activity) Of(outcomes ...schedule.Outcome) int {
+	n := 0
+	for _, o := range outcomes {
+		n += a.Outcomes[o]
+	}
+	return n
 }

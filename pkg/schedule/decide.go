@@ -9,13 +9,19 @@ import (
 	"github.com/penguinhq/dispatcher/pkg/request"
 )
 
-// Outcomes of an attempt, as raven's answer makes them: the "outcome" label of
+// Outcome is what an attempt came to, as raven's answer makes it: the "outcome" label of
 // dispatch_attempts_total, and of the console's attempts.
+type Outcome string
+
+// The outcomes of an attempt.
 const (
-	OutcomeDelivered = "delivered"
-	OutcomeTransient = "transient_failure"
-	OutcomePermanent = "permanent_failure"
+	OutcomeDelivered Outcome = "delivered"
+	OutcomeTransient Outcome = "transient_failure"
+	OutcomePermanent Outcome = "permanent_failure"
 )
+
+// Outcomes lists every outcome.
+var Outcomes = []Outcome{OutcomeDelivered, OutcomeTransient, OutcomePermanent}
 
 // Decision is what one attempt's answer means, decided here only: its outcome, what
 // becomes of the request (Kind: Delivered, Retry or DeadLettered, with the Reason), and
@@ -23,7 +29,7 @@ const (
 // dead-letters it, or has the lane retry) and observes it (events, metrics, activity,
 // spans) apart.
 type Decision struct {
-	Outcome string
+	Outcome Outcome
 	Kind    Kind
 	// Reason is why the request is dead-lettered, for DeadLettered.
 	Reason request.Reason
@@ -62,7 +68,7 @@ func (p Policy) Decide(err error, attempt int, first, end time.Time) Decision {
 	return d
 }
 
-func outcomeOf(err error) string {
+func outcomeOf(err error) Outcome {
 	var perm *request.PermanentError
 	switch {
 	case err == nil:
