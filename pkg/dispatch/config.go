@@ -62,7 +62,7 @@ type Config struct {
 
 	// Steering brings operators' changes (intervals, pause, purge) while running. Nil
 	// means none: the Policy holds.
-	Steering Steering
+	Steering SteeringSource
 	// Metrics, if not nil, counts what the dispatcher does.
 	Metrics *Metrics
 	// Events, if not nil, hears each request's outcomes: attempts started and failed,

@@ -126,7 +126,7 @@ func (l *loop) own(ctx context.Context) (leaserDone <-chan struct{}, releaseAll 
 		close(done)
 		now := d.now()
 		for p := range d.src.Partitions() {
-			l.acquire(p, now, time.Time{}, time.Time{})
+			l.take(p, now, time.Time{}, time.Time{})
 		}
 		d.log.Info().Int("partitions", d.src.Partitions()).Stringer("fence", l.sched.Interval()).Msg("dispatcher owns every partition; first sends wait one interval")
 		return done, func(context.Context) {}

@@ -26,9 +26,10 @@ func lapsed(validUntil, now time.Time) bool {
 	return !validUntil.IsZero() && !now.Before(validUntil)
 }
 
-// acquire makes partition p ours from now, or from notBefore if that is later (see the
-// leaser's fencing); the scheduler adds the interval.
-func (l *loop) acquire(p int, now, validUntil, notBefore time.Time) {
+// take opens partition p to this loop's attempts from now, or from notBefore if that is
+// later (the fence the leaser, which acquired its lease, times); the scheduler adds the
+// interval.
+func (l *loop) take(p int, now, validUntil, notBefore time.Time) {
 	part := &partition{since: schedule.Later(now, notBefore), validUntil: validUntil}
 	if old := l.owned[p]; old != nil {
 		part.inFlight = old.inFlight // results of an earlier tenure still on their way
@@ -57,7 +58,7 @@ func (l *loop) ownership(e lease.Event) {
 	part := l.owned[e.Partition]
 	switch e.Kind {
 	case lease.Acquired:
-		l.acquire(e.Partition, now, e.ValidUntil, e.NotBefore)
+		l.take(e.Partition, now, e.ValidUntil, e.NotBefore)
 	case lease.Renewed:
 		if part != nil {
 			part.validUntil = e.ValidUntil

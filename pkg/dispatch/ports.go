@@ -46,8 +46,9 @@ type Events interface {
 	WriteNow(ctx context.Context, e request.Event) (written bool)
 }
 
-// Steering is where operators' steering comes from, shared by every instance.
-type Steering interface {
+// SteeringSource is where operators' steering (request.Steering) comes from, shared by
+// every instance.
+type SteeringSource interface {
 	// WatchSteering returns the steering in force now, then calls fn with every later
 	// change until stopped. A change with an empty Client sets the global interval (zero:
 	// back to the configured one).
