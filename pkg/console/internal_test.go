@@ -2,11 +2,14 @@ package console
 
 import (
 	"fmt"
+	"net/url"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/penguinhq/dispatcher/pkg/dispatch"
 	"github.com/penguinhq/dispatcher/pkg/introspect"
+	"github.com/penguinhq/dispatcher/pkg/request"
 	"github.com/penguinhq/dispatcher/pkg/schedule"
 )
 
@@ -36,5 +39,19 @@ func TestTheGapChartDrawsTheLastGapsWithinItsWidth(t *testing.T) {
 	}
 	if d.Below != 1 {
 		t.Fatalf("%d gaps below the interval counted, want the oldest one", d.Below)
+	}
+}
+
+// The dead-letter filter takes a reason in either spelling (ADR 14), and refuses one that
+// is no reason rather than match nothing.
+func TestTheDeadLetterFilterReadsAReasonAsTheAPIDoes(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]request.Reason{"attempts_exhausted": request.ReasonAttemptsExhausted, " age-exhausted ": request.ReasonAgeExhausted, "": ""} {
+		if f, err := deadFilter(url.Values{"reason": {in}}); err != nil || f.Reason != want {
+			t.Errorf("reason %q: %q, %v; want %q", in, f.Reason, err, want)
+		}
+	}
+	if _, err := deadFilter(url.Values{"reason": {"tired"}}); err == nil || !strings.Contains(err.Error(), "attempts-exhausted") {
+		t.Errorf("reason tired: %v, want an error that lists the reasons", err)
 	}
 }

@@ -2,7 +2,6 @@ package console
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -275,30 +274,6 @@ func flashText(q url.Values) string {
 		return "Cancelled: the request left its client's queue unsent; raven never receives it."
 	}
 	return ""
-}
-
-// deadFilter reads the dead-letter filter from a form or query.
-func deadFilter(form url.Values) (queue.DeadFilter, error) {
-	f := queue.DeadFilter{ClientID: strings.TrimSpace(form.Get("client")), Reason: request.Reason(strings.TrimSpace(form.Get("reason")))}
-	var err1, err2 error
-	f.Since, err1 = timeField("since", form.Get("since"))
-	f.Until, err2 = timeField("until", form.Get("until"))
-	return f, errors.Join(err1, err2)
-}
-
-// timeField reads a time an operator typed: RFC 3339, or a browser's datetime-local
-// (taken as UTC); empty is none.
-func timeField(name, s string) (time.Time, error) {
-	s = strings.TrimSpace(s)
-	if s == "" {
-		return time.Time{}, nil
-	}
-	for _, layout := range []string{time.RFC3339Nano, "2006-01-02T15:04:05", "2006-01-02T15:04"} {
-		if t, err := time.Parse(layout, s); err == nil {
-			return t, nil
-		}
-	}
-	return time.Time{}, errStatus{http.StatusBadRequest, fmt.Errorf("%s %q: a time such as 2026-12-03T08:00 (UTC) or RFC 3339", name, s)}
 }
 
 func (c *Console) deadLetters(r *http.Request, v *view) (string, error) {

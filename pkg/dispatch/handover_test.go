@@ -12,7 +12,7 @@ import (
 	"github.com/penguinhq/dispatcher/pkg/schedule"
 )
 
-// Unit tests of partition handover: the loop taking a partition (acquire), having it
+// Unit tests of partition handover: the loop taking a partition (take), having it
 // renewed, losing it and handing it back, driven step by step with the test's clock.
 // Nothing runs on its own but the workers startDue starts; the test takes their results.
 // Tests that start workers run in a synctest bubble: a worker's waits (its start on

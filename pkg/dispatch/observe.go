@@ -15,7 +15,7 @@ import (
 )
 
 // Observing an attempt: what operators see of it (activity, metrics, spans), apart from
-// deciding it (attempt.go) and settling it (settle.go).
+// deciding what it means (schedule.Policy.Decide) and settling it (settle.go).
 
 // noteAttempt remembers an attempt for the console (Activity and the client's history).
 func (d *Dispatcher) noteAttempt(job schedule.Job, st request.Stored, attempt int, start, end time.Time, outcome schedule.Outcome, status int, err error) {

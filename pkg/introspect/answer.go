@@ -2,6 +2,7 @@ package introspect
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 
 	"github.com/penguinhq/dispatcher/pkg/governor"
@@ -21,18 +22,31 @@ type Answerer interface {
 	AnswerActivity() Activity
 }
 
-// Answer answers the question named name, with body as its body, from a: the answer's
-// JSON. An empty name is the earlier single query, answered as before.
+// Answer answers the question named name, with body as its body (empty for none), from
+// a: the answer's JSON. An empty name is the earlier single query, answered as before,
+// with each renamed key under its old name as well (ADR 14) for the admin that asked it;
+// a named question comes from an admin of this version or later, which reads the new
+// keys, and its answer carries those alone (a lane's old keys would make a long due-lanes
+// answer half as long again, and NATS caps a message's size).
 func Answer(ctx context.Context, a Answerer, name string, body []byte) ([]byte, error) {
 	var q query
-	if err := jsonkeys.Unmarshal(body, &q); err != nil {
-		return nil, fmt.Errorf("question %q: %w", name, err)
+	if len(body) > 0 || name == "" {
+		if err := jsonkeys.Unmarshal(body, &q); err != nil {
+			return nil, fmt.Errorf("question %q: %w", name, err)
+		}
+	}
+	if name == "" {
+		out, err := answerEarlier(ctx, a, q)
+		if err != nil {
+			return nil, err
+		}
+		return jsonkeys.Marshal(out)
 	}
 	out, err := answer(ctx, a, name, q)
 	if err != nil {
 		return nil, err
 	}
-	return jsonkeys.Marshal(out)
+	return json.Marshal(out)
 }
 
 func answer(ctx context.Context, a Answerer, name string, q query) (any, error) {
@@ -54,8 +68,6 @@ func answer(ctx context.Context, a Answerer, name string, q query) (any, error) 
 	case NameActivity:
 		act := a.AnswerActivity()
 		return ActivityAnswer{Instance: id, Activity: &act}, nil
-	case "":
-		return answerEarlier(ctx, a, q)
 	}
 	return nil, fmt.Errorf("no question is named %q", name)
 }

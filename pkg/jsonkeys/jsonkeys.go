@@ -4,10 +4,15 @@
 //	MaxRate int `json:"maxRate" was:"max_rate"`
 //
 // Marshal writes such a field under both keys, the new one first; Unmarshal and Decode read
-// it under either (the new one wins when both are there). That is the one version in which
-// a reader that knows only the old key, or a record stored before the rename, still works;
-// the next version drops the was tags. Everything else is as encoding/json does it, except
-// that <, > and & are not escaped (no answer is embedded in HTML).
+// it under either (the new one wins when both are there; the old one, as encoding/json
+// reads keys, in any case). That is the one version in which a reader that knows only the
+// old key, or a record stored before the rename, still works; the next version drops the
+// was tags. Otherwise it writes what encoding/json writes, but for these: <, > and & are
+// not escaped (no answer is embedded in HTML); a struct that holds a renamed field may not
+// embed an unexported struct or use the ",string" option, and a map that holds one must
+// have string keys (each is an error, not a different output); and a value that holds
+// itself is not detected. pkg/openapi's tests hold every renamed type of the project to
+// encoding/json's output.
 //
 // Only keys named by a struct's fields are renamed: a map's keys are data (client ids,
 // subjects, status codes) and are never touched.
@@ -15,10 +20,10 @@ package jsonkeys
 
 import (
 	"bytes"
+	"cmp"
 	"encoding"
 	"encoding/json"
 	"fmt"
-	"io"
 	"reflect"
 	"slices"
 	"strings"
@@ -46,101 +51,6 @@ func MarshalIndent(v any, prefix, indent string) ([]byte, error) {
 		return nil, err
 	}
 	return out.Bytes(), nil
-}
-
-// Unmarshal is json.Unmarshal, reading each field tagged was under its old key as well.
-func Unmarshal(data []byte, v any) error {
-	return decode(data, v, false)
-}
-
-// Decode reads one JSON value from r into v as Unmarshal does; with strict, a key that
-// names no field (under its new or its old name) is an error, as with
-// json.Decoder.DisallowUnknownFields.
-func Decode(r io.Reader, v any, strict bool) error {
-	data, err := io.ReadAll(r)
-	if err != nil {
-		return err
-	}
-	return decode(data, v, strict)
-}
-
-func decode(data []byte, v any, strict bool) error {
-	rv := reflect.ValueOf(v)
-	if rv.Kind() == reflect.Pointer && !rv.IsNil() && renamed(rv.Type().Elem()) {
-		var tree any
-		dec := json.NewDecoder(bytes.NewReader(data))
-		dec.UseNumber()
-		if err := dec.Decode(&tree); err != nil {
-			return err
-		}
-		if err := trailing(dec); err != nil {
-			return err
-		}
-		renameOld(rv.Type().Elem(), tree)
-		var err error
-		if data, err = json.Marshal(tree); err != nil {
-			return err
-		}
-	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	if strict {
-		dec.DisallowUnknownFields()
-	}
-	if err := dec.Decode(v); err != nil {
-		return err
-	}
-	return trailing(dec)
-}
-
-// trailing is an error when more than white space follows the value, as json.Unmarshal has
-// it.
-func trailing(dec *json.Decoder) error {
-	if _, err := dec.Token(); err != io.EOF {
-		return fmt.Errorf("invalid character after the JSON value")
-	}
-	return nil
-}
-
-// renameOld moves each old key of a t in tree to its new key, unless the new key is there
-// too, all the way down.
-func renameOld(t reflect.Type, tree any) {
-	if !renamed(t) {
-		return
-	}
-	switch t.Kind() {
-	case reflect.Pointer:
-		renameOld(t.Elem(), tree)
-	case reflect.Slice, reflect.Array:
-		if list, ok := tree.([]any); ok {
-			for _, item := range list {
-				renameOld(t.Elem(), item)
-			}
-		}
-	case reflect.Map:
-		if obj, ok := tree.(map[string]any); ok {
-			for _, item := range obj {
-				renameOld(t.Elem(), item)
-			}
-		}
-	case reflect.Struct:
-		obj, ok := tree.(map[string]any)
-		if !ok {
-			return
-		}
-		for _, f := range fieldsOf(t) {
-			if f.was != "" {
-				if old, ok := obj[f.was]; ok {
-					if _, ok := obj[f.name]; !ok {
-						obj[f.name] = old
-					}
-					delete(obj, f.was)
-				}
-			}
-			if item, ok := obj[f.name]; ok {
-				renameOld(f.typ, item)
-			}
-		}
-	}
 }
 
 type encoder struct{ buf bytes.Buffer }
@@ -176,11 +86,18 @@ func (e *encoder) value(v reflect.Value) error {
 	return e.leaf(v)
 }
 
-// leaf is a value that holds no renamed key: encoding/json writes it.
+// leaf is a value that holds no renamed key: encoding/json writes it (through its
+// address when that is how its method writes it, as encoding/json does for a field).
 func (e *encoder) leaf(v reflect.Value) error {
 	enc := json.NewEncoder(&e.buf)
 	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v.Interface()); err != nil {
+	x := v.Interface()
+	if v.CanAddr() && v.Kind() != reflect.Pointer {
+		if pt := reflect.PointerTo(v.Type()); pt.Implements(marshalerType) || pt.Implements(textMarshalerType) {
+			x = v.Addr().Interface()
+		}
+	}
+	if err := enc.Encode(x); err != nil {
 		return err
 	}
 	e.buf.Truncate(e.buf.Len() - 1) // Encode's newline
@@ -230,9 +147,13 @@ func (e *encoder) object(v reflect.Value) error {
 }
 
 func (e *encoder) fields(v reflect.Value) error {
+	fs := fieldsOf(v.Type())
+	if err := info(v.Type()).err; err != nil {
+		return err
+	}
 	e.buf.WriteByte('{')
 	first := true
-	for _, f := range fieldsOf(v.Type()) {
+	for _, f := range fs {
 		fv, ok := fieldByIndex(v, f.index)
 		if !ok || (f.omitEmpty && isEmpty(fv)) || (f.omitZero && isZero(fv)) {
 			continue
@@ -324,6 +245,7 @@ var (
 type typeInfo struct {
 	once   sync.Once
 	fields []field
+	err    error // what this package cannot write as encoding/json would
 }
 
 func info(t reflect.Type) *typeInfo {
@@ -371,12 +293,15 @@ func renamedSeen(t reflect.Type, seen map[reflect.Type]bool) bool {
 // every renamed type of the project to encoding/json's output.
 func fieldsOf(t reflect.Type) []field {
 	ti := info(t)
-	ti.once.Do(func() { ti.fields = collect(t, nil) })
+	ti.once.Do(func() { ti.fields, ti.err = collect(t, nil) })
 	return ti.fields
 }
 
-func collect(t reflect.Type, at []int) []field {
+// collect lists t's keys; the error says what in t Marshal cannot write as encoding/json
+// does, which matters only if t holds a renamed field.
+func collect(t reflect.Type, at []int) ([]field, error) {
 	var out []field
+	var firstErr error
 	for i := range t.NumField() {
 		sf := t.Field(i)
 		index := append(slices.Clone(at), i)
@@ -391,12 +316,20 @@ func collect(t reflect.Type, at []int) []field {
 				ft = ft.Elem()
 			}
 			if ft.Kind() == reflect.Struct {
-				out = append(out, collect(ft, index)...)
+				inner, err := collect(ft, index)
+				if err == nil && !sf.IsExported() {
+					err = fmt.Errorf("jsonkeys: %s embeds the unexported %s", t, ft)
+				}
+				firstErr = cmp.Or(firstErr, err)
+				out = append(out, inner...)
 				continue
 			}
 		}
 		if !sf.IsExported() {
 			continue
+		}
+		if hasOpt(opts, "string") {
+			firstErr = cmp.Or(firstErr, fmt.Errorf("jsonkeys: %s.%s: the \",string\" option is not supported", t, sf.Name))
 		}
 		if name == "" {
 			name = sf.Name
@@ -406,7 +339,7 @@ func collect(t reflect.Type, at []int) []field {
 			omitEmpty: hasOpt(opts, "omitempty"), omitZero: hasOpt(opts, "omitzero"),
 		})
 	}
-	return out
+	return out, firstErr
 }
 
 func hasOpt(opts, want string) bool {

@@ -172,3 +172,49 @@ func TestDecodeStrictRefusesWhatNamesNoField(t *testing.T) {
 		t.Error("broken JSON was taken")
 	}
 }
+
+type hidden struct {
+	Old int `json:"new" was:"old"`
+}
+
+type embedsUnexported struct {
+	hidden
+}
+
+type plainUnexported struct {
+	hidden2
+}
+
+type hidden2 struct{ A int }
+
+type ptrMarshaler struct{}
+
+func (p *ptrMarshaler) MarshalJSON() ([]byte, error) { return []byte(`"by pointer"`), nil }
+
+type holdsPtrMarshaler struct {
+	M    ptrMarshaler `json:"m"`
+	Rate int          `json:"rate" was:"the_rate"`
+}
+
+func TestWhatMarshalCannotWriteAsEncodingJSONIsAnError(t *testing.T) {
+	if b, err := jsonkeys.Marshal(embedsUnexported{hidden{1}}); err == nil {
+		t.Errorf("a renamed field in an unexported embedded struct was written: %s", b)
+	}
+	if b, err := jsonkeys.Marshal(plainUnexported{hidden2{1}}); err != nil || string(b) != `{"A":1}` {
+		t.Errorf("a struct without renamed fields is encoding/json's: %s, %v", b, err)
+	}
+	// A field's pointer method is called, as encoding/json calls it on an addressable field.
+	v := &holdsPtrMarshaler{Rate: 2}
+	b, err := jsonkeys.Marshal(v)
+	want, _ := json.Marshal(v)
+	if err != nil || string(b) != `{"m":"by pointer","rate":2,"the_rate":2}` || !strings.Contains(string(want), `"by pointer"`) {
+		t.Errorf("got %s, %v; encoding/json writes %s", b, err, want)
+	}
+}
+
+func TestUnmarshalReadsTheOldKeyInAnyCaseAsEncodingJSONDid(t *testing.T) {
+	var v outer
+	if err := jsonkeys.Decode(strings.NewReader(`{"Max_Rate": 4}`), &v, true); err != nil || v.MaxRate != 4 {
+		t.Errorf("Max_Rate: %d, %v", v.MaxRate, err)
+	}
+}

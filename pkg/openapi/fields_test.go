@@ -29,11 +29,37 @@ import (
 // both, and marks the old one deprecated.
 func TestSchemaFields(t *testing.T) {
 	t.Parallel()
-	for _, c := range []struct {
-		doc    []byte
-		schema string
-		value  any
-	}{
+	for _, c := range schemaTypes() {
+		t.Run(c.schema+"/"+reflect.TypeOf(c.value).String(), func(t *testing.T) {
+			t.Parallel()
+			props, required, deprecated := schemaFields(t, c.doc, c.schema)
+			full := reflect.New(reflect.TypeOf(c.value)).Elem()
+			fill(full)
+			fields, always := jsonKeys(t, full.Interface()), jsonKeys(t, c.value)
+			for _, f := range fields {
+				if !slices.Contains(props, f) {
+					t.Errorf("the type has field %q; the schema does not", f)
+				}
+			}
+			for _, p := range props {
+				if !slices.Contains(fields, p) {
+					t.Errorf("the schema has property %q; the type does not", p)
+				}
+			}
+			slices.Sort(required)
+			if !slices.Equal(required, always) {
+				t.Errorf("the schema requires %q; the type always has %q", required, always)
+			}
+			if old := oldKeys(reflect.TypeOf(c.value)); !slices.Equal(deprecated, old) {
+				t.Errorf("the schema marks %q deprecated; the type's old keys are %q", deprecated, old)
+			}
+		})
+	}
+}
+
+// schemaTypes are the component schemas of the documents and the Go types they describe.
+func schemaTypes() []schemaType {
+	return []schemaType{
 		{openapi.Ingest(), "Problem", httpapi.Problem{}},
 		{openapi.Ingest(), "Status", request.Status{}},
 		{openapi.Ingest(), "Attempt", request.AttemptInfo{}},
@@ -71,32 +97,85 @@ func TestSchemaFields(t *testing.T) {
 		{openapi.Admin(), "RecordAttempt", request.AttemptInfo{}},
 		{openapi.Admin(), "RecordDeadLetter", request.DeadInfo{}},
 		{openapi.Admin(), "QueuePlace", request.QueuePlace{}},
-	} {
-		t.Run(c.schema+"/"+reflect.TypeOf(c.value).String(), func(t *testing.T) {
-			t.Parallel()
-			props, required, deprecated := schemaFields(t, c.doc, c.schema)
-			full := reflect.New(reflect.TypeOf(c.value)).Elem()
-			fill(full)
-			fields, always := jsonKeys(t, full.Interface()), jsonKeys(t, c.value)
-			for _, f := range fields {
-				if !slices.Contains(props, f) {
-					t.Errorf("the type has field %q; the schema does not", f)
-				}
-			}
-			for _, p := range props {
-				if !slices.Contains(fields, p) {
-					t.Errorf("the schema has property %q; the type does not", p)
-				}
-			}
-			slices.Sort(required)
-			if !slices.Equal(required, always) {
-				t.Errorf("the schema requires %q; the type always has %q", required, always)
-			}
-			if old := oldKeys(reflect.TypeOf(c.value)); !slices.Equal(deprecated, old) {
-				t.Errorf("the schema marks %q deprecated; the type's old keys are %q", deprecated, old)
-			}
-		})
 	}
+}
+
+type schemaType struct {
+	doc    []byte
+	schema string
+	value  any
+}
+
+// Every type the APIs and the dispatchers' questions write with a renamed field is what
+// encoding/json writes, once the old keys (jsonkeys) are taken out, at every depth.
+func TestRenamedTypesAreEncodingJSONBesideTheirOldKeys(t *testing.T) {
+	t.Parallel()
+	values := []any{introspect.LanesAnswer{}, introspect.DeliveredAnswer{}, introspect.HistoryAnswer{},
+		introspect.BudgetAnswer{}, introspect.ActivityAnswer{}, admin.Overview{}, admin.ClientView{}, request.Steering{}}
+	for _, c := range schemaTypes() {
+		values = append(values, c.value)
+	}
+	old := map[string]bool{}
+	for _, v := range values {
+		collectOld(reflect.TypeOf(v), old, map[reflect.Type]bool{})
+	}
+	for _, v := range values {
+		full := reflect.New(reflect.TypeOf(v))
+		fill(full.Elem())
+		for _, x := range []any{full.Interface(), v} { // every field set, and none
+			got, err := jsonkeys.Marshal(x)
+			if err != nil {
+				t.Errorf("%T: %v", v, err)
+				continue
+			}
+			want, _ := json.Marshal(x)
+			var gotTree, wantTree any
+			if json.Unmarshal(got, &gotTree) != nil || json.Unmarshal(want, &wantTree) != nil {
+				t.Fatalf("%T: not JSON: %s", v, got)
+			}
+			if !reflect.DeepEqual(without(gotTree, old), wantTree) {
+				t.Errorf("%T without its old keys:\n%s\nencoding/json:\n%s", v, got, want)
+			}
+		}
+	}
+}
+
+// collectOld adds the old keys of t's fields, at every depth, to old.
+func collectOld(t reflect.Type, old map[string]bool, seen map[reflect.Type]bool) {
+	if seen[t] {
+		return
+	}
+	seen[t] = true
+	switch t.Kind() {
+	case reflect.Pointer, reflect.Slice, reflect.Array, reflect.Map:
+		collectOld(t.Elem(), old, seen)
+	case reflect.Struct:
+		for i := range t.NumField() {
+			if was := t.Field(i).Tag.Get("was"); was != "" {
+				old[was] = true
+			}
+			collectOld(t.Field(i).Type, old, seen)
+		}
+	}
+}
+
+// without is tree with the keys in old taken out of every object.
+func without(tree any, old map[string]bool) any {
+	switch v := tree.(type) {
+	case map[string]any:
+		for k := range v {
+			if old[k] {
+				delete(v, k)
+			} else {
+				v[k] = without(v[k], old)
+			}
+		}
+	case []any:
+		for i := range v {
+			v[i] = without(v[i], old)
+		}
+	}
+	return tree
 }
 
 // schemaFields returns the properties of a component schema, its allOf's included, and
