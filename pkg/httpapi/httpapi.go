@@ -45,12 +45,9 @@ func WriteProblem(w http.ResponseWriter, p Problem) {
 func WriteJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	b, err := jsonkeys.Marshal(v)
-	if err != nil { // a type jsonkeys does not take (a map keyed by numbers): as encoding/json writes it
-		_ = encoder(w).Encode(v)
-		return
+	if err := jsonkeys.Encode(w, v); errors.Is(err, jsonkeys.ErrUnsupported) {
+		_ = encoder(w).Encode(v) // nothing was written: as encoding/json writes it, without the old keys
 	}
-	_, _ = w.Write(append(b, '\n'))
 }
 
 // encoder writes JSON answers as they read: "<token>" in a detail stays "<token>", not

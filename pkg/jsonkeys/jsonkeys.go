@@ -23,7 +23,9 @@ import (
 	"cmp"
 	"encoding"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"reflect"
 	"slices"
 	"strings"
@@ -38,6 +40,27 @@ func Marshal(v any) ([]byte, error) {
 		return nil, err
 	}
 	return e.buf.Bytes(), nil
+}
+
+// ErrUnsupported is what Marshal returns for a renamed type it cannot write as
+// encoding/json would (see the package's doc); nothing is written then.
+var ErrUnsupported = errors.New("jsonkeys: not supported in a type with a renamed field")
+
+// Encode writes v to w as Marshal does, and a newline, as json.Encoder's Encode does
+// with SetEscapeHTML(false). A value that holds no renamed field is streamed by
+// encoding/json itself, without a copy.
+func Encode(w io.Writer, v any) error {
+	if v == nil || !renamed(reflect.TypeOf(v)) {
+		enc := json.NewEncoder(w)
+		enc.SetEscapeHTML(false)
+		return enc.Encode(v)
+	}
+	b, err := Marshal(v)
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(append(b, '\n'))
+	return err
 }
 
 // MarshalIndent is Marshal, indented as json.MarshalIndent indents.
@@ -125,7 +148,7 @@ func (e *encoder) object(v reflect.Value) error {
 		return nil
 	}
 	if v.Type().Key().Kind() != reflect.String {
-		return fmt.Errorf("jsonkeys: map key %s: only string keys are supported", v.Type().Key())
+		return fmt.Errorf("%w: a map keyed by %s", ErrUnsupported, v.Type().Key())
 	}
 	keys := v.MapKeys()
 	slices.SortFunc(keys, func(a, b reflect.Value) int { return strings.Compare(a.String(), b.String()) })
@@ -318,7 +341,7 @@ func collect(t reflect.Type, at []int) ([]field, error) {
 			if ft.Kind() == reflect.Struct {
 				inner, err := collect(ft, index)
 				if err == nil && !sf.IsExported() {
-					err = fmt.Errorf("jsonkeys: %s embeds the unexported %s", t, ft)
+					err = fmt.Errorf("%w: %s embeds the unexported %s", ErrUnsupported, t, ft)
 				}
 				firstErr = cmp.Or(firstErr, err)
 				out = append(out, inner...)
@@ -329,7 +352,7 @@ func collect(t reflect.Type, at []int) ([]field, error) {
 			continue
 		}
 		if hasOpt(opts, "string") {
-			firstErr = cmp.Or(firstErr, fmt.Errorf("jsonkeys: %s.%s: the \",string\" option is not supported", t, sf.Name))
+			firstErr = cmp.Or(firstErr, fmt.Errorf("%w: %s.%s has the \",string\" option", ErrUnsupported, t, sf.Name))
 		}
 		if name == "" {
 			name = sf.Name

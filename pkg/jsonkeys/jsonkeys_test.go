@@ -2,6 +2,8 @@ package jsonkeys_test
 
 import (
 	"encoding/json"
+	"errors"
+	"io"
 	"reflect"
 	"strings"
 	"testing"
@@ -197,7 +199,7 @@ type holdsPtrMarshaler struct {
 }
 
 func TestWhatMarshalCannotWriteAsEncodingJSONIsAnError(t *testing.T) {
-	if b, err := jsonkeys.Marshal(embedsUnexported{hidden{1}}); err == nil {
+	if b, err := jsonkeys.Marshal(embedsUnexported{hidden{1}}); !errors.Is(err, jsonkeys.ErrUnsupported) {
 		t.Errorf("a renamed field in an unexported embedded struct was written: %s", b)
 	}
 	if b, err := jsonkeys.Marshal(plainUnexported{hidden2{1}}); err != nil || string(b) != `{"A":1}` {
@@ -216,5 +218,21 @@ func TestUnmarshalReadsTheOldKeyInAnyCaseAsEncodingJSONDid(t *testing.T) {
 	var v outer
 	if err := jsonkeys.Decode(strings.NewReader(`{"Max_Rate": 4}`), &v, true); err != nil || v.MaxRate != 4 {
 		t.Errorf("Max_Rate: %d, %v", v.MaxRate, err)
+	}
+}
+
+func TestEncodeIsMarshalWithANewline(t *testing.T) {
+	for _, v := range []any{sample(), map[string]string{"a": "<b>"}, nil} {
+		var buf strings.Builder
+		if err := jsonkeys.Encode(&buf, v); err != nil {
+			t.Fatal(err)
+		}
+		want, _ := jsonkeys.Marshal(v)
+		if buf.String() != string(want)+"\n" {
+			t.Errorf("Encode %s, Marshal %s", buf.String(), want)
+		}
+	}
+	if err := jsonkeys.Encode(io.Discard, embedsUnexported{}); !errors.Is(err, jsonkeys.ErrUnsupported) {
+		t.Errorf("Encode of what it cannot write: %v", err)
 	}
 }
