@@ -185,14 +185,37 @@ type ownAsk struct {
 type ownAnswer struct {
 	open              bool
 	since, validUntil time.Time
+	held              *held // the partition, kept for the cancel until it says it is done
 }
 
-func (l *loop) ownOf(lane request.Lane) ownAnswer {
-	_, part := l.owner(lane)
+// held is a partition a cancel holds: it is not handed back, nor let go of at shutdown,
+// until the cancel is done (Dispatcher.cancelsDone).
+type held struct {
+	p    int
+	part *partition
+}
+
+// holdForCancel answers a cancel that asks about lane's partition. When attempts may start
+// there, the partition is held for the cancel until it is done: released after the
+// cancel had the request removed, a later owner could send the request first.
+func (l *loop) holdForCancel(lane request.Lane) ownAnswer {
+	p, part := l.owner(lane)
 	if part == nil {
 		return ownAnswer{}
 	}
-	return ownAnswer{open: true, since: part.since, validUntil: part.validUntil}
+	part.cancels++
+	l.cancelsHeld++
+	return ownAnswer{open: true, since: part.since, validUntil: part.validUntil, held: &held{p, part}}
+}
+
+// cancelDone lets go of a cancel's hold on its partition, which is handed back or let go
+// of now if that waited for it.
+func (l *loop) cancelDone(h *held) {
+	h.part.cancels--
+	l.cancelsHeld--
+	if h.part.release != nil || h.part.gone {
+		l.dropIfDrained(h.p, h.part)
+	}
 }
 
 // Cancel removes request id from lane's queue, unsent, if it is queued and not in
@@ -203,6 +226,9 @@ func (d *Dispatcher) Cancel(ctx context.Context, lane request.Lane, id string) (
 	own, err := d.askOwner(ctx, lane)
 	if err != nil {
 		return CancelResult{}, err
+	}
+	if own.held != nil {
+		defer func() { d.cancelsDone <- own.held }() // the loop reads it until every hold is let go of
 	}
 	res, err := d.cancel(ctx, lane, id, own)
 	if err == nil && res.Outcome != CancelNotOwner {
@@ -256,7 +282,9 @@ func (d *Dispatcher) cancel(ctx context.Context, lane request.Lane, id string, o
 	return CancelResult{Outcome: Cancelled, Request: st, At: at}, nil
 }
 
-// askOwner asks the loop whether lane's partition is this instance's.
+// askOwner asks the loop whether lane's partition is this instance's, and holds it for
+// the cancel when it is. The loop answers an ask it took at once, so the answer is
+// always taken: a hold is never left behind.
 func (d *Dispatcher) askOwner(ctx context.Context, lane request.Lane) (ownAnswer, error) {
 	q := ownAsk{lane: lane, reply: make(chan ownAnswer, 1)}
 	select {
@@ -264,10 +292,5 @@ func (d *Dispatcher) askOwner(ctx context.Context, lane request.Lane) (ownAnswer
 	case <-ctx.Done():
 		return ownAnswer{}, fmt.Errorf("dispatcher did not answer: %w", ctx.Err())
 	}
-	select {
-	case a := <-q.reply:
-		return a, nil
-	case <-ctx.Done():
-		return ownAnswer{}, fmt.Errorf("dispatcher did not answer: %w", ctx.Err())
-	}
+	return <-q.reply, nil
 }

@@ -7,10 +7,12 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/rs/zerolog"
 
+	"github.com/penguinhq/dispatcher/pkg/lease"
 	"github.com/penguinhq/dispatcher/pkg/request"
 	"github.com/penguinhq/dispatcher/pkg/schedule"
 )
@@ -328,4 +330,135 @@ func TestSendingGuard(t *testing.T) {
 	if !s.commit(request.Lane{Token: "a"}, "r3", s.look()) {
 		t.Fatal("a commit after the cancel, looked at afresh, is refused")
 	}
+}
+
+// blockedEvents is an event writer whose WriteNow waits until it is let through.
+type blockedEvents struct {
+	recordingEvents
+	open    chan struct{}
+	through func() // lets WriteNow through; once is enough
+}
+
+func newBlockedEvents() *blockedEvents {
+	e := &blockedEvents{open: make(chan struct{})}
+	e.through = sync.OnceFunc(func() { close(e.open) })
+	return e
+}
+
+func (e *blockedEvents) WriteNow(ctx context.Context, ev request.Event) bool {
+	<-e.open
+	return e.recordingEvents.WriteNow(ctx, ev)
+}
+
+// A partition is not handed back while a cancel there may still remove a request: the
+// instance taking it over saw the hand-back and sends at once, so a cancel that removed
+// the request after the hand-back and answered cancelled could have been sent first
+// (the simulation's seed 890, under load: an instance left while its cancel waited for
+// the cancelled event's write). The loop runs as Run runs it.
+func TestAHandBackWaitsForACancelUnderWay(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		ev := newBlockedEvents()
+		b := setup(t, Config{Events: ev})
+		l := newTestLoop(t, b)
+		ownAll(b, l)
+		subj := laneOf(1, "alice")
+		b.src.add(subj, "r1", start)
+		ctx, stop := context.WithCancel(context.Background())
+		served := make(chan struct{})
+		go func() { l.serve(ctx); l.drain(); close(served) }()
+		defer func() { ev.through(); stop(); <-served }() // a failure leaves nothing blocked in the bubble
+
+		answered := make(chan CancelResult, 1)
+		go func() {
+			res, err := b.d.Cancel(context.Background(), subj, "r1")
+			if err != nil {
+				t.Error(err)
+			}
+			answered <- res
+		}()
+		synctest.Wait() // the cancel waits for its event's write
+		handedBack := make(chan struct{})
+		l.events <- lease.Event{Kind: lease.Release, Partition: subj.Partition, Done: handedBack}
+		synctest.Wait()
+		select {
+		case <-handedBack:
+			t.Fatal("partition 1 was handed back while a cancel there could still remove r1")
+		default:
+		}
+		ev.through()
+		if res := <-answered; res.Outcome != Cancelled {
+			t.Fatalf("the cancel: %+v, want cancelled", res)
+		}
+		synctest.Wait()
+		select {
+		case <-handedBack:
+		default:
+			t.Fatal("partition 1 was not handed back once the cancel was done")
+		}
+		stop()
+		<-served
+	})
+}
+
+// At shutdown too, the leases are released (after drain) only once a cancel under way is
+// done.
+func TestShutdownWaitsForACancelUnderWay(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		ev := newBlockedEvents()
+		b := setup(t, Config{Events: ev})
+		l := newTestLoop(t, b)
+		ownAll(b, l)
+		subj := laneOf(1, "alice")
+		b.src.add(subj, "r1", start)
+		ctx, stop := context.WithCancel(context.Background())
+		drained := make(chan struct{})
+		go func() { l.serve(ctx); l.drain(); close(drained) }()
+		defer func() { ev.through(); stop(); <-drained }() // a failure leaves nothing blocked in the bubble
+		answered := make(chan CancelResult, 1)
+		go func() {
+			res, _ := b.d.Cancel(context.Background(), subj, "r1")
+			answered <- res
+		}()
+		synctest.Wait()
+		stop()
+		synctest.Wait()
+		select {
+		case <-drained:
+			t.Fatal("drained, so the leases would be released, while a cancel could still remove r1")
+		default:
+		}
+		ev.through()
+		if res := <-answered; res.Outcome != Cancelled {
+			t.Fatalf("the cancel: %+v, want cancelled", res)
+		}
+		<-drained
+	})
+}
+
+// A cancel lets go of its hold on the partition and nothing more: the partition stays
+// this instance's, and its lanes go on (the simulation's 18,000 stalled requests when a
+// cancel's end let go of the whole partition).
+func TestACancelLeavesItsPartitionOwned(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, Config{Events: &recordingEvents{}})
+		l := newTestLoop(t, b)
+		ownAll(b, l)
+		subj := laneOf(1, "alice")
+		b.src.add(subj, "r1", start)
+		b.src.add(subj, "r2", start)
+		ctx, stop := context.WithCancel(context.Background())
+		served := make(chan struct{})
+		go func() { l.serve(ctx); l.drain(); close(served) }()
+		defer func() { stop(); <-served }()
+		if res, err := b.d.Cancel(context.Background(), subj, "r2"); err != nil || res.Outcome != Cancelled {
+			t.Fatalf("cancel of r2: %+v, %v", res, err)
+		}
+		synctest.Wait()
+		if st := b.d.Stats(); st.Owned != b.src.Partitions() {
+			t.Fatalf("after a cancel the loop owns %d partitions, want all %d", st.Owned, b.src.Partitions())
+		}
+	})
 }

@@ -15,19 +15,20 @@ const prefetchLead = 50 * time.Millisecond
 // loop is the state of one Run. Only the goroutine running serve touches its maps and
 // the scheduler; the lister goroutine and the workers reach it through channels only.
 type loop struct {
-	d         *Dispatcher
-	sched     *schedule.Scheduler
-	owned     map[int]*partition
-	releasing bool              // a hand-back waits for attempts in flight to come within the budget's share
-	notes     chan request.Lane // lanes with (perhaps) new requests: watch and lister
-	results   chan finished     // finished attempts: workers
-	listReq   chan int          // partitions to list: to the lister
-	steers    chan request.SteerChange
-	events    chan lease.Event // the leaser's
-	resync    chan struct{}
-	ctx       context.Context    // Run's: ends when it is asked to stop
-	workCtx   context.Context    // attempts': outlives ctx by the shutdown grace
-	stopWork  context.CancelFunc // ends workCtx
+	d           *Dispatcher
+	sched       *schedule.Scheduler
+	owned       map[int]*partition
+	releasing   bool              // a hand-back waits for attempts in flight to come within the budget's share
+	cancelsHeld int               // cancels holding a partition (holdForCancel)
+	notes       chan request.Lane // lanes with (perhaps) new requests: watch and lister
+	results     chan finished     // finished attempts: workers
+	listReq     chan int          // partitions to list: to the lister
+	steers      chan request.SteerChange
+	events      chan lease.Event // the leaser's
+	resync      chan struct{}
+	ctx         context.Context    // Run's: ends when it is asked to stop
+	workCtx     context.Context    // attempts': outlives ctx by the shutdown grace
+	stopWork    context.CancelFunc // ends workCtx
 }
 
 type finished struct {
@@ -176,7 +177,9 @@ func (l *loop) serve(ctx context.Context) {
 		case q := <-d.queries:
 			q.reply <- l.lanesOf(q)
 		case q := <-d.owns:
-			q.reply <- l.ownOf(q.lane)
+			q.reply <- l.holdForCancel(q.lane)
+		case h := <-d.cancelsDone:
+			l.cancelDone(h)
 		case <-timer.C:
 		case <-ticker.C:
 			l.askResync()
@@ -246,18 +249,22 @@ func (l *loop) lister(ctx context.Context) {
 	}
 }
 
-// drain waits for the attempts in flight, up to the shutdown grace, then cancels them.
+// drain waits for the attempts in flight, up to the shutdown grace, then cancels them;
+// and for the cancels that hold a partition, each bounded by its own deadline (the
+// lease, or its caller's), so that no lease is released while one may still remove.
 func (l *loop) drain() {
-	if l.sched.InFlight() == 0 {
+	if l.sched.InFlight() == 0 && l.cancelsHeld == 0 {
 		return
 	}
-	l.d.log.Info().Int("in_flight", l.sched.InFlight()).Stringer("grace", l.d.cfg.ShutdownGrace).Msg("draining attempts in flight")
+	l.d.log.Info().Int("in_flight", l.sched.InFlight()).Int("cancels", l.cancelsHeld).Stringer("grace", l.d.cfg.ShutdownGrace).Msg("draining attempts in flight")
 	grace := time.NewTimer(l.d.cfg.ShutdownGrace)
 	defer grace.Stop()
-	for l.sched.InFlight() > 0 {
+	for l.sched.InFlight() > 0 || l.cancelsHeld > 0 {
 		select {
 		case r := <-l.results:
 			l.done(r)
+		case h := <-l.d.cancelsDone:
+			l.cancelDone(h)
 		case <-grace.C:
 			l.d.log.Warn().Int("in_flight", l.sched.InFlight()).Msg("shutdown grace over; cancelling attempts in flight")
 			l.stopWork()

@@ -13,6 +13,7 @@ type partition struct {
 	since      time.Time // when it became ours: no attempt starts before an interval after
 	validUntil time.Time // no attempt starts after this (the lease could lapse)
 	inFlight   int
+	cancels    int           // this instance's cancels that may still remove a request here
 	release    chan struct{} // closed once drained, when handing the partition back
 	gone       bool          // the lease was lost; kept only until attempts in flight end
 }
@@ -81,12 +82,14 @@ func (l *loop) ownership(e lease.Event) {
 }
 
 // dropIfDrained lets go of partition p, closed to new attempts, once none is in flight
-// there: a partition handed back is then released. Under an in-flight budget a hand-back
+// there and no cancel of this instance may still remove a request there (a later owner
+// that saw the hand-back sends at once, and must not send what a cancel then removes
+// and answers as cancelled): a partition handed back is then released. Under an in-flight budget a hand-back
 // also waits until this instance's attempts in flight are within its share without p,
 // so that the one taking p over cannot take the sum over the budget.
 func (l *loop) dropIfDrained(p int, part *partition) {
-	if part.inFlight > 0 || l.owned[p] != part {
-		return // attempts in flight, or let go of already
+	if part.inFlight > 0 || part.cancels > 0 || l.owned[p] != part {
+		return // attempts or cancels under way, or let go of already
 	}
 	if part.release != nil && l.d.gov.LimitsInFlight() {
 		now := l.d.now()
