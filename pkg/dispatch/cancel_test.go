@@ -350,54 +350,80 @@ func (e *blockedEvents) WriteNow(ctx context.Context, ev request.Event) bool {
 	return e.recordingEvents.WriteNow(ctx, ev)
 }
 
+// blockedCancel is a loop run as Run runs it (serve, then drain), with a cancel of r1 in
+// partition 1 under way: waiting for its event's write until ev.through. served is
+// closed once drain returned, when Run would release the leases.
+type blockedCancel struct {
+	l        *loop
+	ev       *blockedEvents
+	stop     context.CancelFunc
+	served   chan struct{}
+	answered chan CancelResult
+}
+
+// startBlockedCancel starts it in the test's bubble; the cleanup it returns leaves
+// nothing blocked there, whatever failed.
+func startBlockedCancel(t *testing.T) (*blockedCancel, func()) {
+	ev := newBlockedEvents()
+	b := setup(t, Config{Events: ev})
+	l := newTestLoop(t, b)
+	ownAll(b, l)
+	subj := laneOf(1, "alice")
+	b.src.add(subj, "r1", start)
+	ctx, stop := context.WithCancel(context.Background())
+	c := &blockedCancel{l: l, ev: ev, stop: stop, served: make(chan struct{}), answered: make(chan CancelResult, 1)}
+	go func() { l.serve(ctx); l.drain(); close(c.served) }()
+	go func() {
+		res, err := b.d.Cancel(context.Background(), subj, "r1")
+		if err != nil {
+			t.Error(err)
+		}
+		c.answered <- res
+	}()
+	synctest.Wait() // the cancel waits for its event's write
+	return c, func() { ev.through(); stop(); <-c.served }
+}
+
+// letThrough lets the cancel's event be written, and checks it answered cancelled.
+func (c *blockedCancel) letThrough(t *testing.T) {
+	t.Helper()
+	c.ev.through()
+	if res := <-c.answered; res.Outcome != Cancelled {
+		t.Fatalf("the cancel: %+v, want cancelled", res)
+	}
+	synctest.Wait()
+}
+
+// closed says whether ch is closed now.
+func closed(ch chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
 // A partition is not handed back while a cancel there may still remove a request: the
 // instance taking it over saw the hand-back and sends at once, so a cancel that removed
 // the request after the hand-back and answered cancelled could have been sent first
 // (the simulation's seed 890, under load: an instance left while its cancel waited for
-// the cancelled event's write). The loop runs as Run runs it.
+// the cancelled event's write).
 func TestAHandBackWaitsForACancelUnderWay(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
-		ev := newBlockedEvents()
-		b := setup(t, Config{Events: ev})
-		l := newTestLoop(t, b)
-		ownAll(b, l)
-		subj := laneOf(1, "alice")
-		b.src.add(subj, "r1", start)
-		ctx, stop := context.WithCancel(context.Background())
-		served := make(chan struct{})
-		go func() { l.serve(ctx); l.drain(); close(served) }()
-		defer func() { ev.through(); stop(); <-served }() // a failure leaves nothing blocked in the bubble
-
-		answered := make(chan CancelResult, 1)
-		go func() {
-			res, err := b.d.Cancel(context.Background(), subj, "r1")
-			if err != nil {
-				t.Error(err)
-			}
-			answered <- res
-		}()
-		synctest.Wait() // the cancel waits for its event's write
+		c, cleanup := startBlockedCancel(t)
+		defer cleanup()
 		handedBack := make(chan struct{})
-		l.events <- lease.Event{Kind: lease.Release, Partition: subj.Partition, Done: handedBack}
+		c.l.events <- lease.Event{Kind: lease.Release, Partition: 1, Done: handedBack}
 		synctest.Wait()
-		select {
-		case <-handedBack:
+		if closed(handedBack) {
 			t.Fatal("partition 1 was handed back while a cancel there could still remove r1")
-		default:
 		}
-		ev.through()
-		if res := <-answered; res.Outcome != Cancelled {
-			t.Fatalf("the cancel: %+v, want cancelled", res)
-		}
-		synctest.Wait()
-		select {
-		case <-handedBack:
-		default:
+		c.letThrough(t)
+		if !closed(handedBack) {
 			t.Fatal("partition 1 was not handed back once the cancel was done")
 		}
-		stop()
-		<-served
 	})
 }
 
@@ -406,34 +432,17 @@ func TestAHandBackWaitsForACancelUnderWay(t *testing.T) {
 func TestShutdownWaitsForACancelUnderWay(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
-		ev := newBlockedEvents()
-		b := setup(t, Config{Events: ev})
-		l := newTestLoop(t, b)
-		ownAll(b, l)
-		subj := laneOf(1, "alice")
-		b.src.add(subj, "r1", start)
-		ctx, stop := context.WithCancel(context.Background())
-		drained := make(chan struct{})
-		go func() { l.serve(ctx); l.drain(); close(drained) }()
-		defer func() { ev.through(); stop(); <-drained }() // a failure leaves nothing blocked in the bubble
-		answered := make(chan CancelResult, 1)
-		go func() {
-			res, _ := b.d.Cancel(context.Background(), subj, "r1")
-			answered <- res
-		}()
+		c, cleanup := startBlockedCancel(t)
+		defer cleanup()
+		c.stop()
 		synctest.Wait()
-		stop()
-		synctest.Wait()
-		select {
-		case <-drained:
+		if closed(c.served) {
 			t.Fatal("drained, so the leases would be released, while a cancel could still remove r1")
-		default:
 		}
-		ev.through()
-		if res := <-answered; res.Outcome != Cancelled {
-			t.Fatalf("the cancel: %+v, want cancelled", res)
+		c.letThrough(t)
+		if !closed(c.served) {
+			t.Fatal("not drained once the cancel was done")
 		}
-		<-drained
 	})
 }
 
