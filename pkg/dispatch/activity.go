@@ -190,7 +190,7 @@ func (a *activity) window(now time.Time) introspect.Activity {
 		if s.outcomes == nil || s.epoch <= newest-int64(slots) || s.epoch > newest {
 			continue
 		}
-		add(out.Outcomes, s.outcomes)
+		introspect.AddCounts(out.Outcomes, s.outcomes)
 		for code, n := range s.statuses {
 			status := "error"
 			if code != 0 {
@@ -198,16 +198,10 @@ func (a *activity) window(now time.Time) introspect.Activity {
 			}
 			out.Statuses[status] += n
 		}
-		add(out.DeadLetters, s.dead)
+		introspect.AddCounts(out.DeadLetters, s.dead)
 		for b, n := range s.latency {
 			out.Latency[b] += n
 		}
 	}
 	return out
-}
-
-func add[K comparable](to, from map[K]int) {
-	for k, n := range from {
-		to[k] += n
-	}
 }

@@ -185,36 +185,35 @@ type ownAsk struct {
 type ownAnswer struct {
 	open              bool
 	since, validUntil time.Time
-	held              *held // the partition, kept for the cancel until it says it is done
-}
-
-// held is a partition a cancel holds: it is not handed back, nor let go of at shutdown,
-// until the cancel is done (Dispatcher.cancelsDone).
-type held struct {
-	p    int
-	part *partition
+	held              bool // the partition is held for the cancel until it is done (cancelsDone)
 }
 
 // holdForCancel answers a cancel that asks about lane's partition. When attempts may start
-// there, the partition is held for the cancel until it is done: released after the
-// cancel had the request removed, a later owner could send the request first.
+// there, the partition is held for the cancel, as for an attempt in flight: not handed
+// back, nor let go of at shutdown, until the cancel is done. Released while the cancel
+// could still remove the request, a later owner could send it first.
 func (l *loop) holdForCancel(lane request.Lane) ownAnswer {
-	p, part := l.owner(lane)
+	_, part := l.owner(lane)
 	if part == nil {
 		return ownAnswer{}
 	}
 	part.cancels++
 	l.cancelsHeld++
-	return ownAnswer{open: true, since: part.since, validUntil: part.validUntil, held: &held{p, part}}
+	return ownAnswer{open: true, since: part.since, validUntil: part.validUntil, held: true}
 }
 
-// cancelDone lets go of a cancel's hold on its partition, which is handed back or let go
-// of now if that waited for it.
-func (l *loop) cancelDone(h *held) {
-	h.part.cancels--
+// cancelDone lets go of a cancel's hold on partition p (the tenure that holds it now: a
+// new one carries the holds of the one before), which is handed back or let go of now if
+// that waited for it.
+func (l *loop) cancelDone(p int) {
 	l.cancelsHeld--
-	if h.part.release != nil || h.part.gone {
-		l.dropIfDrained(h.p, h.part)
+	part := l.owned[p]
+	if part == nil {
+		return
+	}
+	part.cancels--
+	if !part.open() {
+		l.dropIfDrained(p, part)
 	}
 }
 
@@ -227,8 +226,8 @@ func (d *Dispatcher) Cancel(ctx context.Context, lane request.Lane, id string) (
 	if err != nil {
 		return CancelResult{}, err
 	}
-	if own.held != nil {
-		defer func() { d.cancelsDone <- own.held }() // the loop reads it until every hold is let go of
+	if own.held {
+		defer func() { d.cancelsDone <- lane.Partition }() // the loop reads it until every hold is let go of
 	}
 	res, err := d.cancel(ctx, lane, id, own)
 	if err == nil && res.Outcome != CancelNotOwner {

@@ -427,6 +427,27 @@ func TestAHandBackWaitsForACancelUnderWay(t *testing.T) {
 	})
 }
 
+// A partition taken again while a cancel holds it (its lease lost and acquired anew)
+// carries the hold into the new tenure, as it carries the attempts in flight.
+func TestANewTenureKeepsACancelsHold(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		c, cleanup := startBlockedCancel(t)
+		defer cleanup()
+		c.l.events <- lease.Event{Kind: lease.Acquired, Partition: 1}
+		handedBack := make(chan struct{})
+		c.l.events <- lease.Event{Kind: lease.Release, Partition: 1, Done: handedBack}
+		synctest.Wait()
+		if closed(handedBack) {
+			t.Fatal("partition 1, taken again, was handed back while the cancel of its earlier tenure could still remove r1")
+		}
+		c.letThrough(t)
+		if !closed(handedBack) {
+			t.Fatal("partition 1 was not handed back once the cancel was done")
+		}
+	})
+}
+
 // At shutdown too, the leases are released (after drain) only once a cancel under way is
 // done.
 func TestShutdownWaitsForACancelUnderWay(t *testing.T) {

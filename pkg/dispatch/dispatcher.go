@@ -28,7 +28,7 @@ type Dispatcher struct {
 	running                atomic.Bool
 	queries                chan laneQuery
 	owns                   chan ownAsk // cancels asking the loop about a partition
-	cancelsDone            chan *held  // cancels letting go of their partition
+	cancelsDone            chan int    // cancels letting go of their partition
 	sending                *sending    // keeps cancels and attempts of one request apart
 	recent                 *recent
 	activity               *activity
@@ -63,7 +63,7 @@ func New(cfg Config, src Source, snd Sender, log zerolog.Logger) (*Dispatcher, e
 	}
 	log = log.With().Str("component", "dispatch").Str("instance", cfg.InstanceID).Logger()
 	d := &Dispatcher{cfg: cfg, src: src, snd: snd, log: log, now: time.Now, rand: rand.Float64,
-		queries: make(chan laneQuery), owns: make(chan ownAsk), cancelsDone: make(chan *held), sending: newSending(), recent: newRecent(cfg.RecentDeliveries), activity: newActivity(cfg.AttemptHistory)}
+		queries: make(chan laneQuery), owns: make(chan ownAsk), cancelsDone: make(chan int), sending: newSending(), recent: newRecent(cfg.RecentDeliveries), activity: newActivity(cfg.AttemptHistory)}
 	var gm governor.Metrics // a nil *Metrics in it would not be nil
 	if cfg.Metrics != nil {
 		gm = cfg.Metrics

@@ -33,7 +33,8 @@ func lapsed(validUntil, now time.Time) bool {
 func (l *loop) take(p int, now, validUntil, notBefore time.Time) {
 	part := &partition{since: schedule.Later(now, notBefore), validUntil: validUntil}
 	if old := l.owned[p]; old != nil {
-		part.inFlight = old.inFlight // results of an earlier tenure still on their way
+		// Results and cancels of an earlier tenure still on their way.
+		part.inFlight, part.cancels = old.inFlight, old.cancels
 	}
 	l.owned[p] = part
 	l.list(p)
@@ -84,7 +85,8 @@ func (l *loop) ownership(e lease.Event) {
 // dropIfDrained lets go of partition p, closed to new attempts, once none is in flight
 // there and no cancel of this instance may still remove a request there (a later owner
 // that saw the hand-back sends at once, and must not send what a cancel then removes
-// and answers as cancelled): a partition handed back is then released. Under an in-flight budget a hand-back
+// and answers as cancelled): a partition handed back is then released. Under an
+// in-flight budget a hand-back
 // also waits until this instance's attempts in flight are within its share without p,
 // so that the one taking p over cannot take the sum over the budget.
 func (l *loop) dropIfDrained(p int, part *partition) {

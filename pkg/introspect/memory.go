@@ -62,7 +62,8 @@ type Delivery struct {
 	Delivered time.Time `json:"deliveredAt" was:"delivered_at"`
 }
 
-func add[K comparable](to, from map[K]int) {
+// AddCounts adds from's counts to to's.
+func AddCounts[K comparable](to, from map[K]int) {
 	for k, n := range from {
 		to[k] += n
 	}
@@ -73,9 +74,9 @@ func (a *Activity) Merge(o Activity) {
 	if a.Outcomes == nil {
 		*a = Activity{Window: o.Window, Outcomes: map[schedule.Outcome]int{}, Statuses: map[string]int{}, Latency: make([]int, len(LatencyBounds)+1), DeadLetters: map[string]int{}}
 	}
-	add(a.Outcomes, o.Outcomes)
-	add(a.Statuses, o.Statuses)
-	add(a.DeadLetters, o.DeadLetters)
+	AddCounts(a.Outcomes, o.Outcomes)
+	AddCounts(a.Statuses, o.Statuses)
+	AddCounts(a.DeadLetters, o.DeadLetters)
 	for b := range min(len(a.Latency), len(o.Latency)) {
 		a.Latency[b] += o.Latency[b]
 	}

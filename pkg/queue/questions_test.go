@@ -6,9 +6,6 @@ import (
 	"slices"
 	"testing"
 	"time"
-
-	"github.com/penguinhq/dispatcher/pkg/queue"
-	"github.com/penguinhq/dispatcher/pkg/queue/queuetest"
 )
 
 // A question reaches every dispatcher with its name and body as asked; a message without
@@ -16,13 +13,8 @@ import (
 // answer comes back to the asker as it was written.
 func TestQuestionsCarryTheirNameAndBody(t *testing.T) {
 	t.Parallel()
-	s := queuetest.Server(t)
-	nc := queuetest.Conn(t, s)
+	nc, q := openOnServer(t)
 	ctx := context.Background()
-	q, err := queue.Open(ctx, nc, queue.Config{}, queue.CreateOrUpdate)
-	if err != nil {
-		t.Fatal(err)
-	}
 	type asked struct{ name, body string }
 	heard := make(chan asked, 4)
 	for _, id := range []string{"d1", "d2"} {

@@ -10,7 +10,6 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/penguinhq/dispatcher/pkg/queue"
-	"github.com/penguinhq/dispatcher/pkg/queue/queuetest"
 	"github.com/penguinhq/dispatcher/pkg/request"
 )
 
@@ -19,13 +18,8 @@ import (
 // that a dispatcher not yet upgraded reads it as it was meant.
 func TestControlRecordsReadAndWriteBothSpellings(t *testing.T) {
 	t.Parallel()
-	s := queuetest.Server(t)
-	nc := queuetest.Conn(t, s)
+	nc, q := openOnServer(t)
 	ctx := context.Background()
-	q, err := queue.Open(ctx, nc, queue.Config{}, queue.CreateOrUpdate)
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctl, err := q.Control(ctx, zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
