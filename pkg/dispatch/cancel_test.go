@@ -408,44 +408,33 @@ func closed(ch chan struct{}) bool {
 // instance taking it over saw the hand-back and sends at once, so a cancel that removed
 // the request after the hand-back and answered cancelled could have been sent first
 // (the simulation's seed 890, under load: an instance left while its cancel waited for
-// the cancelled event's write).
+// the cancelled event's write). A partition taken again while the cancel runs (its lease
+// lost and acquired anew) carries the hold into the new tenure, as it carries the
+// attempts in flight.
 func TestAHandBackWaitsForACancelUnderWay(t *testing.T) {
 	t.Parallel()
-	synctest.Test(t, func(t *testing.T) {
-		c, cleanup := startBlockedCancel(t)
-		defer cleanup()
-		handedBack := make(chan struct{})
-		c.l.events <- lease.Event{Kind: lease.Release, Partition: 1, Done: handedBack}
-		synctest.Wait()
-		if closed(handedBack) {
-			t.Fatal("partition 1 was handed back while a cancel there could still remove r1")
-		}
-		c.letThrough(t)
-		if !closed(handedBack) {
-			t.Fatal("partition 1 was not handed back once the cancel was done")
-		}
-	})
-}
-
-// A partition taken again while a cancel holds it (its lease lost and acquired anew)
-// carries the hold into the new tenure, as it carries the attempts in flight.
-func TestANewTenureKeepsACancelsHold(t *testing.T) {
-	t.Parallel()
-	synctest.Test(t, func(t *testing.T) {
-		c, cleanup := startBlockedCancel(t)
-		defer cleanup()
-		c.l.events <- lease.Event{Kind: lease.Acquired, Partition: 1}
-		handedBack := make(chan struct{})
-		c.l.events <- lease.Event{Kind: lease.Release, Partition: 1, Done: handedBack}
-		synctest.Wait()
-		if closed(handedBack) {
-			t.Fatal("partition 1, taken again, was handed back while the cancel of its earlier tenure could still remove r1")
-		}
-		c.letThrough(t)
-		if !closed(handedBack) {
-			t.Fatal("partition 1 was not handed back once the cancel was done")
-		}
-	})
+	for _, takenAgain := range []bool{false, true} {
+		t.Run(fmt.Sprint("taken again ", takenAgain), func(t *testing.T) {
+			t.Parallel()
+			synctest.Test(t, func(t *testing.T) {
+				c, cleanup := startBlockedCancel(t)
+				defer cleanup()
+				if takenAgain {
+					c.l.events <- lease.Event{Kind: lease.Acquired, Partition: 1}
+				}
+				handedBack := make(chan struct{})
+				c.l.events <- lease.Event{Kind: lease.Release, Partition: 1, Done: handedBack}
+				synctest.Wait()
+				if closed(handedBack) {
+					t.Fatal("partition 1 was handed back while a cancel there could still remove r1")
+				}
+				c.letThrough(t)
+				if !closed(handedBack) {
+					t.Fatal("partition 1 was not handed back once the cancel was done")
+				}
+			})
+		})
+	}
 }
 
 // At shutdown too, the leases are released (after drain) only once a cancel under way is
