@@ -51,8 +51,8 @@ func (delivered) Place(context.Context, request.Status) *request.QueuePlace { re
 func (delivered) WatchEvents(_, _ string, _ func(request.Event)) (func(), error) {
 	return func() {}, nil
 }
-func (delivered) AskQueued(context.Context, string, string) (request.Status, bool, error) {
-	return request.Status{}, false, nil
+func (delivered) AskQueued(context.Context, string, string) (request.Found, bool, error) {
+	return request.Found{}, false, nil
 }
 
 // serve answers one request with an ingest API configured by cfg.

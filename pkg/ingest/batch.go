@@ -250,7 +250,8 @@ func (a *API) parseItem(raw json.RawMessage, now time.Time, scope *Scope) (reque
 			return request.Request{}, p
 		}
 	}
-	return request.Request{ID: id, ClientID: it.ClientID, ContentType: "application/json", Body: it.Body, NotBefore: notBefore, NotAfter: notAfter}, nil
+	return request.Request{ID: id, ClientID: it.ClientID, ContentType: "application/json", Body: it.Body, NotBefore: notBefore, NotAfter: notAfter,
+		BodyDigest: request.BodyDigestOf(id, it.Body)}, nil
 }
 
 // decodeItem reads an item's fields, refusing what a single request's headers could not

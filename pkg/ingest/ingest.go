@@ -53,9 +53,9 @@ type StatusReader interface {
 	// from now on.
 	WatchEvents(clientID, id string, fn func(request.Event)) (stop func(), err error)
 	// AskQueued finds a request that has no status record in the queue itself (one
-	// delayed past STATUS_RETENTION): its status as queued, ok false when it is not
-	// queued.
-	AskQueued(ctx context.Context, clientID, id string) (st request.Status, ok bool, err error)
+	// delayed past STATUS_RETENTION, or whose accepted event is not written yet): what
+	// the queue says of it, ok false when it is not queued.
+	AskQueued(ctx context.Context, clientID, id string) (f request.Found, ok bool, err error)
 }
 
 // Readiness reports whether the queue can take requests now.
@@ -290,7 +290,7 @@ func (a *API) stored(req request.Request, receipt request.Receipt) (accepted req
 		Seq: receipt.Seq, NotBefore: req.NotBefore, NotAfter: req.NotAfter, AcceptedAt: now, Instance: a.cfg.Instance}
 	if a.cfg.Events != nil {
 		ev := accepted
-		ev.BodyDigest = bodyDigest(req)
+		ev.BodyDigest = req.BodyDigest
 		a.cfg.Events.Record(ev)
 	}
 	if ev := a.log.Debug(); ev.Enabled() {

@@ -81,7 +81,8 @@ func (a *API) parse(w http.ResponseWriter, r *http.Request, buf *[]byte, scope *
 	default:
 		return request.Request{}, badRequest("not_after_invalid", "send one Not-After header, not several")
 	}
-	return request.Request{ID: id, ClientID: clientID, ContentType: ct, Body: body, NotBefore: notBefore, NotAfter: notAfter}, nil
+	return request.Request{ID: id, ClientID: clientID, ContentType: ct, Body: body, NotBefore: notBefore, NotAfter: notAfter,
+		BodyDigest: request.BodyDigestOf(id, body)}, nil
 }
 
 // readBody reads the request's body, at most MaxBodyBytes, within BodyTimeout, into buf

@@ -32,8 +32,8 @@ func (*deafRecord) Place(context.Context, request.Status) *request.QueuePlace { 
 func (*deafRecord) WatchEvents(_, _ string, _ func(request.Event)) (func(), error) {
 	return func() {}, nil
 }
-func (*deafRecord) AskQueued(context.Context, string, string) (request.Status, bool, error) {
-	return request.Status{}, false, nil
+func (*deafRecord) AskQueued(context.Context, string, string) (request.Found, bool, error) {
+	return request.Found{}, false, nil
 }
 
 // A waiting status read whose watch missed the final event (published just before the

@@ -3,8 +3,6 @@ package ingest
 import (
 	"cmp"
 	"context"
-	"crypto/sha256"
-	"encoding/base64"
 	"fmt"
 	"net/http"
 	"regexp"
@@ -345,16 +343,6 @@ func (a *API) unadmit(s *Scope, req request.Request) {
 	}
 }
 
-// bodyDigest identifies the body of a request sent with an Idempotency-Key; "" for one
-// sent without (its id is new each time: it has no copies to compare).
-func bodyDigest(req request.Request) string {
-	if !strings.HasPrefix(req.ID, "k") {
-		return ""
-	}
-	sum := sha256.Sum256(req.Body)
-	return base64.RawURLEncoding.EncodeToString(sum[:16])
-}
-
 // reusedKey is the refusal of a request whose Idempotency-Key named a request stored
 // before with another body.
 type reusedKey struct {
@@ -368,10 +356,13 @@ func (e *reusedKey) Error() string {
 }
 
 // sameBody checks that req, which the queue took for a copy of a request stored before,
-// has that request's body, as its accepted event says. When the event cannot be read
-// (not written yet, or status off) the copy is taken as the queue took it.
+// has that request's body, as its accepted event says or, before that event is written
+// (it is written in the background after the 202), as the queued request's headers say
+// (Request.BodyDigest, which the dispatchers' lookup answers). When neither can be read
+// (status off, no dispatcher, the request gone and its event not written) the copy is
+// taken as the queue took it.
 func (a *API) sameBody(ctx context.Context, s *Scope, req request.Request) error {
-	digest := bodyDigest(req)
+	digest := req.BodyDigest
 	if a.cfg.Status == nil || digest == "" {
 		return nil
 	}
@@ -381,10 +372,21 @@ func (a *API) sameBody(ctx context.Context, s *Scope, req request.Request) error
 	if err != nil {
 		return nil
 	}
+	accepted := false
 	for _, e := range events {
-		if e.Type == request.EventAccepted && e.BodyDigest != "" && e.BodyDigest != digest {
+		if e.Type != request.EventAccepted || e.BodyDigest == "" {
+			continue
+		}
+		if e.BodyDigest != digest {
 			return &reusedKey{id: req.ID, first: e.AcceptedAt}
 		}
+		accepted = true
+	}
+	if accepted {
+		return nil
+	}
+	if f, ok := a.askQueued(ctx, req.ClientID, req.ID); ok && f.BodyDigest != "" && f.BodyDigest != digest {
+		return &reusedKey{id: req.ID, first: f.AcceptedAt}
 	}
 	return nil
 }

@@ -159,8 +159,8 @@ func (a *API) readStatus(ctx context.Context, w http.ResponseWriter, clientID, i
 		}
 		if st.State == request.StateUnknown && !asked {
 			asked = true // once a read: the answer does not change while it waits
-			if q, ok := a.askQueued(ctx, clientID, id); ok {
-				st = q
+			if f, ok := a.askQueued(ctx, clientID, id); ok {
+				st = f.Status(clientID, id)
 			}
 		}
 		if wait <= 0 || st.Final() {
@@ -233,21 +233,21 @@ func (wt *watching) events() []request.Event {
 // is queued, whatever the retention. At most maxQueuedAsks at once on this ingest (each
 // is a scan of the client's queue's headers by a dispatcher); past that, or when no
 // dispatcher answers, the status stays unknown, as without the ask.
-func (a *API) askQueued(ctx context.Context, clientID, id string) (request.Status, bool) {
+func (a *API) askQueued(ctx context.Context, clientID, id string) (request.Found, bool) {
 	select {
 	case a.asks <- struct{}{}:
 		defer func() { <-a.asks }()
 	default:
-		return request.Status{}, false
+		return request.Found{}, false
 	}
 	ctx, cancel := context.WithTimeout(ctx, queuedAskTimeout)
 	defer cancel()
-	st, ok, err := a.cfg.Status.AskQueued(ctx, clientID, id)
+	f, ok, err := a.cfg.Status.AskQueued(ctx, clientID, id)
 	if err != nil {
 		a.log.Debug().Err(err).Str("request_id", id).Msg("asking the dispatchers whether the request is queued failed")
-		return request.Status{}, false
+		return request.Found{}, false
 	}
-	return st, ok
+	return f, ok
 }
 
 // maxQueuedAsks bounds the asks one ingest has the dispatchers working on at once, and

@@ -79,8 +79,8 @@ func (s statuses) WatchEvents(_, _ string, _ func(request.Event)) (func(), error
 	return func() {}, nil
 }
 
-func (s statuses) AskQueued(context.Context, string, string) (request.Status, bool, error) {
-	return request.Status{}, false, nil
+func (s statuses) AskQueued(context.Context, string, string) (request.Found, bool, error) {
+	return request.Found{}, false, nil
 }
 
 func (r readiness) Ready(context.Context) error { return r.err }

@@ -105,27 +105,21 @@ func (q *Queue) askDispatchers(ctx context.Context, subject, clientID, id string
 }
 
 // AskQueued asks the dispatchers whether request id of client clientID is queued, and
-// if so gives its status as the queue says it: queued, since it was stored, not before
-// its time (its place in the queue is Place's to say). ok is false when it is not
-// queued.
-func (q *Queue) AskQueued(ctx context.Context, clientID, id string) (st request.Status, ok bool, err error) {
+// if so gives what the queue says of it (its status: f.Status; its place in the queue
+// is Place's to say). ok is false when it is not queued.
+func (q *Queue) AskQueued(ctx context.Context, clientID, id string) (f request.Found, ok bool, err error) {
 	if err := request.ValidateClientID(clientID); err != nil {
-		return request.Status{}, false, err
+		return f, false, err
 	}
 	if err := request.ValidateID(id); err != nil {
-		return request.Status{}, false, err
+		return f, false, err
 	}
 	var ans queuedAnswer
 	if err := q.askDispatchers(ctx, queuedSubject, clientID, id, maxQueuedScan, &ans); err != nil {
-		return request.Status{}, false, fmt.Errorf("asking the dispatchers about %s: %w", id, err)
+		return f, false, fmt.Errorf("asking the dispatchers about %s: %w", id, err)
 	}
 	if ans.Error != "" {
-		return request.Status{}, false, fmt.Errorf("a dispatcher looking for %s: %s", id, ans.Error)
+		return f, false, fmt.Errorf("a dispatcher looking for %s: %s", id, ans.Error)
 	}
-	if !ans.Found {
-		return request.Status{}, false, nil
-	}
-	st = ans.Queued.Status(clientID, id, request.StateQueued)
-	st.UpdatedAt, st.Seq = ans.AcceptedAt, ans.Seq
-	return st, true, nil
+	return request.Found{Queued: ans.Queued, Seq: ans.Seq}, ans.Found, nil
 }

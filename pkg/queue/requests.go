@@ -313,6 +313,9 @@ func setPlanHeaders(h nats.Header, r request.Request) {
 	if r.Cycle > 0 {
 		h.Set(request.HeaderCycle, strconv.Itoa(r.Cycle))
 	}
+	if r.BodyDigest != "" {
+		h.Set(request.HeaderBodyDigest, r.BodyDigest)
+	}
 	if r.TraceParent != "" {
 		h.Set(request.HeaderTraceParent, r.TraceParent)
 		if r.TraceState != "" {
@@ -341,6 +344,7 @@ func storedOf(subject string, h nats.Header, body []byte, seq uint64, at time.Ti
 			Cycle:       max(cycle, 0),
 			TraceParent: h.Get(request.HeaderTraceParent),
 			TraceState:  h.Get(request.HeaderTraceState),
+			BodyDigest:  h.Get(request.HeaderBodyDigest),
 		},
 		Seq:        seq,
 		Subject:    subject,

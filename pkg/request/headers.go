@@ -20,6 +20,11 @@ const (
 	HeaderNotAfter = "Dispatch-Not-After"
 	// HeaderCycle carries, on a stored message, how many times the request was replayed.
 	HeaderCycle = "Dispatch-Cycle"
+	// HeaderBodyDigest carries, on a stored request sent with an Idempotency-Key, its
+	// body's digest (BodyDigestOf): the key sent again with another body is refused, not
+	// taken for the same request, before its accepted event (which has the digest too)
+	// is written.
+	HeaderBodyDigest = "Dispatch-Body-Digest"
 
 	// HeaderIdempotencyKey is sent to raven with the request id, and read by ingest.
 	HeaderIdempotencyKey = "Idempotency-Key"
@@ -53,6 +58,9 @@ type Request struct {
 	// TraceParent and TraceState are the W3C trace context the request was accepted (or
 	// last replayed) in, when tracing is on: its attempts are spans of that trace.
 	TraceParent, TraceState string
+	// BodyDigest is BodyDigestOf(ID, Body): set by ingest for a request sent with an
+	// Idempotency-Key, "" for others.
+	BodyDigest string
 }
 
 // Stored is a request read back from the queue.

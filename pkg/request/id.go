@@ -4,8 +4,10 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base32"
+	"encoding/base64"
 	"encoding/binary"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -51,6 +53,16 @@ func IDFromKey(tenant, clientID, key string) string {
 	h.Write([]byte(clientID))
 	h.Write([]byte(key))
 	return "k" + idEncoding.EncodeToString(h.Sum(nil)[:16])
+}
+
+// BodyDigestOf identifies the body of a request whose id came from an Idempotency-Key
+// (IDFromKey); "" for any other id, which is new each time and has no copies to compare.
+func BodyDigestOf(id string, body []byte) string {
+	if !strings.HasPrefix(id, "k") {
+		return ""
+	}
+	sum := sha256.Sum256(body)
+	return base64.RawURLEncoding.EncodeToString(sum[:16])
 }
 
 // ValidateIdempotencyKey checks a caller's Idempotency-Key.

@@ -9,11 +9,28 @@ type Queued struct {
 	NotBefore  time.Time `json:"notBefore,omitzero"`
 	NotAfter   time.Time `json:"notAfter,omitzero"`
 	Cycle      int       `json:"cycle,omitempty"`
+	// BodyDigest is the stored request's (Request.BodyDigest): ingest compares a key sent
+	// again with it before the accepted event that carries it is written.
+	BodyDigest string `json:"bodyDigest,omitempty"`
 }
 
 // QueuedOf is what st's status says of it while queued.
 func QueuedOf(st Stored) Queued {
-	return Queued{AcceptedAt: st.AcceptedAt, NotBefore: st.NotBefore, NotAfter: st.NotAfter, Cycle: st.Cycle}
+	return Queued{AcceptedAt: st.AcceptedAt, NotBefore: st.NotBefore, NotAfter: st.NotAfter, Cycle: st.Cycle, BodyDigest: st.BodyDigest}
+}
+
+// Found is a request a dispatcher found queued: what it tells, and the request's
+// sequence in the queue.
+type Found struct {
+	Queued
+	Seq uint64
+}
+
+// Status is the found request's status: queued since it was stored.
+func (f Found) Status(clientID, id string) Status {
+	st := f.Queued.Status(clientID, id, StateQueued)
+	st.UpdatedAt, st.Seq = f.AcceptedAt, f.Seq
+	return st
 }
 
 // Status is the status of request id of clientID in state, from what q tells of it.

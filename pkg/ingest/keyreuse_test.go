@@ -1,0 +1,80 @@
+package ingest_test
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/rs/zerolog"
+
+	"github.com/penguinhq/dispatcher/pkg/ingest"
+	"github.com/penguinhq/dispatcher/pkg/queue"
+)
+
+// keyedIngest serves ingest on q (with events written at once by events, when not nil)
+// and returns how to post a body with carol's Idempotency-Key key.
+func keyedIngest(t *testing.T, q *queue.Queue, events ingest.Events, key string) func(body string) answer {
+	t.Helper()
+	api, err := ingest.New(ingest.Config{Status: q, Events: events}, q, q, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(api.Handler())
+	t.Cleanup(srv.Close)
+	return func(body string) answer {
+		return call(t, context.Background(), http.MethodPost, srv.URL+"/v1/requests", "", body, "X-Client-Id", "carol", "Idempotency-Key", key)
+	}
+}
+
+// sentAgain checks that the key sent again with another body is refused (409, naming
+// the first request) and with the same body is a duplicate of it.
+func sentAgain(t *testing.T, when string, post func(string) answer, first answer) {
+	t.Helper()
+	if a := post(`{"n":2}`); a.Code != 409 || a.Problem != "idempotency_key_reused" || !strings.Contains(a.Detail, first.ID) {
+		t.Errorf("%s: the key again with another body: %d %s %q, want 409 idempotency_key_reused naming %s", when, a.Code, a.Problem, a.Detail, first.ID)
+	}
+	if a := post(`{"n":1}`); a.Code != 202 || !a.Duplicate || a.ID != first.ID {
+		t.Errorf("%s: the key again with the same body: %d duplicate=%v, want 202, a duplicate of %s", when, a.Code, a.Duplicate, first.ID)
+	}
+}
+
+// A key sent again with another body before the first copy's accepted event is written
+// (it is written after the 202, in the background) is refused from the queued request's
+// headers, which the dispatchers' lookup answers. Before, it was taken for a duplicate.
+func TestAKeyReusedBeforeItsAcceptedEventIsRefused(t *testing.T) {
+	t.Parallel()
+	_, q := embeddedQueue(t)
+	stop, err := q.ServeQueuedLookups() // as a dispatcher does
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	post := keyedIngest(t, q, nil, "order-7") // no accepted event is written
+	first := post(`{"n":1}`)
+	if first.Code != 202 || first.Duplicate {
+		t.Fatalf("first: %d duplicate=%v, want 202", first.Code, first.Duplicate)
+	}
+	sentAgain(t, "queued, no accepted event", post, first)
+}
+
+// Once the request has left the queue, its accepted event says what its body was.
+func TestAKeyReusedAfterItsRequestLeftIsRefusedFromItsRecord(t *testing.T) {
+	t.Parallel()
+	_, q := embeddedQueue(t)
+	ctx := context.Background()
+	post := keyedIngest(t, q, syncEvents{q}, "order-8")
+	first := post(`{"n":1}`)
+	if first.Code != 202 || first.Duplicate {
+		t.Fatalf("first: %d duplicate=%v, want 202", first.Code, first.Duplicate)
+	}
+	f, ok, err := q.FindRequest(ctx, first.ID, "carol")
+	if err != nil || !ok || f.BodyDigest == "" {
+		t.Fatalf("finding the first copy: %+v %v %v; want it queued, with its body's digest", f, ok, err)
+	}
+	if err := q.Delete(ctx, f.Lane, f.Seq); err != nil { // delivered, say
+		t.Fatal(err)
+	}
+	sentAgain(t, "gone from the queue, its accepted event written", post, first)
+}
