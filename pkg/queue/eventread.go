@@ -158,10 +158,11 @@ func (r *eventRead) read(ctx context.Context) error {
 }
 
 // readFrom reads the request's events from margin before where they start, each type
-// from its subject: in one round trip its acceptance, its replays and its delivery; in a
-// second its other final events (dead-lettered, purged, cancelled; not for a status once
-// it is delivered); in a third its
-// attempts, up to its final event (not for a status of a delivered request).
+// from its subject: in one round trip its replays and its delivery, and its acceptance
+// (for a status, only once it is not found delivered: the delivery carries what the
+// acceptance says); in a second its other final events (dead-lettered, purged,
+// cancelled; not for a status once it is delivered); in a third its attempts, up to its
+// final event (not for a status of a delivered request).
 func (r *eventRead) readFrom(ctx context.Context, margin time.Duration) error {
 	subject := func(typ request.EventType) string { return request.ClientEventSubject(r.client, typ) }
 	from, floor, timed, err := r.start(ctx, margin)
@@ -175,8 +176,9 @@ func (r *eventRead) readFrom(ctx context.Context, margin time.Duration) error {
 		{filter: subject(request.EventReplayed)},
 		{filter: subject(request.EventDelivered), stop: final(0, floor)},
 	}
-	if timed {
-		round = append(round, scan{filter: subject(request.EventAccepted), stop: func(storedEvent) bool { return true }})
+	acceptance := scan{filter: subject(request.EventAccepted), stop: func(storedEvent) bool { return true }}
+	if timed && !r.status {
+		round = append(round, acceptance)
 	}
 	found, err := r.scanAll(ctx, from, round)
 	if err != nil {
@@ -200,11 +202,18 @@ func (r *eventRead) readFrom(ctx context.Context, margin time.Duration) error {
 	// its attempts change nothing (the delivery says how many attempts it took).
 	delivered := r.status && slices.ContainsFunc(finals, final(cycle, floor))
 	if !delivered {
-		more, err := r.scanAll(ctx, from, r.undelivered(final(0, copyFloor)))
+		scans := r.undelivered(final(0, copyFloor))
+		if timed && r.status {
+			scans = append(scans, acceptance)
+		}
+		more, err := r.scanAll(ctx, from, scans)
 		if err != nil {
 			return err
 		}
 		finals = slices.Concat(finals, more[0], more[1], more[2])
+		if len(more) > 3 {
+			r.take(more[3])
+		}
 	}
 	if replay != nil && !slices.ContainsFunc(finals, final(cycle, floor)) {
 		from = made(*replay).Add(-margin)

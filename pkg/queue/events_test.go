@@ -234,8 +234,8 @@ func TestEventReadsCostKilobytes(t *testing.T) {
 	runtime.ReadMemStats(&after)
 	// Other goroutines (the server's, the writer's) allocate too, and the server is in
 	// this process: each direct get's messages are counted on both sides. A read is
-	// several direct gets since ADR 10 (a literal subject each: 3 for a delivered request,
-	// 15 for an id without any, read again from further back): the bound is far
+	// several direct gets since ADR 10 (a literal subject each: 2 for a delivered request,
+	// 16 for an id without any, read again from further back): the bound is far
 	// below 512 KiB, the issue-35 figure it guards, and was 64 KiB for ADR 8's single get.
 	perRead := (after.TotalAlloc - before.TotalAlloc) / (2 * reads)
 	t.Logf("%d bytes allocated per status read", perRead)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -391,5 +392,48 @@ func stored(t *testing.T, w *record.Writer) {
 	defer cancel()
 	if err := w.Flush(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A status read of a delivered request reads its replays and its delivery, not its
+// acceptance: the delivery carries what the acceptance says (its acceptedAt, notBefore,
+// notAfter), so one get fewer goes to the server, and the status is the same as from
+// every event. A request not delivered has its acceptance read in the next round.
+func TestADeliveredStatusIsReadWithoutItsAcceptance(t *testing.T) {
+	t.Parallel()
+	nc, q := openOnServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	w := runWriter(t, q, nil)
+	at := time.Now().UTC().Truncate(time.Millisecond)
+	nb, na := at.Add(time.Second), at.Add(time.Hour)
+	done, waiting := request.NewID(at), request.NewID(at)
+	for _, id := range []string{done, waiting} {
+		w.Record(request.Event{Type: request.EventAccepted, ID: id, ClientID: "eve", At: at, Seq: 7, AcceptedAt: at, NotBefore: nb, NotAfter: na})
+	}
+	w.Record(request.Event{Type: request.EventDelivered, ID: done, ClientID: "eve", At: nb, Attempt: 1, Status: 200, Seq: 7,
+		AcceptedAt: at, NotBefore: nb, NotAfter: na})
+	stored(t, w)
+
+	accepted := request.ClientEventSubject("eve", request.EventAccepted)
+	for _, c := range []struct {
+		id    string
+		state request.State
+		reads bool // the acceptance's subject
+	}{{done, request.StateDelivered, false}, {waiting, request.StateQueued, true}} {
+		var st request.Status
+		gets := directGets(t, nc, func() (err error) { st, err = q.Status(ctx, "eve", c.id); return err })
+		all, err := q.Events(ctx, "eve", c.id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := request.StatusOf(c.id, all)
+		if st.State != c.state || !st.AcceptedAt.Equal(at) || !st.NotBefore.Equal(nb) || !st.NotAfter.Equal(na) ||
+			st.State != want.State || !st.AcceptedAt.Equal(want.AcceptedAt) || st.Attempts != want.Attempts {
+			t.Errorf("status of %s: %+v; want %s, as from every event: %+v", c.state, st, c.state, want)
+		}
+		if read := slices.ContainsFunc(gets, func(g directGet) bool { return g.Subject == accepted }); read != c.reads {
+			t.Errorf("status of a %s request: its acceptance read %v, want %v (gets %+v)", c.state, read, c.reads, gets)
+		}
 	}
 }
