@@ -184,15 +184,7 @@ func (r *eventRead) readFrom(ctx context.Context, margin time.Duration) error {
 	if err != nil {
 		return err
 	}
-	// The latest replay: its cycle's events are the ones that count, from when it was
-	// made (right after the request was queued again).
-	cycle := 0
-	var replay *storedEvent
-	for i, e := range found[0] {
-		if e.Cycle > cycle {
-			cycle, replay = e.Cycle, &found[0][i]
-		}
-	}
+	cycle, replay := latestReplay(found[0])
 	copyFloor := floor // the finals of an earlier cycle of this copy end their scans too
 	if replay != nil {
 		floor = max(floor, replay.Seq)
@@ -245,6 +237,18 @@ func (r *eventRead) readFrom(ctx context.Context, margin time.Duration) error {
 	}
 	r.take(slices.Concat(attempts...))
 	return nil
+}
+
+// latestReplay is the latest of replays, and its cycle (0 and nil for none): its cycle's
+// events are the ones that count, from when it was made (right after the request was
+// queued again).
+func latestReplay(replays []storedEvent) (cycle int, replay *storedEvent) {
+	for i, e := range replays {
+		if e.Cycle > cycle {
+			cycle, replay = e.Cycle, &replays[i]
+		}
+	}
+	return cycle, replay
 }
 
 // start is where the request's events are read from: margin before its id's time, or for
