@@ -41,10 +41,13 @@ type BudgetQuestion struct{}
 // ActivityQuestion asks for a dispatcher's last minute. Answered by an ActivityAnswer.
 type ActivityQuestion struct{}
 
-// The most lanes an answer describes.
+// The most lanes an answer describes: as many as fit in one NATS message of the
+// server's default size (1 MiB) at the longest a lane's description can be, in the
+// earlier query's encoding too (TestTheLargestLanesAnswerFitsInAMessage). An answer that
+// does not fit cannot be sent, and the asker hears nothing from that dispatcher.
 const (
 	MaxLanes    = 1000
-	MaxDueLanes = 10_000
+	MaxDueLanes = 1500
 )
 
 // The questions' names.
