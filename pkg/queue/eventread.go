@@ -203,9 +203,7 @@ func (r *eventRead) readFrom(ctx context.Context, margin time.Duration) error {
 			return err
 		}
 		finals = slices.Concat(finals, more[0], more[1], more[2])
-		if len(more) > 3 {
-			r.take(more[3])
-		}
+		r.take(slices.Concat(more[3:]...)) // its acceptance, when read here
 	}
 	if replay != nil && !slices.ContainsFunc(finals, final(cycle, floor)) {
 		from = made(*replay).Add(-margin)

@@ -407,12 +407,20 @@ func TestADeliveredStatusIsReadWithoutItsAcceptance(t *testing.T) {
 	w := runWriter(t, q, nil)
 	at := time.Now().UTC().Truncate(time.Millisecond)
 	nb, na := at.Add(time.Second), at.Add(time.Hour)
-	done, waiting := request.NewID(at), request.NewID(at)
-	for _, id := range []string{done, waiting} {
+	done, waiting, again := request.NewID(at), request.NewID(at), request.NewID(at)
+	for _, id := range []string{done, waiting, again} {
 		w.Record(request.Event{Type: request.EventAccepted, ID: id, ClientID: "eve", At: at, Seq: 7, AcceptedAt: at, NotBefore: nb, NotAfter: na})
 	}
 	w.Record(request.Event{Type: request.EventDelivered, ID: done, ClientID: "eve", At: nb, Attempt: 1, Status: 200, Seq: 7,
 		AcceptedAt: at, NotBefore: nb, NotAfter: na})
+	// Replayed, then delivered: the dispatcher's events of a later cycle carry no
+	// acceptedAt (settle.go's eventOf); the replayed event carries the first acceptance's.
+	w.Record(request.Event{Type: request.EventDeadLettered, ID: again, ClientID: "eve", At: nb, Attempt: 1, Status: 400, Seq: 7,
+		Reason: request.ReasonPermanent, AcceptedAt: at, NotBefore: nb, NotAfter: na})
+	w.Record(request.Event{Type: request.EventReplayed, ID: again, ClientID: "eve", At: nb.Add(time.Second), Cycle: 1, Seq: 9,
+		AcceptedAt: at, NotBefore: nb, NotAfter: na})
+	w.Record(request.Event{Type: request.EventDelivered, ID: again, ClientID: "eve", At: nb.Add(2 * time.Second), Cycle: 1, Attempt: 1,
+		Status: 200, Seq: 9, NotBefore: nb, NotAfter: na})
 	stored(t, w)
 
 	accepted := request.ClientEventSubject("eve", request.EventAccepted)
@@ -420,7 +428,7 @@ func TestADeliveredStatusIsReadWithoutItsAcceptance(t *testing.T) {
 		id    string
 		state request.State
 		reads bool // the acceptance's subject
-	}{{done, request.StateDelivered, false}, {waiting, request.StateQueued, true}} {
+	}{{done, request.StateDelivered, false}, {waiting, request.StateQueued, true}, {again, request.StateDelivered, false}} {
 		var st request.Status
 		gets := directGets(t, nc, func() (err error) { st, err = q.Status(ctx, "eve", c.id); return err })
 		all, err := q.Events(ctx, "eve", c.id)
@@ -429,7 +437,7 @@ func TestADeliveredStatusIsReadWithoutItsAcceptance(t *testing.T) {
 		}
 		want := request.StatusOf(c.id, all)
 		if st.State != c.state || !st.AcceptedAt.Equal(at) || !st.NotBefore.Equal(nb) || !st.NotAfter.Equal(na) ||
-			st.State != want.State || !st.AcceptedAt.Equal(want.AcceptedAt) || st.Attempts != want.Attempts {
+			st.State != want.State || !st.AcceptedAt.Equal(want.AcceptedAt) || st.Attempts != want.Attempts || st.Replays != want.Replays {
 			t.Errorf("status of %s: %+v; want %s, as from every event: %+v", c.state, st, c.state, want)
 		}
 		if read := slices.ContainsFunc(gets, func(g directGet) bool { return g.Subject == accepted }); read != c.reads {
