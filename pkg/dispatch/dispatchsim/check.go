@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/penguinhq/dispatcher/pkg/request"
@@ -32,6 +33,15 @@ func (w *World) check(left []request.Stored) *Report {
 	}
 	byClient := c.spacing()
 	c.cancelled = w.checkCancels(attempts, c.fail, c.at)
+	w.mu.Lock()
+	for id, at := range w.cancelEvents {
+		// A cancel that removed the request, and whose instance died before answering:
+		// its caller heard an error, and the record says cancelled.
+		if _, ok := c.cancelled[id]; !ok {
+			c.cancelled[id] = at
+		}
+	}
+	w.mu.Unlock()
 	c.order()
 	c.duplicates()
 	c.nothingLost(left)
@@ -144,7 +154,7 @@ func (c *checks) nothingLost(left []request.Stored) {
 	for _, st := range c.added {
 		if _, ok := c.accepted[st.ID]; !ok && !queued[st.ID] && c.cancelled[st.ID].IsZero() {
 			if _, ok := c.dead[st.ID]; !ok {
-				c.fail(st.ClientID, "G4: %s left the queue neither delivered nor dead-lettered", st.ID)
+				c.fail(st.ClientID, "G4: %s left the queue neither delivered nor dead-lettered (removals: %s)", st.ID, c.w.removals(st.Seq, c.at))
 			}
 		}
 	}
@@ -202,6 +212,23 @@ func (w *World) excused(a Attempt) string {
 		return a.Instance + " was paused before its removal"
 	}
 	return ""
+}
+
+// removals lists the removals of request seq that landed: by whom, when called and when
+// landed.
+func (w *World) removals(seq uint64, at func(time.Time) string) string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []string
+	for _, d := range w.deletes[seq] {
+		if !d.keep && !d.landed.IsZero() {
+			out = append(out, fmt.Sprintf("%s called at %s, landed at %s", d.in, at(d.called), at(d.landed)))
+		}
+	}
+	if len(out) == 0 {
+		return "none"
+	}
+	return strings.Join(out, "; ")
 }
 
 func (w *World) removedAt(id, by string, at func(time.Time) string) string {

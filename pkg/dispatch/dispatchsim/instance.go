@@ -239,7 +239,7 @@ type eventsPort struct{ in *Instance }
 func (e *eventsPort) Record(request.Event) {}
 
 func (e *eventsPort) WriteNow(ctx context.Context, ev request.Event) bool {
-	return e.in.call(ctx, portEvents, "write", int(ev.Seq), func() { e.in.w.finalStored(ev.Seq) }) == nil
+	return e.in.call(ctx, portEvents, "write", int(ev.Seq), func() { e.in.w.finalStored(ev) }) == nil
 }
 
 // logSink keeps what a failure's report shows of the dispatcher's log: lines about leases

@@ -224,7 +224,7 @@ func (v *QueueView) Delete(ctx context.Context, lane request.Lane, seq uint64) e
 func (v *QueueView) KeepOutcome(ctx context.Context, e request.Event) error {
 	called := time.Now()
 	err := v.in.call(ctx, portQueue, "keep", int(e.Seq), func() {
-		v.in.w.finalStored(e.Seq)
+		v.in.w.finalStored(e)
 		v.in.w.kept(v.in, e.Seq, called, time.Now(), false)
 	})
 	if err != nil {

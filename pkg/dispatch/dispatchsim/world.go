@@ -121,10 +121,11 @@ type World struct {
 	live          []*Instance
 	kills         map[string]time.Time // instance name: when killed
 	deletes       map[uint64][]deleteCall
-	finals        map[uint64]bool // requests whose final event is stored (events or queue)
-	unkept        [][2]string     // G10: removals that landed before the final event was stored (client, what)
-	cancelled     []cancelCall    // cancels answered Cancelled
-	cancelAnswers map[string]int  // cancels answered, by outcome
+	finals        map[uint64]bool      // requests whose final event is stored (events or queue)
+	cancelEvents  map[string]time.Time // requests whose stored final event is a cancel's: when it was made
+	unkept        [][2]string          // G10: removals that landed before the final event was stored (client, what)
+	cancelled     []cancelCall         // cancels answered Cancelled
+	cancelAnswers map[string]int       // cancels answered, by outcome
 	notes         []string
 	nextID        int
 }
@@ -263,10 +264,16 @@ func (w *World) kept(in *Instance, seq uint64, called, landed time.Time, failed 
 
 // finalStored notes that request seq's final event is stored: in the events, or kept in
 // the queue.
-func (w *World) finalStored(seq uint64) {
+func (w *World) finalStored(e request.Event) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.finals[seq] = true
+	w.finals[e.Seq] = true
+	if e.Type == request.EventCancelled {
+		if w.cancelEvents == nil {
+			w.cancelEvents = map[string]time.Time{}
+		}
+		w.cancelEvents[e.ID] = e.At
+	}
 }
 
 // removedFinal notes st's removal from the queue by in: its final event must be stored by
