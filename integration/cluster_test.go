@@ -3,13 +3,18 @@ package integration
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/penguinhq/dispatcher/pkg/ledger"
 	"github.com/penguinhq/dispatcher/pkg/queue"
 	"github.com/penguinhq/dispatcher/pkg/queue/queuetest"
+	"github.com/penguinhq/dispatcher/pkg/request"
 )
 
 // clusterStack is a stack on an in-process 3-node JetStream cluster with R3 streams, and
@@ -80,6 +85,40 @@ func (c *clusterStack) replicasCurrent() int {
 }
 
 // owners counts the partitions each instance holds.
+// watchesSplit says whether the request stream has n watches of new requests whose
+// partitions do not overlap and are, together, all partitions.
+func (c *clusterStack) watchesSplit(n, partitions int) bool {
+	c.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	js, err := jetstream.New(c.nc)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	str, err := js.Stream(ctx, queue.RequestStream)
+	if err != nil {
+		return false
+	}
+	watches, seen := 0, map[string]bool{}
+	for ci := range str.ListConsumers(ctx).Info() {
+		f := ci.Config.FilterSubjects
+		if ci.Config.FilterSubject != "" {
+			f = append(f, ci.Config.FilterSubject)
+		}
+		if !slices.ContainsFunc(f, func(subj string) bool { return strings.HasSuffix(subj, ".*") || strings.HasSuffix(subj, ">") }) {
+			continue // a cancel's search of one client's queue, say
+		}
+		watches++
+		for _, subj := range f {
+			if seen[subj] || subj == request.RequestPrefix+">" {
+				return false
+			}
+			seen[subj] = true
+		}
+	}
+	return watches == n && len(seen) == partitions
+}
+
 func (c *clusterStack) owners() map[string]int {
 	c.t.Helper()
 	owners, err := c.leases.Owners(context.Background())
@@ -114,6 +153,11 @@ func TestDispatchersShareAndFailOver(t *testing.T) {
 		return o["a"] == 32 && o["b"] == 32
 	})
 	stopFeed := c.feed(clients, 20*time.Millisecond)
+	// Each instance's watch of new requests covers its own 32 partitions (ADR 16): the
+	// server sends each request to its owner only.
+	waitFor(t, time.Minute, "two watches of 32 partitions each, together all 64", func() bool {
+		return c.watchesSplit(2, 64)
+	})
 
 	waitFor(t, time.Minute, "deliveries", func() bool { return c.ledger.Delivered() >= clients })
 	a.signal(syscall.SIGKILL)

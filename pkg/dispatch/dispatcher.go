@@ -101,13 +101,9 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		d.log.Info().Str("rate", request.FormatRate(st.MaxRate)).Str("in_flight", request.FormatInFlight(st.MaxInFlight)).
 			Bool("adaptive", st.Adaptive).Bool("steered", st.Steered != nil).Msg("raven's budget in force, each instance holding to its share")
 	}
-	stopWatch, err := l.watchBacklog(ctx)
-	if err != nil {
-		return err
-	}
-	defer stopWatch()
-	// The backlog is listed off the loop, feeding the same channel as the watch, so that a
-	// long listing never holds up sends that are due.
+	// The backlog is watched and listed off the loop, both feeding the loop's notes, so
+	// that neither a slow queue nor a long listing holds up sends that are due.
+	go l.keepWatch(ctx)
 	go l.lister(ctx)
 	leaserDone, releaseAll := l.own(ctx)
 

@@ -26,6 +26,7 @@ type loop struct {
 	steers      chan request.SteerChange
 	events      chan lease.Event // the leaser's
 	resync      chan struct{}
+	watch       *watchPlan         // the partitions the backlog watch should cover: to keepWatch
 	ctx         context.Context    // Run's: ends when it is asked to stop
 	workCtx     context.Context    // attempts': outlives ctx by the shutdown grace
 	stopWork    context.CancelFunc // ends workCtx
@@ -48,6 +49,7 @@ func newLoop(d *Dispatcher, ctx context.Context) *loop {
 		steers:  make(chan request.SteerChange, 1024),
 		events:  make(chan lease.Event, d.src.Partitions()*2+16),
 		resync:  make(chan struct{}, 1),
+		watch:   newWatchPlan(),
 		ctx:     ctx,
 	}
 	l.workCtx, l.stopWork = context.WithCancel(context.WithoutCancel(ctx))
@@ -83,32 +85,6 @@ func (l *loop) watchSteering(ctx context.Context) (stop func(), err error) {
 	}
 	return stop, nil
 }
-
-// watchBacklog passes the lanes of new requests to the loop, and asks for a listing
-// of the backlog when the watch may have missed some.
-func (l *loop) watchBacklog(ctx context.Context) (stop func(), err error) {
-	began := time.Now()
-	return l.d.src.Watch(ctx, func(lane request.Lane) {
-		select {
-		case l.notes <- lane:
-		case <-ctx.Done():
-		}
-	}, func(err error) {
-		// Nothing is lost (the backlog is listed again). A cluster starting with the
-		// services elects its stream leaders for a while, and the watch's consumer may
-		// not be answered meanwhile: that is no cause for a warning yet.
-		ev := l.d.log.Warn()
-		if time.Since(began) < watchStartQuiet {
-			ev = l.d.log.Info()
-		}
-		ev.Err(err).Msg("backlog watch trouble; listing the backlog again")
-		l.askResync()
-	})
-}
-
-// watchStartQuiet is how long after the backlog watch starts its trouble is logged at
-// info, not warn.
-const watchStartQuiet = 30 * time.Second
 
 func (l *loop) askResync() {
 	select {

@@ -37,7 +37,7 @@ func (l *loop) take(p int, now, validUntil, notBefore time.Time) {
 		part.inFlight, part.cancels = old.inFlight, old.cancels
 	}
 	l.owned[p] = part
-	l.list(p)
+	l.watchOpen(p) // listed once the backlog watch covers it
 }
 
 // list asks the lister for partition p's backlog without ever blocking the loop.
@@ -70,6 +70,7 @@ func (l *loop) ownership(e lease.Event) {
 		if part != nil {
 			part.gone = true
 			l.dropIfDrained(e.Partition, part)
+			l.watchOpen()
 		}
 	case lease.Release:
 		if part == nil {
@@ -79,6 +80,7 @@ func (l *loop) ownership(e lease.Event) {
 		part.release = e.Done
 		l.forget(e.Partition)
 		l.dropIfDrained(e.Partition, part)
+		l.watchOpen()
 	}
 }
 

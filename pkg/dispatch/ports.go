@@ -13,9 +13,11 @@ type Source interface {
 	Partitions() int
 	// PartitionBacklog lists the lanes of partition p that have requests queued.
 	PartitionBacklog(ctx context.Context, p int) (map[request.Lane]uint64, error)
-	// Watch calls fn with the lane of each request stored from now on; onErr hears of
-	// trouble after which a backlog listing is due.
-	Watch(ctx context.Context, fn func(request.Lane), onErr func(error)) (stop func(), err error)
+	// Watch calls fn with the lane of each request stored from now on in one of
+	// partitions (at least one); onErr hears of trouble after which a backlog listing is
+	// due. Once it has returned, a listing of one of the partitions misses nothing that
+	// the watch does not give.
+	Watch(ctx context.Context, partitions []int, fn func(request.Lane), onErr func(error)) (stop func(), err error)
 	// Head reads the oldest request of lane; ok is false when there is none. A request
 	// that cannot be sent (its lane's token names no client) comes with ok true and a
 	// *request.UndecodableError: it is dead-lettered unsent.

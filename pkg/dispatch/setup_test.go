@@ -74,7 +74,7 @@ func (m *memSource) PartitionBacklog(_ context.Context, p int) (map[request.Lane
 	return out, nil
 }
 
-func (m *memSource) Watch(context.Context, func(request.Lane), func(error)) (func(), error) {
+func (m *memSource) Watch(context.Context, []int, func(request.Lane), func(error)) (func(), error) {
 	return func() {}, nil
 }
 

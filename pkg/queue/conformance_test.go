@@ -45,3 +45,29 @@ func TestSourceConformance(t *testing.T) {
 		}}
 	})
 }
+
+// A backlog watch stopped takes its consumer off the server at once: a dispatcher starts
+// its watch again whenever its partitions move (ADR 16), and an ordered consumer would
+// otherwise stay for its 5 minutes of inactivity.
+func TestAStoppedWatchLeavesNoConsumer(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	q := open(t, queue.Config{})
+	for range 3 {
+		stop, err := q.Watch(ctx, []int{1, 2}, func(request.Lane) {}, func(error) {})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n, err := q.RequestConsumers(ctx); err != nil || n != 1 {
+			t.Fatalf("consumers of the request stream while watching: %d, %v; want 1", n, err)
+		}
+		stop()
+		deadline := time.Now().Add(10 * time.Second)
+		for n, _ := q.RequestConsumers(ctx); n != 0; n, _ = q.RequestConsumers(ctx) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d consumers of the request stream 10 s after the watch stopped; want none", n)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+}

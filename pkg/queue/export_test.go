@@ -54,3 +54,12 @@ func (q *Queue) PreferBatches(atomic bool) {
 		q.batchCosts.atomic, q.batchCosts.each = 1, 1e-9
 	}
 }
+
+// RequestConsumers is how many consumers the request stream has.
+func (q *Queue) RequestConsumers(ctx context.Context) (int, error) {
+	info, err := q.reqs.Info(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return info.State.Consumers, nil
+}

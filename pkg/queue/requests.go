@@ -204,13 +204,22 @@ func (q *Queue) backlog(ctx context.Context, filter string) (map[string]uint64, 
 	return info.State.Subjects, nil
 }
 
-// Watch calls fn with the lane of every request stored from now on, from one light
-// ordered consumer (headers only, no acks, memory, R1). onErr hears about consumer
-// trouble: a gap is possible then, and the caller should list the backlog again. Stop the
-// watch by calling the returned function.
-func (q *Queue) Watch(ctx context.Context, fn func(request.Lane), onErr func(error)) (stop func(), err error) {
+// Watch calls fn with the lane of every request stored from now on in one of
+// partitions, from one light ordered consumer (headers only, no acks, memory, R1): a
+// dispatcher watches the partitions it owns, and is not sent the others' requests. A
+// watch over every partition filters on the whole request stream, one filter. onErr
+// hears about consumer trouble: a gap is possible then, and the caller should list the
+// backlog again. Stop the watch by calling the returned function.
+//
+// The consumer is created before Watch returns, so that a listing of a partition's
+// backlog made after it, with what the watch gives, misses no request.
+func (q *Queue) Watch(ctx context.Context, partitions []int, fn func(request.Lane), onErr func(error)) (stop func(), err error) {
+	filters := q.watchFilters(partitions)
+	if len(filters) == 0 { // no filter would be the whole stream
+		return nil, fmt.Errorf("creating backlog watch: no partition of %d in %v", q.cfg.Partitions, partitions)
+	}
 	cons, err := q.reqs.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{request.RequestPrefix + ">"},
+		FilterSubjects: filters,
 		DeliverPolicy:  jetstream.DeliverNewPolicy,
 		HeadersOnly:    true,
 	})
@@ -226,7 +235,35 @@ func (q *Queue) Watch(ctx context.Context, fn func(request.Lane), onErr func(err
 	if err != nil {
 		return nil, fmt.Errorf("starting backlog watch: %w", err)
 	}
-	return cc.Stop, nil
+	return func() {
+		cc.Stop()
+		// A stopped ordered consumer stays on the server until its inactivity threshold
+		// (5 min); a dispatcher starts its watch again as its partitions move.
+		if info := cons.CachedInfo(); info != nil {
+			go func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				_ = q.reqs.DeleteConsumer(ctx, info.Name)
+			}()
+		}
+	}, nil
+}
+
+// watchFilters are the subjects of partitions' requests: one filter when they are all of
+// them.
+func (q *Queue) watchFilters(partitions []int) []string {
+	seen := make(map[int]bool, len(partitions))
+	filters := make([]string, 0, len(partitions))
+	for _, p := range partitions {
+		if p >= 0 && p < q.cfg.Partitions && !seen[p] {
+			seen[p] = true
+			filters = append(filters, request.RequestPrefix+strconv.Itoa(p)+".*")
+		}
+	}
+	if len(seen) == q.cfg.Partitions {
+		return []string{request.RequestPrefix + ">"}
+	}
+	return filters
 }
 
 // Head returns the oldest request of lane; ok is false when it has none. A request whose

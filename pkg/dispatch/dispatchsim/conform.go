@@ -2,6 +2,7 @@ package dispatchsim
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -235,7 +236,7 @@ func ConformSource(t *testing.T, open func(t *testing.T) SourceUnderTest) {
 	u := open(t)
 	src := u.Source
 	lanes := make(chan request.Lane, 16)
-	stop, err := src.Watch(ctx, func(l request.Lane) { lanes <- l }, func(error) {})
+	stop, err := src.Watch(ctx, allPartitions(src), func(l request.Lane) { lanes <- l }, func(error) {})
 	if err != nil {
 		t.Fatalf("watch: %v", err)
 	}
@@ -296,6 +297,66 @@ func ConformSource(t *testing.T, open func(t *testing.T) SourceUnderTest) {
 	}
 	if _, ok, err := src.Find(ctx, alice, "a2"); ok || err != nil {
 		t.Fatalf("find a2 once deleted: ok %v err %v; want not there", ok, err)
+	}
+	conformPartitionWatch(t, ctx, u, lanes)
+}
+
+func allPartitions(src dispatch.Source) []int {
+	all := make([]int, src.Partitions())
+	for p := range all {
+		all[p] = p
+	}
+	return all
+}
+
+// conformPartitionWatch checks a watch of some partitions: it gives the lanes of their
+// new requests only, and a watch of none is refused (it would be a watch of all). all
+// gives the lanes of a watch of every partition.
+func conformPartitionWatch(t *testing.T, ctx context.Context, u SourceUnderTest, all <-chan request.Lane) {
+	t.Helper()
+	src := u.Source
+	if stop, err := src.Watch(ctx, nil, func(request.Lane) {}, func(error) {}); err == nil {
+		stop()
+		t.Fatal("a watch of no partition was started")
+	}
+	// Two clients in different partitions, found from where their requests go.
+	var first, other request.Lane
+	for i := 0; other.Token == ""; i++ {
+		if i == 16 {
+			t.Fatal("16 clients in one partition")
+		}
+		u.Add(fmt.Sprintf("watch-%d", i), fmt.Sprintf("x%d", i)) // ids unique: the queue drops a repeated one
+		select {
+		case l := <-all:
+			if first.Token == "" {
+				first = l
+			} else if l.Partition != first.Partition {
+				other = l
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("the watch of every partition gave no lane")
+		}
+	}
+	lanes := make(chan request.Lane, 16)
+	stop, err := src.Watch(ctx, []int{first.Partition}, func(l request.Lane) { lanes <- l }, func(error) {})
+	if err != nil {
+		t.Fatalf("watch of partition %d: %v", first.Partition, err)
+	}
+	defer stop()
+	add := func(l request.Lane, id string) {
+		client, err := l.ClientID()
+		must(t, err, "client of "+l.String())
+		u.Add(client, id)
+	}
+	add(other, "o1")
+	add(first, "f1")
+	select {
+	case l := <-lanes:
+		if l != first {
+			t.Fatalf("the watch of partition %d gave %s first; want %s (%s's request, in partition %d, came before)", first.Partition, l, first, other, other.Partition)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the watch of one partition did not give its request's lane")
 	}
 }
 

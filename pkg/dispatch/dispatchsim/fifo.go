@@ -29,6 +29,16 @@ func (f *fifo[T]) push(v T) {
 
 func (f *fifo[T]) stop() { f.once.Do(func() { close(f.stopped) }) }
 
+// done says whether the fifo was stopped.
+func (f *fifo[T]) done() bool {
+	select {
+	case <-f.stopped:
+		return true
+	default:
+		return false
+	}
+}
+
 // next waits for the next value; false once stopped.
 func (f *fifo[T]) next() (T, bool) {
 	for {

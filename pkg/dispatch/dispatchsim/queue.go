@@ -25,7 +25,7 @@ type Queue struct {
 	msgs       []request.Stored // by sequence
 	added      []request.Stored // every request ever queued
 	dead       []DeadLetter
-	watchers   map[*fifo[request.Lane]]struct{}
+	watchers   map[*fifo[request.Lane]]map[int]bool // the partitions each watches
 }
 
 // DeadLetter is a request written to the dead-letter stream, and why.
@@ -37,7 +37,7 @@ type DeadLetter struct {
 
 // NewQueue returns an empty queue over the given number of partitions.
 func NewQueue(partitions int) *Queue {
-	return &Queue{partitions: partitions, watchers: map[*fifo[request.Lane]]struct{}{}}
+	return &Queue{partitions: partitions, watchers: map[*fifo[request.Lane]]map[int]bool{}}
 }
 
 // Lane is where client's requests go: a partition of its own by a hash of its id, as
@@ -55,8 +55,10 @@ func (q *Queue) Add(client, id string, body []byte) request.Stored {
 		Seq: q.seq, Subject: q.Lane(client).Subject(), Lane: q.Lane(client), AcceptedAt: time.Now()}
 	q.msgs = append(q.msgs, st)
 	q.added = append(q.added, st)
-	for w := range q.watchers {
-		w.push(st.Lane)
+	for w, watched := range q.watchers {
+		if watched[st.Lane.Partition] {
+			w.push(st.Lane)
+		}
 	}
 	return st
 }
@@ -159,23 +161,45 @@ func (v *QueueView) PartitionBacklog(ctx context.Context, p int) (map[request.La
 	return out, nil
 }
 
-// Watch implements dispatch.Source: the lane of each request added from now on.
-func (v *QueueView) Watch(ctx context.Context, fn func(request.Lane), onErr func(error)) (func(), error) {
+// Watch implements dispatch.Source: the lane of each request added from now on in one
+// of partitions. It starts as a call to the queue (which the faults can fail or slow),
+// and hands each lane over after a drawn delay, as a consumer's delivery comes late: a
+// watch stopped meanwhile never hands over what it still held.
+func (v *QueueView) Watch(ctx context.Context, partitions []int, fn func(request.Lane), onErr func(error)) (func(), error) {
+	watched := map[int]bool{}
+	for _, p := range partitions {
+		if p >= 0 && p < v.q.partitions {
+			watched[p] = true
+		}
+	}
+	if len(watched) == 0 {
+		return nil, fmt.Errorf("watch of no partition of %d in %v", v.q.partitions, partitions)
+	}
 	w := newFIFO[request.Lane]()
-	v.q.mu.Lock()
-	v.q.watchers[w] = struct{}{}
-	v.q.mu.Unlock()
+	stopped := false
 	stop := func() {
 		w.stop()
 		v.q.mu.Lock()
+		stopped = true
 		delete(v.q.watchers, w)
 		v.q.mu.Unlock()
 	}
+	err := v.in.call(ctx, portQueue, "watch", len(watched), func() {
+		v.q.mu.Lock()
+		defer v.q.mu.Unlock()
+		if !stopped { // the call was given up on before it landed
+			v.q.watchers[w] = watched
+		}
+	})
+	if err != nil {
+		stop()
+		return nil, err
+	}
 	context.AfterFunc(ctx, stop)
 	go func() {
-		for {
+		for n := 0; ; n++ {
 			s, ok := w.next()
-			if !ok {
+			if !ok || !sleepCtx(v.in.w.ctx, v.in.w.draw(v.in, portQueue, "watched", n).latency) || w.done() {
 				return
 			}
 			fn(s)
