@@ -111,6 +111,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		{"tracing", func() ([]row, error) { return benchTracing(ctx, s, stderr) }},
 		{"reads", func() ([]row, error) { return benchReads(ctx, s, stderr) }},
 		{"record", func() ([]row, error) { return benchRecord(ctx, s, stderr) }},
+		{"watch", func() ([]row, error) { return benchWatch(ctx, s, stderr) }},
 	}
 	for _, st := range steps {
 		if !want(st.name) {
@@ -142,7 +143,7 @@ func parseSettings(args []string, stderr io.Writer) (s settings, cpuProfile stri
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.BoolVar(&s.quick, "quick", false, "a short smoke run: every row, small numbers")
-	fs.StringVar(&s.only, "only", "", "run only these scenarios, comma-separated: ingest, batch, dispatch, events, idle, memory, distinct, budget, console, tracing, reads, record")
+	fs.StringVar(&s.only, "only", "", "run only these scenarios, comma-separated: ingest, batch, dispatch, events, idle, memory, distinct, budget, console, tracing, reads, record, watch")
 	fs.IntVar(&s.distinct, "distinct", 1_000_000, "distinct clientIds sent through in the distinct scenario")
 	fs.IntVar(&s.recordRequests, "record-requests", 10_000_000, "requests retained in the record scenario")
 	fs.IntVar(&s.recordClients, "record-clients", 100_000, "clients those requests are spread over in the record scenario")
