@@ -193,7 +193,7 @@ func (s *stack) budgets(n int) map[string]governor.BudgetState {
 		wait = time.Second
 	}
 	q := introspect.BudgetQuestion{}
-	answers, _ := s.q.Ask(context.Background(), q.Name(), introspect.Body(q), wait, n)
+	answers, _, _ := s.q.Ask(context.Background(), q.Name(), introspect.Body(q), wait, n)
 	out := map[string]governor.BudgetState{}
 	for _, raw := range answers {
 		var a introspect.BudgetAnswer

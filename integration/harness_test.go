@@ -200,7 +200,7 @@ func (s *stack) startDispatcher() {
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	stopQuestions, err := s.q.ServeQuestions(introspect.AnswersOf(d))
+	stopQuestions, err := s.q.ServeQuestions("test", introspect.AnswersOf(d), log)
 	if err != nil {
 		s.t.Fatal(err)
 	}

@@ -107,7 +107,7 @@ func benchConsole(ctx context.Context, s settings, log io.Writer) ([]row, error)
 // serveConsole serves the admin API and the console over n's queue, with d answering the
 // operators' questions, as the dispatcher's operators' listener does, behind token.
 func serveConsole(ctx context.Context, n *node, d *dispatch.Dispatcher, token string) (base string, stop func(), err error) {
-	stopQuestions, err := n.q.ServeQuestions(introspect.AnswersOf(d))
+	stopQuestions, err := n.q.ServeQuestions("bench", introspect.AnswersOf(d), zerolog.Nop())
 	if err != nil {
 		return "", nil, err
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -135,6 +136,24 @@ func TestClientsSaysHowManyAndWhichPage(t *testing.T) {
 	s.publish(t, "bob", "b1")
 	if _, out, _ := s.ctl(t, "clients", "-nats-url", s.url); !strings.Contains(out, "\n2 clients with a backlog (page 1 of 1, 50 per page, by backlog)\n") {
 		t.Errorf("clients with two:\n%s", out)
+	}
+}
+
+// clients names a dispatcher that could not answer, under the table its lanes are
+// missing from.
+func TestClientsNamesADispatcherThatCannotAnswer(t *testing.T) {
+	s := newStandalone(t)
+	s.publish(t, "alice", "a1")
+	stop, err := s.q.ServeQuestions("d1", func(context.Context, string, []byte) ([]byte, error) {
+		return nil, errors.New("busy")
+	}, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	// The lane wait is long enough for the word on a busy machine.
+	if _, out, _ := s.ctl(t, "clients", "-nats-url", s.url, "-lane-wait", "2s"); !strings.Contains(out, "\ncould not read dispatcher d1's answer: busy: its clients' lanes are missing above\n") {
+		t.Errorf("clients beside a dispatcher that cannot answer:\n%s", out)
 	}
 }
 

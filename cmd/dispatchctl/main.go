@@ -334,6 +334,9 @@ func printClients(w io.Writer, page admin.ClientsPage) {
 	pages := (page.Total + page.Limit - 1) / max(page.Limit, 1)
 	fmt.Fprintf(w, "%s%s with a backlog (page %d of %d, %d per page, by %s)\n",
 		admin.Count(page.Total, "client", "clients"), matching, page.Page, pages, page.Limit, page.Sort)
+	for _, p := range page.Problems {
+		fmt.Fprintf(w, "could not read %s: its clients' lanes are missing above\n", p)
+	}
 }
 
 func requestState(ctx context.Context, e *env, args []string) error {

@@ -242,7 +242,7 @@ func runDispatcher(ctx context.Context, c *settings, q *queue.Queue, reg *promet
 // questions (pkg/introspect), ingest's status reads of requests without a record (ADR 10), and the cancels
 // of the clients this one owns (ADR 13).
 func serveAsks(q *queue.Queue, d *dispatch.Dispatcher, instance string, log zerolog.Logger) (stop func(), err error) {
-	stopQuestions, err := q.ServeQuestions(introspect.AnswersOf(d))
+	stopQuestions, err := q.ServeQuestions(instance, introspect.AnswersOf(d), log)
 	if err != nil {
 		return nil, err
 	}

@@ -362,7 +362,7 @@ func TestLaneQueriesStopWaitingOnceEveryKnownDispatcherAnswered(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, id := range []string{"d1", "d2"} {
-		stop, err := q.ServeQuestions(func(_ context.Context, name string, _ []byte) ([]byte, error) {
+		stop, err := q.ServeQuestions(id, func(_ context.Context, name string, _ []byte) ([]byte, error) {
 			switch name {
 			case introspect.NameActivity:
 				act := introspect.Activity{Window: introspect.ActivityWindow, Outcomes: map[schedule.Outcome]int{schedule.OutcomeDelivered: 6}}
@@ -371,7 +371,7 @@ func TestLaneQueriesStopWaitingOnceEveryKnownDispatcherAnswered(t *testing.T) {
 				return json.Marshal(introspect.BudgetAnswer{Instance: id, Budget: &governor.BudgetState{}})
 			}
 			return nil, errors.New("not asked what it answers") // no answer
-		})
+		}, zerolog.Nop())
 		if err != nil {
 			t.Fatal(err)
 		}

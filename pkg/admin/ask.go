@@ -1,12 +1,16 @@
 package admin
 
 import (
+	"cmp"
 	"context"
+	"fmt"
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/penguinhq/dispatcher/pkg/introspect"
 	"github.com/penguinhq/dispatcher/pkg/jsonkeys"
+	"github.com/penguinhq/dispatcher/pkg/queue"
 )
 
 // Asking the running dispatchers (pkg/introspect's questions), for the admin API's
@@ -19,12 +23,13 @@ import (
 // first after answersKept, which finds an instance that joined without leases.
 func ask[A any](ctx context.Context, s *Service, q introspect.Question) []A {
 	expect := s.expected(ctx)
-	raw, err := s.q.Ask(ctx, q.Name(), introspect.Body(q), s.laneWait, expect)
+	raw, unanswered, err := s.q.Ask(ctx, q.Name(), introspect.Body(q), s.laneWait, expect)
 	if err != nil {
 		return nil
 	}
-	if expect == 0 || len(raw) < expect { // waited the whole lane wait: as many as there are
-		s.answered(len(raw))
+	s.noteUnanswered(unanswered)
+	if n := len(raw) + len(unanswered); expect == 0 || n < expect { // waited the whole lane wait: as many as there are
+		s.answered(n)
 	}
 	out := make([]A, 0, len(raw))
 	for _, r := range raw {
@@ -83,6 +88,45 @@ func (s *Service) answered(n int) {
 	s.seenN, s.seenAt = n, time.Now()
 }
 
+// noteUnanswered keeps the word of dispatchers that could not answer, for the pages to
+// show for answersKept.
+func (s *Service) noteUnanswered(us []queue.Unanswered) {
+	if len(us) == 0 {
+		return
+	}
+	s.aliveMu.Lock()
+	defer s.aliveMu.Unlock()
+	if s.unanswered == nil {
+		s.unanswered = map[string]unanswered{}
+	}
+	for _, u := range us {
+		s.unanswered[u.Instance] = unanswered{why: u.Reason, at: time.Now()}
+	}
+}
+
+// Unanswered says, for each dispatcher that could not answer a question lately, which
+// and why: what the pages show from the dispatchers (lanes, activity, budget) lacks its
+// share.
+func (s *Service) Unanswered() []string {
+	s.aliveMu.Lock()
+	defer s.aliveMu.Unlock()
+	var out []string
+	for in, u := range s.unanswered {
+		if time.Since(u.at) >= answersKept {
+			delete(s.unanswered, in)
+			continue
+		}
+		out = append(out, fmt.Sprintf("dispatcher %s's answer: %s", cmp.Or(in, "(unnamed)"), u.why))
+	}
+	slices.Sort(out)
+	return out
+}
+
+type unanswered struct {
+	why string
+	at  time.Time
+}
+
 type aliveCache struct {
 	aliveMu      sync.Mutex
 	aliveAt      time.Time
@@ -90,4 +134,5 @@ type aliveCache struct {
 	aliveReading bool
 	seenAt       time.Time
 	seenN        int
+	unanswered   map[string]unanswered // by instance: dispatchers that could not answer lately
 }

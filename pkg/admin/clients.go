@@ -87,6 +87,9 @@ type ClientsPage struct {
 	// AsOf is when the list of clients and their backlogs was read.
 	AsOf    time.Time `json:"asOf" was:"as_of"`
 	Clients []Client  `json:"clients"`
+	// Problems name the dispatchers that could not answer lately, and why: the lanes
+	// they hold (next send, attempts, owner) are missing from the page.
+	Problems []string `json:"problems,omitempty"`
 }
 
 // Clients lists the clients with a backlog, a page at a time. Sorting by age reads
@@ -165,6 +168,7 @@ func (s *Service) Clients(ctx context.Context, cq ClientsQuery) (ClientsPage, er
 	}
 	s.heads(ctx, page.Clients)
 	s.describe(ctx, page.Clients)
+	page.Problems = s.Unanswered()
 	return page, nil
 }
 

@@ -156,6 +156,7 @@ func (s *Service) Overview(ctx context.Context) Overview {
 	if len(answers) == 0 {
 		o.Problems = append(o.Problems, "no dispatcher answered within "+s.laneWait.String())
 	}
+	o.Problems = append(o.Problems, s.Unanswered()...)
 	return o
 }
 

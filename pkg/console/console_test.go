@@ -2,6 +2,7 @@ package console_test
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/cookiejar"
@@ -641,5 +642,30 @@ func TestOverviewNamesLeasesNotRenewed(t *testing.T) {
 	ahead.Store(int64(20 * time.Second)) // the lease was last renewed 20 s ago by the console's clock
 	if _, page := get(t, c, f.srv.URL+"/console/"); !strings.Contains(page, `<strong class="bad" title="its holder may have stopped sending there: nothing goes out for their clients until the lease is renewed or expires">1</strong>`) {
 		t.Fatalf("a lease last renewed 20 s ago (TTL 30 s) is not named:\n%s", page)
+	}
+}
+
+// The clients page names a dispatcher that could not answer: its lanes are missing.
+func TestTheClientsPageNamesADispatcherThatCannotAnswer(t *testing.T) {
+	t.Parallel()
+	f := setup(t, token)
+	f.publish(t, "c1", "r1")
+	stop, err := f.q.ServeQuestions("d1", func(context.Context, string, []byte) ([]byte, error) {
+		return nil, errors.New("busy")
+	}, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	c := browser(t)
+	f.signIn(t, c)
+	const want = `<p class="problem">Could not read dispatcher d1&#39;s answer: busy</p>`
+	var page string
+	// The fixture's lane wait is short: the word may come after a page, for the next.
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(page, want) && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		_, page = get(t, c, f.srv.URL+"/console/clients?sort=next")
+	}
+	if !strings.Contains(page, want) {
+		t.Fatalf("the clients page does not name d1, which could not answer:\n%s", page)
 	}
 }

@@ -558,7 +558,7 @@ func requestsWithRecords(t *testing.T, q *queue.Queue) (queued, inFlight, delive
 		t.Fatalf("client d: %v %v", ok, err)
 	}
 	subject := lane.Subject()
-	stop, err := q.ServeQuestions(func(_ context.Context, name string, body []byte) ([]byte, error) {
+	stop, err := q.ServeQuestions("dispatcher-1", func(_ context.Context, name string, body []byte) ([]byte, error) {
 		asked := string(body)
 		switch {
 		case name == introspect.NameLanes && strings.Contains(asked, subject):
@@ -569,7 +569,7 @@ func requestsWithRecords(t *testing.T, q *queue.Queue) (queued, inFlight, delive
 				Delivered: []introspect.Delivery{{ID: delivered, Subject: subject, Attempt: 2, Delivered: now}}})
 		}
 		return nil, errors.New("not asked about what it holds") // no answer
-	})
+	}, zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
 	}
