@@ -48,6 +48,7 @@ func Run(seed uint64) *Report {
 		kills: map[string]time.Time{}, deletes: map[uint64][]deleteCall{}, finals: map[uint64]bool{}}
 	w.store.note = w.note
 	steps := w.queueClients(rand.New(rand.NewPCG(seed, 0xa11)))
+	steps = append(steps, w.arrivalsAround(faults, rand.New(rand.NewPCG(seed, 0xa12)))...)
 	for i := range set.Instances {
 		w.join(fmt.Sprintf("i%d", i+1))
 	}
@@ -141,6 +142,31 @@ func (w *World) queueClients(r *rand.Rand) []event {
 		}
 		for range r.IntN(set.Arrivals + 1) {
 			steps = append(steps, event{at: time.Duration(r.Int64N(int64(set.Faults))), do: add})
+		}
+		if c < set.Clients {
+			w.adders = append(w.adders, add)
+		}
+	}
+	return steps
+}
+
+// arrivalsPerMove is how many requests arrive around each instant the partitions move.
+const arrivalsPerMove = 3
+
+// arrivalsAround queues requests of clients with a short backlog (most often none left)
+// in the seconds after each instance joins, leaves or is killed: the partitions move
+// then, and each instance's backlog watch is started again over its new share. A request
+// stored while a watch is being replaced reaches the loop only if the replacement is
+// right (ADR 16); spread over the whole run, few would fall there.
+func (w *World) arrivalsAround(faults []Fault, r *rand.Rand) []event {
+	var steps []event
+	for _, f := range faults {
+		if f.Kind != FaultJoin && f.Kind != FaultLeave && f.Kind != FaultKill || len(w.adders) == 0 {
+			continue
+		}
+		for range arrivalsPerMove {
+			at := f.From + time.Duration(r.Int64N(int64(4*time.Second)))
+			steps = append(steps, event{at: min(at, w.set.Faults), do: w.adders[r.IntN(len(w.adders))]})
 		}
 	}
 	return steps

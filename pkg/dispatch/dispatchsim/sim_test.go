@@ -75,9 +75,9 @@ func TestSimulation(t *testing.T) {
 // decided before the partition's fence passed, while an earlier owner's attempt of the
 // request could still be under way (issue 31), 356, 358 and 920 with that rule taken
 // out; the backlog watch started again as partitions move (ADR 16), with one of its
-// three rules taken out each in turn (list the kept partitions after a restart; list a
-// taken one only once the watch covers it; start the new watch before stopping the old),
-// 440, 509 and 264 between them (440 in all four replays of the first). A replay repeats
+// three rules taken out each in turn (list the kept partitions after a restart: 440, 805,
+// 846; list a taken one only once the watch covers it: 9 seeds, 264 and 440 among them;
+// start the new watch before stopping the old: 6, the same two among them). A replay repeats
 // the faults exactly, and the order in which goroutines ready at one simulated instant
 // run only almost: the seeds failed in three to five of five replays. So each is
 // replayed eight times here, and any failure fails it.
@@ -94,7 +94,7 @@ func TestSimulationFindings(t *testing.T) {
 		{"AHolderHandsBackOnlyPastItsFence", []uint64{760}},
 		{"TheFinalEventIsStoredBeforeTheRemoval", []uint64{1, 7, 8}},
 		{"ACancelWaitsOutTheFence", []uint64{356, 358, 920}},
-		{"TheWatchMissesNothingAcrossARestart", []uint64{264, 440, 509}},
+		{"TheWatchMissesNothingAcrossARestart", []uint64{264, 440, 805, 846}},
 	} {
 		t.Run(f.name, func(t *testing.T) {
 			t.Parallel()

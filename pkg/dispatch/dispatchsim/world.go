@@ -128,6 +128,7 @@ type World struct {
 	cancelAnswers map[string]int       // cancels answered, by outcome
 	notes         []string
 	nextID        int
+	adders        []func() // each client with a short backlog: queues its next request
 }
 
 // deleteCall is one removal of a request from the queue, or (keep) the keeping of its
@@ -162,6 +163,13 @@ func (w *World) draw(in *Instance, port, what string, key int) drawn {
 		d.latency = between(time.Millisecond, 10*time.Millisecond)
 	case portRaven:
 		d.latency = between(5*time.Millisecond, 50*time.Millisecond)
+	case portQueue:
+		d.latency = between(time.Millisecond, 5*time.Millisecond)
+		if what == "watched" && r.IntN(10) == 0 {
+			// A consumer's delivery lags at times (the server busy, the connection's
+			// buffer full): a watch replaced then still held it.
+			d.latency = between(10*time.Millisecond, time.Second)
+		}
 	default:
 		d.latency = between(time.Millisecond, 5*time.Millisecond)
 	}
@@ -336,6 +344,13 @@ func settingOf(seed uint64) (Setting, []Fault) {
 
 	faults := swarm(r, &set)
 	slices.SortStableFunc(faults, func(a, b Fault) int { return int(a.From - b.From) })
+	for _, f := range faults {
+		if f.Kind == FaultJoin || f.Kind == FaultLeave || f.Kind == FaultKill {
+			// The requests queued around the move (arrivalsAround), each perhaps on one
+			// client's backlog.
+			set.Bound += arrivalsPerMove * (cfg.Interval + cfg.SendTimeout)
+		}
+	}
 	return set, faults
 }
 
