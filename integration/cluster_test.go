@@ -84,7 +84,6 @@ func (c *clusterStack) replicasCurrent() int {
 	return p.Current
 }
 
-// owners counts the partitions each instance holds.
 // watchesSplit says whether the request stream has n watches of new requests whose
 // partitions do not overlap and are, together, all partitions.
 func (c *clusterStack) watchesSplit(n, partitions int) bool {
@@ -119,6 +118,7 @@ func (c *clusterStack) watchesSplit(n, partitions int) bool {
 	return watches == n && len(seen) == partitions
 }
 
+// owners counts the partitions each instance holds.
 func (c *clusterStack) owners() map[string]int {
 	c.t.Helper()
 	owners, err := c.leases.Owners(context.Background())

@@ -3,6 +3,7 @@ package admin
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"sync"
@@ -27,7 +28,7 @@ func ask[A any](ctx context.Context, s *Service, q introspect.Question) []A {
 	if err != nil {
 		return nil
 	}
-	s.noteUnanswered(unanswered)
+	s.noteReplies(raw, unanswered)
 	if n := len(raw) + len(unanswered); expect == 0 || n < expect { // waited the whole lane wait: as many as there are
 		s.answered(n)
 	}
@@ -88,16 +89,31 @@ func (s *Service) answered(n int) {
 	s.seenN, s.seenAt = n, time.Now()
 }
 
-// noteUnanswered keeps the word of dispatchers that could not answer, for the pages to
-// show for answersKept.
-func (s *Service) noteUnanswered(us []queue.Unanswered) {
-	if len(us) == 0 {
+// noteReplies keeps the word of dispatchers that could not answer, for the pages to
+// show for answersKept, and forgets it for those that answered since.
+func (s *Service) noteReplies(answers []json.RawMessage, us []queue.Unanswered) {
+	s.aliveMu.Lock()
+	none := len(us) == 0 && len(s.unanswered) == 0
+	s.aliveMu.Unlock()
+	if none { // as almost always: no answer decoded twice
 		return
+	}
+	answered := make([]string, 0, len(answers))
+	for _, a := range answers {
+		var who struct {
+			Instance string `json:"instance"`
+		}
+		if json.Unmarshal(a, &who) == nil {
+			answered = append(answered, who.Instance)
+		}
 	}
 	s.aliveMu.Lock()
 	defer s.aliveMu.Unlock()
 	if s.unanswered == nil {
 		s.unanswered = map[string]unanswered{}
+	}
+	for _, in := range answered {
+		delete(s.unanswered, in)
 	}
 	for _, u := range us {
 		s.unanswered[u.Instance] = unanswered{why: u.Reason, at: time.Now()}

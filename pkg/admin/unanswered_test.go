@@ -2,6 +2,7 @@ package admin_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/penguinhq/dispatcher/pkg/admin"
+	"github.com/penguinhq/dispatcher/pkg/introspect"
 )
 
 // A dispatcher that cannot answer (its answer over the NATS server's max_payload, say)
@@ -46,5 +48,24 @@ func TestADispatcherThatCannotAnswerIsNamed(t *testing.T) {
 	}
 	if o := f.svc.Overview(context.Background()); !strings.Contains(strings.Join(o.Problems, "\n"), want) {
 		t.Fatalf("overview problems %q; want d1 named", o.Problems)
+	}
+	// d1 answers again: it is no longer named, though its word is not 30 s old.
+	stop()
+	stopAgain, err := f.q.ServeQuestions("d1", func(context.Context, string, []byte) ([]byte, error) {
+		return json.Marshal(introspect.LanesAnswer{Instance: "d1"})
+	}, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stopAgain()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		page = admin.ClientsPage{} // an answer without problems leaves the field as it was
+		f.call(t, http.MethodGet, "/admin/v1/clients?sort=next", token, "", &page)
+		if len(page.Problems) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("d1 answers again, and the clients page still names it: %q", page.Problems)
+		}
 	}
 }

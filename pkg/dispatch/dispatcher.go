@@ -103,7 +103,8 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	}
 	// The backlog is watched and listed off the loop, both feeding the loop's notes, so
 	// that neither a slow queue nor a long listing holds up sends that are due.
-	go l.keepWatch(ctx)
+	watchDone := make(chan struct{})
+	go l.keepWatch(ctx, watchDone)
 	go l.lister(ctx)
 	leaserDone, releaseAll := l.own(ctx)
 
@@ -113,6 +114,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 
 	d.running.Store(false)
 	l.drain()
+	<-watchDone // its consumer deleted, not left on the server
 	<-leaserDone
 	rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()

@@ -90,12 +90,12 @@ func (l *loop) watchOpen(taken ...int) {
 }
 
 // keepWatch keeps the backlog watch over the partitions the loop asks for until ctx
-// ends, and lists what it asks for once the watch covers it.
-func (l *loop) keepWatch(ctx context.Context) {
-	began := time.Now()
-	var covered []int
-	stop := func() {}
-	defer func() { stop() }()
+// ends, and lists what it asks for once the watch covers it. It closes done once its
+// watch is stopped.
+func (l *loop) keepWatch(ctx context.Context, done chan<- struct{}) {
+	defer close(done)
+	w := backlogWatch{stop: func() {}, began: time.Now()}
+	defer func() { w.stop() }()
 	retry := time.NewTimer(time.Hour)
 	retry.Stop()
 	defer retry.Stop()
@@ -107,27 +107,13 @@ func (l *loop) keepWatch(ctx context.Context) {
 		case <-retry.C:
 		}
 		open, list := l.watch.take()
-		switch {
-		case slices.Equal(open, covered):
-		case len(open) == 0:
-			stop()
-			stop, covered = func() {}, nil
-		default:
-			// The new watch first: the old one goes on meanwhile, and gives what the new
-			// one gives too for a while (a lane noted twice is noted once).
-			next, err := l.d.src.Watch(ctx, open, l.noteLane(ctx), l.watchTrouble(began))
-			if err != nil {
-				if ctx.Err() == nil {
-					l.d.log.Warn().Err(err).Ints("partitions", open).Msg("starting the backlog watch failed; will retry, and list the backlog meanwhile")
-				}
+		if !slices.Equal(open, w.covered) {
+			if err := l.restartWatch(ctx, &w, open); err != nil {
 				l.watch.keep(list)
-				l.askResync()
-				retry.Reset(time.Second)
+				retry.Reset(watchRetry(w.failures))
 				continue
 			}
-			stop()
-			stop, covered = next, open
-			for _, p := range open {
+			for _, p := range open { // what the stopped watch still held reaches neither
 				list[p] = true
 			}
 		}
@@ -140,6 +126,50 @@ func (l *loop) keepWatch(ctx context.Context) {
 		case <-time.After(watchGap):
 		}
 	}
+}
+
+// backlogWatch is keepWatch's state: the watch running, over which partitions, and how
+// many starts have failed in a row.
+type backlogWatch struct {
+	covered  []int
+	stop     func()
+	failures int
+	began    time.Time
+}
+
+// restartWatch starts the watch over open (none: stops it). The new watch starts before
+// the old one stops, which saves the listings a wait; the old one is stopped off this
+// goroutine, as a consumer being created again (a node lost) holds its stop for seconds.
+func (l *loop) restartWatch(ctx context.Context, w *backlogWatch, open []int) error {
+	if len(open) == 0 {
+		go w.stop()
+		w.stop, w.covered = func() {}, nil
+		return nil
+	}
+	next, err := l.d.src.Watch(ctx, open, l.noteLane(ctx), l.watchTrouble(w.began))
+	if err != nil {
+		w.failures++
+		if ctx.Err() == nil && (w.failures == 1 || w.failures%30 == 0) {
+			l.d.log.Warn().Err(err).Ints("partitions", open).Int("failures", w.failures).Msg("starting the backlog watch failed; will retry, and list the backlog meanwhile")
+		}
+		if w.failures == 1 {
+			l.askResync() // then the resync timer's listings, until the watch starts
+		}
+		return err
+	}
+	if w.failures > 0 {
+		l.d.log.Info().Int("failures", w.failures).Msg("backlog watch started again")
+	}
+	w.failures = 0
+	go w.stop()
+	w.stop, w.covered = next, open
+	return nil
+}
+
+// watchRetry is how long to wait before starting the watch again after failures in a
+// row: a second, doubling, at most 30 s.
+func watchRetry(failures int) time.Duration {
+	return min(time.Second<<min(max(failures-1, 0), 5), 30*time.Second)
 }
 
 // noteLane passes the lane of a new request to the loop.

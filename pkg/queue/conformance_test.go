@@ -46,7 +46,7 @@ func TestSourceConformance(t *testing.T) {
 	})
 }
 
-// A backlog watch stopped takes its consumer off the server at once: a dispatcher starts
+// A backlog watch stopped deletes its consumer from the server: a dispatcher starts
 // its watch again whenever its partitions move (ADR 16), and an ordered consumer would
 // otherwise stay for its 5 minutes of inactivity.
 func TestAStoppedWatchLeavesNoConsumer(t *testing.T) {
@@ -69,5 +69,35 @@ func TestAStoppedWatchLeavesNoConsumer(t *testing.T) {
 			}
 			time.Sleep(10 * time.Millisecond)
 		}
+	}
+}
+
+// A watch whose consumer is lost before it gave anything (deleted on the server here;
+// a reconnect does the same) is created again from where it began, not from "new": a
+// request stored meanwhile still comes through it.
+func TestAWatchCreatedAgainGivesWhatWasStoredMeanwhile(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	q := open(t, queue.Config{})
+	lanes := make(chan request.Lane, 4)
+	all := make([]int, q.Partitions())
+	for p := range all {
+		all[p] = p
+	}
+	stop, err := q.Watch(ctx, all, func(l request.Lane) { lanes <- l }, func(error) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	if err := q.DeleteRequestConsumers(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := q.Publish(ctx, request.Request{ID: request.NewID(time.Now()), ClientID: "c1", ContentType: "application/json", Body: []byte(`{}`)}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-lanes:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the request stored while the watch's consumer was lost never came through the watch")
 	}
 }

@@ -63,3 +63,14 @@ func (q *Queue) RequestConsumers(ctx context.Context) (int, error) {
 	}
 	return info.State.Consumers, nil
 }
+
+// DeleteRequestConsumers deletes every consumer of the request stream, as a server that
+// lost them would.
+func (q *Queue) DeleteRequestConsumers(ctx context.Context) error {
+	for name := range q.reqs.ListConsumers(ctx).Info() {
+		if err := q.reqs.DeleteConsumer(ctx, name.Name); err != nil {
+			return err
+		}
+	}
+	return nil
+}

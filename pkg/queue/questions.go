@@ -76,7 +76,7 @@ func (q *Queue) ServeQuestions(instance string, answer func(ctx context.Context,
 		r := nats.NewMsg(m.Reply)
 		why := strings.Join(strings.Fields(err.Error()), " ") // one line, as a header is
 		if len(why) > 512 {
-			why = why[:512]
+			why = strings.ToValidUTF8(why[:512], "")
 		}
 		r.Header.Set(answerErrorHeader, why)
 		r.Header.Set(answerInstanceHeader, instance)

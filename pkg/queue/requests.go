@@ -212,15 +212,23 @@ func (q *Queue) backlog(ctx context.Context, filter string) (map[string]uint64, 
 // backlog again. Stop the watch by calling the returned function.
 //
 // The consumer is created before Watch returns, so that a listing of a partition's
-// backlog made after it, with what the watch gives, misses no request.
+// backlog made after it, with what the watch gives, misses no request. It starts at the
+// stream's next sequence rather than at "new": an ordered consumer that has given
+// nothing yet and is created again (after a reconnect, say) starts where it was asked
+// to, and so gives what was stored meanwhile.
 func (q *Queue) Watch(ctx context.Context, partitions []int, fn func(request.Lane), onErr func(error)) (stop func(), err error) {
 	filters := q.watchFilters(partitions)
 	if len(filters) == 0 { // no filter would be the whole stream
 		return nil, fmt.Errorf("creating backlog watch: no partition of %d in %v", q.cfg.Partitions, partitions)
 	}
+	info, err := q.reqs.Info(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("creating backlog watch: %w", err)
+	}
 	cons, err := q.reqs.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
 		FilterSubjects: filters,
-		DeliverPolicy:  jetstream.DeliverNewPolicy,
+		DeliverPolicy:  jetstream.DeliverByStartSequencePolicy,
+		OptStartSeq:    info.State.LastSeq + 1,
 		HeadersOnly:    true,
 	})
 	if err != nil {
@@ -238,13 +246,12 @@ func (q *Queue) Watch(ctx context.Context, partitions []int, fn func(request.Lan
 	return func() {
 		cc.Stop()
 		// A stopped ordered consumer stays on the server until its inactivity threshold
-		// (5 min); a dispatcher starts its watch again as its partitions move.
+		// (5 min); a dispatcher starts its watch again as its partitions move. The
+		// delete is waited for (briefly), so that one stopped at shutdown is gone too.
 		if info := cons.CachedInfo(); info != nil {
-			go func() {
-				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-				defer cancel()
-				_ = q.reqs.DeleteConsumer(ctx, info.Name)
-			}()
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			_ = q.reqs.DeleteConsumer(ctx, info.Name)
 		}
 	}, nil
 }

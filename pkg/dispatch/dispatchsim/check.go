@@ -34,11 +34,17 @@ func (w *World) check(left []request.Stored) *Report {
 	byClient := c.spacing()
 	c.cancelled = w.checkCancels(attempts, c.fail, c.at)
 	w.mu.Lock()
-	for id, at := range w.cancelEvents {
+	for id, seq := range w.cancelEvents {
 		// A cancel that removed the request, and whose instance died before answering:
-		// its caller heard an error, and the record says cancelled.
-		if _, ok := c.cancelled[id]; !ok {
-			c.cancelled[id] = at
+		// its caller heard an error, and the record says cancelled. It counts from its
+		// removal's landing, and not at all if no removal landed.
+		if _, ok := c.cancelled[id]; ok {
+			continue
+		}
+		for _, d := range w.deletes[seq] {
+			if !d.keep && !d.landed.IsZero() && (c.cancelled[id].IsZero() || d.landed.Before(c.cancelled[id])) {
+				c.cancelled[id] = d.landed
+			}
 		}
 	}
 	w.mu.Unlock()

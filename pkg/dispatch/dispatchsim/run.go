@@ -40,13 +40,9 @@ type event struct {
 // Run runs seed's schedule and checks it. It must run inside a testing/synctest bubble:
 // its minutes of operation take no time.
 func Run(seed uint64) *Report {
-	set, faults := settingOf(seed)
-	ctx, end := context.WithCancel(context.Background())
-	defer end()
-	w := &World{seed: seed, set: set, cfg: set.Config, start: time.Now(), ctx: ctx, end: end,
-		store: NewStore(set.Config.LeaseTTL), queue: NewQueue(Partitions), raven: &Raven{}, timeline: faults,
-		kills: map[string]time.Time{}, deletes: map[uint64][]deleteCall{}, finals: map[uint64]bool{}}
-	w.store.note = w.note
+	w := newWorld(seed)
+	defer w.end()
+	set, faults := w.set, w.timeline
 	steps := w.queueClients(rand.New(rand.NewPCG(seed, 0xa11)))
 	steps = append(steps, w.arrivalsAround(faults, rand.New(rand.NewPCG(seed, 0xa12)))...)
 	for i := range set.Instances {
@@ -119,6 +115,18 @@ func Run(seed uint64) *Report {
 	w.note("faults over")
 	time.Sleep(time.Until(w.start.Add(set.Faults + set.Bound)))
 	return w.finish()
+}
+
+// newWorld is seed's world, its clock started: the setting and faults it draws, and the
+// simulated services.
+func newWorld(seed uint64) *World {
+	set, faults := settingOf(seed)
+	ctx, end := context.WithCancel(context.Background())
+	w := &World{seed: seed, set: set, cfg: set.Config, start: time.Now(), ctx: ctx, end: end,
+		store: NewStore(set.Config.LeaseTTL), queue: NewQueue(Partitions), raven: &Raven{}, timeline: faults,
+		kills: map[string]time.Time{}, deletes: map[uint64][]deleteCall{}, finals: map[uint64]bool{}}
+	w.store.note = w.note
+	return w
 }
 
 // queueClients queues each client's first requests, and returns the steps that queue

@@ -121,11 +121,11 @@ type World struct {
 	live          []*Instance
 	kills         map[string]time.Time // instance name: when killed
 	deletes       map[uint64][]deleteCall
-	finals        map[uint64]bool      // requests whose final event is stored (events or queue)
-	cancelEvents  map[string]time.Time // requests whose stored final event is a cancel's: when it was made
-	unkept        [][2]string          // G10: removals that landed before the final event was stored (client, what)
-	cancelled     []cancelCall         // cancels answered Cancelled
-	cancelAnswers map[string]int       // cancels answered, by outcome
+	finals        map[uint64]bool   // requests whose final event is stored (events or queue)
+	cancelEvents  map[string]uint64 // requests whose stored final event is a cancel's: their sequence
+	unkept        [][2]string       // G10: removals that landed before the final event was stored (client, what)
+	cancelled     []cancelCall      // cancels answered Cancelled
+	cancelAnswers map[string]int    // cancels answered, by outcome
 	notes         []string
 	nextID        int
 	adders        []func() // each client with a short backlog: queues its next request
@@ -283,9 +283,9 @@ func (w *World) finalStored(e request.Event) {
 	w.finals[e.Seq] = true
 	if e.Type == request.EventCancelled {
 		if w.cancelEvents == nil {
-			w.cancelEvents = map[string]time.Time{}
+			w.cancelEvents = map[string]uint64{}
 		}
-		w.cancelEvents[e.ID] = e.At
+		w.cancelEvents[e.ID] = e.Seq
 	}
 }
 
