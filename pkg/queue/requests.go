@@ -183,7 +183,7 @@ func (q *Queue) Backlog(ctx context.Context) (map[string]uint64, error) {
 // PartitionBacklog lists the lanes of partition p that have requests queued, with how
 // many each.
 func (q *Queue) PartitionBacklog(ctx context.Context, p int) (map[request.Lane]uint64, error) {
-	subjects, err := q.backlog(ctx, request.RequestPrefix+strconv.Itoa(p)+".*")
+	subjects, err := q.backlog(ctx, partitionFilter(p))
 	if err != nil {
 		return nil, err
 	}
@@ -256,6 +256,9 @@ func (q *Queue) Watch(ctx context.Context, partitions []int, fn func(request.Lan
 	}, nil
 }
 
+// partitionFilter is the subjects of partition p's requests: every lane in it.
+func partitionFilter(p int) string { return request.RequestPrefix + strconv.Itoa(p) + ".*" }
+
 // watchFilters are the subjects of partitions' requests: one filter when they are all of
 // them.
 func (q *Queue) watchFilters(partitions []int) []string {
@@ -264,7 +267,7 @@ func (q *Queue) watchFilters(partitions []int) []string {
 	for _, p := range partitions {
 		if p >= 0 && p < q.cfg.Partitions && !seen[p] {
 			seen[p] = true
-			filters = append(filters, request.RequestPrefix+strconv.Itoa(p)+".*")
+			filters = append(filters, partitionFilter(p))
 		}
 	}
 	if len(seen) == q.cfg.Partitions {
