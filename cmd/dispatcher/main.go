@@ -204,6 +204,9 @@ func runDispatcher(ctx context.Context, c *settings, q *queue.Queue, reg *promet
 	}
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
+	// A head is read only through a NATS server a write has gone through since the
+	// connection moved there: one cut off from its cluster answers from an old copy.
+	q.ProveHeadReads()
 	go q.WatchWrites(watchCtx, 0, log)
 	stopAsks, err := serveAsks(q, d, c.dispatch.InstanceID, log)
 	if err != nil {

@@ -24,6 +24,7 @@ type Queue struct {
 	reqs   jetstream.Stream
 	dead   jetstream.Stream
 	writes writeHealth
+	proof  *linkProof // head reads only through a server a write went through (link.go)
 	guard  StoreGuard // set by UseGuard when the server runs in this process
 	// outcomes count the final events kept in the request stream (KeepOutcome).
 	outcomes outcomeMetrics
@@ -63,7 +64,7 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config, ensure Ensure) (*Queue
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: %w", err)
 	}
-	q := &Queue{nc: nc, js: js, cfg: cfg, writes: writeHealth{log: zerolog.Nop()}, outcomes: newOutcomeMetrics()}
+	q := &Queue{nc: nc, js: js, cfg: cfg, writes: writeHealth{log: zerolog.Nop()}, proof: newLinkProof(), outcomes: newOutcomeMetrics()}
 	if ensure == Existing {
 		return q.openExisting(ctx)
 	}

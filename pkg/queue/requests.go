@@ -278,10 +278,21 @@ func (q *Queue) watchFilters(partitions []int) []string {
 
 // Head returns the oldest request of lane; ok is false when it has none. A request whose
 // lane's token is no valid clientId comes back with ok true and an
-// *request.UndecodableError.
+// *request.UndecodableError. After ProveHeadReads, the head is read only through a NATS
+// server a write has gone through since the connection moved to it (link.go); else the
+// error wraps ErrLinkUnproven.
 func (q *Queue) Head(ctx context.Context, lane request.Lane) (st request.Stored, ok bool, err error) {
 	subject := lane.Subject()
+	link, err := q.provenLink(ctx)
+	if err != nil {
+		return request.Stored{}, false, fmt.Errorf("reading head of %s: %w", subject, err)
+	}
 	m, err := q.reqs.GetMsg(ctx, 0, jetstream.WithGetMsgSubject(subject))
+	if err == nil || errors.Is(err, jetstream.ErrMsgNotFound) {
+		if moved := q.stillProven(link); moved != nil {
+			return request.Stored{}, false, fmt.Errorf("reading head of %s: %w", subject, moved)
+		}
+	}
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return request.Stored{}, false, nil
 	}
@@ -313,12 +324,14 @@ func (q *Queue) Find(ctx context.Context, lane request.Lane, id string) (st requ
 // error. The stream's sequence names the request alone: the lane is not needed to find
 // it.
 func (q *Queue) Delete(ctx context.Context, _ request.Lane, seq uint64) error {
+	link := q.link()
 	err := q.reqs.DeleteMsg(ctx, seq)
 	if err != nil && !isNotFound(err) {
 		q.writes.note(err)
 		return fmt.Errorf("deleting request %d: %w", seq, err)
 	}
 	q.writes.note(nil)
+	q.writeLanded(link)
 	return nil
 }
 

@@ -20,6 +20,7 @@ import (
 const (
 	DefaultProbeEvery = 2 * time.Second
 	probeTimeout      = 2 * time.Second
+	minProbeGap       = 100 * time.Millisecond
 	// unansweredToMove is how many test writes in a row must get no answer through the
 	// server this service is connected to before it moves to another one: a server cut
 	// off from its cluster's majority keeps its clients but cannot serve JetStream.
@@ -165,7 +166,8 @@ func (q *Queue) probeWrite(ctx context.Context) error {
 // request is written, and logs to log when that changes (unless a StoreGuard, which
 // knows more, does). The test write needs the right to remove messages from the
 // request stream ($JS.API.STREAM.MSG.DELETE.REQUESTS); without it, it gets no answer,
-// which is logged once and otherwise ignored.
+// which is logged once and otherwise ignored. Its test writes also prove the link Head
+// reads through once ProveHeadReads was called (link.go), at once when a head read asks.
 func (q *Queue) WatchWrites(ctx context.Context, every time.Duration, log zerolog.Logger) {
 	if every <= 0 {
 		every = DefaultProbeEvery
@@ -177,9 +179,14 @@ func (q *Queue) WatchWrites(ctx context.Context, every time.Duration, log zerolo
 	}
 	t := time.NewTicker(every)
 	defer t.Stop()
-	unanswered := 0
+	unanswered, last := 0, time.Time{}
 	for {
+		// Head reads ask for test writes as they need them; a store that fails every
+		// write at once still gets them no more often than this.
+		time.Sleep(time.Until(last.Add(minProbeGap)))
+		last = time.Now()
 		if q.nc.IsConnected() { // a lost connection is Ready's to report, not a store fault
+			link := q.link()
 			pctx, cancel := context.WithTimeout(ctx, probeTimeout)
 			err := q.probeWrite(pctx)
 			cancel()
@@ -187,6 +194,12 @@ func (q *Queue) WatchWrites(ctx context.Context, every time.Duration, log zerolo
 				return
 			}
 			q.writes.noteProbe(err)
+			switch {
+			case err == nil:
+				q.writeLanded(link)
+			case !isStoreFailure(err):
+				q.writeUnanswered(link)
+			}
 			if err == nil || isStoreFailure(err) {
 				unanswered = 0
 			} else if unanswered++; unanswered >= unansweredToMove && len(q.nc.Servers()) > 1 {
@@ -200,6 +213,7 @@ func (q *Queue) WatchWrites(ctx context.Context, every time.Duration, log zerolo
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		case <-q.proof.kick: // a head read waits for a write through a new link
 		}
 	}
 }
