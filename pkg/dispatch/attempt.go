@@ -27,6 +27,13 @@ const (
 	LogRemovalLate   = "delivered request removed from the queue only after the partition's lease could have lapsed; another instance may have sent it again"
 )
 
+// LogRemovedBefore names a delivered request that was no longer in the queue when its
+// removal came, within the lease: it had been removed before this attempt, so raven may
+// have received it twice. No known cause is left (the last, a head read through a NATS
+// server cut off from its cluster, is closed by the queue's proven links); the line is
+// there to find the next. (Gone when the lease could have lapsed is LogRemovalLate's.)
+const LogRemovedBefore = "delivered request was gone from the queue when its removal came: it had been removed before this attempt, and raven may have received it twice"
+
 // startDue hands every lane that is due (up to MaxInFlight) to a worker of its own, or
 // holds it when its partition does not let attempts start now.
 func (l *loop) startDue() {

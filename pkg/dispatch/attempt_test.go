@@ -169,6 +169,60 @@ func TestWorkReportsARemovalAfterTheLeaseCouldLapse(t *testing.T) {
 	}
 }
 
+// A delivered request already gone when its removal comes, within the lease, was removed
+// before this attempt: raven may have had it twice, and the log says so with its id. A
+// removal whose first answer was lost finds it gone on its retry, and says nothing of the
+// kind; nor does one gone when the lease could have lapsed (the next owner's removal).
+func TestWorkReportsADeliveredRequestRemovedBefore(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, Config{})
+		subj := laneOf(1, "gus")
+		st := b.src.add(subj, "twice", start)
+		b.snd.answer = func(request.Stored, int) error {
+			if err := b.src.Delete(context.Background(), subj, st.Seq); err != nil {
+				t.Errorf("removing it meanwhile, as another removal would: %v", err)
+			}
+			return nil
+		}
+		if res := b.d.work(context.Background(), b.job(subj), time.Time{}); res.Kind != schedule.Delivered {
+			t.Fatalf("result %+v, want Delivered", res)
+		}
+		if !strings.Contains(b.log.String(), LogRemovedBefore) || !strings.Contains(b.log.String(), `"request_id":"twice"`) {
+			t.Fatalf("log lacks the request removed before its removal:\n%s", b.log)
+		}
+
+		lost := setup(t, Config{})
+		subj = laneOf(2, "hal")
+		lost.src.add(subj, "once", start)
+		lost.src.deleteAnswersLost = 1
+		if res := lost.d.work(context.Background(), lost.job(subj), time.Time{}); res.Kind != schedule.Delivered {
+			t.Fatalf("result %+v, want Delivered once the retry found it gone", res)
+		}
+		if lost.src.deletes != 2 || len(lost.src.ids()) != 0 {
+			t.Fatalf("%d deletes, queued %v; want 2 and none", lost.src.deletes, lost.src.ids())
+		}
+		if strings.Contains(lost.log.String(), LogRemovedBefore) || !strings.Contains(lost.log.String(), LogRemovalFailed) {
+			t.Fatalf("a lost answer to a removal is logged as a failed removal only:\n%s", lost.log)
+		}
+
+		late := setup(t, Config{LeaseTTL: 30 * time.Second, SendTimeout: 2 * time.Second})
+		subj = laneOf(3, "ida")
+		st = late.src.add(subj, "slow", start)
+		late.snd.answer = func(request.Stored, int) error {
+			late.clock.advance(time.Minute)                         // paused past the lease
+			_ = late.src.Delete(context.Background(), subj, st.Seq) // and the next owner sent and removed it
+			return nil
+		}
+		if res := late.d.work(context.Background(), late.job(subj), start.Add(10*time.Second)); res.Kind != schedule.Delivered {
+			t.Fatalf("result %+v, want Delivered", res)
+		}
+		if strings.Contains(late.log.String(), LogRemovedBefore) || !strings.Contains(late.log.String(), LogRemovalLate) {
+			t.Fatalf("a request gone after the lease could lapse is logged as a late removal only:\n%s", late.log)
+		}
+	})
+}
+
 // A removal that fails is retried until it lands, and reported with the request's id.
 // (In a synctest bubble: the pauses between the retries take no time.)
 func TestWorkRetriesAFailedRemoval(t *testing.T) {

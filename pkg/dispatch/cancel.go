@@ -270,7 +270,7 @@ func (d *Dispatcher) cancel(ctx context.Context, lane request.Lane, id string, o
 		ev.At = at
 		unwritten = d.writeNow(ctx, ev, own.validUntil)
 	}
-	if err := d.keepThenDelete(st, unwritten)(ctx); err != nil {
+	if err := notQueuedIsDone(d.keepThenDelete(st, unwritten)(ctx)); err != nil {
 		return CancelResult{}, fmt.Errorf("removing %s from its client's queue: %w", id, err)
 	}
 	if !by.IsZero() && d.now().After(by) {

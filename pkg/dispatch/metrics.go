@@ -14,18 +14,19 @@ import (
 // client ids are unbounded, and operators find one client with dispatchctl instead.
 // A nil *Metrics counts nothing.
 type Metrics struct {
-	attempts      *prometheus.CounterVec
-	attemptTime   prometheus.Histogram
-	gap           prometheus.Histogram
-	gapRatio      prometheus.Histogram
-	belowInterval prometheus.Counter
-	deadLetters   *prometheus.CounterVec
-	removals      prometheus.Counter
-	leftOver      prometheus.Counter
-	budgetWaits   prometheus.Histogram
-	rateChanges   *prometheus.CounterVec
-	cancels       *prometheus.CounterVec
-	reg           prometheus.Registerer
+	attempts       *prometheus.CounterVec
+	attemptTime    prometheus.Histogram
+	gap            prometheus.Histogram
+	gapRatio       prometheus.Histogram
+	belowInterval  prometheus.Counter
+	deadLetters    *prometheus.CounterVec
+	removals       prometheus.Counter
+	foundGoneCount prometheus.Counter
+	leftOver       prometheus.Counter
+	budgetWaits    prometheus.Histogram
+	rateChanges    *prometheus.CounterVec
+	cancels        *prometheus.CounterVec
+	reg            prometheus.Registerer
 }
 
 // NewMetrics registers the dispatcher's metrics with reg. None depends on the interval
@@ -64,6 +65,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "dispatch_removal_failures_total",
 			Help: "Requests raven accepted whose removal from the queue failed at the first try (the store did not take writes, NATS was unreachable), or landed only after the partition's lease could have lapsed (the process was paused). Until the removal lands, or when it lands late, the request may be sent again; the log names each.",
 		}),
+		foundGoneCount: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "dispatch_removals_found_gone_total",
+			Help: "Requests raven accepted that were gone from the queue when this instance came to remove them: removed before this attempt, so raven may have received them twice. Zero in a healthy deployment; the log names each.",
+		}),
 		leftOver: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "dispatch_unremoved_total",
 			Help: "Requests raven accepted that this instance stopped before removing from the queue: each will be sent again, a duplicate raven can drop by its Idempotency-Key.",
@@ -83,7 +88,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"why"}),
 	}
 	m.reg = reg
-	reg.MustRegister(m.attempts, m.attemptTime, m.gap, m.gapRatio, m.belowInterval, m.deadLetters, m.removals, m.leftOver,
+	reg.MustRegister(m.attempts, m.attemptTime, m.gap, m.gapRatio, m.belowInterval, m.deadLetters, m.removals, m.foundGoneCount, m.leftOver,
 		m.budgetWaits, m.rateChanges, m.cancels)
 	for _, o := range []CancelOutcome{Cancelled, CancelInFlight, CancelNotQueued, CancelHandover} {
 		m.cancels.WithLabelValues(o.String())
@@ -180,6 +185,12 @@ func (m *Metrics) attempt(start, end, prevEnd time.Time, interval time.Duration,
 func (m *Metrics) delivered() {
 	if m != nil {
 		m.attempts.WithLabelValues(string(schedule.OutcomeDelivered)).Inc()
+	}
+}
+
+func (m *Metrics) foundGone() {
+	if m != nil {
+		m.foundGoneCount.Inc()
 	}
 }
 

@@ -25,8 +25,8 @@ type Source interface {
 	// Find looks for the queued request id in lane, reading its headers only (no body);
 	// ok is false when it is not queued there.
 	Find(ctx context.Context, lane request.Lane, id string) (st request.Stored, ok bool, err error)
-	// Delete removes request seq (its request.Stored.Seq) from lane; one already gone is
-	// not an error.
+	// Delete removes request seq (its request.Stored.Seq) from lane; for one already
+	// gone the error wraps request.ErrNotQueued.
 	Delete(ctx context.Context, lane request.Lane, seq uint64) error
 	// AddDeadLetter writes a request to the dead-letter stream (it stays in the queue).
 	AddDeadLetter(ctx context.Context, st request.Stored, why request.Verdict) error

@@ -2,6 +2,7 @@ package dispatch
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -31,8 +32,17 @@ func (d *Dispatcher) bury(ctx context.Context, job schedule.Job, st request.Stor
 func (d *Dispatcher) remove(ctx context.Context, st request.Stored, sendBy time.Time, unwritten *request.Event) error {
 	del := d.keepThenDelete(st, unwritten)
 	err := del(ctx)
-	if err == nil {
-		if !sendBy.IsZero() && d.now().After(sendBy.Add(d.cfg.leaseMargin())) {
+	late := !sendBy.IsZero() && d.now().After(sendBy.Add(d.cfg.leaseMargin()))
+	if errors.Is(err, request.ErrNotQueued) && !late {
+		// Within the lease nothing but this instance removes the request (an operator's
+		// cancel waits for the attempt): it was removed before this attempt was made, and
+		// raven may have had it twice (G5). Said, for the operator, never passed over.
+		d.cfg.Metrics.foundGone()
+		d.log.Error().Str("client_id", st.ClientID).Str("request_id", st.ID).Func(tracing.Log(st.TraceParent)).Uint64("seq", st.Seq).Msg(LogRemovedBefore)
+		return nil
+	}
+	if err == nil || errors.Is(err, request.ErrNotQueued) { // gone late: the next owner's removal
+		if late {
 			d.cfg.Metrics.removalFailed()
 			d.log.Warn().Str("client_id", st.ClientID).Str("request_id", st.ID).Func(tracing.Log(st.TraceParent)).Msg(LogRemovalLate)
 		}
@@ -40,7 +50,7 @@ func (d *Dispatcher) remove(ctx context.Context, st request.Stored, sendBy time.
 	}
 	d.cfg.Metrics.removalFailed()
 	d.log.Warn().Err(err).Str("client_id", st.ClientID).Str("request_id", st.ID).Func(tracing.Log(st.TraceParent)).Msg(LogRemovalFailed)
-	if err := d.retry(ctx, true, func() error { return del(ctx) }); err != nil {
+	if err := d.retry(ctx, true, func() error { return notQueuedIsDone(del(ctx)) }); err != nil {
 		d.cfg.Metrics.unremoved()
 		d.log.Warn().Str("client_id", st.ClientID).Str("request_id", st.ID).Func(tracing.Log(st.TraceParent)).Msg("delivered request left in the queue at shutdown: it will be sent again")
 		return err
@@ -72,8 +82,17 @@ func (d *Dispatcher) finish(ctx context.Context, st request.Stored, why request.
 			}
 			del = d.keepThenDelete(st, unwritten)
 		}
-		return del(ctx)
+		return notQueuedIsDone(del(ctx))
 	})
+}
+
+// notQueuedIsDone takes a removal that found its request gone for one that landed: on a
+// retry, the earlier try may have landed and its answer been lost.
+func notQueuedIsDone(err error) error {
+	if errors.Is(err, request.ErrNotQueued) {
+		return nil
+	}
+	return err
 }
 
 // keepThenDelete is st's removal, to be retried until it lands: the final event the

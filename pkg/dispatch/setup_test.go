@@ -32,9 +32,11 @@ type memSource struct {
 	undecodable map[uint64]bool // these heads come with an Undecodable error
 	headErr     error           // every Head fails with it, when set
 	deleteFails int             // the next deleteFails Deletes fail
-	deletes     int
-	kept        []request.Event // final events kept (KeepOutcome)
-	keepFails   int             // the next keepFails KeepOutcomes fail
+	// deleteAnswersLost: the next this many Deletes of a queued request land and fail.
+	deleteAnswersLost int
+	deletes           int
+	kept              []request.Event // final events kept (KeepOutcome)
+	keepFails         int             // the next keepFails KeepOutcomes fail
 }
 
 type deadLetter struct {
@@ -121,10 +123,14 @@ func (m *memSource) Delete(_ context.Context, lane request.Lane, seq uint64) err
 				panic(fmt.Sprintf("delete of request %d named lane %s; it is queued in %s", seq, lane, st.Lane))
 			}
 			m.queued = append(m.queued[:i], m.queued[i+1:]...)
-			break
+			if m.deleteAnswersLost > 0 {
+				m.deleteAnswersLost--
+				return errors.New("timed out waiting for the answer")
+			}
+			return nil
 		}
 	}
-	return nil
+	return fmt.Errorf("deleting request %d: %w", seq, request.ErrNotQueued)
 }
 
 func (m *memSource) KeepOutcome(_ context.Context, e request.Event) error {

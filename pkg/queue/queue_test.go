@@ -73,8 +73,8 @@ func TestHeadDeleteInOrder(t *testing.T) {
 		if err := q.Delete(ctx, st.Lane, st.Seq); err != nil {
 			t.Fatal(err)
 		}
-		if err := q.Delete(ctx, st.Lane, st.Seq); err != nil {
-			t.Fatalf("deleting twice: %v", err)
+		if err := q.Delete(ctx, st.Lane, st.Seq); !errors.Is(err, request.ErrNotQueued) {
+			t.Fatalf("deleting twice: %v, want request.ErrNotQueued", err)
 		}
 	}
 	if _, ok, err := q.Head(ctx, alice); ok || err != nil {
@@ -82,11 +82,11 @@ func TestHeadDeleteInOrder(t *testing.T) {
 	}
 }
 
-// Deleting a request that is already gone is not an error wherever it was in the stream:
-// a removal whose answer was lost is retried, and two instances may both remove a
-// request during a takeover. The server answers differently for the first message
-// ("no message found") and for one in the middle ("sequence not found"); a dispatcher
-// that took the latter for a failure retried the removal for ever.
+// Deleting a request that is already gone answers request.ErrNotQueued wherever it was in
+// the stream, never a failure: a removal whose answer was lost is retried, and two
+// instances may both remove a request during a takeover. The server answers differently
+// for the first message ("no message found") and for one in the middle ("sequence not
+// found"); a dispatcher that took the latter for a failure retried the removal for ever.
 func TestDeleteTwiceAnywhere(t *testing.T) {
 	t.Parallel()
 	q := open(t, queue.Config{})
@@ -100,10 +100,13 @@ func TestDeleteTwiceAnywhere(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, seq := range []uint64{seqs[2], seqs[0], seqs[4]} {
-		for try := range 2 {
-			if err := q.Delete(ctx, lane, seq); err != nil {
-				t.Fatalf("deleting sequence %d, try %d: %v", seq, try+1, err)
-			}
+		if err := q.Delete(ctx, lane, seq); err != nil {
+			t.Fatalf("deleting sequence %d: %v", seq, err)
+		}
+		// The dispatcher takes this answer for a removal that landed (on a retry) or for
+		// a request removed before its attempt (on a first try), never for a failure.
+		if err := q.Delete(ctx, lane, seq); !errors.Is(err, request.ErrNotQueued) {
+			t.Fatalf("deleting sequence %d again: %v, want request.ErrNotQueued", seq, err)
 		}
 	}
 }

@@ -320,9 +320,9 @@ func (q *Queue) Find(ctx context.Context, lane request.Lane, id string) (st requ
 	return f.Stored, ok, err
 }
 
-// Delete removes request seq of lane from the queue; a request already gone is not an
-// error. The stream's sequence names the request alone: the lane is not needed to find
-// it.
+// Delete removes request seq of lane from the queue; for a request already gone, the
+// error wraps request.ErrNotQueued. The stream's sequence names the request alone: the
+// lane is not needed to find it.
 func (q *Queue) Delete(ctx context.Context, _ request.Lane, seq uint64) error {
 	link := q.link()
 	err := q.reqs.DeleteMsg(ctx, seq)
@@ -332,6 +332,9 @@ func (q *Queue) Delete(ctx context.Context, _ request.Lane, seq uint64) error {
 	}
 	q.writes.note(nil)
 	q.writeLanded(link)
+	if err != nil {
+		return fmt.Errorf("deleting request %d: %w", seq, request.ErrNotQueued)
+	}
 	return nil
 }
 

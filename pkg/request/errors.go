@@ -22,6 +22,10 @@ var (
 	ErrUnavailable = errors.New("queue unavailable")
 )
 
+// ErrNotQueued is the queue's answer to the removal of a request it does not hold (any
+// more): removed before, by an earlier try whose answer was lost, or by someone else.
+var ErrNotQueued = errors.New("request not in the queue")
+
 // UndecodableError is a stored message that is not a request ingest wrote (its subject
 // holds no valid clientId token). It is dead-lettered, never sent.
 type UndecodableError struct{ Err error }

@@ -231,16 +231,23 @@ func (v *QueueView) Find(ctx context.Context, lane request.Lane, id string) (req
 // Delete implements dispatch.Source.
 func (v *QueueView) Delete(ctx context.Context, lane request.Lane, seq uint64) error {
 	called := time.Now()
+	gone := false
 	err := v.in.call(ctx, portQueue, "delete", int(seq), func() {
-		if st, ok := v.q.delete(lane, seq); ok {
+		st, ok := v.q.delete(lane, seq)
+		if ok {
 			v.in.w.removedFinal(v.in, st)
 		}
+		gone = !ok
 		v.in.w.deleted(v.in, seq, called, time.Now(), false)
 	})
 	if err != nil {
 		v.in.w.deleted(v.in, seq, called, time.Time{}, true)
+		return err
 	}
-	return err
+	if gone {
+		return fmt.Errorf("deleting request %d: %w", seq, request.ErrNotQueued)
+	}
+	return nil
 }
 
 // KeepOutcome implements dispatch.Source: the final event is kept in the queue's store,
