@@ -310,14 +310,25 @@ func (q *Queue) Head(ctx context.Context, lane request.Lane) (st request.Stored,
 }
 
 // Find looks for the queued request id in lane, reading headers only (FindRequest on the
-// lane's client); ok is false when it is not queued there.
+// lane's client); ok is false when it is not queued there. It is the cancel's read, as
+// Head is the send's, and proves its link the same way after ProveHeadReads.
 func (q *Queue) Find(ctx context.Context, lane request.Lane, id string) (st request.Stored, ok bool, err error) {
 	clientID, err := lane.ClientID()
 	if err != nil {
 		return request.Stored{}, false, err
 	}
+	link, err := q.provenLink(ctx)
+	if err != nil {
+		return request.Stored{}, false, fmt.Errorf("looking for %s: %w", id, err)
+	}
 	f, ok, err := q.FindRequest(ctx, id, clientID)
-	return f.Stored, ok, err
+	if err == nil {
+		err = q.stillProven(link)
+	}
+	if err != nil {
+		return request.Stored{}, false, err
+	}
+	return f.Stored, ok, nil
 }
 
 // Delete removes request seq of lane from the queue; for a request already gone, the

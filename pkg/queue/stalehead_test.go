@@ -24,8 +24,9 @@ import (
 // line explained, since the removal that followed, through a healthy server, found the
 // request gone and took that for success.
 //
-// So a head is read only through a server a write has gone through since the connection
-// last moved: a write needs the stream's quorum, which a cut-off server does not have.
+// So a head is read (and a request to cancel found) only through a server a write has
+// gone through since the connection last moved: a write needs the stream's quorum, which
+// a cut-off server does not have.
 func TestAHeadIsNotReadThroughAServerCutOffFromItsCluster(t *testing.T) {
 	t.Parallel()
 	c := queuetest.NewClusterWith(t, 3, queuetest.ClusterOptions{ProxyRoutes: true})
@@ -91,6 +92,14 @@ func TestAHeadIsNotReadThroughAServerCutOffFromItsCluster(t *testing.T) {
 		}
 		if err == nil || !errors.Is(err, queue.ErrLinkUnproven) {
 			t.Fatalf("head read through the cut-off node: %q %v %v, want the error saying no write went through it", st.ID, ok, err)
+		}
+		// The cancel's read: finding r1 there, a cancel would answer cancelled for a
+		// request raven had.
+		fctx, fcancel := context.WithTimeout(ctx, 5*time.Second)
+		_, found, err := qD.Find(fctx, lane, "r1")
+		fcancel()
+		if found || !errors.Is(err, queue.ErrLinkUnproven) {
+			t.Fatalf("finding r1 through the cut-off node: found %v, %v; want the error saying no write went through it", found, err)
 		}
 	}
 	c.Heal(leader)
