@@ -287,7 +287,8 @@ func (a *API) stored(req request.Request, receipt request.Receipt) (accepted req
 	}
 	now := time.Now()
 	accepted = request.Event{Type: request.EventAccepted, ID: req.ID, ClientID: req.ClientID, At: now,
-		Seq: receipt.Seq, NotBefore: req.NotBefore, NotAfter: req.NotAfter, AcceptedAt: now, Instance: a.cfg.Instance}
+		Seq: receipt.Seq, NotBefore: req.NotBefore, NotAfter: req.NotAfter, AcceptedAt: now, Instance: a.cfg.Instance,
+		Duplicate: receipt.Duplicate}
 	if a.cfg.Events != nil {
 		ev := accepted
 		ev.BodyDigest = req.BodyDigest

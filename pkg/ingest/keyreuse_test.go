@@ -6,6 +6,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/rs/zerolog"
 
@@ -85,4 +86,51 @@ func TestAKeyReusedAfterItsRequestLeftIsRefusedFromItsRecord(t *testing.T) {
 		t.Fatal(err)
 	}
 	sentAgain(t, "delivered and gone from the queue", post, first)
+}
+
+// A keyed request whose first POST stored it but got no 202 (a 503 when the publish's
+// acknowledgement did not come in time), and so no accepted event, is sent again by
+// penguin after it was delivered, within the duplicate window: a duplicate, whose
+// accepted event is made after the delivery. A status read of a keyed id starts from its
+// latest acceptance: it found no delivery after it, and read queued for the whole
+// retention (the soak on e29f24d saw it). The read now starts a duplicate window before
+// a duplicate's acceptance. (A first acceptance that was written makes the second's a
+// duplicate message of the events stream, not stored.)
+func TestAKeySentAgainAfterItsDeliveryStillReadsDelivered(t *testing.T) {
+	t.Parallel()
+	_, q := embeddedQueue(t)
+	ctx := context.Background()
+	first := keyedIngest(t, q, nil, "order-9")(`{"n":1}`) // stored; its acceptance not recorded
+	if first.Code != 202 || first.Duplicate {
+		t.Fatalf("first: %d duplicate=%v, want 202", first.Code, first.Duplicate)
+	}
+	f, ok, err := q.FindRequest(ctx, first.ID, "carol")
+	if err != nil || !ok {
+		t.Fatalf("finding it: %v %v", ok, err)
+	}
+	delivered := request.Event{Type: request.EventDelivered, ID: first.ID, ClientID: "carol", Attempt: 1, Status: 200,
+		Seq: f.Seq, AcceptedAt: f.AcceptedAt}
+	if err := q.WriteEvent(ctx, delivered); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Delete(ctx, f.Lane, f.Seq); err != nil {
+		t.Fatal(err)
+	}
+	// Sent again after the delivery, by more than the read's margin for clocks apart
+	// (half a second).
+	time.Sleep(time.Second)
+	api, err := ingest.New(ingest.Config{Status: q, Events: syncEvents{q}}, q, q, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(api.Handler())
+	t.Cleanup(srv.Close)
+	again := call(t, ctx, http.MethodPost, srv.URL+"/v1/requests", "", `{"n":1}`, "X-Client-Id", "carol", "Idempotency-Key", "order-9")
+	if again.Code != 202 || !again.Duplicate || again.ID != first.ID {
+		t.Fatalf("sent again: %d duplicate=%v id %s, want 202, a duplicate of %s", again.Code, again.Duplicate, again.ID, first.ID)
+	}
+	st := call(t, ctx, http.MethodGet, srv.URL+"/v1/requests/"+first.ID+"?clientId=carol", "", "")
+	if st.Code != 200 || string(st.Status) != `"delivered"` {
+		t.Fatalf("status after the key was sent again: %d %s, want 200 delivered", st.Code, st.Status)
+	}
 }

@@ -269,6 +269,12 @@ func (r *eventRead) start(ctx context.Context, margin time.Duration) (from time.
 	if len(acc) > 0 {
 		last := acc[len(acc)-1]
 		from, floor = made(last).Add(-margin), last.Seq
+		if last.Duplicate {
+			// The key sent again: the copy it names was stored up to the duplicate window
+			// before, and may have been delivered before this acceptance was made (its
+			// first acceptance may be missing too: a 503 for a publish that landed).
+			from = from.Add(-r.q.cfg.DuplicateWindow)
+		}
 	}
 	return from, floor, false, nil
 }

@@ -83,6 +83,10 @@ type Event struct {
 	// BodyDigest identifies the body of a request sent with an Idempotency-Key (accepted
 	// events): a copy sent with another body is refused, not taken for the same request.
 	BodyDigest string `json:"bodyDigest,omitempty"`
+	// Duplicate marks an accepted event of a request the queue had stored already under
+	// the same id (an Idempotency-Key sent again within the duplicate window): that copy
+	// was stored up to the window before, and may have been delivered meanwhile.
+	Duplicate bool `json:"duplicate,omitempty"`
 	// Response is raven's answer to the attempt (delivered, attempt_failed, and
 	// dead_lettered after an attempt), as much of it as the dispatcher keeps.
 	Response *Response `json:"response,omitempty"`
