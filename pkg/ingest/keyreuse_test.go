@@ -42,6 +42,24 @@ func sentAgain(t *testing.T, when string, post func(string) answer, first answer
 	}
 }
 
+// deliver does what a dispatcher does once raven took carol's request id: its delivered
+// event written, then its removal from the queue.
+func deliver(t *testing.T, ctx context.Context, q *queue.Queue, id string) {
+	t.Helper()
+	f, ok, err := q.FindRequest(ctx, id, "carol")
+	if err != nil || !ok || f.BodyDigest == "" {
+		t.Fatalf("finding %s: %+v %v %v; want it queued, with its body's digest", id, f, ok, err)
+	}
+	delivered := request.Event{Type: request.EventDelivered, ID: id, ClientID: "carol", Attempt: 1, Status: 200,
+		Seq: f.Seq, AcceptedAt: f.AcceptedAt}
+	if err := q.WriteEvent(ctx, delivered); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Delete(ctx, f.Lane, f.Seq); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // A key sent again with another body before the first copy's accepted event is written
 // (it is written after the 202, in the background) is refused from the queued request's
 // headers, which the dispatchers' lookup answers. Before, it was taken for a duplicate.
@@ -73,18 +91,7 @@ func TestAKeyReusedAfterItsRequestLeftIsRefusedFromItsRecord(t *testing.T) {
 	if first.Code != 202 || first.Duplicate {
 		t.Fatalf("first: %d duplicate=%v, want 202", first.Code, first.Duplicate)
 	}
-	f, ok, err := q.FindRequest(ctx, first.ID, "carol")
-	if err != nil || !ok || f.BodyDigest == "" {
-		t.Fatalf("finding the first copy: %+v %v %v; want it queued, with its body's digest", f, ok, err)
-	}
-	delivered := request.Event{Type: request.EventDelivered, ID: first.ID, ClientID: "carol", Attempt: 1, Status: 200,
-		Seq: f.Seq, AcceptedAt: f.AcceptedAt}
-	if err := q.WriteEvent(ctx, delivered); err != nil {
-		t.Fatal(err)
-	}
-	if err := q.Delete(ctx, f.Lane, f.Seq); err != nil {
-		t.Fatal(err)
-	}
+	deliver(t, ctx, q, first.ID)
 	sentAgain(t, "delivered and gone from the queue", post, first)
 }
 
@@ -104,18 +111,7 @@ func TestAKeySentAgainAfterItsDeliveryStillReadsDelivered(t *testing.T) {
 	if first.Code != 202 || first.Duplicate {
 		t.Fatalf("first: %d duplicate=%v, want 202", first.Code, first.Duplicate)
 	}
-	f, ok, err := q.FindRequest(ctx, first.ID, "carol")
-	if err != nil || !ok {
-		t.Fatalf("finding it: %v %v", ok, err)
-	}
-	delivered := request.Event{Type: request.EventDelivered, ID: first.ID, ClientID: "carol", Attempt: 1, Status: 200,
-		Seq: f.Seq, AcceptedAt: f.AcceptedAt}
-	if err := q.WriteEvent(ctx, delivered); err != nil {
-		t.Fatal(err)
-	}
-	if err := q.Delete(ctx, f.Lane, f.Seq); err != nil {
-		t.Fatal(err)
-	}
+	deliver(t, ctx, q, first.ID)
 	// Sent again after the delivery, by more than the read's margin for clocks apart
 	// (half a second).
 	time.Sleep(time.Second)
