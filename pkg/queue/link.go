@@ -83,6 +83,9 @@ func (q *Queue) provenLink(ctx context.Context) (int64, error) {
 	p.mu.Lock()
 	landed := p.landed
 	p.mu.Unlock()
+	if p.proven.Load() == link { // proven since the look above: landed is the next one's
+		return link, nil
+	}
 	select {
 	case p.kick <- struct{}{}:
 	default:
