@@ -130,3 +130,39 @@ func TestAKeySentAgainAfterItsDeliveryStillReadsDelivered(t *testing.T) {
 		t.Fatalf("status after the key was sent again: %d %s, want 200 delivered", st.Code, st.Status)
 	}
 }
+
+// The same with two ingests, and the first acceptance written: by one ingest, the retry
+// after the delivery taken by the other. The event's message id names its writer, so the
+// retry's acceptance is stored beside the first, and the read started from it (queued,
+// run on the code before).
+func TestAKeySentAgainThroughAnotherIngestStillReadsDelivered(t *testing.T) {
+	t.Parallel()
+	_, q := embeddedQueue(t)
+	ctx := context.Background()
+	serve := func(instance string) string {
+		api, err := ingest.New(ingest.Config{Status: q, Events: syncEvents{q}, Instance: instance}, q, q, zerolog.Nop())
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := httptest.NewServer(api.Handler())
+		t.Cleanup(srv.Close)
+		return srv.URL
+	}
+	one, two := serve("ingest-1"), serve("ingest-2")
+	post := func(base string) answer {
+		return call(t, ctx, http.MethodPost, base+"/v1/requests", "", `{"n":1}`, "X-Client-Id", "carol", "Idempotency-Key", "order-10")
+	}
+	first := post(one)
+	if first.Code != 202 || first.Duplicate {
+		t.Fatalf("first: %d duplicate=%v, want 202", first.Code, first.Duplicate)
+	}
+	deliver(t, ctx, q, first.ID)
+	time.Sleep(time.Second) // past the read's margin for clocks
+	if again := post(two); again.Code != 202 || !again.Duplicate {
+		t.Fatalf("sent again through the other ingest: %d duplicate=%v, want 202, a duplicate", again.Code, again.Duplicate)
+	}
+	st := call(t, ctx, http.MethodGet, one+"/v1/requests/"+first.ID+"?clientId=carol", "", "")
+	if st.Code != 200 || string(st.Status) != `"delivered"` {
+		t.Fatalf("status after the key was sent again through the other ingest: %d %s, want 200 delivered", st.Code, st.Status)
+	}
+}
