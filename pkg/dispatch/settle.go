@@ -32,16 +32,17 @@ func (d *Dispatcher) bury(ctx context.Context, job schedule.Job, st request.Stor
 func (d *Dispatcher) remove(ctx context.Context, st request.Stored, sendBy time.Time, unwritten *request.Event) error {
 	del := d.keepThenDelete(st, unwritten)
 	err := del(ctx)
+	gone := errors.Is(err, request.ErrNotQueued)
 	late := !sendBy.IsZero() && d.now().After(sendBy.Add(d.cfg.leaseMargin()))
-	if errors.Is(err, request.ErrNotQueued) && !late {
+	switch {
+	case gone && !late:
 		// Within the lease nothing but this instance removes the request (an operator's
 		// cancel waits for the attempt): it was removed before this attempt was made, and
 		// raven may have had it twice (G5). Said, for the operator, never passed over.
 		d.cfg.Metrics.foundGone()
 		d.log.Error().Str("client_id", st.ClientID).Str("request_id", st.ID).Func(tracing.Log(st.TraceParent)).Uint64("seq", st.Seq).Msg(LogRemovedBefore)
 		return nil
-	}
-	if err == nil || errors.Is(err, request.ErrNotQueued) { // gone late: the next owner's removal
+	case err == nil || gone: // gone when late: the next owner's removal
 		if late {
 			d.cfg.Metrics.removalFailed()
 			d.log.Warn().Str("client_id", st.ClientID).Str("request_id", st.ID).Func(tracing.Log(st.TraceParent)).Msg(LogRemovalLate)

@@ -55,7 +55,7 @@ func (q *Queue) link() int64 { return int64(q.nc.Stats().Reconnects) }
 // a removal, even of a missing message, once its quorum has applied it).
 func (q *Queue) writeLanded(link int64) {
 	p := q.proof
-	if q.link() != link || p.proven.Load() == link {
+	if p.proven.Load() == link || q.link() != link { // the first is the steady state: no lock
 		return
 	}
 	p.proven.Store(link)

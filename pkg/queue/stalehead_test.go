@@ -3,6 +3,7 @@ package queue_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -48,7 +49,7 @@ func TestAHeadIsNotReadThroughAServerCutOffFromItsCluster(t *testing.T) {
 	// The other side of the cut, for the removal.
 	qM := openExisting(t, ctx, dial(t, c.Server(other).ClientURL()))
 	// The reader: on the other node through a proxy first, the leader next.
-	toOther, err := fault.New(hostPort(c.Server(other).ClientURL()))
+	toOther, err := fault.New(strings.TrimPrefix(c.Server(other).ClientURL(), "nats://"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,14 +130,6 @@ func openExisting(t *testing.T, ctx context.Context, nc *nats.Conn) *queue.Queue
 		t.Fatal(err)
 	}
 	return q
-}
-
-func hostPort(url string) string {
-	const scheme = "nats://"
-	if len(url) > len(scheme) && url[:len(scheme)] == scheme {
-		return url[len(scheme):]
-	}
-	return url
 }
 
 func waitUntil(t *testing.T, within time.Duration, what string, cond func() bool) {
