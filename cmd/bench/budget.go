@@ -21,7 +21,7 @@ import (
 func benchBudget(ctx context.Context, s settings, log io.Writer) ([]row, error) {
 	clients, interval, capacity, adaptFor := 10_000, 5*time.Second, 500.0, 60*time.Second
 	if s.quick {
-		clients, interval, capacity, adaptFor = 500, time.Second, 100, 12*time.Second
+		clients, interval, capacity, adaptFor = 500, time.Second, 100, 8*time.Second
 	}
 	var rows []row
 

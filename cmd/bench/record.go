@@ -114,7 +114,7 @@ func benchRecord(ctx context.Context, s settings, log io.Writer) ([]row, error) 
 			fmt.Fprintf(log, "bench: record, %s: not measured with -record-lag\n", l.name)
 			continue
 		}
-		r, err := measureRecord(ctx, l, n, c, s.recordLag, s.recordIdle, s.recordSettle, log)
+		r, err := measureRecord(ctx, l, n, c, s.recordLag, s.recordIdle, s.recordSettle, s.recordReads, log)
 		if err != nil {
 			// A layout that cannot be measured (the server not keeping up with one at
 			// this size) does not take the others' figures with it.
@@ -136,7 +136,7 @@ func benchRecord(ctx context.Context, s settings, log io.Writer) ([]row, error) 
 // again, then reads one request from each of coldReads stretches of the last hour, each
 // the first read into its part of the store (cold), before the random reads (which land
 // mostly in blocks a read before them loaded).
-func measureRecord(ctx context.Context, l recordLayout, n, c, lag int, idle, settle time.Duration, log io.Writer) ([]row, error) {
+func measureRecord(ctx context.Context, l recordLayout, n, c, lag int, idle, settle time.Duration, reads int, log io.Writer) ([]row, error) {
 	node, err := startNode(ctx, false, queue.Config{NoEvents: !l.service})
 	if err != nil {
 		return nil, err
@@ -186,7 +186,7 @@ func measureRecord(ctx context.Context, l recordLayout, n, c, lag int, idle, set
 		runtime.GC()
 		m.settledHeap, m.settled = heapInUse()-before, true
 	}
-	if err := m.readSample(ctx, l, node, sample); err != nil {
+	if err := m.readSample(ctx, l, node, sample, reads); err != nil {
 		return nil, err
 	}
 	return m.rows(l), nil
@@ -204,8 +204,8 @@ type recordFigures struct {
 }
 
 // readSample reads the sampled requests back: coldReads of them first once the store
-// settled (when it was let settle), then up to 1,000 at random.
-func (m *recordFigures) readSample(ctx context.Context, l recordLayout, node *node, sample []written) error {
+// settled (when it was let settle), then up to reads at random.
+func (m *recordFigures) readSample(ctx context.Context, l recordLayout, node *node, sample []written, reads int) error {
 	read := l.read
 	if l.service {
 		read = func(ctx context.Context, _ *nats.Conn, client, id string, _ uint64) (int, bool, error) {
@@ -239,7 +239,7 @@ func (m *recordFigures) readSample(ctx context.Context, l recordLayout, node *no
 	}
 	m.coldTrips = trips
 	rng := rand.New(rand.NewPCG(1, 2))
-	for range min(len(sample), 1000) {
+	for range min(len(sample), reads) {
 		d, err := readOne(sample[rng.IntN(len(sample))])
 		if err != nil {
 			return err
