@@ -154,9 +154,10 @@ func TestMetricsMatchTheRecordingRaven(t *testing.T) {
 	// (heartbeats timing out): it holds all 64 again before the gauges are compared.
 	waitForState(t, time.Minute, "the delivered counter to catch up, and the queue's gauges", func() (bool, string) {
 		m = scrape(t, "http://"+dispOps+"/metrics")
-		up, owned := m[`dispatch_queue_up`], m[`dispatch_partitions_owned`]
-		return m[`dispatch_attempts_total{outcome="delivered"}`] == float64(delivered) && up == 1 && owned == 64,
-			fmt.Sprintf("delivered counter %v of %d, dispatch_queue_up %v, partitions owned %v", m[`dispatch_attempts_total{outcome="delivered"}`], delivered, up, owned)
+		up, owned, proven := m[`dispatch_queue_up`], m[`dispatch_partitions_owned`], m[`dispatch_queue_link_proven`]
+		return m[`dispatch_attempts_total{outcome="delivered"}`] == float64(delivered) && up == 1 && owned == 64 && proven == 1,
+			fmt.Sprintf("delivered counter %v of %d, dispatch_queue_up %v, partitions owned %v, dispatch_queue_link_proven %v (0: the binary reads heads without proving its link, or proves none)",
+				m[`dispatch_attempts_total{outcome="delivered"}`], delivered, up, owned, proven)
 	})
 	checks := []struct {
 		key  string
@@ -170,6 +171,7 @@ func TestMetricsMatchTheRecordingRaven(t *testing.T) {
 		{`dispatch_dead_letter_requests`, 1},
 		{`dispatch_partitions_owned`, 64},
 		{`dispatch_queue_up`, 1},
+		{`dispatch_queue_link_proven`, 1},
 	}
 	for _, c := range checks {
 		if got := metric(t, m, c.key); got != c.want {

@@ -197,7 +197,7 @@ func runDispatcher(ctx context.Context, c *settings, q *queue.Queue, reg *promet
 	partitions := prometheus.NewGauge(prometheus.GaugeOpts{Name: "dispatch_partitions",
 		Help: "the queue's partitions (PARTITIONS): dispatch_partitions_owned across instances adds up to it while each has an owner"})
 	partitions.Set(float64(q.Partitions()))
-	reg.MustRegister(queue.NewCollector(q), q.WritesCollector(), partitions)
+	reg.MustRegister(queue.NewCollector(q), q.WritesCollector(), q.LinkCollector(), partitions)
 	d, err := dispatch.New(c.dispatch.Config, q, rc, log)
 	if err != nil {
 		return err

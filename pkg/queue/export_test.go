@@ -44,6 +44,17 @@ func (q *Queue) OutcomeCount(name string) float64 {
 	return mfs[0].GetMetric()[0].GetCounter().GetValue()
 }
 
+// LinkProven is what the dispatch_queue_link_proven gauge reads now; -1 if it gives none.
+func (q *Queue) LinkProven() float64 {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(q.LinkCollector())
+	mfs, err := reg.Gather()
+	if err != nil || len(mfs) != 1 {
+		return -1
+	}
+	return mfs[0].GetMetric()[0].GetGauge().GetValue()
+}
+
 // PreferBatches makes PublishAll take the atomic way (atomic) or the one-by-one way for
 // every batch it can, as if it had measured that way far cheaper, for the next hour.
 func (q *Queue) PreferBatches(atomic bool) {

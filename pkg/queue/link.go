@@ -7,6 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // ErrLinkUnproven is Head's error while no write has gone through the NATS server the
@@ -46,6 +48,20 @@ func newLinkProof() *linkProof {
 // ProveHeadReads makes Head read only through a NATS server a write has gone through
 // since the connection moved to it. WatchWrites must run: its test writes are the proof.
 func (q *Queue) ProveHeadReads() { q.proof.on.Store(true) }
+
+// LinkCollector is a gauge for Prometheus: 1 while head reads are proven
+// (ProveHeadReads) and the server the connection is on is proven, else 0.
+func (q *Queue) LinkCollector() prometheus.Collector {
+	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "dispatch_queue_link_proven",
+		Help: "1 while a write has gone through the NATS server this dispatcher is connected to since it moved there, so its head reads are trusted, else 0: then no head is read and nothing is sent. 0 for a second or two after a move is normal; for longer, the server is likely cut off from its cluster.",
+	}, func() float64 {
+		if q.proof.on.Load() && q.proof.proven.Load() == q.link() {
+			return 1
+		}
+		return 0
+	})
+}
 
 // link is the connection's reconnect count: it changes whenever the server does.
 func (q *Queue) link() int64 { return int64(q.nc.Stats().Reconnects) }

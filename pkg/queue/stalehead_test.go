@@ -71,6 +71,9 @@ func TestAHeadIsNotReadThroughAServerCutOffFromItsCluster(t *testing.T) {
 	if st, ok, err := head(); err != nil || !ok || st.ID != "r1" {
 		t.Fatalf("head before the cut: %q %v %v, want r1", st.ID, ok, err)
 	}
+	if v := qD.LinkProven(); v != 1 {
+		t.Fatalf("dispatch_queue_link_proven = %v after a head read, want 1", v)
+	}
 
 	c.Partition(leader)
 	cut := time.Now()
@@ -102,6 +105,9 @@ func TestAHeadIsNotReadThroughAServerCutOffFromItsCluster(t *testing.T) {
 		if found || !errors.Is(err, queue.ErrLinkUnproven) {
 			t.Fatalf("finding r1 through the cut-off node: found %v, %v; want the error saying no write went through it", found, err)
 		}
+		if v := qD.LinkProven(); v != 0 {
+			t.Fatalf("dispatch_queue_link_proven = %v on the cut-off node, want 0", v)
+		}
 	}
 	c.Heal(leader)
 	waitUntil(t, 2*time.Minute, "r2 as the head once the node is back", func() bool {
@@ -111,6 +117,9 @@ func TestAHeadIsNotReadThroughAServerCutOffFromItsCluster(t *testing.T) {
 		}
 		return err == nil && ok && st.ID == "r2"
 	})
+	if v := qD.LinkProven(); v != 1 {
+		t.Fatalf("dispatch_queue_link_proven = %v after the heal and a head read, want 1", v)
+	}
 }
 
 func dial(t *testing.T, url string, opts ...nats.Option) *nats.Conn {
