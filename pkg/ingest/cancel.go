@@ -91,7 +91,7 @@ func (a *API) cancel(w http.ResponseWriter, r *http.Request, scope *Scope) {
 		writeProblem(w, notQueued(id, clientID))
 		return
 	}
-	st, err := a.readStatus(ctx, w, clientID, id, 0, scope, false)
+	st, err := a.readStatus(ctx, w, clientID, id, 0, scope, false, nil)
 	switch {
 	case err != nil:
 		writeProblem(w, problem{Status: http.StatusServiceUnavailable, Code: "status_unavailable", RetryAfter: time.Second,

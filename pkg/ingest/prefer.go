@@ -95,8 +95,8 @@ func (a *API) startWait(scope *Scope, clientID, id string, wait time.Duration) *
 // again with its Idempotency-Key (dup) may have ended before: its record is read.
 func (a *API) answerWhenFinal(w http.ResponseWriter, r *http.Request, scope *Scope, wt *waiting, accepted request.Event, dup bool) bool {
 	w.Header().Set(PreferenceAppliedHeader, "wait="+strconv.Itoa(int(wt.wait/time.Second)))
-	if dup {
-		st, err := a.readStatus(r.Context(), w, accepted.ClientID, accepted.ID, wt.wait, scope, false)
+	if dup { // its watch, started before the publish, hears what comes after the read
+		st, err := a.readStatus(r.Context(), w, accepted.ClientID, accepted.ID, wt.wait, scope, false, wt.watch)
 		if err != nil {
 			if r.Context().Err() == nil {
 				a.log.Debug().Err(err).Str("request_id", accepted.ID).Msg("waiting for a final state to answer a POST failed; answering 202")

@@ -66,7 +66,7 @@ func (a *API) status(w http.ResponseWriter, r *http.Request, scope *Scope) {
 		return
 	}
 	defer release()
-	st, err := a.readStatus(r.Context(), w, clientID, id, wait, scope, true)
+	st, err := a.readStatus(r.Context(), w, clientID, id, wait, scope, true, nil)
 	if err != nil {
 		if r.Context().Err() != nil {
 			return // the caller left
@@ -110,7 +110,11 @@ const WaitCappedHeader = "Wait-Capped"
 // in the queue (askQueued), and a queued request's place. A POST waiting for its own
 // request's end (Prefer: wait) needs neither: it knows the request is stored, and
 // answers only a final status.
-func (a *API) readStatus(ctx context.Context, w http.ResponseWriter, clientID, id string, wait time.Duration, scope *Scope, lookup bool) (request.Status, error) {
+//
+// heard is a watch of id's events already running (a POST's with Prefer: wait, started
+// before its request was stored), which a wait uses instead of starting another; nil
+// when there is none.
+func (a *API) readStatus(ctx context.Context, w http.ResponseWriter, clientID, id string, wait time.Duration, scope *Scope, lookup bool, heard *watching) (request.Status, error) {
 	if !scope.Allows(clientID) {
 		// Another tenant's request reads as one never sent: its id says nothing.
 		return request.StatusOf(id, nil), nil
@@ -121,11 +125,13 @@ func (a *API) readStatus(ctx context.Context, w http.ResponseWriter, clientID, i
 	if wait > 0 {
 		// The server's write timeout is for answers that do not wait: this one may.
 		_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(wait + 10*time.Second))
-		var err error
-		if watch, err = a.watch(clientID, id); err != nil {
-			return request.Status{}, err
+		if watch = heard; watch == nil {
+			var err error
+			if watch, err = a.watch(clientID, id); err != nil {
+				return request.Status{}, err
+			}
+			defer watch.stop()
 		}
-		defer watch.stop()
 		timer = time.NewTimer(wait)
 		defer timer.Stop()
 		// The watch hears only what is published once its subscription is in place, and

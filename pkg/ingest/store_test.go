@@ -488,3 +488,78 @@ func TestPreferWaitAnswersANewRequestFromWhatItHeard(t *testing.T) {
 		t.Fatalf("the wait read the record %d times; a new request's events are all heard", n)
 	}
 }
+
+// countedWatches counts the watches of request events started through it.
+type countedWatches struct {
+	*queue.Queue
+	started atomic.Int32
+}
+
+func (c *countedWatches) WatchEvents(clientID, id string, fn func(request.Event)) (func(), error) {
+	c.started.Add(1)
+	return c.Queue.WatchEvents(clientID, id, fn)
+}
+
+// A POST with Prefer: wait that sends a key again (a duplicate) reads the record, its
+// request having perhaps ended before, and waits on the watch it started before the
+// publish. It started a second watch for that read, and held both (two subscriptions on
+// the server) for the whole wait.
+func TestPreferWaitOnADuplicateWatchesOnce(t *testing.T) {
+	emb, q := embeddedQueue(t)
+	watches := &countedWatches{Queue: q}
+	api, err := ingest.New(ingest.Config{Status: watches}, q, q, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(api.Handler())
+	t.Cleanup(srv.Close)
+	post := func(prefer string) (*http.Response, string) {
+		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/v1/requests", strings.NewReader(`{"n":1}`))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("X-Client-Id", "carl")
+		req.Header.Set("Idempotency-Key", "k-2")
+		if prefer != "" {
+			req.Header.Set("Prefer", prefer)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return resp, string(body)
+	}
+	if resp, body := post(""); resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("first POST: %d %s", resp.StatusCode, body)
+	}
+	// No dispatcher runs: the request stays queued, and the wait ends after a second.
+	resp, body := post("wait=1")
+	if resp.StatusCode != http.StatusAccepted || !strings.Contains(body, `"duplicate":true`) || resp.Header.Get(ingest.PreferenceAppliedHeader) != "wait=1" {
+		t.Fatalf("the key sent again with Prefer: wait=1: %d %s (Preference-Applied %q), want 202, a duplicate, its wait applied",
+			resp.StatusCode, body, resp.Header.Get(ingest.PreferenceAppliedHeader))
+	}
+	if n := watches.started.Load(); n != 1 {
+		t.Fatalf("the duplicate's wait started %d watches of its request's events, want 1", n)
+	}
+	// Delivered while a duplicate waits: its answer is the final status.
+	id := request.IDFromKey("", "carl", "k-2")
+	nc, err := nats.Connect("", nats.InProcessServer(emb.Server()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	ev := request.Event{Type: request.EventDelivered, ID: id, ClientID: "carl", At: time.Now(), Attempt: 1, Status: 200}
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		m := nats.NewMsg(ev.Subject())
+		m.Header.Set(request.EventIDHeader, id)
+		m.Data = ev.JSON()
+		_ = nc.PublishMsg(m)
+	}()
+	if resp, body := post("wait=20"); resp.StatusCode != http.StatusOK || !strings.Contains(body, `"status":"delivered"`) {
+		t.Fatalf("the key sent again with Prefer: wait=20, delivered during the wait: %d %s, want 200 delivered", resp.StatusCode, body)
+	}
+	if n := watches.started.Load(); n != 2 {
+		t.Fatalf("two duplicates' waits started %d watches, want 2", n)
+	}
+}
