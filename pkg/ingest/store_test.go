@@ -439,17 +439,8 @@ func (c *countedReads) StatusEvents(ctx context.Context, clientID, id string) ([
 func TestPreferWaitAnswersANewRequestFromWhatItHeard(t *testing.T) {
 	emb, q := embeddedQueue(t)
 	reads := &countedReads{Queue: q}
-	api, err := ingest.New(ingest.Config{Status: reads}, q, q, zerolog.Nop())
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(api.Handler())
-	t.Cleanup(srv.Close)
-	nc, err := nats.Connect("", nats.InProcessServer(emb.Server()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
+	srv := serveWithStatus(t, reads, q)
+	nc := connectIn(t, emb)
 	id := request.IDFromKey("", "carl", "k-1")
 	// The dispatcher's part: the request's delivered event, once the POST waits for it.
 	ev := request.Event{Type: request.EventDelivered, ID: id, ClientID: "carl", At: time.Now(), Attempt: 1, Status: 201,
@@ -462,10 +453,7 @@ func TestPreferWaitAnswersANewRequestFromWhatItHeard(t *testing.T) {
 			case <-stop:
 				return
 			case <-time.After(50 * time.Millisecond):
-				m := nats.NewMsg(ev.Subject())
-				m.Header.Set(request.EventIDHeader, id)
-				m.Data = ev.JSON()
-				_ = nc.PublishMsg(m)
+				publishEvent(nc, ev)
 			}
 		}
 	}()
@@ -507,12 +495,7 @@ func (c *countedWatches) WatchEvents(clientID, id string, fn func(request.Event)
 func TestPreferWaitOnADuplicateWatchesOnce(t *testing.T) {
 	emb, q := embeddedQueue(t)
 	watches := &countedWatches{Queue: q}
-	api, err := ingest.New(ingest.Config{Status: watches}, q, q, zerolog.Nop())
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(api.Handler())
-	t.Cleanup(srv.Close)
+	srv := serveWithStatus(t, watches, q)
 	post := func(prefer string) (*http.Response, string) {
 		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/v1/requests", strings.NewReader(`{"n":1}`))
 		req.Header.Set("Content-Type", "application/json")
@@ -542,19 +525,11 @@ func TestPreferWaitOnADuplicateWatchesOnce(t *testing.T) {
 		t.Fatalf("the duplicate's wait started %d watches of its request's events, want 1", n)
 	}
 	// Delivered while a duplicate waits: its answer is the final status.
-	id := request.IDFromKey("", "carl", "k-2")
-	nc, err := nats.Connect("", nats.InProcessServer(emb.Server()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	ev := request.Event{Type: request.EventDelivered, ID: id, ClientID: "carl", At: time.Now(), Attempt: 1, Status: 200}
+	nc := connectIn(t, emb)
+	ev := request.Event{Type: request.EventDelivered, ID: request.IDFromKey("", "carl", "k-2"), ClientID: "carl", At: time.Now(), Attempt: 1, Status: 200}
 	go func() {
 		time.Sleep(300 * time.Millisecond)
-		m := nats.NewMsg(ev.Subject())
-		m.Header.Set(request.EventIDHeader, id)
-		m.Data = ev.JSON()
-		_ = nc.PublishMsg(m)
+		publishEvent(nc, ev)
 	}()
 	if resp, body := post("wait=20"); resp.StatusCode != http.StatusOK || !strings.Contains(body, `"status":"delivered"`) {
 		t.Fatalf("the key sent again with Prefer: wait=20, delivered during the wait: %d %s, want 200 delivered", resp.StatusCode, body)
@@ -562,4 +537,35 @@ func TestPreferWaitOnADuplicateWatchesOnce(t *testing.T) {
 	if n := watches.started.Load(); n != 2 {
 		t.Fatalf("two duplicates' waits started %d watches, want 2", n)
 	}
+}
+
+// serveWithStatus serves ingest on q, reading statuses through status.
+func serveWithStatus(t *testing.T, status ingest.StatusReader, q *queue.Queue) *httptest.Server {
+	t.Helper()
+	api, err := ingest.New(ingest.Config{Status: status}, q, q, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(api.Handler())
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// connectIn is a plain NATS connection to the embedded server.
+func connectIn(t *testing.T, emb *natsnode.Node) *nats.Conn {
+	t.Helper()
+	nc, err := nats.Connect("", nats.InProcessServer(emb.Server()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
+}
+
+// publishEvent publishes ev as a dispatcher writes it into the events stream.
+func publishEvent(nc *nats.Conn, ev request.Event) {
+	m := nats.NewMsg(ev.Subject())
+	m.Header.Set(request.EventIDHeader, ev.ID)
+	m.Data = ev.JSON()
+	_ = nc.PublishMsg(m)
 }
