@@ -3,12 +3,9 @@ package ingest_test
 import (
 	"context"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/rs/zerolog"
 
 	"github.com/penguinhq/dispatcher/pkg/ingest"
 	"github.com/penguinhq/dispatcher/pkg/queue"
@@ -19,14 +16,9 @@ import (
 // and returns how to post a body with carol's Idempotency-Key key.
 func keyedIngest(t *testing.T, q *queue.Queue, events ingest.Events, key string) func(body string) answer {
 	t.Helper()
-	api, err := ingest.New(ingest.Config{Status: q, Events: events}, q, q, zerolog.Nop())
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(api.Handler())
-	t.Cleanup(srv.Close)
+	url := serveIngest(t, ingest.Config{Status: q, Events: events}, q)
 	return func(body string) answer {
-		return call(t, context.Background(), http.MethodPost, srv.URL+"/v1/requests", "", body, "X-Client-Id", "carol", "Idempotency-Key", key)
+		return call(t, context.Background(), http.MethodPost, url+"/v1/requests", "", body, "X-Client-Id", "carol", "Idempotency-Key", key)
 	}
 }
 
@@ -115,17 +107,12 @@ func TestAKeySentAgainAfterItsDeliveryStillReadsDelivered(t *testing.T) {
 	// Sent again after the delivery, by more than the read's margin for clocks apart
 	// (half a second).
 	time.Sleep(time.Second)
-	api, err := ingest.New(ingest.Config{Status: q, Events: syncEvents{q}}, q, q, zerolog.Nop())
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(api.Handler())
-	t.Cleanup(srv.Close)
-	again := call(t, ctx, http.MethodPost, srv.URL+"/v1/requests", "", `{"n":1}`, "X-Client-Id", "carol", "Idempotency-Key", "order-9")
+	url := serveIngest(t, ingest.Config{Status: q, Events: syncEvents{q}}, q)
+	again := call(t, ctx, http.MethodPost, url+"/v1/requests", "", `{"n":1}`, "X-Client-Id", "carol", "Idempotency-Key", "order-9")
 	if again.Code != 202 || !again.Duplicate || again.ID != first.ID {
 		t.Fatalf("sent again: %d duplicate=%v id %s, want 202, a duplicate of %s", again.Code, again.Duplicate, again.ID, first.ID)
 	}
-	st := call(t, ctx, http.MethodGet, srv.URL+"/v1/requests/"+first.ID+"?clientId=carol", "", "")
+	st := call(t, ctx, http.MethodGet, url+"/v1/requests/"+first.ID+"?clientId=carol", "", "")
 	if st.Code != 200 || string(st.Status) != `"delivered"` {
 		t.Fatalf("status after the key was sent again: %d %s, want 200 delivered", st.Code, st.Status)
 	}
@@ -140,13 +127,7 @@ func TestAKeySentAgainThroughAnotherIngestStillReadsDelivered(t *testing.T) {
 	_, q := embeddedQueue(t)
 	ctx := context.Background()
 	serve := func(instance string) string {
-		api, err := ingest.New(ingest.Config{Status: q, Events: syncEvents{q}, Instance: instance}, q, q, zerolog.Nop())
-		if err != nil {
-			t.Fatal(err)
-		}
-		srv := httptest.NewServer(api.Handler())
-		t.Cleanup(srv.Close)
-		return srv.URL
+		return serveIngest(t, ingest.Config{Status: q, Events: syncEvents{q}, Instance: instance}, q)
 	}
 	one, two := serve("ingest-1"), serve("ingest-2")
 	post := func(base string) answer {

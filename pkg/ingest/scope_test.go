@@ -100,15 +100,16 @@ func scopedIngest(t *testing.T) *httptest.Server {
 }
 
 type answer struct {
-	Code       int
-	RetryAfter string `json:"-"` // the header
-	Problem    string `json:"code"`
-	Detail     string
-	ID         string
-	ClientID   string
-	Status     json.RawMessage
-	Duplicate  bool
-	Results    []struct {
+	Code              int
+	RetryAfter        string `json:"-"` // the header
+	PreferenceApplied string `json:"-"` // the header
+	Problem           string `json:"code"`
+	Detail            string
+	ID                string
+	ClientID          string
+	Status            json.RawMessage
+	Duplicate         bool
+	Results           []struct {
 		ID      string
 		Status  string
 		Problem *struct {
@@ -142,7 +143,7 @@ func call(t *testing.T, ctx context.Context, method, url, token, body string, he
 	if err := json.Unmarshal(raw, &a); err != nil {
 		t.Fatalf("%s %s answered %d with %q: %v", method, url, resp.StatusCode, raw, err)
 	}
-	a.Code, a.RetryAfter = resp.StatusCode, resp.Header.Get("Retry-After")
+	a.Code, a.RetryAfter, a.PreferenceApplied = resp.StatusCode, resp.Header.Get("Retry-After"), resp.Header.Get(ingest.PreferenceAppliedHeader)
 	return a
 }
 

@@ -422,15 +422,27 @@ func TestLargeNDJSONBatchStoresEachItemAsSent(t *testing.T) {
 	}
 }
 
-// countedReads is the queue's status reads, counted.
-type countedReads struct {
+// countedRecord is the queue's record of events: its reads and the watches started
+// through it counted. With hideDelivered its reads leave delivered events out (a record
+// that has not caught up yet), so that only a watch can hear of a delivery.
+type countedRecord struct {
 	*queue.Queue
-	reads atomic.Int32
+	hideDelivered  bool
+	reads, watches atomic.Int32
 }
 
-func (c *countedReads) StatusEvents(ctx context.Context, clientID, id string) ([]request.Event, error) {
+func (c *countedRecord) StatusEvents(ctx context.Context, clientID, id string) ([]request.Event, error) {
 	c.reads.Add(1)
-	return c.Queue.StatusEvents(ctx, clientID, id)
+	events, err := c.Queue.StatusEvents(ctx, clientID, id)
+	if c.hideDelivered {
+		events = slices.DeleteFunc(events, func(e request.Event) bool { return e.Type == request.EventDelivered })
+	}
+	return events, err
+}
+
+func (c *countedRecord) WatchEvents(clientID, id string, fn func(request.Event)) (func(), error) {
+	c.watches.Add(1)
+	return c.Queue.WatchEvents(clientID, id, fn)
 }
 
 // A POST with Prefer: wait hears its new request's events from a watch started before
@@ -439,8 +451,8 @@ func (c *countedReads) StatusEvents(ctx context.Context, clientID, id string) ([
 // p99 of 5 ms). It read the record first, and again at each event, before.
 func TestPreferWaitAnswersANewRequestFromWhatItHeard(t *testing.T) {
 	emb, q := embeddedQueue(t)
-	reads := &countedReads{Queue: q}
-	srv := serveWithStatus(t, reads, q)
+	reads := &countedRecord{Queue: q}
+	url := serveIngest(t, ingest.Config{Status: reads}, q)
 	nc := connectIn(t, emb)
 	id := request.IDFromKey("", "carl", "k-1")
 	// The dispatcher's part: the request's delivered event, once the POST waits for it.
@@ -458,7 +470,7 @@ func TestPreferWaitAnswersANewRequestFromWhatItHeard(t *testing.T) {
 			}
 		}
 	}()
-	req, _ := http.NewRequest(http.MethodPost, srv.URL+"/v1/requests", strings.NewReader(`{"n":1}`))
+	req, _ := http.NewRequest(http.MethodPost, url+"/v1/requests", strings.NewReader(`{"n":1}`))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("X-Client-Id", "carl")
 	req.Header.Set("Idempotency-Key", "k-1")
@@ -478,58 +490,27 @@ func TestPreferWaitAnswersANewRequestFromWhatItHeard(t *testing.T) {
 	}
 }
 
-// countedWatches counts the watches of request events started through it. Its record
-// reads leave delivered events out (a record that has not caught up yet), so that only a
-// watch can hear of a delivery.
-type countedWatches struct {
-	*queue.Queue
-	started atomic.Int32
-}
-
-func (c *countedWatches) StatusEvents(ctx context.Context, clientID, id string) ([]request.Event, error) {
-	events, err := c.Queue.StatusEvents(ctx, clientID, id)
-	return slices.DeleteFunc(events, func(e request.Event) bool { return e.Type == request.EventDelivered }), err
-}
-
-func (c *countedWatches) WatchEvents(clientID, id string, fn func(request.Event)) (func(), error) {
-	c.started.Add(1)
-	return c.Queue.WatchEvents(clientID, id, fn)
-}
-
 // A POST with Prefer: wait that sends a key again (a duplicate) reads the record, its
 // request having perhaps ended before, and waits on the watch it started before the
 // publish. It started a second watch for that read, and held both (two subscriptions on
 // the server) for the whole wait.
 func TestPreferWaitOnADuplicateWatchesOnce(t *testing.T) {
 	emb, q := embeddedQueue(t)
-	watches := &countedWatches{Queue: q}
-	srv := serveWithStatus(t, watches, q)
-	post := func(prefer string) (*http.Response, string) {
-		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/v1/requests", strings.NewReader(`{"n":1}`))
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("X-Client-Id", "carl")
-		req.Header.Set("Idempotency-Key", "k-2")
-		if prefer != "" {
-			req.Header.Set("Prefer", prefer)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		return resp, string(body)
+	record := &countedRecord{Queue: q, hideDelivered: true}
+	url := serveIngest(t, ingest.Config{Status: record}, q)
+	post := func(ctx context.Context, prefer ...string) answer {
+		return call(t, ctx, http.MethodPost, url+"/v1/requests", "", `{"n":1}`, append([]string{"X-Client-Id", "carl", "Idempotency-Key", "k-2"}, prefer...)...)
 	}
-	if resp, body := post(""); resp.StatusCode != http.StatusAccepted {
-		t.Fatalf("first POST: %d %s", resp.StatusCode, body)
+	ctx := context.Background()
+	if a := post(ctx); a.Code != http.StatusAccepted {
+		t.Fatalf("first POST: %d %s", a.Code, a.Problem)
 	}
 	// No dispatcher runs: the request stays queued, and the wait ends after a second.
-	resp, body := post("wait=1")
-	if resp.StatusCode != http.StatusAccepted || !strings.Contains(body, `"duplicate":true`) || resp.Header.Get(ingest.PreferenceAppliedHeader) != "wait=1" {
-		t.Fatalf("the key sent again with Prefer: wait=1: %d %s (Preference-Applied %q), want 202, a duplicate, its wait applied",
-			resp.StatusCode, body, resp.Header.Get(ingest.PreferenceAppliedHeader))
+	if a := post(ctx, "Prefer", "wait=1"); a.Code != http.StatusAccepted || !a.Duplicate || a.PreferenceApplied != "wait=1" {
+		t.Fatalf("the key sent again with Prefer: wait=1: %d duplicate=%v (Preference-Applied %q), want 202, a duplicate, its wait applied",
+			a.Code, a.Duplicate, a.PreferenceApplied)
 	}
-	if n := watches.started.Load(); n != 1 {
+	if n := record.watches.Load(); n != 1 {
 		t.Fatalf("the duplicate's wait started %d watches of its request's events, want 1", n)
 	}
 	// Delivered while a duplicate waits: its answer is the final status, which only the
@@ -537,29 +518,29 @@ func TestPreferWaitOnADuplicateWatchesOnce(t *testing.T) {
 	nc := connectIn(t, emb)
 	ev := request.Event{Type: request.EventDelivered, ID: request.IDFromKey("", "carl", "k-2"), ClientID: "carl", At: time.Now(), Attempt: 1, Status: 200}
 	go func() {
-		for watches.started.Load() < 2 { // the second waiting POST's watch is in place
+		for record.watches.Load() < 2 { // the second waiting POST's watch is in place
 			time.Sleep(10 * time.Millisecond)
 		}
 		publishEvent(nc, ev)
 	}()
-	if resp, body := post("wait=20"); resp.StatusCode != http.StatusOK || !strings.Contains(body, `"status":"delivered"`) {
-		t.Fatalf("the key sent again with Prefer: wait=20, delivered during the wait: %d %s, want 200 delivered", resp.StatusCode, body)
+	if a := post(ctx, "Prefer", "wait=20"); a.Code != http.StatusOK || string(a.Status) != `"delivered"` {
+		t.Fatalf("the key sent again with Prefer: wait=20, delivered during the wait: %d %s, want 200 delivered", a.Code, a.Status)
 	}
-	if n := watches.started.Load(); n != 2 {
+	if n := record.watches.Load(); n != 2 {
 		t.Fatalf("two duplicates' waits started %d watches, want 2", n)
 	}
 }
 
-// serveWithStatus serves ingest on q, reading statuses through status.
-func serveWithStatus(t *testing.T, status ingest.StatusReader, q *queue.Queue) *httptest.Server {
+// serveIngest serves ingest on q with cfg, and returns its URL.
+func serveIngest(t *testing.T, cfg ingest.Config, q *queue.Queue) string {
 	t.Helper()
-	api, err := ingest.New(ingest.Config{Status: status}, q, q, zerolog.Nop())
+	api, err := ingest.New(cfg, q, q, zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv := httptest.NewServer(api.Handler())
 	t.Cleanup(srv.Close)
-	return srv
+	return srv.URL
 }
 
 // connectIn is a plain NATS connection to the embedded server.

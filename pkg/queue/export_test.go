@@ -34,25 +34,25 @@ func (c *Conn) LastError() error { return c.nc.LastError() }
 
 // OutcomeCount is one of the kept-outcome counters: "kept", "not_kept" or "drained".
 func (q *Queue) OutcomeCount(name string) float64 {
-	c := map[string]prometheus.Counter{"kept": q.outcomes.kept, "not_kept": q.outcomes.notKept, "drained": q.outcomes.drained}[name]
+	return valueOf(map[string]prometheus.Counter{"kept": q.outcomes.kept, "not_kept": q.outcomes.notKept, "drained": q.outcomes.drained}[name])
+}
+
+// LinkProven is what the dispatch_queue_link_proven gauge reads now.
+func (q *Queue) LinkProven() float64 { return valueOf(q.LinkCollector()) }
+
+// valueOf is what a collector of one counter or gauge reads now; -1 if it gives none.
+func valueOf(c prometheus.Collector) float64 {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(c)
 	mfs, err := reg.Gather()
 	if err != nil || len(mfs) != 1 {
 		return -1
 	}
-	return mfs[0].GetMetric()[0].GetCounter().GetValue()
-}
-
-// LinkProven is what the dispatch_queue_link_proven gauge reads now; -1 if it gives none.
-func (q *Queue) LinkProven() float64 {
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(q.LinkCollector())
-	mfs, err := reg.Gather()
-	if err != nil || len(mfs) != 1 {
-		return -1
+	m := mfs[0].GetMetric()[0]
+	if m.GetCounter() != nil {
+		return m.GetCounter().GetValue()
 	}
-	return mfs[0].GetMetric()[0].GetGauge().GetValue()
+	return m.GetGauge().GetValue()
 }
 
 // PreferBatches makes PublishAll take the atomic way (atomic) or the one-by-one way for
