@@ -76,10 +76,14 @@ func TestAHeadIsNotReadThroughAServerCutOffFromItsCluster(t *testing.T) {
 
 	c.Partition(leader)
 	cut := time.Now()
+	// A removal whose answer did not come in time may have landed: the next one then
+	// answers that r1 is not queued, which is as good (seen in CI under load, where every
+	// later removal answered so for the rest of the minute).
 	waitUntil(t, time.Minute, "r1 removed through the majority", func() bool {
 		dctx, dcancel := context.WithTimeout(ctx, 2*time.Second)
 		defer dcancel()
-		return qM.Delete(dctx, lane, r1.Seq) == nil
+		err := qM.Delete(dctx, lane, r1.Seq)
+		return err == nil || errors.Is(err, request.ErrNotQueued)
 	})
 	t.Logf("r1 removed through the majority %s after the cut", time.Since(cut).Round(time.Millisecond))
 	toOther.Refuse()
