@@ -181,8 +181,8 @@ func (a *API) recordItem(ctx context.Context, scope *Scope, res *batchResult, re
 		res.fail(p)
 		return
 	}
-	a.stored(req, receipt)
-	res.Status, res.ID, res.ClientID, res.Duplicate, res.NotBefore = string(request.StateQueued), req.ID, req.ClientID, receipt.Duplicate, req.NotBefore
+	acc := a.stored(req, receipt)
+	res.Status, res.ID, res.ClientID, res.Duplicate, res.NotBefore = string(request.StateQueued), req.ID, req.ClientID, receipt.Duplicate, acc.NotBefore
 }
 
 // answerBatch answers with every item's result, and with Retry-After when a failed
@@ -223,11 +223,14 @@ func (a *API) parseItem(raw json.RawMessage, now time.Time, scope *Scope) (reque
 	if it.ClientID == "" {
 		return request.Request{}, badRequest("client_id_missing", `the item has no "clientId": every item names its client`)
 	}
-	if err := request.ValidateClientID(it.ClientID); err != nil {
-		return request.Request{}, badRequest("client_id_invalid", err.Error()+"; a clientId is 1 to 128 bytes of UTF-8 text without control characters")
+	if err := request.ValidateNewClientID(it.ClientID); err != nil {
+		return request.Request{}, clientIDInvalid(err)
 	}
 	if len(it.Body) == 0 {
 		return request.Request{}, badRequest("body_missing", `the item has no "body": it holds the JSON raven receives`)
+	}
+	if p := sameClient(it.ClientID, it.Body, `the item's "clientId"`); p != nil {
+		return request.Request{}, p
 	}
 	if int64(len(it.Body)) > a.cfg.MaxBodyBytes {
 		return request.Request{}, tooLarge(a.cfg.MaxBodyBytes)

@@ -21,10 +21,27 @@ func (a *API) batchType(r *http.Request) (string, *problem) {
 		return "", &problem{Status: http.StatusUnsupportedMediaType, Code: "unsupported_media_type",
 			Detail: fmt.Sprintf("Content-Type %q: send a JSON array as application/json, or one item per line as %s", truncate(ct, 64), ndjson)}
 	}
+	if p := encoded(r.Header); p != nil {
+		return "", p
+	}
+	for _, h := range itemHeaders {
+		if r.Header.Get(h.header) != "" { // else taken for the batch's, and silently not
+			return "", badRequest(h.code, fmt.Sprintf("a batch does not read the %s header: give each item its own %q", h.header, h.field))
+		}
+	}
 	if r.ContentLength > a.cfg.BatchMaxBytes {
 		return "", a.batchTooLarge()
 	}
 	return mt, nil
+}
+
+// itemHeaders are the single request's headers that a batch takes as each item's
+// fields instead.
+var itemHeaders = []struct{ header, field, code string }{
+	{"X-Client-Id", "clientId", "client_id_invalid"},
+	{"Idempotency-Key", "idempotencyKey", "idempotency_key_invalid"},
+	{HeaderNotBefore, "notBefore", "not_before_invalid"},
+	{HeaderNotAfter, "notAfter", "not_after_invalid"},
 }
 
 // readBatch reads the batch's items, each as the raw JSON of its line or array element.

@@ -132,6 +132,11 @@ func TestHeaderAndBodyClientIDMustAgree(t *testing.T) {
 		p.Status != http.StatusBadRequest || !strings.Contains(p.Detail, `"mallory"`) || !strings.Contains(p.Detail, `"bob"`) {
 		t.Errorf("header mallory, body bob: %+v, want 400 client_id_mismatch naming both", p)
 	}
+	// A clientId in the body that is not a string is refused beside a header too (it was
+	// taken for no clientId): a raven reading the body would not find the header's.
+	if _, p := clientIDOf(header("bob"), []byte(`{"clientId":7}`)); p == nil || p.Code != "client_id_invalid" {
+		t.Errorf(`header bob, body {"clientId":7}: %+v, want 400 client_id_invalid`, p)
+	}
 	for _, c := range []struct {
 		h    http.Header
 		body string
@@ -140,7 +145,6 @@ func TestHeaderAndBodyClientIDMustAgree(t *testing.T) {
 		{header("bob"), `{"clientId":"bob"}`, "bob"},
 		{header("bob"), `{"n":1}`, "bob"},
 		{header("bob"), `[1,2]`, "bob"},
-		{header("bob"), `{"clientId":7}`, "bob"}, // not a clientId at all: the header's stands
 		{http.Header{}, `{"clientId":"bob"}`, "bob"},
 	} {
 		if got, p := clientIDOf(c.h, []byte(c.body)); p != nil || got != c.want {

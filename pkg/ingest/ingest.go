@@ -136,8 +136,8 @@ func (a *API) Handler() http.Handler {
 	single := a.authorize(a.accept)
 	r.Method(http.MethodPost, "/v1/requests", single)
 	r.Method(http.MethodPost, "/v1/requests/batch", a.authorize(a.acceptBatch))
-	r.Method(http.MethodGet, "/v1/requests/{id}", a.authorize(a.status))
-	r.Method(http.MethodDelete, "/v1/requests/{id}", a.authorize(a.cancel))
+	r.Method(http.MethodGet, "/v1/requests/{id}", notBatch(a.authorize(a.status)))
+	r.Method(http.MethodDelete, "/v1/requests/{id}", notBatch(a.authorize(a.cancel)))
 	r.Method(http.MethodGet, "/v1/openapi.json", openapi.Handler(openapi.Ingest()))
 	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
@@ -148,6 +148,20 @@ func (a *API) Handler() http.Handler {
 	})
 	r.MethodNotAllowed(httpapi.MethodNotAllowed(r)) // with the Allow header RFC 9110 requires
 	return router{Mux: r, single: single}
+}
+
+// notBatch answers 405 for /v1/requests/batch, which the router would otherwise give
+// to h as a request named "batch": the batch route takes only POST.
+func notBatch(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if chi.URLParam(r, "id") != "batch" {
+			h.ServeHTTP(w, r)
+			return
+		}
+		w.Header().Set("Allow", http.MethodPost)
+		writeProblem(w, problem{Status: http.StatusMethodNotAllowed, Code: "method_not_allowed",
+			Detail: fmt.Sprintf("%s is not allowed on /v1/requests/batch; it takes POST", r.Method)})
+	})
 }
 
 // router is the routes, with the one every request takes found without the router's
@@ -251,7 +265,7 @@ func (a *API) accept(w http.ResponseWriter, r *http.Request, scope *Scope) {
 			return
 		}
 	}
-	writeAccepted(w, accepted{ID: req.ID, ClientID: req.ClientID, Status: request.StateQueued, Duplicate: receipt.Duplicate, NotBefore: req.NotBefore})
+	writeAccepted(w, accepted{ID: req.ID, ClientID: req.ClientID, Status: request.StateQueued, Duplicate: receipt.Duplicate, NotBefore: acc.NotBefore})
 }
 
 // refuse answers a request the queue did not store (err) with its problem.
@@ -289,6 +303,11 @@ func (a *API) stored(req request.Request, receipt request.Receipt) (accepted req
 	accepted = request.Event{Type: request.EventAccepted, ID: req.ID, ClientID: req.ClientID, At: now,
 		Seq: receipt.Seq, NotBefore: req.NotBefore, NotAfter: req.NotAfter, AcceptedAt: now, Instance: a.cfg.Instance,
 		Duplicate: receipt.Duplicate}
+	if receipt.Duplicate {
+		// The stored copy keeps the times it was first sent with; this copy's would tell
+		// its status, and the answer, what the queue does not hold.
+		accepted.NotBefore, accepted.NotAfter = time.Time{}, time.Time{}
+	}
 	if a.cfg.Events != nil {
 		ev := accepted
 		ev.BodyDigest = req.BodyDigest

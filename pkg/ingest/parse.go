@@ -1,18 +1,14 @@
 package ingest
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"iter"
 	"mime"
 	"net"
 	"net/http"
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/penguinhq/dispatcher/pkg/request"
 )
@@ -34,6 +30,9 @@ func (a *API) parse(w http.ResponseWriter, r *http.Request, buf *[]byte, scope *
 		return request.Request{}, &problem{Status: http.StatusUnsupportedMediaType, Code: "unsupported_media_type",
 			Detail: fmt.Sprintf("Content-Type %q is not JSON; send Content-Type: application/json", ct)}
 	}
+	if p := encoded(r.Header); p != nil {
+		return request.Request{}, p
+	}
 	body, p := a.readBody(w, r, buf)
 	if p != nil {
 		return request.Request{}, p
@@ -46,11 +45,12 @@ func (a *API) parse(w http.ResponseWriter, r *http.Request, buf *[]byte, scope *
 	if p != nil {
 		return request.Request{}, p
 	}
-	if err := request.ValidateClientID(clientID); err != nil {
-		return request.Request{}, badRequest("client_id_invalid", err.Error()+"; a clientId is 1 to 128 bytes of UTF-8 text without control characters")
+	if err := request.ValidateNewClientID(clientID); err != nil {
+		return request.Request{}, clientIDInvalid(err)
 	}
 
-	id := request.NewID(time.Now())
+	now := time.Now() // one now for the id and both times: Not-Before: 60 with Not-After: 60 is refused, not a request stored to expire
+	id := request.NewID(now)
 	switch keys := r.Header.Values(request.HeaderIdempotencyKey); len(keys) {
 	case 0:
 	case 1:
@@ -65,7 +65,7 @@ func (a *API) parse(w http.ResponseWriter, r *http.Request, buf *[]byte, scope *
 	switch nb := r.Header.Values(HeaderNotBefore); len(nb) {
 	case 0:
 	case 1:
-		if notBefore, p = a.notBefore(nb[0], time.Now()); p != nil {
+		if notBefore, p = a.notBefore(nb[0], now); p != nil {
 			return request.Request{}, p
 		}
 	default:
@@ -75,7 +75,7 @@ func (a *API) parse(w http.ResponseWriter, r *http.Request, buf *[]byte, scope *
 	switch na := r.Header.Values(HeaderNotAfter); len(na) {
 	case 0:
 	case 1:
-		if notAfter, p = notAfterOf(na[0], notBefore, time.Now()); p != nil {
+		if notAfter, p = notAfterOf(na[0], notBefore, now); p != nil {
 			return request.Request{}, p
 		}
 	default:
@@ -117,8 +117,12 @@ func (a *API) readBody(w http.ResponseWriter, r *http.Request, buf *[]byte) ([]b
 		case errors.As(err, &mbe):
 			return nil, tooLarge(a.cfg.MaxBodyBytes)
 		case errors.As(err, &ne) && ne.Timeout():
+			got := fmt.Sprintf("%d of the %d bytes its Content-Length announced", len(body), r.ContentLength)
+			if r.ContentLength < 0 { // chunked: no length was announced
+				got = fmt.Sprintf("%d bytes arrived, and not its end", len(body))
+			}
 			return nil, &problem{Status: http.StatusRequestTimeout, Code: "body_timeout",
-				Detail: fmt.Sprintf("the body did not arrive within %s (%d of the %d bytes its Content-Length announced); nothing was stored", a.cfg.BodyTimeout, len(body), r.ContentLength)}
+				Detail: fmt.Sprintf("the body did not arrive within %s (%s); nothing was stored", a.cfg.BodyTimeout, got)}
 		}
 		return nil, &problem{Status: http.StatusBadRequest, Code: "body_unreadable", Detail: "the request body could not be read completely"}
 	}
@@ -130,7 +134,7 @@ func (a *API) readBody(w http.ResponseWriter, r *http.Request, buf *[]byte) ([]b
 const HeaderNotAfter = "Not-After"
 
 // notAfterOf reads a Not-After value (a header, or a batch item's field as text): an
-// RFC 3339 time, or whole seconds from now. It must lie ahead, and not before the
+// RFC 3339 time, or whole seconds from now. It must lie ahead, and after the
 // request's Not-Before (zero when it has none): a request that may never be sent is
 // refused rather than stored to expire.
 func notAfterOf(v string, notBefore, now time.Time) (time.Time, *problem) {
@@ -143,8 +147,8 @@ func notAfterOf(v string, notBefore, now time.Time) (time.Time, *problem) {
 		return time.Time{}, badRequest("not_after_invalid", fmt.Sprintf("Not-After %q is neither an RFC 3339 time (2026-12-24T18:00:00Z) nor whole seconds from now (300)", v))
 	case !t.After(now):
 		return time.Time{}, badRequest("not_after_invalid", fmt.Sprintf("Not-After %q is not ahead: a request whose deadline has passed would never be sent; give a later time, or none", v))
-	case !notBefore.IsZero() && t.Before(notBefore):
-		return time.Time{}, badRequest("not_after_invalid", fmt.Sprintf("Not-After %q is before the request's Not-Before (%s): it could never be sent", v, notBefore.Format(time.RFC3339)))
+	case !notBefore.IsZero() && !t.After(notBefore):
+		return time.Time{}, badRequest("not_after_invalid", fmt.Sprintf("Not-After %q is not after the request's Not-Before (%s): it could never be sent", v, notBefore.Format(time.RFC3339Nano)))
 	}
 	return t.UTC(), nil
 }
@@ -192,6 +196,12 @@ func (a *API) notBeforeTooFar(v string) *problem {
 	return badRequest("not_before_invalid", fmt.Sprintf("Not-Before %q is further ahead than the limit of %s (MAX_NOT_BEFORE)", truncate(v, 64), a.cfg.MaxNotBefore))
 }
 
+// clientIDInvalid is the problem of a new request's clientId that ValidateNewClientID
+// refused.
+func clientIDInvalid(err error) *problem {
+	return badRequest("client_id_invalid", err.Error()+"; a clientId is 1 to 128 bytes of UTF-8 text without control characters, and neither starts nor ends with a space")
+}
+
 func truncate(s string, n int) string {
 	if len(s) > n {
 		return s[:n] + "..."
@@ -208,226 +218,22 @@ func badRequest(code, detail string) *problem {
 	return &problem{Status: http.StatusBadRequest, Code: code, Detail: detail}
 }
 
+// encoded refuses a body sent with a Content-Encoding (gzip, br, ...): ingest does not
+// decode one, and a body stored as it came would reach raven without its encoding
+// header, or be refused as not JSON without saying why.
+func encoded(h http.Header) *problem {
+	ce := h.Values("Content-Encoding")
+	if len(ce) == 0 || len(ce) == 1 && strings.EqualFold(strings.TrimSpace(ce[0]), "identity") {
+		return nil
+	}
+	return &problem{Status: http.StatusUnsupportedMediaType, Code: "unsupported_media_type",
+		Detail: fmt.Sprintf("Content-Encoding %q is not taken: send the body unencoded, without a Content-Encoding", truncate(strings.Join(ce, ", "), 64))}
+}
+
 func isJSON(ct string) bool {
 	if ct == "application/json" { // the usual one, without parsing
 		return true
 	}
 	mt, _, err := mime.ParseMediaType(ct)
 	return err == nil && (mt == "application/json" || (strings.HasPrefix(mt, "application/") && strings.HasSuffix(mt, "+json")))
-}
-
-// clientIDOf takes the clientId from the X-Client-Id header when there is one, else from
-// the body's top-level string field "clientId". When both are there they must agree: a
-// raven that reads the body's would otherwise see requests of one client spaced as
-// another's. It does not validate the id itself.
-func clientIDOf(h http.Header, body []byte) (string, *problem) {
-	switch vs := h.Values(request.HeaderClientID); len(vs) {
-	case 0:
-	case 1:
-		if inBody, err := clientIDFromBody(body); err == nil && inBody != vs[0] {
-			return "", badRequest("client_id_mismatch", fmt.Sprintf("the X-Client-Id header says %q and the body's \"clientId\" says %q: send one, or the same in both", vs[0], inBody))
-		}
-		return vs[0], nil
-	default:
-		return "", badRequest("client_id_invalid", "send one X-Client-Id header, not several")
-	}
-	id, err := clientIDFromBody(body)
-	switch {
-	case errors.Is(err, errNoClientID):
-		return "", badRequest("client_id_missing", err.Error())
-	case err != nil:
-		return "", badRequest("client_id_invalid", err.Error())
-	}
-	return id, nil
-}
-
-var errNoClientID = errors.New(`no clientId: send an X-Client-Id header, or a JSON object body with a top-level string field "clientId"`)
-
-// clientIDFromBody finds the top-level "clientId" of a JSON object that is already known
-// to be valid JSON (json.Valid). A second "clientId" key is refused rather than guessed
-// at. It scans the top level once, skipping the other values without decoding them, and
-// decodes only a key or a clientId that holds an escape: a typical body costs no
-// allocation but the clientId string.
-func clientIDFromBody(body []byte) (string, error) {
-	if i := skipSpace(body, 0); i == len(body) || body[i] != '{' {
-		return "", errNoClientID
-	}
-	var id string
-	found := false
-	for key, raw := range members(body) {
-		if !isClientIDKey(key) {
-			continue
-		}
-		if found {
-			return "", errors.New(`the body has "clientId" more than once; send it once`)
-		}
-		found = true
-		var err error
-		if id, err = clientIDValue(raw); err != nil {
-			return "", err
-		}
-	}
-	if !found {
-		return "", errNoClientID
-	}
-	return id, nil
-}
-
-// members yields the keys (as raw JSON strings, quotes included) and raw values of the
-// JSON object obj, which must be valid JSON (json.Valid) and an object.
-func members(obj []byte) iter.Seq2[[]byte, []byte] {
-	return func(yield func(key, value []byte) bool) {
-		i := skipSpace(obj, 0) // at '{'
-		for i = skipSpace(obj, i+1); i < len(obj) && obj[i] != '}'; i = skipSpace(obj, i) {
-			if obj[i] == ',' {
-				i = skipSpace(obj, i+1)
-			}
-			keyEnd := stringEnd(obj, i)
-			key := obj[i:keyEnd]
-			i = skipSpace(obj, keyEnd) // at ':'
-			i = skipSpace(obj, i+1)    // at the value
-			end := skipValue(obj, i)
-			if !yield(key, obj[i:end:end]) {
-				return
-			}
-			i = end
-		}
-	}
-}
-
-// isClientIDKey says whether the JSON string key (quotes included) is "clientId",
-// written plainly or with escapes.
-func isClientIDKey(key []byte) bool {
-	if string(key) == `"clientId"` {
-		return true
-	}
-	if len(key) < len(`"clientId"`) || bytes.IndexByte(key, '\\') < 0 {
-		return false
-	}
-	k, ok := jsonString(key)
-	return ok && k == "clientId"
-}
-
-// jsonString decodes the raw JSON string s (quotes included); valid UTF-8 without
-// escapes is taken as it stands.
-func jsonString(s []byte) (string, bool) {
-	if bytes.IndexByte(s, '\\') < 0 && utf8.Valid(s) {
-		return string(s[1 : len(s)-1]), true
-	}
-	var out string
-	return out, json.Unmarshal(s, &out) == nil
-}
-
-// clientIDValue decodes the JSON value raw of a "clientId" key, which must be a string.
-func clientIDValue(raw []byte) (string, error) {
-	if len(raw) == 0 || raw[0] != '"' {
-		return "", fmt.Errorf(`"clientId" must be a JSON string, not %s`, kindOf(raw))
-	}
-	if !utf8.Valid(raw) {
-		return "", request.ErrClientIDInvalidUTF8
-	}
-	if bytes.IndexByte(raw, '\\') < 0 {
-		return string(raw[1 : len(raw)-1]), nil
-	}
-	var id string
-	if err := json.Unmarshal(raw, &id); err != nil {
-		return "", errNoClientID
-	}
-	if replaced(raw, id) {
-		return "", errors.New(`"clientId" holds a \u escape that is not a Unicode character (a lone surrogate)`)
-	}
-	return id, nil
-}
-
-// skipSpace returns the index of the first byte at or after i that is not JSON white
-// space.
-func skipSpace(b []byte, i int) int {
-	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
-		i++
-	}
-	return i
-}
-
-// stringEnd returns the index just past the JSON string that starts at b[i] (a quote).
-// b is valid JSON, so the string is closed.
-func stringEnd(b []byte, i int) int {
-	for j := i + 1; j < len(b); j++ {
-		for j < len(b) && plain[b[j]] {
-			j++
-		}
-		if j == len(b) {
-			break
-		}
-		switch b[j] {
-		case '\\':
-			j++
-		case '"':
-			return j + 1
-		}
-	}
-	return len(b)
-}
-
-// skipValue returns the index just past the JSON value that starts at b[i]. b is valid
-// JSON.
-func skipValue(b []byte, i int) int {
-	if i == len(b) {
-		return i
-	}
-	switch b[i] {
-	case '"':
-		return stringEnd(b, i)
-	case '{', '[':
-		depth := 0
-		for j := i; j < len(b); j++ {
-			switch b[j] {
-			case '"':
-				j = stringEnd(b, j) - 1
-			case '{', '[':
-				depth++
-			case '}', ']':
-				if depth--; depth == 0 {
-					return j + 1
-				}
-			}
-		}
-		return len(b)
-	default: // a number, true, false or null
-		for j := i; j < len(b); j++ {
-			switch b[j] {
-			case ',', '}', ']', ' ', '\t', '\n', '\r':
-				return j
-			}
-		}
-		return len(b)
-	}
-}
-
-// replaced says whether decoding the JSON string raw into s put in a U+FFFD replacement
-// character that raw did not hold: the decoder replaces a lone surrogate escape, which
-// would make distinct strings one clientId.
-func replaced(raw json.RawMessage, s string) bool {
-	n := strings.Count(s, "\uFFFD")
-	if n == 0 {
-		return false
-	}
-	lower := bytes.ToLower(raw)
-	return n > bytes.Count(raw, []byte("\uFFFD"))+bytes.Count(lower, []byte(`\ufffd`))
-}
-
-func kindOf(raw json.RawMessage) string {
-	switch {
-	case len(raw) == 0:
-		return "empty"
-	case raw[0] == '{':
-		return "an object"
-	case raw[0] == '[':
-		return "an array"
-	case bytes.Equal(raw, []byte("null")):
-		return "null"
-	case bytes.Equal(raw, []byte("true")), bytes.Equal(raw, []byte("false")):
-		return "a boolean"
-	default:
-		return "a number"
-	}
 }

@@ -109,6 +109,7 @@ type answer struct {
 	ClientID          string
 	Status            json.RawMessage
 	Duplicate         bool
+	NotBefore         time.Time
 	Results           []struct {
 		ID      string
 		Status  string

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"net/url"
 	"slices"
 	"sync"
 	"time"
@@ -87,7 +88,11 @@ func requestNamed(r *http.Request, what, why string) (id, clientID string, p *pr
 	if err := request.ValidateID(id); err != nil {
 		return "", "", badRequest("id_invalid", fmt.Sprintf("%q is not a request id: %s", truncate(id, 64), err))
 	}
-	clientID = r.URL.Query().Get("clientId")
+	query, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil { // else the clientId, or the wait, could be dropped and its absence answered
+		return "", "", badRequest("query_invalid", fmt.Sprintf("the query string cannot be read (%s): separate its parameters with & and percent-encode what needs it: ?clientId=<its clientId>", truncate(err.Error(), 128)))
+	}
+	clientID = query.Get("clientId")
 	if clientID == "" {
 		return "", "", badRequest("client_id_missing", fmt.Sprintf("%s names the request's client as well: %s /v1/requests/%s?clientId=<its clientId> (the 202 answer gave both)%s", what, r.Method, id, why))
 	}

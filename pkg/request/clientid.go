@@ -17,7 +17,24 @@ var (
 	ErrClientIDTooLong     = fmt.Errorf("clientId is longer than %d bytes", MaxClientIDBytes)
 	ErrClientIDInvalidUTF8 = errors.New("clientId is not valid UTF-8")
 	ErrClientIDControl     = errors.New("clientId contains a control character")
+	ErrClientIDSpace       = errors.New("clientId starts or ends with a space")
 )
+
+// ValidateNewClientID is what ingest takes for a new request's client: ValidateClientID's
+// rules, and no space at either end. Raven reads the clientId from the X-Client-Id header,
+// and HTTP drops a header value's spaces at its ends: " alice" and "alice" would be two
+// clients here, spaced apart from each other, and one client to raven. (A tab is a
+// control character, refused already.) Clients stored before this rule still validate
+// with ValidateClientID, so that they can be read and steered.
+func ValidateNewClientID(id string) error {
+	if err := ValidateClientID(id); err != nil {
+		return err
+	}
+	if id[0] == ' ' || id[len(id)-1] == ' ' {
+		return ErrClientIDSpace
+	}
+	return nil
+}
 
 // ValidateClientID reports whether id can name a client: 1 to MaxClientIDBytes bytes of
 // valid UTF-8 without control characters. Any other content, dots, wildcards, spaces and

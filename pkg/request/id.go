@@ -16,7 +16,7 @@ const MaxIdempotencyKeyBytes = 256
 
 // ErrIdempotencyKeyInvalid is returned for an Idempotency-Key that is too long or holds
 // anything but printable ASCII.
-var ErrIdempotencyKeyInvalid = fmt.Errorf("Idempotency-Key must be 1 to %d printable ASCII characters", MaxIdempotencyKeyBytes)
+var ErrIdempotencyKeyInvalid = fmt.Errorf("Idempotency-Key must be 1 to %d printable ASCII characters, not starting or ending with a space", MaxIdempotencyKeyBytes)
 
 var idEncoding = base32.NewEncoding("0123456789abcdefghjkmnpqrstvwxyz").WithPadding(base32.NoPadding)
 
@@ -65,9 +65,11 @@ func BodyDigestOf(id string, body []byte) string {
 	return base64.RawURLEncoding.EncodeToString(sum[:16])
 }
 
-// ValidateIdempotencyKey checks a caller's Idempotency-Key.
+// ValidateIdempotencyKey checks a caller's Idempotency-Key. A space at either end is
+// refused: HTTP drops it from the header, so the same key given as a batch item's field
+// would otherwise name another request than the header does.
 func ValidateIdempotencyKey(key string) error {
-	if key == "" || len(key) > MaxIdempotencyKeyBytes {
+	if key == "" || len(key) > MaxIdempotencyKeyBytes || key[0] == ' ' || key[len(key)-1] == ' ' {
 		return ErrIdempotencyKeyInvalid
 	}
 	for i := 0; i < len(key); i++ {
