@@ -31,6 +31,8 @@ const (
 	DefaultTimeout       = 10 * time.Second
 	maxResponseBodyBytes = 64 << 10
 	maxRetryAfter        = 24 * time.Hour
+	// maxResponseHeaderBytes bounds the headers of raven's answer.
+	maxResponseHeaderBytes = 1 << 20
 	// DefaultKeepBytes is RESPONSE_MAX_BYTES: 64 KiB of each answer's body kept.
 	DefaultKeepBytes = 64 << 10
 )
@@ -110,6 +112,10 @@ func New(cfg Config) (*Client, error) {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.MaxIdleConns = cfg.MaxConns
 	tr.MaxIdleConnsPerHost = cfg.MaxConns
+	// net/http's default is 10 MiB of headers an answer: with MAX_IN_FLIGHT attempts at
+	// once, tens of GB held for answers whose headers nobody keeps whole (a kept header
+	// is cut to 1 KiB). An answer with more is a broken one, retried.
+	tr.MaxResponseHeaderBytes = maxResponseHeaderBytes
 	dialer := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
 	tr.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
 		conn, err := dialer.DialContext(ctx, network, addr)
@@ -147,7 +153,9 @@ func (c *Client) Send(ctx context.Context, st request.Stored, attempt int) error
 // raven did not answer): its status, the headers named in KeepHeaders, and its body up
 // to KeepBytes.
 func (c *Client) SendAnswer(ctx context.Context, st request.Stored, attempt int) (*request.Response, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.cfg.URL, bytes.NewReader(st.Body))
+	body := &sentBody{r: bytes.NewReader(st.Body)}
+	var conn exchangeConn
+	req, err := http.NewRequestWithContext(conn.trace(ctx), http.MethodPost, c.cfg.URL, body)
 	if err != nil {
 		return nil, &request.PermanentError{Err: errors.New("building the request failed (is RAVEN_URL a valid URL?)")}
 	}
@@ -157,11 +165,10 @@ func (c *Client) SendAnswer(ctx context.Context, st request.Stored, attempt int)
 	// attempt, moments after the first, that the dispatcher neither spaced nor counted.
 	// Without GetBody the body cannot be rewound, so neither HTTP/1 nor HTTP/2 sends it
 	// twice; a failed exchange comes back as an error and the scheduler decides the retry.
-	req.GetBody = nil
-	if req.Body == http.NoBody {
-		// An empty body is NoBody, which net/http takes for replayable as it is: give it
-		// an empty reader of its own instead (sent with Content-Length 0).
-		req.Body, req.ContentLength = io.NopCloser(bytes.NewReader(nil)), 0
+	// (A body of its own type has no GetBody: it is never rewound, empty or not.)
+	req.ContentLength = int64(len(st.Body))
+	if len(st.Body) == 0 {
+		body.done.Store(true) // nothing to send: sent with Content-Length 0
 	}
 	if st.ContentType != "" {
 		req.Header.Set("Content-Type", st.ContentType)
@@ -184,9 +191,26 @@ func (c *Client) SendAnswer(ctx context.Context, st request.Stored, attempt int)
 	if err != nil {
 		return nil, &request.TransientError{Err: noAnswer(err)}
 	}
-	body, truncated := c.readBody(resp.Body, resp.ContentLength)
+	// Raven answered before it had the whole request (net/http had not taken all of the
+	// body, or raven's host has not acknowledged all of it): the rest would go on reaching
+	// raven after the attempt ended, while the next one may start (G2 as raven sees it),
+	// and the connection would then carry another client's attempt, which would wait
+	// behind what raven has not read (G6). The exchange ends with the answer: the
+	// connection is reset once it is read. (HTTP/2 ends the stream alone.)
+	early := resp.ProtoMajor == 1 && (!body.done.Load() || conn.unsent())
+	if resp.StatusCode < http.StatusOK {
+		// 101 Switching Protocols: the body is the connection itself, raw, which no
+		// timeout or cancel ends; reading it would hold the attempt for ever.
+		_ = resp.Body.Close()
+		return request.NewResponse(resp.StatusCode, resp.Header, c.cfg.KeepHeaders, nil, false),
+			Classify(resp.StatusCode, resp.Header.Get("Retry-After"), time.Now())
+	}
+	kept, truncated := c.readBody(resp.Body, resp.ContentLength)
+	if early {
+		conn.reset()
+	}
 	_ = resp.Body.Close()
-	answer := request.NewResponse(resp.StatusCode, resp.Header, c.cfg.KeepHeaders, body, truncated)
+	answer := request.NewResponse(resp.StatusCode, resp.Header, c.cfg.KeepHeaders, kept, truncated)
 	return answer, Classify(resp.StatusCode, resp.Header.Get("Retry-After"), time.Now())
 }
 
@@ -334,7 +358,8 @@ func noAnswerKind(err error) string {
 	}
 	if msg := err.Error(); strings.Contains(msg, "tls:") || strings.Contains(msg, "x509:") {
 		return NoAnswerTLS
-	} else if strings.Contains(msg, "malformed HTTP") || strings.Contains(msg, "HTTP/1.x transport connection broken") {
+	} else if strings.Contains(msg, "malformed HTTP") || strings.Contains(msg, "HTTP/1.x transport connection broken") ||
+		strings.Contains(msg, "server response headers exceeded") {
 		return NoAnswerProtocol
 	}
 	return NoAnswerOther

@@ -39,7 +39,7 @@ const FailedAnswerBytes = 4 << 10
 const MaxAnswerBytes = 256 << 10
 
 // maxHeaderBytes bounds each kept header's value: raven's headers may be long (net/http
-// takes up to 1 MiB of them), and the event holding them must fit in one NATS message.
+// takes up to 1 MiB of them: raven.New sets it), and the event holding them must fit in one NATS message.
 const maxHeaderBytes = 1 << 10
 
 // NewResponse is raven's answer with status, the headers of header named in keep, and
