@@ -310,6 +310,11 @@ func StatusOf(id string, events []Event) Status {
 		st.State = StateDeadLettered
 		st.DeadLetter = &DeadInfo{Reason: final.Reason, At: final.At, LastStatus: final.Status, LastError: final.Error,
 			Replayable: final.Reason != ReasonUndecodable}
+		if final.Attempt > 0 {
+			// Dead-lettered by its last attempt's outcome, which this event alone carries
+			// (that attempt wrote no attempt_failed): the last attempt is this one.
+			st.LastAttempt = &AttemptInfo{At: final.At, Status: final.Status, Error: final.Error}
+		}
 	case attempt != nil && attempt.Type == EventAttemptStarted:
 		st.State = StateInFlight
 	case attempt != nil, queued != nil:

@@ -55,6 +55,11 @@ func TestStatusOf(t *testing.T) {
 			if st.DeadLetter == nil || st.DeadLetter.Reason != request.ReasonPermanent || st.DeadLetter.LastStatus != 400 || !st.DeadLetter.Replayable || st.Seq != 0 {
 				t.Errorf("%+v, want dead-lettered as permanent, last 400, replayable", st)
 			}
+			// The attempt that dead-lettered it is the last (it was the one before it,
+			// or the last one's start without its answer: found by a hostile-raven pass).
+			if la := st.LastAttempt; la == nil || la.Status != 400 || !la.At.Equal(at(8)) || st.Attempts != 2 {
+				t.Errorf("last attempt %+v of %d, want the dead-lettering one: 400 at +8s, of 2", la, st.Attempts)
+			}
 		}},
 		// A non-final event retried and landing after the final one does not undo it.
 		{"FinalWins", []request.Event{accepted, dead, started2}, request.StateDeadLettered, nil},
