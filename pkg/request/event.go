@@ -297,6 +297,16 @@ func StatusOf(id string, events []Event) Status {
 			st.Seq = e.Seq
 		}
 	}
+	st.settle(final, attempt, queued)
+	if st.Final() {
+		st.Seq = 0
+	}
+	return st
+}
+
+// settle sets the state st is in from the latest copy's final event, latest attempt
+// event and acceptance or replay (each nil when there is none).
+func (st *Status) settle(final, attempt, queued *Event) {
 	if attempt != nil {
 		st.LastAttempt = &AttemptInfo{At: attempt.At, Status: attempt.Status, Error: attempt.Error}
 	}
@@ -320,10 +330,6 @@ func StatusOf(id string, events []Event) Status {
 	case attempt != nil, queued != nil:
 		st.State = StateQueued
 	}
-	if st.Final() {
-		st.Seq = 0
-	}
-	return st
 }
 
 // Recordable says whether e names a request this service stored, and so may be kept in
