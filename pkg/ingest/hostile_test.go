@@ -175,6 +175,16 @@ func TestWhatARouteCannotReadIsRefusedAsSuch(t *testing.T) {
 	}
 }
 
+// A route not found is named as it was sent: POST /v1/%72equests was answered "no route
+// POST /v1/requests; requests go to POST /v1/requests".
+func TestANotFoundRouteIsNamedAsSent(t *testing.T) {
+	t.Parallel()
+	rec := serveHeaders(t, http.MethodPost, "/v1/%72equests", `{"clientId":"m"}`)
+	if p := problemOf(t, rec); rec.Code != http.StatusNotFound || !strings.Contains(p.Detail, "/v1/%72equests") {
+		t.Errorf("POST /v1/%%72equests: %d %+v, want 404 naming /v1/%%72equests", rec.Code, p)
+	}
+}
+
 // A duplicate's 202 does not repeat the Not-Before it was sent again with: the queue
 // holds the first copy, with its own (the answer said the retry's time, the status the
 // stored one's). Its accepted event carries neither time.

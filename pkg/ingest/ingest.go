@@ -144,7 +144,7 @@ func (a *API) Handler() http.Handler {
 	})
 	r.Method(http.MethodGet, "/readyz", httpapi.Ready(a.ready.Ready, "the queue is not reachable, its streams are not in place, or its store does not take writes; the log says which", a.log))
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
-		writeProblem(w, problem{Status: http.StatusNotFound, Code: "not_found", Detail: fmt.Sprintf("no route %s %s; requests go to POST /v1/requests", r.Method, r.URL.Path)})
+		writeProblem(w, problem{Status: http.StatusNotFound, Code: "not_found", Detail: fmt.Sprintf("no route %s %s; requests go to POST /v1/requests", r.Method, truncate(r.URL.EscapedPath(), 128))})
 	})
 	r.MethodNotAllowed(httpapi.MethodNotAllowed(r)) // with the Allow header RFC 9110 requires
 	return router{Mux: r, single: single}

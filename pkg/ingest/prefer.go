@@ -1,7 +1,9 @@
 package ingest
 
 import (
+	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"strconv"
 	"strings"
@@ -34,6 +36,11 @@ func preferWait(h http.Header) (time.Duration, bool, *problem) {
 			}
 			value = strings.Trim(strings.TrimSpace(value), `"`)
 			secs, err := strconv.ParseUint(value, 10, 32)
+			if errors.Is(err, strconv.ErrRange) {
+				// Whole seconds, too many to count: more than the cap, which cuts any wait
+				// over it (as it cuts wait=100000).
+				secs, err = math.MaxUint32, nil
+			}
 			if !hasValue || err != nil {
 				return 0, false, badRequest("prefer_wait_invalid", fmt.Sprintf("Prefer: %q: wait takes a whole number of seconds (Prefer: wait=10)", truncate(strings.TrimSpace(pref), 64)))
 			}
