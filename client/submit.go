@@ -20,7 +20,8 @@ type Receipt struct {
 	// before and this submit stored nothing new. It is a success: ID names that request.
 	Duplicate bool
 	// NotBefore is the earliest time the request will be sent to raven, zero when it
-	// may go at once.
+	// may go at once, and on a Duplicate (the stored request keeps the Not-Before it was
+	// first sent with: its Status says it).
 	NotBefore time.Time
 	// IdempotencyKey is the key the request was sent with: the caller's, or the one the
 	// client generated. Submitting again with it stores nothing twice.
@@ -59,7 +60,7 @@ func WithNotBefore(t time.Time) SubmitOption {
 // WithNotAfter gives the request a deadline: not attempted by t, it is never sent to
 // raven but dead-lettered with the reason "expired" (Status.DeadLetter.Reason); an
 // attempt under way at t is not cut short. It is sent in UTC as RFC 3339 with
-// nanoseconds, and must lie ahead and not before the request's Not-Before, else ingest
+// nanoseconds, and must lie ahead and after the request's Not-Before, else ingest
 // refuses the request (a *Problem, code not_after_invalid). A zero t takes back an
 // earlier WithNotAfter.
 func WithNotAfter(t time.Time) SubmitOption {

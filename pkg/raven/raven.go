@@ -153,9 +153,7 @@ func (c *Client) Send(ctx context.Context, st request.Stored, attempt int) error
 // raven did not answer): its status, the headers named in KeepHeaders, and its body up
 // to KeepBytes.
 func (c *Client) SendAnswer(ctx context.Context, st request.Stored, attempt int) (*request.Response, error) {
-	body := &sentBody{r: bytes.NewReader(st.Body)}
-	var conn exchangeConn
-	req, err := http.NewRequestWithContext(conn.trace(ctx), http.MethodPost, c.cfg.URL, body)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.cfg.URL, bytes.NewReader(st.Body))
 	if err != nil {
 		return nil, &request.PermanentError{Err: errors.New("building the request failed (is RAVEN_URL a valid URL?)")}
 	}
@@ -165,10 +163,11 @@ func (c *Client) SendAnswer(ctx context.Context, st request.Stored, attempt int)
 	// attempt, moments after the first, that the dispatcher neither spaced nor counted.
 	// Without GetBody the body cannot be rewound, so neither HTTP/1 nor HTTP/2 sends it
 	// twice; a failed exchange comes back as an error and the scheduler decides the retry.
-	// (A body of its own type has no GetBody: it is never rewound, empty or not.)
-	req.ContentLength = int64(len(st.Body))
-	if len(st.Body) == 0 {
-		body.done.Store(true) // nothing to send: sent with Content-Length 0
+	req.GetBody = nil
+	if req.Body == http.NoBody {
+		// An empty body is NoBody, which net/http takes for replayable as it is: give it
+		// an empty reader of its own instead.
+		req.Body, req.ContentLength = io.NopCloser(bytes.NewReader(nil)), 0
 	}
 	if st.ContentType != "" {
 		req.Header.Set("Content-Type", st.ContentType)
@@ -191,13 +190,6 @@ func (c *Client) SendAnswer(ctx context.Context, st request.Stored, attempt int)
 	if err != nil {
 		return nil, &request.TransientError{Err: noAnswer(err)}
 	}
-	// Raven answered before it had the whole request (net/http had not taken all of the
-	// body, or raven's host has not acknowledged all of it): the rest would go on reaching
-	// raven after the attempt ended, while the next one may start (G2 as raven sees it),
-	// and the connection would then carry another client's attempt, which would wait
-	// behind what raven has not read (G6). The exchange ends with the answer: the
-	// connection is reset once it is read. (HTTP/2 ends the stream alone.)
-	early := resp.ProtoMajor == 1 && (!body.done.Load() || conn.unsent())
 	if resp.StatusCode < http.StatusOK {
 		// 101 Switching Protocols: the body is the connection itself, raw, which no
 		// timeout or cancel ends; reading it would hold the attempt for ever.
@@ -206,9 +198,6 @@ func (c *Client) SendAnswer(ctx context.Context, st request.Stored, attempt int)
 			Classify(resp.StatusCode, resp.Header.Get("Retry-After"), time.Now())
 	}
 	kept, truncated := c.readBody(resp.Body, resp.ContentLength)
-	if early {
-		conn.reset()
-	}
 	_ = resp.Body.Close()
 	answer := request.NewResponse(resp.StatusCode, resp.Header, c.cfg.KeepHeaders, kept, truncated)
 	return answer, Classify(resp.StatusCode, resp.Header.Get("Retry-After"), time.Now())
@@ -359,7 +348,7 @@ func noAnswerKind(err error) string {
 	if msg := err.Error(); strings.Contains(msg, "tls:") || strings.Contains(msg, "x509:") {
 		return NoAnswerTLS
 	} else if strings.Contains(msg, "malformed HTTP") || strings.Contains(msg, "HTTP/1.x transport connection broken") ||
-		strings.Contains(msg, "server response headers exceeded") {
+		strings.Contains(msg, "server response headers exceeded") || strings.Contains(msg, "response header list larger than") {
 		return NoAnswerProtocol
 	}
 	return NoAnswerOther

@@ -320,9 +320,7 @@ func (st *Status) settle(final, attempt, queued *Event) {
 		st.State = StateDeadLettered
 		st.DeadLetter = &DeadInfo{Reason: final.Reason, At: final.At, LastStatus: final.Status, LastError: final.Error,
 			Replayable: final.Reason != ReasonUndecodable}
-		if final.Attempt > 0 {
-			// Dead-lettered by its last attempt's outcome, which this event alone carries
-			// (that attempt wrote no attempt_failed): the last attempt is this one.
+		if endedByAttempt(final, attempt) {
 			st.LastAttempt = &AttemptInfo{At: final.At, Status: final.Status, Error: final.Error}
 		}
 	case attempt != nil && attempt.Type == EventAttemptStarted:
@@ -330,6 +328,21 @@ func (st *Status) settle(final, attempt, queued *Event) {
 	case attempt != nil, queued != nil:
 		st.State = StateQueued
 	}
+}
+
+// endedByAttempt says whether the dead letter final carries the outcome of an attempt
+// that no attempt event has told (the attempt that dead-letters a request writes no
+// attempt_failed): a reason an attempt's answer decides, of an attempt later than the
+// latest one failed. An expired or purged request's dead letter counts its earlier
+// attempts, but was decided by no attempt.
+func endedByAttempt(final, attempt *Event) bool {
+	switch final.Reason {
+	case ReasonPermanent, ReasonAttemptsExhausted, ReasonAgeExhausted:
+	default:
+		return false
+	}
+	return final.Attempt > 0 && (attempt == nil || final.Attempt > attempt.Attempt ||
+		final.Attempt == attempt.Attempt && attempt.Type == EventAttemptStarted)
 }
 
 // Recordable says whether e names a request this service stored, and so may be kept in

@@ -29,6 +29,7 @@ func TestStatusOf(t *testing.T) {
 	delivered0 := ev(request.EventDelivered, 5, 0, 1)
 	reaccepted := ev(request.EventAccepted, 200, 0, 0)
 	withSeq := func(e request.Event, seq uint64) request.Event { e.Seq = seq; return e }
+	withReason := func(e request.Event, r request.Reason) request.Event { e.Reason = r; return e }
 
 	for _, tc := range []struct {
 		name   string
@@ -59,6 +60,13 @@ func TestStatusOf(t *testing.T) {
 			// or the last one's start without its answer: found by a hostile-raven pass).
 			if la := st.LastAttempt; la == nil || la.Status != 400 || !la.At.Equal(at(8)) || st.Attempts != 2 {
 				t.Errorf("last attempt %+v of %d, want the dead-lettering one: 400 at +8s, of 2", la, st.Attempts)
+			}
+		}},
+		// An expired request's dead letter counts its earlier attempt, but no attempt
+		// decided it: its last attempt is the one that failed.
+		{"ExpiredAfterAFailure", []request.Event{accepted, started1, failed1, withReason(ev(request.EventDeadLettered, 3600, 0, 1), request.ReasonExpired)}, request.StateDeadLettered, func(t *testing.T, st request.Status) {
+			if la := st.LastAttempt; la == nil || la.Status != 503 || !la.At.Equal(at(2)) {
+				t.Errorf("last attempt %+v, want the failed one: 503 at +2s", la)
 			}
 		}},
 		// A non-final event retried and landing after the final one does not undo it.
