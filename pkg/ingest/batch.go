@@ -262,7 +262,7 @@ func (a *API) parseItem(raw json.RawMessage, now time.Time, scope *Scope) (reque
 func decodeItem(raw json.RawMessage) (batchItem, *problem) {
 	var it batchItem
 	if !validJSON(raw) {
-		return it, badRequest("malformed_json", "the item is not valid JSON")
+		return it, badRequest("malformed_json", "the item is not valid JSON"+whyNotJSON(raw))
 	}
 	if i := skipSpace(raw, 0); raw[i] != '{' {
 		return it, badRequest("item_invalid", `an item is a JSON object: {"clientId": "...", "body": {...}}`)

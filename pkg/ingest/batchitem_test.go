@@ -64,7 +64,7 @@ func checkDecodeItem(t *testing.T, raw []byte) {
 func decodeItemByDecoder(raw json.RawMessage) (batchItem, *problem) {
 	var it batchItem
 	if !json.Valid(raw) {
-		return it, badRequest("malformed_json", "the item is not valid JSON")
+		return it, badRequest("malformed_json", "the item is not valid JSON"+whyNotJSON(raw))
 	}
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {

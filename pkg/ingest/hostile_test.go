@@ -204,3 +204,22 @@ func TestADuplicateAnswersWithoutTheTimesItWasSentAgainWith(t *testing.T) {
 			again.Code, again.Duplicate, again.NotBefore, first.NotBefore)
 	}
 }
+
+// A body that is not JSON is refused saying where and why (it said only "not valid
+// JSON", also for valid JSON nested deeper than encoding/json reads).
+func TestABodyThatIsNotJSONIsRefusedSayingWhere(t *testing.T) {
+	t.Parallel()
+	for body, want := range map[string]string{
+		`{"clientId":"a",}`: "at byte 17",
+		strings.Repeat("[", 10001) + strings.Repeat("]", 10001): "depth",
+	} {
+		rec := serveHeaders(t, http.MethodPost, "/v1/requests", body, request.HeaderClientID, "a")
+		if p := problemOf(t, rec); rec.Code != http.StatusBadRequest || p.Code != "malformed_json" || !strings.Contains(p.Detail, want) {
+			t.Errorf("body %.30s: %d %+v, want 400 malformed_json saying %q", body, rec.Code, p, want)
+		}
+	}
+	codes := itemProblems(t, serveHeaders(t, http.MethodPost, "/v1/requests/batch", "{\"clientId\":\"a\",\"body\":{}}\n{\"clientId\":\"a\",\"body\":{]}\n", "Content-Type", "application/x-ndjson"))
+	if strings.Join(codes, ",") != ",malformed_json" {
+		t.Errorf("NDJSON items answered %q, want the second malformed_json", codes)
+	}
+}

@@ -1,6 +1,7 @@
 package ingest
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"mime"
@@ -38,7 +39,7 @@ func (a *API) parse(w http.ResponseWriter, r *http.Request, buf *[]byte, scope *
 		return request.Request{}, p
 	}
 	if !validJSON(body) {
-		return request.Request{}, badRequest("malformed_json", "the body is not valid JSON")
+		return request.Request{}, badRequest("malformed_json", "the body is not valid JSON"+whyNotJSON(body))
 	}
 
 	clientID, p := clientIDOf(r.Header, body)
@@ -194,6 +195,21 @@ func timeOf(v string, now time.Time, limit time.Duration) (t time.Time, ok, tooF
 
 func (a *API) notBeforeTooFar(v string) *problem {
 	return badRequest("not_before_invalid", fmt.Sprintf("Not-Before %q is further ahead than the limit of %s (MAX_NOT_BEFORE)", truncate(v, 64), a.cfg.MaxNotBefore))
+}
+
+// whyNotJSON says where and why b, which is not valid JSON, is not (": invalid character
+// '}' ... at byte 17"), as encoding/json finds it; read only for a refusal.
+func whyNotJSON(b []byte) string {
+	var v json.RawMessage
+	err := json.Unmarshal(b, &v)
+	var se *json.SyntaxError
+	switch {
+	case err == nil:
+		return ""
+	case errors.As(err, &se):
+		return fmt.Sprintf(": %s, at byte %d", truncate(se.Error(), 96), se.Offset)
+	}
+	return ": " + truncate(err.Error(), 96) // nesting too deep, say
 }
 
 // clientIDInvalid is the problem of a new request's clientId that ValidateNewClientID
