@@ -135,8 +135,9 @@ func TestANotAfterAtItsNotBeforeIsRefused(t *testing.T) {
 }
 
 // What a request's route cannot read is said, not taken for something else: a query
-// string that does not parse (it answered client_id_missing for ?clientId=%zz), GET on
-// the batch route (it answered id_invalid for a request named "batch"), a body with a
+// string that does not parse (it answered client_id_missing for ?clientId=%zz), a
+// clientId or wait given twice (the first was taken; a wait too long to count was
+// refused where 1h is cut), GET on the batch route (it answered id_invalid for a request named "batch"), a body with a
 // Content-Encoding (a gzip body was "not valid JSON", a "br" one stored as it came), and
 // the headers of a single request on a batch, whose items carry those fields (they were
 // dropped without a word: a retried batch with an Idempotency-Key was stored twice).
@@ -161,8 +162,14 @@ func TestWhatARouteCannotReadIsRefusedAsSuch(t *testing.T) {
 		{http.MethodPost, "/v1/requests/batch", `[{"clientId":"a","body":{}}]`, []string{"X-Client-Id", "a"}, 400, "client_id_invalid"},
 		{http.MethodPost, "/v1/requests/batch", `[{"clientId":"a","body":{}}]`, []string{"Not-Before", "60"}, 400, "not_before_invalid"},
 		{http.MethodPost, "/v1/requests/batch", `[{"clientId":"a","body":{}}]`, []string{"Not-After", "60"}, 400, "not_after_invalid"},
-		// Taken as before.
+		{http.MethodGet, "/v1/requests/" + id + "?clientId=a&clientId=b", "", nil, 400, "query_invalid"},
+		{http.MethodGet, "/v1/requests/" + id + "?clientId=a&wait=1s&wait=2s", "", nil, 400, "query_invalid"},
+		{http.MethodDelete, "/v1/requests/" + id + "?clientId=a&clientId=a", "", nil, 400, "query_invalid"},
+		{http.MethodGet, "/v1/requests/" + id + "?clientId=a&wait=30", "", nil, 400, "wait_invalid"},
+		// Taken as before; a wait too long to count is cut like any long one.
 		{http.MethodGet, "/v1/requests/" + id + "?clientId=a%20b&wait=1s", "", nil, 200, ""},
+		{http.MethodGet, "/v1/requests/" + id + "?clientId=a&wait=9999999999h", "", nil, 200, ""},
+		{http.MethodGet, "/v1/requests/" + id + "?clientId=a&wait=1.5h30m", "", nil, 200, ""},
 		{http.MethodPost, "/v1/requests", `{"clientId":"a"}`, []string{"Content-Encoding", "identity"}, 202, ""},
 	} {
 		rec := serveHeaders(t, c.method, c.path, c.body, c.header...)

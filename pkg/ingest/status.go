@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -35,6 +36,9 @@ func (a *API) status(w http.ResponseWriter, r *http.Request, scope *Scope) {
 	var wait time.Duration
 	if v := r.URL.Query().Get("wait"); v != "" {
 		d, err := time.ParseDuration(v)
+		if err != nil && overflows(v) {
+			d, err = a.cfg.MaxStatusWait+1, nil // longer than any cap, which cuts it as it cuts 1h
+		}
 		if err != nil || d < 0 {
 			writeProblem(w, *badRequest("wait_invalid", fmt.Sprintf("wait %q: give a duration such as 30s (at most %s)", truncate(v, 32), a.cfg.MaxStatusWait)))
 			return
@@ -80,6 +84,30 @@ func (a *API) status(w http.ResponseWriter, r *http.Request, scope *Scope) {
 	writeJSON(w, http.StatusOK, st)
 }
 
+// overflows says whether v is a well-formed Go duration too long to hold (9999999999h):
+// more than any cap, not a mistake.
+func overflows(v string) bool {
+	if v == "" || v[0] == '-' {
+		return false
+	}
+	// v with each run of digits cut to one parses when v's form is good.
+	var b strings.Builder
+	digits := false
+	for _, r := range v {
+		if r >= '0' && r <= '9' {
+			if !digits {
+				b.WriteRune('1')
+			}
+			digits = true
+			continue
+		}
+		digits = false
+		b.WriteRune(r)
+	}
+	_, err := time.ParseDuration(b.String())
+	return err == nil
+}
+
 // requestNamed reads the request a call names: its id in the path and its client in
 // ?clientId= (what, such as "a status read", is said in the problem when one is
 // missing, with why).
@@ -91,6 +119,11 @@ func requestNamed(r *http.Request, what, why string) (id, clientID string, p *pr
 	query, err := url.ParseQuery(r.URL.RawQuery)
 	if err != nil { // else the clientId, or the wait, could be dropped and its absence answered
 		return "", "", badRequest("query_invalid", fmt.Sprintf("the query string cannot be read (%s): separate its parameters with & and percent-encode what needs it: ?clientId=<its clientId>", truncate(err.Error(), 128)))
+	}
+	for _, name := range []string{"clientId", "wait"} {
+		if len(query[name]) > 1 { // which one was meant is a guess
+			return "", "", badRequest("query_invalid", fmt.Sprintf("?%s= is given %d times; give it once", name, len(query[name])))
+		}
 	}
 	clientID = query.Get("clientId")
 	if clientID == "" {
