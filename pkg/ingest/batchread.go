@@ -10,6 +10,8 @@ import (
 	"net"
 	"net/http"
 	"time"
+
+	"github.com/penguinhq/dispatcher/pkg/request"
 )
 
 // batchType checks what can be checked of a batch before its body is read: its
@@ -38,8 +40,8 @@ func (a *API) batchType(r *http.Request) (string, *problem) {
 // itemHeaders are the single request's headers that a batch takes as each item's
 // fields instead.
 var itemHeaders = []struct{ header, field, code string }{
-	{"X-Client-Id", "clientId", "client_id_invalid"},
-	{"Idempotency-Key", "idempotencyKey", "idempotency_key_invalid"},
+	{request.HeaderClientID, "clientId", "client_id_invalid"},
+	{request.HeaderIdempotencyKey, "idempotencyKey", "idempotency_key_invalid"},
 	{HeaderNotBefore, "notBefore", "not_before_invalid"},
 	{HeaderNotAfter, "notAfter", "not_after_invalid"},
 }

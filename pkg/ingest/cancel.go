@@ -29,7 +29,7 @@ const (
 // an attempt is under way or it has ended otherwise, 404 when it is unknown, 503 with
 // Retry-After when it cannot be decided now.
 func (a *API) cancel(w http.ResponseWriter, r *http.Request, scope *Scope) {
-	id, clientID, p := requestNamed(r, "a cancel", "")
+	id, clientID, _, p := requestNamed(r, "a cancel", "")
 	if p != nil {
 		writeProblem(w, *p)
 		return

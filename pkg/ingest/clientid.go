@@ -19,7 +19,7 @@ import (
 // clientIDOf takes the clientId from the X-Client-Id header when there is one, else from
 // the body's top-level string field "clientId". When both are there they must agree: a
 // raven that reads the body's would otherwise see requests of one client spaced as
-// another's. It does not validate the id itself.
+// another's. The id it returns is valid for a new request (ValidateNewClientID).
 func clientIDOf(h http.Header, body []byte) (string, *problem) {
 	switch vs := h.Values(request.HeaderClientID); len(vs) {
 	case 0:
@@ -40,6 +40,9 @@ func clientIDOf(h http.Header, body []byte) (string, *problem) {
 		return "", badRequest("client_id_missing", err.Error())
 	case err != nil:
 		return "", badRequest("client_id_invalid", err.Error())
+	}
+	if err := request.ValidateNewClientID(id); err != nil {
+		return "", clientIDInvalid(err)
 	}
 	return id, nil
 }

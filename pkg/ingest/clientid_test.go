@@ -31,7 +31,9 @@ func clientIDByDecoder(body []byte) (string, error) {
 		if err := dec.Decode(&raw); err != nil {
 			return "", errNoClientID
 		}
-		if tok != "clientId" {
+		if k, _ := tok.(string); k != "clientId" && strings.EqualFold(k, "clientId") {
+			return "", fmt.Errorf(`the body has the key %q, which JSON readers that ignore case (Go's among them) take for "clientId": spell it "clientId", or rename it`, truncate(k, 64))
+		} else if k != "clientId" {
 			continue
 		}
 		if found {
@@ -58,6 +60,7 @@ func clientIDByDecoder(body []byte) (string, error) {
 }
 
 var clientIDBodies = []string{
+	`{"ClientId":"x"}`, `{"clientId":"a","CLIENTID":"b"}`, `{"client\u0049d":"x"}`, `{"clientid":1,"clientId":"a"}`,
 	`{"clientId":"alice","n":1}`,
 	` { "n" : 1 , "clientId" : "alice" } `,
 	"{\n\t\"pad\":\"x\",\r\n\"clientId\":\"a\"}",

@@ -166,6 +166,8 @@ func TestWhatARouteCannotReadIsRefusedAsSuch(t *testing.T) {
 		{http.MethodGet, "/v1/requests/" + id + "?clientId=a&wait=1s&wait=2s", "", nil, 400, "query_invalid"},
 		{http.MethodDelete, "/v1/requests/" + id + "?clientId=a&clientId=a", "", nil, 400, "query_invalid"},
 		{http.MethodGet, "/v1/requests/" + id + "?clientId=a&wait=30", "", nil, 400, "wait_invalid"},
+		{http.MethodGet, "/v1/requests/" + id + "?clientId=a&wait=h", "", nil, 400, "wait_invalid"},
+		{http.MethodGet, "/v1/requests/" + id + "?clientId=a&wait=-99999999999h", "", nil, 400, "wait_invalid"},
 		// Taken as before; a wait too long to count is cut like any long one.
 		{http.MethodGet, "/v1/requests/" + id + "?clientId=a%20b&wait=1s", "", nil, 200, ""},
 		{http.MethodGet, "/v1/requests/" + id + "?clientId=a&wait=9999999999h", "", nil, 200, ""},

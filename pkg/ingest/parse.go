@@ -46,9 +46,6 @@ func (a *API) parse(w http.ResponseWriter, r *http.Request, buf *[]byte, scope *
 	if p != nil {
 		return request.Request{}, p
 	}
-	if err := request.ValidateNewClientID(clientID); err != nil {
-		return request.Request{}, clientIDInvalid(err)
-	}
 
 	now := time.Now() // one now for the id and both times: Not-Before: 60 with Not-After: 60 is refused, not a request stored to expire
 	id := request.NewID(now)

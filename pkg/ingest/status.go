@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"regexp"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -28,15 +28,15 @@ func (a *API) status(w http.ResponseWriter, r *http.Request, scope *Scope) {
 			Detail: "request status is off on this ingest (EVENTS=false): turn events on to read statuses"})
 		return
 	}
-	id, clientID, p := requestNamed(r, "a status read", "; statuses are kept by client")
+	id, clientID, query, p := requestNamed(r, "a status read", "; statuses are kept by client")
 	if p != nil {
 		writeProblem(w, *p)
 		return
 	}
 	var wait time.Duration
-	if v := r.URL.Query().Get("wait"); v != "" {
+	if v := query.Get("wait"); v != "" {
 		d, err := time.ParseDuration(v)
-		if err != nil && overflows(v) {
+		if err != nil && durationForm.MatchString(v) { // too long to hold: 9999999999h
 			d, err = a.cfg.MaxStatusWait+1, nil // longer than any cap, which cuts it as it cuts 1h
 		}
 		if err != nil || d < 0 {
@@ -84,55 +84,35 @@ func (a *API) status(w http.ResponseWriter, r *http.Request, scope *Scope) {
 	writeJSON(w, http.StatusOK, st)
 }
 
-// overflows says whether v is a well-formed Go duration too long to hold (9999999999h):
-// more than any cap, not a mistake.
-func overflows(v string) bool {
-	if v == "" || v[0] == '-' {
-		return false
-	}
-	// v with each run of digits cut to one parses when v's form is good.
-	var b strings.Builder
-	digits := false
-	for _, r := range v {
-		if r >= '0' && r <= '9' {
-			if !digits {
-				b.WriteRune('1')
-			}
-			digits = true
-			continue
-		}
-		digits = false
-		b.WriteRune(r)
-	}
-	_, err := time.ParseDuration(b.String())
-	return err == nil
-}
+// durationForm is a positive Go duration's form (time.ParseDuration's): one that has it
+// and does not parse is too long to hold, more than any cap rather than a mistake.
+var durationForm = regexp.MustCompile(`^\+?(([0-9]+(\.[0-9]*)?|\.[0-9]+)(ns|us|µs|μs|ms|s|m|h))+$`)
 
 // requestNamed reads the request a call names: its id in the path and its client in
 // ?clientId= (what, such as "a status read", is said in the problem when one is
-// missing, with why).
-func requestNamed(r *http.Request, what, why string) (id, clientID string, p *problem) {
+// missing, with why), and the query it came in.
+func requestNamed(r *http.Request, what, why string) (id, clientID string, query url.Values, p *problem) {
 	id = chi.URLParam(r, "id")
 	if err := request.ValidateID(id); err != nil {
-		return "", "", badRequest("id_invalid", fmt.Sprintf("%q is not a request id: %s", truncate(id, 64), err))
+		return "", "", nil, badRequest("id_invalid", fmt.Sprintf("%q is not a request id: %s", truncate(id, 64), err))
 	}
 	query, err := url.ParseQuery(r.URL.RawQuery)
 	if err != nil { // else the clientId, or the wait, could be dropped and its absence answered
-		return "", "", badRequest("query_invalid", fmt.Sprintf("the query string cannot be read (%s): separate its parameters with & and percent-encode what needs it: ?clientId=<its clientId>", truncate(err.Error(), 128)))
+		return "", "", nil, badRequest("query_invalid", fmt.Sprintf("the query string cannot be read (%s): separate its parameters with & and percent-encode what needs it: ?clientId=<its clientId>", truncate(err.Error(), 128)))
 	}
 	for _, name := range []string{"clientId", "wait"} {
 		if len(query[name]) > 1 { // which one was meant is a guess
-			return "", "", badRequest("query_invalid", fmt.Sprintf("?%s= is given %d times; give it once", name, len(query[name])))
+			return "", "", nil, badRequest("query_invalid", fmt.Sprintf("?%s= is given %d times; give it once", name, len(query[name])))
 		}
 	}
 	clientID = query.Get("clientId")
 	if clientID == "" {
-		return "", "", badRequest("client_id_missing", fmt.Sprintf("%s names the request's client as well: %s /v1/requests/%s?clientId=<its clientId> (the 202 answer gave both)%s", what, r.Method, id, why))
+		return "", "", nil, badRequest("client_id_missing", fmt.Sprintf("%s names the request's client as well: %s /v1/requests/%s?clientId=<its clientId> (the 202 answer gave both)%s", what, r.Method, id, why))
 	}
 	if err := request.ValidateClientID(clientID); err != nil {
-		return "", "", badRequest("client_id_invalid", fmt.Sprintf("clientId %q: %s", truncate(clientID, 64), err))
+		return "", "", nil, badRequest("client_id_invalid", fmt.Sprintf("clientId %q: %s", truncate(clientID, 64), err))
 	}
-	return id, clientID, nil
+	return id, clientID, query, nil
 }
 
 // WaitCappedHeader is on a status answer whose ?wait was over MaxStatusWait
