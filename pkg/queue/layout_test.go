@@ -139,8 +139,9 @@ func TestAnIdleClientsStatusIsReadWithoutBatches(t *testing.T) {
 
 // directGet is what a direct get of the events stream asks for.
 type directGet struct {
-	Subject string `json:"next_by_subj"`
-	Batch   int    `json:"batch"`
+	Subject   string    `json:"next_by_subj"`
+	Batch     int       `json:"batch"`
+	StartTime time.Time `json:"start_time"`
 }
 
 // directGets runs read, which reads the events stream on nc, and says what direct gets
