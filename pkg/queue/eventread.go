@@ -36,9 +36,11 @@ const (
 	// eventClockMargin is how much earlier than where a request's events start they
 	// are read from: the id's time is ingest's clock, the events' times the store's, so
 	// it is how far apart those clocks may be. Each of its blocks of the store that no
-	// read touched for two minutes, the server loads whole (8 MB) to find the client's
-	// events in it: at 20,000 requests/s two seconds are three blocks, half a second
-	// under one. Clocks kept by NTP are milliseconds apart.
+	// read touched for two minutes, the server loads whole (4 MB) to find the client's
+	// events in it: at 20,000 requests/s two seconds are six blocks, half a second one
+	// or two (a tenth of a second measured no faster: BENCHMARKS.md). Clocks kept by NTP
+	// are milliseconds apart; clocks further apart cost a second read
+	// (eventClockMarginWide), not a wrong status.
 	eventClockMargin = 500 * time.Millisecond
 	// eventClockMarginWide is the margin of a second read when the first found nothing:
 	// clocks further apart than eventClockMargin cost that read; a read that finds the

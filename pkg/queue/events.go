@@ -35,11 +35,16 @@ func eventStreamConfig(cfg Config) jetstream.StreamConfig {
 		Replicas:    cfg.Replicas,
 		// The oldest events go first when a limit is reached: the status of an old
 		// request becomes unknown, nothing is refused.
-		Discard:    jetstream.DiscardOld,
-		MaxAge:     cfg.StatusRetention,
-		MaxMsgs:    -1,
-		MaxBytes:   maxBytes,
-		Duplicates: cfg.DuplicateWindow,
+		Discard:  jetstream.DiscardOld,
+		MaxAge:   cfg.StatusRetention,
+		MaxMsgs:  -1,
+		MaxBytes: maxBytes,
+		// No subject reaches this limit; it is set for the block size it gives. A file
+		// stream with a per-subject limit (and no MaxBytes or MaxMsgs) is stored in 4 MB
+		// blocks, one without in 8 MB, and a status read that finds its block cold loads
+		// the block whole: half the bytes for the p99 read (ADR 10, "Smaller blocks").
+		MaxMsgsPerSubject: eventsPerSubjectLimit,
+		Duplicates:        cfg.DuplicateWindow,
 		// Status reads are direct gets of the last event of each type; on a cluster a
 		// follower may answer, at most its replication lag behind.
 		AllowDirect: true,
@@ -48,6 +53,10 @@ func eventStreamConfig(cfg Config) jetstream.StreamConfig {
 		AllowAtomicPublish: true,
 	}
 }
+
+// eventsPerSubjectLimit is the events stream's per-subject limit: more events than a
+// client makes of one type in any retention, so that it never removes one.
+const eventsPerSubjectLimit = 1 << 53
 
 // NewEventWriter returns a writer of this queue's events stream; instance names the
 // writing process in each event. buffer bounds the events waiting (record.DefaultBuffer
