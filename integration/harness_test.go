@@ -196,7 +196,7 @@ func (s *stack) startDispatcher() {
 	s.metrics = prometheus.NewRegistry()
 	log := testLogAlso(&s.dispatchLog)
 	d, err := dispatch.New(dispatch.Config{Policy: s.policy(), ShutdownGrace: 5 * time.Second, Budget: s.opts.budget,
-		Steering: ctl, InstanceID: "test", Metrics: dispatch.NewMetrics(s.metrics), Events: s.events, Tracing: s.opts.tracing}, s.q, rc, log)
+		Steering: ctl, InstanceID: "test", Metrics: dispatch.NewMetrics(s.metrics), Events: s.events, Attempts: s.q, Tracing: s.opts.tracing}, s.q, rc, log)
 	if err != nil {
 		s.t.Fatal(err)
 	}

@@ -135,6 +135,7 @@ func httpClient(conns int) *http.Client {
 // start it (cli.StartEvents), with its counters in a registry of its own.
 type events struct {
 	w       *record.Writer
+	q       *queue.Queue // read for a taken-over head's earlier attempts, as the binary does
 	reg     *prometheus.Registry
 	stopped sync.Once
 	stop    func()
@@ -143,7 +144,7 @@ type events struct {
 
 // startEvents starts a writer of requests' events on n's queue.
 func startEvents(n *node) *events {
-	e := &events{reg: prometheus.NewRegistry()}
+	e := &events{reg: prometheus.NewRegistry(), q: n.q}
 	e.w, e.stop = cli.StartEvents(n.q, "bench", e.reg, zerolog.Nop())
 	return e
 }
@@ -151,7 +152,7 @@ func startEvents(n *node) *events {
 // on has a dispatcher write its requests' events with e (nil: none).
 func (e *events) on(c *dispatch.Config) {
 	if e != nil {
-		c.Events = e.w
+		c.Events, c.Attempts = e.w, e.q
 	}
 }
 

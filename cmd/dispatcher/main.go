@@ -186,6 +186,7 @@ func runDispatcher(ctx context.Context, c *settings, q *queue.Queue, reg *promet
 	c.dispatch.Tracing = tp
 	if events != nil {
 		c.dispatch.Events = events
+		c.dispatch.Attempts = q // a taken-over head's attempts count on from the record
 		// Final events kept in the request stream while the events stream did not take
 		// them (ADR 9) go there once it does; every dispatcher drains them.
 		q.ObserveOutcomes(reg, log)

@@ -108,6 +108,7 @@ func (d *Dispatcher) work(ctx context.Context, job schedule.Job, sendBy time.Tim
 		// Not before its time: the lane waits, and its client's later requests with it.
 		return schedule.Result{Lane: job.Lane, Kind: schedule.NotYet, Seq: st.Seq, NotBefore: st.NotBefore}
 	}
+	job = d.inherited(ctx, job, st)
 	// The head was read up to the scheduler's lead in advance: start on time, not before.
 	if !sleepUntil(ctx, d.now, job.SendAt) {
 		return schedule.Result{Lane: job.Lane, Kind: schedule.Failed}
@@ -139,6 +140,37 @@ func (d *Dispatcher) unsent(ctx context.Context, job schedule.Job, st request.St
 		d.log.Info().Str("client_id", st.ClientID).Str("request_id", st.ID).Func(tracing.Log(st.TraceParent)).Msg(msg)
 	}
 	return res
+}
+
+// attemptsReadTimeout bounds the read of a head's earlier attempts: past it the count
+// starts from one, as it did before they were read.
+const attemptsReadTimeout = 2 * time.Second
+
+// inherited is job with the attempts an earlier owner of the client made of st, read
+// from the record (Config.Attempts), when it may have made some: st is not the head the
+// lane counts for, it was queued before the lane's fence (when this instance took the
+// client), and the lane has made no attempt since. Only the head at a takeover can have
+// been attempted by another owner (G3: its successor waits for it), so this is at most
+// one read per lane and takeover. Without it, each takeover or restart gave a failing
+// request MaxAttempts and MaxAge afresh, and one that kept failing could hold its
+// client's queue for as long as the dispatchers kept moving.
+func (d *Dispatcher) inherited(ctx context.Context, job schedule.Job, st request.Stored) schedule.Job {
+	if d.cfg.Attempts == nil || st.Seq == job.HeadSeq || !st.AcceptedAt.Before(job.Since) || !job.PrevEnd.Before(job.Since) {
+		return job
+	}
+	rctx, cancel := context.WithTimeout(ctx, attemptsReadTimeout)
+	defer cancel()
+	n, first, err := d.cfg.Attempts.EarlierAttempts(rctx, st)
+	if err != nil && ctx.Err() == nil {
+		d.log.Warn().Err(err).Str("client_id", st.ClientID).Str("request_id", st.ID).Int("attempts_found", n).
+			Msg("could not read the head's earlier attempts; counting from those found")
+	}
+	job.HeadSeq, job.Attempts, job.FirstAttempt = st.Seq, n, first
+	if n > 0 {
+		d.log.Info().Str("client_id", st.ClientID).Str("request_id", st.ID).Int("attempts", n).Time("first_attempt", first).
+			Msg("head request taken over after earlier attempts; counting on from them")
+	}
+	return job
 }
 
 // sleepUntil waits until t by now's clock; false when ctx ended first.

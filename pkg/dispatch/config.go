@@ -68,6 +68,10 @@ type Config struct {
 	// Events, if not nil, hears each request's outcomes: attempts started and failed,
 	// delivered, dead-lettered, purged.
 	Events Events
+	// Attempts, if not nil, is read for the attempts an earlier owner of a client made of
+	// the request at its head, before the first attempt of it after a takeover or a
+	// restart: MaxAttempts and MaxAge count them. Nil: a takeover counts from one again.
+	Attempts AttemptRecord
 	// Tracing, if not nil, records each attempt as a span of its request's trace (the
 	// context ingest stored with it) and sends raven the attempt's traceparent.
 	Tracing trace.TracerProvider

@@ -48,6 +48,13 @@ type Events interface {
 	WriteNow(ctx context.Context, e request.Event) (written bool)
 }
 
+// AttemptRecord reads what the record holds of a request's attempts (the queue's
+// events): how many were made of the request queued as st, by any instance, and when
+// the first was. It finds none where it keeps none.
+type AttemptRecord interface {
+	EarlierAttempts(ctx context.Context, st request.Stored) (n int, first time.Time, err error)
+}
+
 // SteeringSource is where operators' steering (request.Steering) comes from, shared by
 // every instance.
 type SteeringSource interface {

@@ -1,0 +1,111 @@
+package dispatch
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/penguinhq/dispatcher/pkg/request"
+	"github.com/penguinhq/dispatcher/pkg/schedule"
+)
+
+// memAttempts is an AttemptRecord that says the same of every request, and counts the
+// reads.
+type memAttempts struct {
+	mu    sync.Mutex
+	n     int
+	first time.Time
+	err   error
+	reads []string
+}
+
+func (m *memAttempts) EarlierAttempts(_ context.Context, st request.Stored) (int, time.Time, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.reads = append(m.reads, st.ID)
+	return m.n, m.first, m.err
+}
+
+func (m *memAttempts) read() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return append([]string(nil), m.reads...)
+}
+
+// A head that an earlier owner of its client attempted three times, taken over by this
+// instance (queued before the lane's fence, no attempt of the lane since): its first
+// attempt here is the 4th, the last of MaxAttempts 4, and its dead letter counts 4 from
+// the earlier first attempt. Before, it was attempt 1 with the whole budget again: a
+// request that kept failing held its client's queue for as long as takeovers came.
+func TestATakenOverHeadCountsOnFromItsEarlierAttempts(t *testing.T) {
+	t.Parallel()
+	rec := &memAttempts{n: 3, first: start.Add(-time.Hour)}
+	b := setup(t, Config{Policy: schedule.Policy{MaxAttempts: 4}, Attempts: rec})
+	subj := laneOf(1, "kai")
+	b.src.add(subj, "r1", start.Add(-2*time.Hour))
+	b.snd.answer = func(request.Stored, int) error { return &request.TransientError{Status: 503} }
+	job := b.job(subj)
+	job.Since = start.Add(-time.Second) // this instance took the client a second ago
+	if res := b.d.work(context.Background(), job, time.Time{}); res.Kind != schedule.DeadLettered {
+		t.Fatalf("result %+v, want DeadLettered: the 4th attempt of 4 failed", res)
+	}
+	if a := b.snd.attempts(); len(a) != 1 || a[0].attempt != 4 {
+		t.Fatalf("attempts %+v, want one, numbered 4", a)
+	}
+	dead := b.src.deadLetters()
+	if len(dead) != 1 || dead[0].why.Reason != request.ReasonAttemptsExhausted || dead[0].why.Attempts != 4 || !dead[0].why.FirstAttempt.Equal(rec.first) {
+		t.Fatalf("dead letter %+v, want attempts-exhausted after 4, the first attempt an hour ago", dead)
+	}
+	if got := rec.read(); len(got) != 1 || got[0] != "r1" {
+		t.Fatalf("record read for %v, want r1 once", got)
+	}
+	if !strings.Contains(b.log.String(), "counting on from them") {
+		t.Errorf("log does not say the head was taken over after earlier attempts:\n%s", b.log)
+	}
+}
+
+// The record is read only where an earlier owner may have attempted the head: not for
+// a request queued after the lane's fence, not once the lane made an attempt since the
+// fence, not for the head the lane already counts. A record that cannot be read counts
+// from what it gave.
+func TestEarlierAttemptsAreReadOnlyForATakenOverHead(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name    string
+		queued  time.Time // when the head was queued
+		prevEnd time.Time // the lane's last attempt's end
+		headSeq bool      // the lane counts for this head already
+		err     error
+		read    bool
+		attempt int
+	}{
+		{name: "queued before the fence", queued: start.Add(-time.Minute), read: true, attempt: 3},
+		{name: "queued after the fence", queued: start, read: false, attempt: 1},
+		{name: "the lane attempted since the fence", queued: start.Add(-time.Minute), prevEnd: start.Add(-time.Millisecond), read: false, attempt: 1},
+		{name: "the lane counts for it", queued: start.Add(-time.Minute), headSeq: true, read: false, attempt: 6},
+		{name: "the record unreadable", queued: start.Add(-time.Minute), err: errors.New("timeout"), read: true, attempt: 3},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			rec := &memAttempts{n: 2, first: start.Add(-time.Hour), err: c.err}
+			b := setup(t, Config{Attempts: rec})
+			subj := laneOf(2, "lou")
+			st := b.src.add(subj, "r1", c.queued)
+			job := b.job(subj)
+			job.Since, job.PrevEnd = start.Add(-time.Second), c.prevEnd
+			if c.headSeq {
+				job.HeadSeq, job.Attempts, job.FirstAttempt = st.Seq, 5, start.Add(-time.Minute)
+			}
+			b.d.work(context.Background(), job, time.Time{})
+			if got := len(rec.read()) > 0; got != c.read {
+				t.Errorf("record read: %v, want %v", got, c.read)
+			}
+			if a := b.snd.attempts(); len(a) != 1 || a[0].attempt != c.attempt {
+				t.Errorf("attempts %+v, want one numbered %d", a, c.attempt)
+			}
+		})
+	}
+}
