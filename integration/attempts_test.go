@@ -18,7 +18,7 @@ import (
 // fails held its client's queue for as long as the dispatchers kept restarting.
 func TestAttemptsCountOnAcrossARestart(t *testing.T) {
 	t.Parallel()
-	s := newStack(t, options{interval: 100 * time.Millisecond, policy: schedule.Policy{MaxAttempts: 3, BackoffBase: 3 * time.Second, BackoffMax: 3 * time.Second},
+	s := newStack(t, options{interval: 100 * time.Millisecond, policy: schedule.Policy{MaxAttempts: 3, BackoffBase: 5 * time.Second, BackoffMax: 5 * time.Second},
 		respond: func(ledger.Arrival) ledger.Response { return ledger.Response{Status: 503} }})
 	id := s.post("fay", 1)
 	arrivals := func() []ledger.Arrival {
@@ -48,7 +48,9 @@ func TestAttemptsCountOnAcrossARestart(t *testing.T) {
 		t.Fatalf("head %s (%v), want %s", head.ID, err, id)
 	}
 	waitForState(t, time.Minute, "both failures in the record", func() (bool, string) {
-		n, _, err := s.q.EarlierAttempts(context.Background(), head)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		n, _, err := s.q.EarlierAttempts(ctx, head)
 		return n == 2, fmt.Sprint(n, " ", err)
 	})
 	s.startDispatcher()

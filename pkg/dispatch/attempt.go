@@ -108,7 +108,25 @@ func (d *Dispatcher) work(ctx context.Context, job schedule.Job, sendBy time.Tim
 		// Not before its time: the lane waits, and its client's later requests with it.
 		return schedule.Result{Lane: job.Lane, Kind: schedule.NotYet, Seq: st.Seq, NotBefore: st.NotBefore}
 	}
-	job = d.inherited(ctx, job, st)
+	if read, ok := d.inherited(ctx, job, st, sendBy); ok {
+		// The read took time: a cancel let go meanwhile must not be missed, nor starve
+		// this head (sending keeps a lead's worth of them), so look again and read the
+		// head again after it.
+		gen = d.sending.look()
+		again, ok, err := d.src.Head(ctx, job.Lane)
+		if err != nil || !ok || again.Seq != st.Seq {
+			return schedule.Result{Lane: job.Lane, Kind: schedule.Failed} // the lane looks again
+		}
+		job = read
+		if job.Attempts >= d.cfg.Policy.MaxAttempts {
+			// Every attempt it may have was made: its owner stopped before giving it up.
+			if !d.sending.commit(job.Lane, st.ID, gen) {
+				return schedule.Result{Lane: job.Lane, Kind: schedule.Failed}
+			}
+			defer d.sending.settled(job.Lane)
+			return d.unsent(ctx, job, st, request.ReasonAttemptsExhausted, sendBy, "request taken over with its attempts used up; dead-lettered")
+		}
+	}
 	// The head was read up to the scheduler's lead in advance: start on time, not before.
 	if !sleepUntil(ctx, d.now, job.SendAt) {
 		return schedule.Result{Lane: job.Lane, Kind: schedule.Failed}
@@ -143,34 +161,52 @@ func (d *Dispatcher) unsent(ctx context.Context, job schedule.Job, st request.St
 }
 
 // attemptsReadTimeout bounds the read of a head's earlier attempts: past it the count
-// starts from one, as it did before they were read.
+// goes on from what was found (from one at worst, as before they were read). A lease
+// that could lapse sooner bounds it to half the time left.
 const attemptsReadTimeout = 2 * time.Second
 
+// takeoverClockMargin is how much later than the lane's fence (this instance's clock) a
+// head may have been queued (the store's clock) and still be read for earlier attempts:
+// the two clocks may be apart.
+const takeoverClockMargin = time.Second
+
 // inherited is job with the attempts an earlier owner of the client made of st, read
-// from the record (Config.Attempts), when it may have made some: st is not the head the
-// lane counts for, it was queued before the lane's fence (when this instance took the
-// client), and the lane has made no attempt since. Only the head at a takeover can have
-// been attempted by another owner (G3: its successor waits for it), so this is at most
-// one read per lane and takeover. Without it, each takeover or restart gave a failing
-// request MaxAttempts and MaxAge afresh, and one that kept failing could hold its
-// client's queue for as long as the dispatchers kept moving.
-func (d *Dispatcher) inherited(ctx context.Context, job schedule.Job, st request.Stored) schedule.Job {
-	if d.cfg.Attempts == nil || st.Seq == job.HeadSeq || !st.AcceptedAt.Before(job.Since) || !job.PrevEnd.Before(job.Since) {
-		return job
+// from the record (Config.Attempts), and true, when it may have made some: the lane has
+// made no attempt since its fence (when this instance took the client, or took it
+// again), and st was queued before the fence (give or take the clocks apart). Only the
+// head at a takeover can have been attempted by another owner (G3: its successor waits
+// for it), so this is one read per lane and takeover (again after a turn that made no
+// attempt). The count is the higher of the record's and the lane's own, for the same
+// head. Without it, each takeover or restart gave a failing request MaxAttempts and
+// MaxAge afresh, and one that kept failing could hold its client's queue for as long as
+// the dispatchers kept moving.
+func (d *Dispatcher) inherited(ctx context.Context, job schedule.Job, st request.Stored, sendBy time.Time) (schedule.Job, bool) {
+	if d.cfg.Attempts == nil || !job.PrevEnd.Before(job.Since) || !st.AcceptedAt.Before(job.Since.Add(takeoverClockMargin)) {
+		return job, false
 	}
-	rctx, cancel := context.WithTimeout(ctx, attemptsReadTimeout)
+	timeout := attemptsReadTimeout
+	if !sendBy.IsZero() {
+		timeout = min(timeout, sendBy.Sub(d.now())/2)
+	}
+	rctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	n, first, err := d.cfg.Attempts.EarlierAttempts(rctx, st)
+	n, at, err := d.cfg.Attempts.EarlierAttempts(rctx, st)
 	if err != nil && ctx.Err() == nil {
 		d.log.Warn().Err(err).Str("client_id", st.ClientID).Str("request_id", st.ID).Int("attempts_found", n).
 			Msg("could not read the head's earlier attempts; counting from those found")
 	}
-	job.HeadSeq, job.Attempts, job.FirstAttempt = st.Seq, n, first
-	if n > 0 {
-		d.log.Info().Str("client_id", st.ClientID).Str("request_id", st.ID).Int("attempts", n).Time("first_attempt", first).
+	if st.Seq != job.HeadSeq {
+		job.HeadSeq, job.Attempts, job.FirstAttempt = st.Seq, 0, time.Time{}
+	}
+	if n > job.Attempts {
+		job.Attempts = n
+		if job.FirstAttempt.IsZero() || at.Before(job.FirstAttempt) {
+			job.FirstAttempt = at
+		}
+		d.log.Info().Str("client_id", st.ClientID).Str("request_id", st.ID).Int("attempts", n).Time("attempted_at", at).
 			Msg("head request taken over after earlier attempts; counting on from them")
 	}
-	return job
+	return job, true
 }
 
 // sleepUntil waits until t by now's clock; false when ctx ended first.

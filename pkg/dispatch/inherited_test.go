@@ -15,14 +15,18 @@ import (
 // memAttempts is an AttemptRecord that says the same of every request, and counts the
 // reads.
 type memAttempts struct {
-	mu    sync.Mutex
-	n     int
-	first time.Time
-	err   error
-	reads []string
+	mu     sync.Mutex
+	n      int
+	first  time.Time
+	err    error
+	reads  []string
+	during func() // called within the read, if set
 }
 
 func (m *memAttempts) EarlierAttempts(_ context.Context, st request.Stored) (int, time.Time, error) {
+	if m.during != nil {
+		m.during()
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.reads = append(m.reads, st.ID)
@@ -67,25 +71,30 @@ func TestATakenOverHeadCountsOnFromItsEarlierAttempts(t *testing.T) {
 	}
 }
 
-// The record is read only where an earlier owner may have attempted the head: not for
-// a request queued after the lane's fence, not once the lane made an attempt since the
-// fence, not for the head the lane already counts. A record that cannot be read counts
-// from what it gave.
+// The record is read only where an earlier owner may have attempted the head: the lane
+// made no attempt since its fence, and the head was queued before the fence (give or
+// take a second for the store's clock against this instance's). For the head the lane
+// already counts for (a lane that outlived an earlier holding of its partition), the
+// higher count of the two is taken. A record that cannot be read counts from what it
+// gave.
 func TestEarlierAttemptsAreReadOnlyForATakenOverHead(t *testing.T) {
 	t.Parallel()
+	fence := start.Add(-time.Second)
 	for _, c := range []struct {
 		name    string
 		queued  time.Time // when the head was queued
 		prevEnd time.Time // the lane's last attempt's end
-		headSeq bool      // the lane counts for this head already
+		counted int       // attempts the lane counts for this head already
 		err     error
 		read    bool
 		attempt int
 	}{
 		{name: "queued before the fence", queued: start.Add(-time.Minute), read: true, attempt: 3},
-		{name: "queued after the fence", queued: start, read: false, attempt: 1},
-		{name: "the lane attempted since the fence", queued: start.Add(-time.Minute), prevEnd: start.Add(-time.Millisecond), read: false, attempt: 1},
-		{name: "the lane counts for it", queued: start.Add(-time.Minute), headSeq: true, read: false, attempt: 6},
+		{name: "queued long after the fence", queued: fence.Add(2 * time.Second), read: false, attempt: 1},
+		{name: "queued just after the fence, within the clocks apart", queued: fence.Add(500 * time.Millisecond), read: true, attempt: 3},
+		{name: "the lane attempted since the fence", queued: start.Add(-time.Minute), prevEnd: fence.Add(time.Millisecond), read: false, attempt: 1},
+		{name: "the lane counts fewer for it", queued: start.Add(-time.Minute), counted: 1, read: true, attempt: 3},
+		{name: "the lane counts more for it", queued: start.Add(-time.Minute), counted: 5, read: true, attempt: 6},
 		{name: "the record unreadable", queued: start.Add(-time.Minute), err: errors.New("timeout"), read: true, attempt: 3},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -95,9 +104,9 @@ func TestEarlierAttemptsAreReadOnlyForATakenOverHead(t *testing.T) {
 			subj := laneOf(2, "lou")
 			st := b.src.add(subj, "r1", c.queued)
 			job := b.job(subj)
-			job.Since, job.PrevEnd = start.Add(-time.Second), c.prevEnd
-			if c.headSeq {
-				job.HeadSeq, job.Attempts, job.FirstAttempt = st.Seq, 5, start.Add(-time.Minute)
+			job.Since, job.PrevEnd = fence, c.prevEnd
+			if c.counted > 0 {
+				job.HeadSeq, job.Attempts, job.FirstAttempt = st.Seq, c.counted, start.Add(-time.Minute)
 			}
 			b.d.work(context.Background(), job, time.Time{})
 			if got := len(rec.read()) > 0; got != c.read {
@@ -107,5 +116,46 @@ func TestEarlierAttemptsAreReadOnlyForATakenOverHead(t *testing.T) {
 				t.Errorf("attempts %+v, want one numbered %d", a, c.attempt)
 			}
 		})
+	}
+}
+
+// A head whose record shows every attempt it may have made (its owner stopped before
+// giving it up) is dead-lettered unsent as attempts-exhausted: raven gets no attempt
+// beyond MaxAttempts. A head that changed during the read is not sent: the lane looks
+// again.
+func TestATakenOverHeadPastItsAttemptsIsNotSentAgain(t *testing.T) {
+	t.Parallel()
+	rec := &memAttempts{n: 3, first: start.Add(-time.Hour)}
+	b := setup(t, Config{Policy: schedule.Policy{MaxAttempts: 3}, Attempts: rec})
+	subj := laneOf(3, "max")
+	b.src.add(subj, "used", start.Add(-time.Minute))
+	job := b.job(subj)
+	job.Since = start.Add(-time.Second)
+	if res := b.d.work(context.Background(), job, time.Time{}); res.Kind != schedule.DeadLettered {
+		t.Fatalf("result %+v, want DeadLettered", res)
+	}
+	dead := b.src.deadLetters()
+	if len(dead) != 1 || dead[0].why.Reason != request.ReasonAttemptsExhausted || dead[0].why.Attempts != 3 {
+		t.Fatalf("dead letter %+v, want attempts-exhausted after 3", dead)
+	}
+	if a := b.snd.attempts(); len(a) != 0 {
+		t.Fatalf("attempts %+v, want none: its 3 were made", a)
+	}
+
+	rec = &memAttempts{n: 1}
+	b = setup(t, Config{Attempts: rec})
+	st := b.src.add(subj, "gone", start.Add(-time.Minute))
+	rec.during = func() {
+		if err := b.src.Delete(context.Background(), subj, st.Seq); err != nil {
+			t.Error(err)
+		}
+	}
+	job = b.job(subj)
+	job.Since = start.Add(-time.Second)
+	if res := b.d.work(context.Background(), job, time.Time{}); res.Kind != schedule.Failed {
+		t.Fatalf("head removed during the read: %+v, want Failed (look again)", res)
+	}
+	if a := b.snd.attempts(); len(a) != 0 {
+		t.Fatalf("attempts %+v, want none", a)
 	}
 }

@@ -50,9 +50,9 @@ type Events interface {
 
 // AttemptRecord reads what the record holds of a request's attempts (the queue's
 // events): how many were made of the request queued as st, by any instance, and when
-// the first was. It finds none where it keeps none.
+// one of them was (MaxAge counts from it). It finds none where it keeps none.
 type AttemptRecord interface {
-	EarlierAttempts(ctx context.Context, st request.Stored) (n int, first time.Time, err error)
+	EarlierAttempts(ctx context.Context, st request.Stored) (n int, at time.Time, err error)
 }
 
 // SteeringSource is where operators' steering (request.Steering) comes from, shared by

@@ -3,45 +3,57 @@ package queue
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 
 	"github.com/penguinhq/dispatcher/pkg/request"
 )
 
-// attemptsReadLimit bounds how many of a client's attempt events of one type a read of
-// earlier attempts looks through: a client failing for hours has that many after the
-// request was queued, at most a few per interval.
-const attemptsReadLimit = 4096
-
 // EarlierAttempts reads what the record holds of the attempts already made of st, the
 // request queued now as st (its copy and replay cycle: st.Seq), by any dispatcher: how
-// many (the highest attempt number of its attempt_started and attempt_failed events) and
-// when the first was made (the earliest of those events: its start when it ran long
-// enough to be recorded as started, else its end). None: 0 and the zero time. An
-// attempt that left no event (one that ended in a crash within StartedEventAfter) is
-// not counted. With events off it finds none.
-func (q *Queue) EarlierAttempts(ctx context.Context, st request.Stored) (n int, first time.Time, err error) {
+// many, and when one of them was made (the earlier of the two events found: an
+// attempt's start when it ran long enough to be recorded as started, else its end;
+// MaxAge counts from it). It reads the last attempt_started and the last
+// attempt_failed event of st's client, two direct gets: by G3 no request queued behind
+// st has been attempted, and those ahead of it ended before its first attempt, so once
+// st was attempted its latest attempt events are its client's last; an event of another
+// request there means st has none of that type. None: 0 and the zero time. An attempt
+// that left no event (one that ended in a crash within StartedEventAfter) is not
+// counted. With events off it finds none.
+func (q *Queue) EarlierAttempts(ctx context.Context, st request.Stored) (n int, at time.Time, err error) {
 	if q.cfg.NoEvents {
 		return 0, time.Time{}, nil
 	}
-	r := &eventRead{q: q, client: st.ClientID, id: st.ID, seen: map[uint64]bool{}}
-	found, err := r.scanAll(ctx, st.AcceptedAt.Add(-eventClockMargin), []scan{
-		{filter: request.ClientEventSubject(st.ClientID, request.EventAttemptStarted), limit: attemptsReadLimit},
-		{filter: request.ClientEventSubject(st.ClientID, request.EventAttemptFailed), limit: attemptsReadLimit},
-	})
-	for _, events := range found {
-		for _, e := range events {
-			if e.Seq != st.Seq || e.Cycle != st.Cycle || e.Attempt <= 0 {
-				continue // an earlier copy's or cycle's
+	types := []request.EventType{request.EventAttemptStarted, request.EventAttemptFailed}
+	found := make([]*request.Event, len(types))
+	errs := make([]error, len(types))
+	var wg sync.WaitGroup
+	for i, typ := range types {
+		wg.Go(func() {
+			m, err := DirectGet(ctx, q.nc, EventStream, struct {
+				Last string `json:"last_by_subj"`
+			}{request.ClientEventSubject(st.ClientID, typ)})
+			if err != nil || m == nil {
+				errs[i] = err
+				return
 			}
-			n = max(n, e.Attempt)
-			if at := made(e); first.IsZero() || at.Before(first) {
-				first = at
+			if e, ok := eventOf(m, st.ID); ok && e.Seq == st.Seq && e.Attempt > 0 {
+				found[i] = &e
 			}
+		})
+	}
+	wg.Wait()
+	for _, e := range found {
+		if e == nil {
+			continue
+		}
+		n = max(n, e.Attempt)
+		if at.IsZero() || e.At.Before(at) {
+			at = e.At
 		}
 	}
-	if err != nil {
-		return n, first, errors.Join(errors.New("reading the request's earlier attempts"), err)
+	if err := errors.Join(errs...); err != nil {
+		return n, at, errors.Join(errors.New("reading the request's earlier attempts"), err)
 	}
-	return n, first, nil
+	return n, at, nil
 }

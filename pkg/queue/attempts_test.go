@@ -9,10 +9,10 @@ import (
 	"github.com/penguinhq/dispatcher/pkg/request"
 )
 
-// A request's earlier attempts are read from the record for the copy queued now: the
-// highest attempt number of its attempt events and the earliest of them. Events of
-// another copy of the same id (another queue sequence), of another cycle, of another
-// request or client do not count.
+// A request's earlier attempts are read from the record for the copy queued now: its
+// client's last attempt_started and attempt_failed events, when they are the request's
+// (the same id and queue sequence). An earlier request's, another copy's or another
+// client's do not count.
 func TestEarlierAttemptsAreTheQueuedCopysOwn(t *testing.T) {
 	t.Parallel()
 	_, q := openOnServer(t)
@@ -30,28 +30,31 @@ func TestEarlierAttemptsAreTheQueuedCopysOwn(t *testing.T) {
 	if err != nil || st.ID != id {
 		t.Fatalf("head %s %v, want %s", st.ID, err, id)
 	}
-	if n, first, err := q.EarlierAttempts(ctx, st); n != 0 || !first.IsZero() || err != nil {
-		t.Fatalf("before any attempt: %d, %v, %v; want none", n, first, err)
+	// An earlier request's failures are its client's last attempt events: none of st's.
+	w.Record(request.Event{Type: request.EventAttemptFailed, ID: request.NewID(time.Now()), ClientID: "nia", Seq: st.Seq - 1, Attempt: 9, At: time.Now()})
+	stored(t, w)
+	if n, at, err := q.EarlierAttempts(ctx, st); n != 0 || !at.IsZero() || err != nil {
+		t.Fatalf("before any attempt of it: %d, %v, %v; want none", n, at, err)
 	}
-	first := time.Now().Add(-time.Minute).UTC().Truncate(time.Millisecond)
+	t0 := time.Now().Add(-time.Minute).UTC().Truncate(time.Millisecond)
 	own := func(typ request.EventType, attempt int, at time.Time) request.Event {
 		return request.Event{Type: typ, ID: id, ClientID: "nia", Seq: st.Seq, Attempt: attempt, At: at}
 	}
-	w.Record(own(request.EventAttemptFailed, 1, first))
-	w.Record(own(request.EventAttemptStarted, 2, first.Add(10*time.Second)))
-	w.Record(own(request.EventAttemptFailed, 2, first.Add(20*time.Second)))
-	other := own(request.EventAttemptFailed, 9, first.Add(-time.Hour))
-	other.Seq = st.Seq + 100 // another copy of the id
-	w.Record(other)
-	cycle := own(request.EventAttemptFailed, 8, first.Add(-time.Hour))
-	cycle.Cycle = 1
-	w.Record(cycle)
-	w.Record(request.Event{Type: request.EventAttemptFailed, ID: request.NewID(time.Now()), ClientID: "nia", Seq: st.Seq + 1, Attempt: 7, At: first.Add(-time.Hour)})
-	w.Record(request.Event{Type: request.EventAttemptFailed, ID: id, ClientID: "noa", Seq: st.Seq, Attempt: 6, At: first.Add(-time.Hour)})
+	w.Record(own(request.EventAttemptFailed, 1, t0))
+	w.Record(own(request.EventAttemptStarted, 2, t0.Add(10*time.Second)))
+	w.Record(own(request.EventAttemptFailed, 2, t0.Add(20*time.Second)))
+	w.Record(request.Event{Type: request.EventAttemptFailed, ID: id, ClientID: "noa", Seq: st.Seq, Attempt: 6, At: t0}) // another client's
 	stored(t, w)
-	n, got, err := q.EarlierAttempts(ctx, st)
-	if err != nil || n != 2 || !got.Equal(first) {
-		t.Fatalf("earlier attempts: %d from %v (%v); want 2 from %v", n, got, err, first)
+	if n, at, err := q.EarlierAttempts(ctx, st); err != nil || n != 2 || !at.Equal(t0.Add(10*time.Second)) {
+		t.Fatalf("after two attempts: %d at %v (%v); want 2, at the second's start %v", n, at, err, t0.Add(10*time.Second))
+	}
+	// Another copy of the id (another queue sequence) last on one subject: not counted.
+	other := own(request.EventAttemptFailed, 7, t0)
+	other.Seq = st.Seq + 100
+	w.Record(other)
+	stored(t, w)
+	if n, at, err := q.EarlierAttempts(ctx, st); err != nil || n != 2 || !at.Equal(t0.Add(10*time.Second)) {
+		t.Fatalf("with another copy's failure last: %d at %v (%v); want 2 from its own start event", n, at, err)
 	}
 
 	// With events off there is no record to read.

@@ -61,7 +61,8 @@ type Event struct {
 	// latest cycle say where the request is.
 	Cycle int `json:"cycle"`
 	// Attempt is the attempt's number (attempt events; delivered and dead_lettered: the
-	// last attempt's). A dispatcher that takes a client over counts from 1 again.
+	// last attempt's). A dispatcher that takes a client over counts on from the record's
+	// (ADR 17).
 	Attempt int `json:"attempt,omitempty"`
 	// Status is raven's HTTP status, when it answered.
 	Status int `json:"status,omitempty"`

@@ -38,9 +38,9 @@ type Policy struct {
 	MaxAttempts int
 	// MaxAge: a request that fails transiently this long or longer after its first
 	// attempt is dead-lettered instead of retried. Waiting in a backlog, behind its
-	// client's earlier requests or for its Not-Before, never uses it up. Like the count
-	// of attempts, it starts again when another instance (or a restart) takes the
-	// client's partition over. Defaults to 24h.
+	// client's earlier requests or for its Not-Before, never uses it up. When another
+	// instance (or a restart) takes the client's partition over, it counts from an
+	// earlier attempt the record holds (ADR 17). Defaults to 24h.
 	MaxAge time.Duration
 }
 
