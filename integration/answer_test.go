@@ -2,9 +2,12 @@ package integration
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
+	"maps"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -171,13 +174,26 @@ func TestClientDoReturnsRavensAnswer(t *testing.T) {
 			results <- result{st, err}
 		}()
 	}
+	seqs := map[string]uint64{}
 	for range 3 {
 		r := <-results
 		if r.err != nil || r.st.State != client.StatusDelivered || r.st.Response == nil || r.st.Response.Text != `{"for":"`+r.st.ID+`"}` {
 			t.Fatalf("Do: %+v (%v), want delivered with raven's answer to this request", r.st, r.err)
 		}
-		s.accept("rex", r.st.ID)
+		events, err := s.q.Events(ctx, "rex", r.st.ID)
+		for _, e := range events {
+			seqs[r.st.ID] = max(seqs[r.st.ID], e.Seq)
+		}
+		if err != nil || seqs[r.st.ID] == 0 {
+			t.Fatalf("the queue sequence of %s: %v (%v)", r.st.ID, events, err)
+		}
 	}
+	// The ledger checks order against the order of acceptance: the queue's, not the
+	// order the calls returned in (on a loaded machine a call can return after the next
+	// request's), nor their acceptedAt (ingest's clock, read before the store took each).
+	ids := slices.Collect(maps.Keys(seqs))
+	slices.SortFunc(ids, func(a, b string) int { return cmp.Compare(seqs[a], seqs[b]) })
+	s.accept("rex", ids...)
 	st, err := c.Do(ctx, "bad", []byte(`{"fish":2}`))
 	if err != nil || st.State != client.StatusDeadLettered || st.DeadLetter == nil || st.Response == nil || st.Response.Status != 400 || st.Response.Text != "unknown fish" {
 		t.Fatalf("Do refused by raven: %+v (%v), want dead-lettered with raven's 400 and its reason", st, err)

@@ -117,15 +117,9 @@ func (d *Dispatcher) work(ctx context.Context, job schedule.Job, sendBy time.Tim
 		if err != nil || !ok || again.Seq != st.Seq {
 			return schedule.Result{Lane: job.Lane, Kind: schedule.Failed} // the lane looks again
 		}
+		// A count at MaxAttempts came from the last attempt's attempt_started: its outcome
+		// is unknown (raven may have taken it), so it gets one more attempt, as before.
 		job = read
-		if job.Attempts >= d.cfg.Policy.MaxAttempts {
-			// Every attempt it may have was made: its owner stopped before giving it up.
-			if !d.sending.commit(job.Lane, st.ID, gen) {
-				return schedule.Result{Lane: job.Lane, Kind: schedule.Failed}
-			}
-			defer d.sending.settled(job.Lane)
-			return d.unsent(ctx, job, st, request.ReasonAttemptsExhausted, sendBy, "request taken over with its attempts used up; dead-lettered")
-		}
 	}
 	// The head was read up to the scheduler's lead in advance: start on time, not before.
 	if !sleepUntil(ctx, d.now, job.SendAt) {
@@ -165,6 +159,9 @@ func (d *Dispatcher) unsent(ctx context.Context, job schedule.Job, st request.St
 // that could lapse sooner bounds it to half the time left.
 const attemptsReadTimeout = 2 * time.Second
 
+// minAttemptsRead is the least time the read is given.
+const minAttemptsRead = 50 * time.Millisecond
+
 // takeoverClockMargin is how much later than the lane's fence (this instance's clock) a
 // head may have been queued (the store's clock) and still be read for earlier attempts:
 // the two clocks may be apart.
@@ -186,7 +183,8 @@ func (d *Dispatcher) inherited(ctx context.Context, job schedule.Job, st request
 	}
 	timeout := attemptsReadTimeout
 	if !sendBy.IsZero() {
-		timeout = min(timeout, sendBy.Sub(d.now())/2)
+		// A lease about to lapse holds the attempt afterwards all the same.
+		timeout = max(min(timeout, sendBy.Sub(d.now())/2), minAttemptsRead)
 	}
 	rctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()

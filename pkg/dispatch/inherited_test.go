@@ -119,27 +119,23 @@ func TestEarlierAttemptsAreReadOnlyForATakenOverHead(t *testing.T) {
 	}
 }
 
-// A head whose record shows every attempt it may have made (its owner stopped before
-// giving it up) is dead-lettered unsent as attempts-exhausted: raven gets no attempt
-// beyond MaxAttempts. A head that changed during the read is not sent: the lane looks
+// A head whose record shows MaxAttempts attempts (its last one's outcome unknown: only
+// an attempt_started says it was made) gets one more attempt, not a dead letter: raven
+// may have taken it. A head that changed during the read is not sent: the lane looks
 // again.
-func TestATakenOverHeadPastItsAttemptsIsNotSentAgain(t *testing.T) {
+func TestATakenOverHeadIsNotGivenUpUnsent(t *testing.T) {
 	t.Parallel()
 	rec := &memAttempts{n: 3, first: start.Add(-time.Hour)}
 	b := setup(t, Config{Policy: schedule.Policy{MaxAttempts: 3}, Attempts: rec})
 	subj := laneOf(3, "max")
-	b.src.add(subj, "used", start.Add(-time.Minute))
+	b.src.add(subj, "unknown", start.Add(-time.Minute))
 	job := b.job(subj)
 	job.Since = start.Add(-time.Second)
-	if res := b.d.work(context.Background(), job, time.Time{}); res.Kind != schedule.DeadLettered {
-		t.Fatalf("result %+v, want DeadLettered", res)
+	if res := b.d.work(context.Background(), job, time.Time{}); res.Kind != schedule.Delivered {
+		t.Fatalf("result %+v, want Delivered (raven takes it)", res)
 	}
-	dead := b.src.deadLetters()
-	if len(dead) != 1 || dead[0].why.Reason != request.ReasonAttemptsExhausted || dead[0].why.Attempts != 3 {
-		t.Fatalf("dead letter %+v, want attempts-exhausted after 3", dead)
-	}
-	if a := b.snd.attempts(); len(a) != 0 {
-		t.Fatalf("attempts %+v, want none: its 3 were made", a)
+	if a := b.snd.attempts(); len(a) != 1 || a[0].attempt != 4 {
+		t.Fatalf("attempts %+v, want one, numbered 4", a)
 	}
 
 	rec = &memAttempts{n: 1}
