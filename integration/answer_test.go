@@ -190,7 +190,7 @@ func TestClientDoReturnsRavensAnswer(t *testing.T) {
 	}
 	// The ledger checks order against the order of acceptance: the queue's, not the
 	// order the calls returned in (on a loaded machine a call can return after the next
-	// request's), nor their acceptedAt (ingest's clock, read before the store took each).
+	// request's), nor their acceptedAt (tried: not in the queue's order here).
 	ids := slices.Collect(maps.Keys(seqs))
 	slices.SortFunc(ids, func(a, b string) int { return cmp.Compare(seqs[a], seqs[b]) })
 	s.accept("rex", ids...)
