@@ -3,6 +3,7 @@ package dispatch
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -153,5 +154,40 @@ func TestATakenOverHeadIsNotGivenUpUnsent(t *testing.T) {
 	}
 	if a := b.snd.attempts(); len(a) != 0 {
 		t.Fatalf("attempts %+v, want none", a)
+	}
+}
+
+// A cancel of the head marked during the read is honoured: the head is not sent. Cancels
+// of other clients let go during the read, more than the sending guard remembers, do not
+// keep the head from its attempt: the worker looks at the guard again after the read.
+func TestCancelsDuringTheReadAreHonouredWithoutStarvingTheHead(t *testing.T) {
+	t.Parallel()
+	for _, own := range []bool{true, false} {
+		rec := &memAttempts{n: 1}
+		b := setup(t, Config{Attempts: rec})
+		subj := laneOf(1, "ned")
+		b.src.add(subj, "r1", start.Add(-time.Minute))
+		rec.during = func() {
+			if own {
+				b.d.sending.mark(subj, "r1") // its removal not landed yet
+				return
+			}
+			other := laneOf(2, "other")
+			for i := range 2 * maxLetGo {
+				id := fmt.Sprint("o", i)
+				b.d.sending.mark(other, id)
+				b.d.sending.unmark(other, id)
+			}
+		}
+		job := b.job(subj)
+		job.Since = start.Add(-time.Second)
+		res := b.d.work(context.Background(), job, time.Time{})
+		sent := b.snd.attempts()
+		switch {
+		case own && (res.Kind == schedule.Delivered || len(sent) != 0):
+			t.Errorf("the head's own cancel during the read: %+v, sent %+v; want it not sent", res, sent)
+		case !own && (res.Kind != schedule.Delivered || len(sent) != 1 || sent[0].attempt != 2):
+			t.Errorf("other clients' cancels during the read: %+v, sent %+v; want attempt 2 delivered", res, sent)
+		}
 	}
 }

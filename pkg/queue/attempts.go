@@ -3,6 +3,7 @@ package queue
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -53,7 +54,7 @@ func (q *Queue) EarlierAttempts(ctx context.Context, st request.Stored) (n int, 
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
-		return n, at, errors.Join(errors.New("reading the request's earlier attempts"), err)
+		return n, at, fmt.Errorf("reading the request's earlier attempts: %w", err)
 	}
 	return n, at, nil
 }
