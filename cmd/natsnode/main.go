@@ -18,6 +18,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/penguinhq/dispatcher/cmd/internal/cli"
 	"github.com/penguinhq/dispatcher/pkg/natsnode"
 )
 
@@ -27,6 +28,7 @@ func main() {
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	log := zerolog.New(os.Stderr).With().Timestamp().Str("service", exe).Logger()
+	cli.RouteStdLog(log)
 	node, err := natsnode.StartNodeFromArgs(exe, os.Args[1:], usage, log)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "%s: %s\n", exe, err)

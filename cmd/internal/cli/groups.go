@@ -3,6 +3,7 @@ package cli
 import (
 	"fmt"
 	"io"
+	stdlog "log"
 	"os"
 	"strings"
 	"time"
@@ -47,7 +48,28 @@ func (l *Log) Logger(w io.Writer, service string) zerolog.Logger {
 	zerolog.TimeFieldFormat = "2006-01-02T15:04:05.000Z07:00"
 	zerolog.DurationFieldUnit = time.Millisecond
 	level, _ := zerolog.ParseLevel(l.Level)
-	return zerolog.New(w).Level(level).With().Timestamp().Str("service", service).Logger()
+	log := zerolog.New(w).Level(level).With().Timestamp().Str("service", service).Logger()
+	RouteStdLog(log)
+	return log
+}
+
+// RouteStdLog makes what Go's standard library writes through the log package a line of
+// log, at warn, with "component":"go": net/http's "http: TLS handshake error from ...",
+// "Unsolicited response received on idle HTTP channel ..." (a raven that writes after
+// its answer), a handler's recovered panic. Otherwise each would be a plain-text line
+// among the JSON ones, which a log pipeline parsing JSON drops or stops at.
+func RouteStdLog(log zerolog.Logger) {
+	stdlog.SetFlags(0)
+	stdlog.SetPrefix("")
+	stdlog.SetOutput(stdLogLines{log.With().Str("component", "go").Logger()})
+}
+
+// stdLogLines writes each line the log package writes as a warning of log.
+type stdLogLines struct{ log zerolog.Logger }
+
+func (w stdLogLines) Write(p []byte) (int, error) {
+	w.log.Warn().Msg(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
 }
 
 // NATS is where to find NATS and how to connect.
