@@ -45,7 +45,7 @@ func timeOf(name, s string, now time.Time) (time.Time, error) {
 	if s == "" {
 		return time.Time{}, nil
 	}
-	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+	if t, err := request.ParseTime(s); err == nil {
 		return t, nil
 	}
 	if d, err := time.ParseDuration(s); err == nil && d >= 0 {

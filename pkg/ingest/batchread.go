@@ -17,9 +17,12 @@ import (
 // batchType checks what can be checked of a batch before its body is read: its
 // Content-Type (the media type is returned) and its announced length.
 func (a *API) batchType(r *http.Request) (string, *problem) {
-	ct := r.Header.Get("Content-Type")
+	ct, p := contentType(r.Header)
+	if p != nil {
+		return "", p
+	}
 	mt, _, err := mime.ParseMediaType(ct)
-	if err != nil || (mt != "application/json" && mt != ndjson) {
+	if err != nil || (!isJSONType(mt) && mt != ndjson) {
 		return "", &problem{Status: http.StatusUnsupportedMediaType, Code: "unsupported_media_type",
 			Detail: fmt.Sprintf("Content-Type %q: send a JSON array as application/json, or one item per line as %s", truncate(ct, 64), ndjson)}
 	}

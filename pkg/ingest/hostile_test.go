@@ -232,3 +232,45 @@ func TestABodyThatIsNotJSONIsRefusedSayingWhere(t *testing.T) {
 		t.Errorf("NDJSON items answered %q, want the second malformed_json", codes)
 	}
 }
+
+// What the documents allow is taken, and what cannot be read one way is refused, alike on
+// both routes: an RFC 3339 time with a lower-case t and z or a leap second (section 5.6
+// of the RFC; refused as not_before_invalid before), a batch sent as a +json media type
+// (the single route took it, the batch route refused it), and two Content-Type headers
+// (the first was taken silently, where two of any other header are refused).
+func TestWhatTheStandardsAllowIsTakenAndTwoContentTypesAreNot(t *testing.T) {
+	t.Parallel()
+	at := time.Now().Add(time.Hour).UTC().Truncate(time.Second)
+	lower := strings.ToLower(at.Format(time.RFC3339)) // 2026-12-07t07:00:00z
+	rec := serveHeaders(t, http.MethodPost, "/v1/requests", `{"clientId":"lt"}`, ingest.HeaderNotBefore, lower)
+	var ans struct{ NotBefore time.Time }
+	if rec.Code != http.StatusAccepted || json.Unmarshal(rec.Body.Bytes(), &ans) != nil || !ans.NotBefore.Equal(at) {
+		t.Errorf("Not-Before %s: %d %s, want 202 with notBefore %s", lower, rec.Code, rec.Body, at.Format(time.RFC3339))
+	}
+	minute := at.Truncate(time.Minute)
+	leap := minute.Add(-time.Second).Format("2006-01-02T15:04:") + "60Z" // the second after :59
+	if rec := serveHeaders(t, http.MethodPost, "/v1/requests", `{"clientId":"lt"}`, ingest.HeaderNotBefore, leap); rec.Code != http.StatusAccepted || !strings.Contains(rec.Body.String(), minute.Format(time.RFC3339)) {
+		t.Errorf("Not-Before %s: %d %s, want 202 with notBefore %s", leap, rec.Code, rec.Body, minute.Format(time.RFC3339))
+	}
+	got := itemProblems(t, serveHeaders(t, http.MethodPost, "/v1/requests/batch",
+		`[{"clientId":"lt","body":{},"notBefore":"`+lower+`"},{"clientId":"lt","body":{},"notBefore":"`+lower+`x"}]`, "Content-Type", "application/vnd.penguin+json"))
+	if strings.Join(got, ",") != ",not_before_invalid" {
+		t.Errorf("a +json batch with a lower-case time and a bad one: items %q, want the first taken, the second not_before_invalid", got)
+	}
+
+	api, err := ingest.New(ingest.Config{Status: delivered{}}, stored{}, stored{}, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{"/v1/requests", "/v1/requests/batch"} {
+		req := httptest.NewRequest(http.MethodPost, path, strings.NewReader(`[{"clientId":"lt","body":{}}]`))
+		req.Header.Add("Content-Type", "application/json")
+		req.Header.Add("Content-Type", "text/plain")
+		req.Header.Set(request.HeaderClientID, "lt")
+		rec := httptest.NewRecorder()
+		api.Handler().ServeHTTP(rec, req)
+		if p := problemOf(t, rec); rec.Code != http.StatusUnsupportedMediaType || p.Code != "unsupported_media_type" || !strings.Contains(p.Detail, "send one") {
+			t.Errorf("%s with two Content-Types: %d %+v, want 415 unsupported_media_type asking for one", path, rec.Code, p)
+		}
+	}
+}

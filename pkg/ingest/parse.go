@@ -22,7 +22,10 @@ const maxContentType = 256
 // the problem to answer with. The body is read into buf (when not nil), which the
 // request's Body then shares: the caller keeps buf until it no longer needs the body.
 func (a *API) parse(w http.ResponseWriter, r *http.Request, buf *[]byte, scope *Scope) (request.Request, *problem) {
-	ct := r.Header.Get("Content-Type")
+	ct, p := contentType(r.Header)
+	if p != nil {
+		return request.Request{}, p
+	}
 	if len(ct) > maxContentType { // stored with the body: it must fit beside it (HeaderRoom)
 		return request.Request{}, &problem{Status: http.StatusUnsupportedMediaType, Code: "unsupported_media_type",
 			Detail: fmt.Sprintf("the Content-Type is %d bytes long; at most %d are taken: send Content-Type: application/json", len(ct), maxContentType)}
@@ -186,7 +189,7 @@ func timeOf(v string, now time.Time, limit time.Duration) (t time.Time, ok, tooF
 		}
 		return now.Add(time.Duration(secs) * time.Second), true, false
 	}
-	t, err := time.Parse(time.RFC3339Nano, v)
+	t, err := request.ParseTime(v)
 	return t, err == nil, false
 }
 
@@ -248,5 +251,25 @@ func isJSON(ct string) bool {
 		return true
 	}
 	mt, _, err := mime.ParseMediaType(ct)
-	return err == nil && (mt == "application/json" || (strings.HasPrefix(mt, "application/") && strings.HasSuffix(mt, "+json")))
+	return err == nil && isJSONType(mt)
+}
+
+// isJSONType reports whether media type mt (parsed, lower case) is JSON: application/json
+// or a structured syntax suffix of it (application/problem+json, application/vnd.x+json).
+func isJSONType(mt string) bool {
+	return mt == "application/json" || (strings.HasPrefix(mt, "application/") && strings.HasSuffix(mt, "+json"))
+}
+
+// contentType is a POST's Content-Type, or the problem of several: which one the body is
+// cannot be guessed (the first was taken before).
+func contentType(h http.Header) (string, *problem) {
+	switch cts := h.Values("Content-Type"); len(cts) {
+	case 0:
+		return "", nil
+	case 1:
+		return cts[0], nil
+	default:
+		return "", &problem{Status: http.StatusUnsupportedMediaType, Code: "unsupported_media_type",
+			Detail: fmt.Sprintf("%d Content-Type headers (%s): send one", len(cts), truncate(strings.Join(cts, ", "), 64))}
+	}
 }

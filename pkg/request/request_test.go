@@ -106,3 +106,30 @@ func TestRequestSubjectIsPrefixAndToken(t *testing.T) {
 		}
 	}
 }
+
+// ParseTime takes what RFC 3339 allows and Go's time package does not (a lower-case t or
+// z, a leap second), reads the rest as Go does, and refuses what neither takes.
+func TestParseTimeTakesRFC3339AsWritten(t *testing.T) {
+	want := time.Date(2026, 12, 24, 18, 0, 0, 0, time.UTC)
+	for v, w := range map[string]time.Time{
+		"2026-12-24T18:00:00Z":        want,
+		"2026-12-24t18:00:00z":        want,
+		"2026-12-24t18:00:00Z":        want,
+		"2026-12-24T18:00:00z":        want,
+		"2026-12-24T19:00:00+01:00":   want,
+		"2026-12-24t19:00:00.5+01:00": want.Add(500 * time.Millisecond),
+		"2026-12-24T17:59:60Z":        want,
+		"2026-12-24T17:59:60.250z":    want.Add(250 * time.Millisecond),
+		"2016-12-31T23:59:60Z":        time.Date(2017, 1, 1, 0, 0, 0, 0, time.UTC),
+	} {
+		got, err := request.ParseTime(v)
+		if err != nil || !got.Equal(w) {
+			t.Errorf("%q: %v (%v), want %v", v, got, err, w)
+		}
+	}
+	for _, v := range []string{"", "2026-12-24", "2026-12-24 18:00:00Z", "2026-12-24T18:00:00", "2026-12-24T18:00:61Z", "2026-12-24T18:60:00Z", "2026-12-24x18:00:00z", "2026-12-24T18:00:00y", "2026-12-24T18:00:600Z"} {
+		if got, err := request.ParseTime(v); err == nil {
+			t.Errorf("%q: read as %v, want refused", v, got)
+		}
+	}
+}
