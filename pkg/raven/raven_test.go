@@ -34,6 +34,7 @@ func TestClassify(t *testing.T) {
 		{408, "", false, true, 0}, {425, "", false, true, 0}, {429, "7", false, true, 7 * time.Second},
 		{500, "", false, true, 0}, {503, "Thu, 01 Jan 2026 00:00:30 GMT", false, true, 30 * time.Second},
 		{503, "-5", false, true, 0}, {503, "soon", false, true, 0},
+		{600, "", false, true, 0}, {999, "", false, true, 0}, // no HTTP status: as a failing raven (README)
 	}
 	for _, c := range cases {
 		err := raven.Classify(c.status, c.retryAfter, now)
