@@ -381,6 +381,16 @@ func TestConsoleInARealBrowser(t *testing.T) {
 	b.do("pause the evil client", chromedp.Navigate(b.base+"/console/client?id="+url.QueryEscape(evil)))
 	b.do("pause it", chromedp.Click(chromedp.CSS("#pause button")))
 	b.waitText("#flash", "Paused")
+	// The page says so once the pause is written; the dispatcher applies it from its
+	// watch: the client posts once it has, or a loaded machine may send one before it.
+	waitFor(t, time.Minute, "the dispatcher to apply the evil client's pause", func() bool {
+		for _, l := range logLines(s.dispatchLog.String(), "client steering changed") {
+			if l["client_id"] == evil {
+				return true
+			}
+		}
+		return false
+	})
 	evilIDs := []string{s.post(evil, 0), s.post(evil, 1)}
 	b.open("/console/clients?q=" + url.QueryEscape("<script>"))
 	b.waitText(`#clients a.client-link`, evil)

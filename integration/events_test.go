@@ -140,6 +140,12 @@ func TestEventsFollowEachRequest(t *testing.T) {
 	if _, err := svc.Pause(ctx, "jo", "test"); err != nil {
 		t.Fatal(err)
 	}
+	// The pause reaches the dispatcher through its watch of the control bucket: jo posts
+	// once it has, or a loaded machine may send his request before it (delivered, not
+	// purged).
+	waitFor(t, time.Minute, "the dispatcher to apply jo's pause", func() bool {
+		return len(logLines(s.dispatchLog.String(), "client steering changed")) >= 1
+	})
 	hal, ida, jo := s.post("hal", 1), s.post("ida", 1), s.post("jo", 1)
 
 	waitFor(t, time.Minute, "ida's dead letter", func() bool { return s.dead()[ida] })

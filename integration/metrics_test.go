@@ -104,9 +104,15 @@ func TestMetricsMatchTheRecordingRaven(t *testing.T) {
 	// Started on default settings, the binaries agree with each other and say nothing
 	// alarming: the only warning is ingest's that it is open to anyone (no token set).
 	// The dispatcher sums its partitions up in one line.
-	waitFor(t, time.Minute, "the dispatcher to log its partitions", func() bool {
-		return len(logLines(disp.Output(), "partitions acquired")) > 0
-	})
+	acquired := func() (sum float64, lines int) {
+		got := logLines(disp.Output(), "partitions acquired")
+		for _, l := range got {
+			n, _ := l["acquired"].(float64)
+			sum += n
+		}
+		return sum, len(got)
+	}
+	waitFor(t, time.Minute, "the dispatcher to log its 64 partitions", func() bool { sum, _ := acquired(); return sum >= 64 })
 	// A warning of a slow store (a heartbeat or a listing that ran out of time) is the
 	// machine's, not the defaults': seen with two CI runs side by side.
 	for name, out := range map[string]string{"ingest": ing.Output(), "dispatcher": disp.Output()} {
@@ -117,8 +123,10 @@ func TestMetricsMatchTheRecordingRaven(t *testing.T) {
 			}
 		}
 	}
-	if got := logLines(disp.Output(), "partitions acquired"); len(got) != 1 || got[0]["acquired"] != 64.0 {
-		t.Errorf("the dispatcher logged its partitions as %v, want one line of 64", got)
+	// One line as a rule; a loaded machine's store may time out an acquisition, which the
+	// next round then logs in a line of its own: a few lines, never a line a partition.
+	if sum, lines := acquired(); sum != 64 || lines > 4 {
+		t.Errorf("the dispatcher logged its partitions as %v, want 64 in one line (a few on a loaded machine)", logLines(disp.Output(), "partitions acquired"))
 	}
 
 	for c := range 4 {

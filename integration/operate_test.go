@@ -278,10 +278,10 @@ func TestPausedClientWaitsThenGoesAtTheSpacedRate(t *testing.T) {
 		t.Fatalf("clients while dave is paused: %+v, want dave alone with 4 queued and a paused lane", page.Clients)
 	}
 
-	resumed := time.Now()
 	// Its backlog is counted just after the resume is written: a dispatcher may have
 	// sent one already.
 	mustContain(t, s.ctl(0, "", "resume", "dave"), "resumed dave: its ")
+	resumed := time.Now()    // once dispatchctl is done: its start is not the dispatcher's to answer for
 	s.finish(time.Minute, 0) // spacing and order checked here
 	// The dispatcher logged each change once, saying who made it: the pause and the
 	// resume, not the pause that changed nothing, nor frank's resume.
@@ -296,8 +296,9 @@ func TestPausedClientWaitsThenGoesAtTheSpacedRate(t *testing.T) {
 		t.Fatalf("dave got %d sends after resuming, want 4", len(as))
 	}
 	// A resume takes effect when it is written, not at some later look at paused lanes
-	// (the resync every 30 s): the bound is dispatchctl's start plus the watch, generously.
-	if lag := as[0].Start.Sub(resumed); lag > 5*time.Second {
+	// (the resync every 30 s): the bound is the watch and a send, with room for a loaded
+	// machine, and still a third of the resync's period.
+	if lag := as[0].Start.Sub(resumed); lag > 10*time.Second {
 		t.Fatalf("first send came %s after the resume, want within a few seconds", lag)
 	}
 }
@@ -364,7 +365,9 @@ func TestIntervalChangesReachARunningDispatcherAndSurviveARestart(t *testing.T) 
 		}
 	}
 	heidi := gapsOf(s.arrivalsOf("heidi"))
-	if len(heidi) != 2 || slices.Max(heidi) >= 3*time.Second {
+	// Under the 3 s global interval every gap would be 3 s or more (G2); under her 100 ms
+	// one at least one is shorter, even when a loaded machine stretches the other.
+	if len(heidi) != 2 || slices.Min(heidi) >= 3*time.Second {
 		t.Fatalf("heidi's gaps %v: want the configured interval (100ms) back, under the 3s global one that was set back to default", heidi)
 	}
 	// The kept gap reads against each client's interval in force, whatever it was

@@ -517,11 +517,22 @@ func TestPreferWaitOnADuplicateWatchesOnce(t *testing.T) {
 	// watch it started before the publish hears (the record's reads leave it out).
 	nc := connectIn(t, emb)
 	ev := request.Event{Type: request.EventDelivered, ID: request.IDFromKey("", "carl", "k-2"), ClientID: "carl", At: time.Now(), Attempt: 1, Status: 200}
+	stop := make(chan struct{})
+	defer close(stop)
 	go func() {
-		for record.watches.Load() < 2 { // the second waiting POST's watch is in place
-			time.Sleep(10 * time.Millisecond)
+		// Once the second waiting POST's watch is asked for, and again every 50 ms: the
+		// count rises before the watch's subscription is on the server, and an event
+		// published before that is not heard.
+		for {
+			if record.watches.Load() >= 2 {
+				publishEvent(nc, ev)
+			}
+			select {
+			case <-stop:
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
 		}
-		publishEvent(nc, ev)
 	}()
 	if a := post(ctx, "Prefer", "wait=20"); a.Code != http.StatusOK || string(a.Status) != `"delivered"` {
 		t.Fatalf("the key sent again with Prefer: wait=20, delivered during the wait: %d %s, want 200 delivered", a.Code, a.Status)

@@ -9,6 +9,10 @@ import (
 	"github.com/penguinhq/dispatcher/pkg/request"
 )
 
+// AnswerTime is how long a dispatcher takes at most over a question whose asker waits
+// within (its Dispatch-Answer-Within header).
+func AnswerTime(within string) time.Duration { return answerTime(within) }
+
 // RequeuePublishOnly is Requeue stopped between its two steps, as by a crash.
 func (q *Queue) RequeuePublishOnly(r request.DeadLetter) (bool, error) {
 	dup, _, err := q.requeuePublish(context.Background(), r)

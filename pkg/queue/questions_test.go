@@ -96,9 +96,17 @@ func TestAnAnswerOverTheMaxPayloadIsToldAsSuch(t *testing.T) {
 }
 
 // A dispatcher that cannot answer within the asker's wait (its loop busy, say) says so
-// while the asker still listens, not after: it takes half the wait, not its own second.
+// while the asker still listens, not after: it takes half the wait (AnswerTime), not its
+// own second, when the wait is shorter than two. Here the wait is long enough for a
+// loaded machine (the word comes after the dispatcher's second), and the asker's wait
+// ends with the word, not at its end.
 func TestASlowAnswerIsToldWithinTheAskersWait(t *testing.T) {
 	t.Parallel()
+	for within, want := range map[string]time.Duration{"900ms": 450 * time.Millisecond, "10s": time.Second, "": time.Second, "-1s": time.Second} {
+		if got := queue.AnswerTime(within); got != want {
+			t.Errorf("an asker waiting %q: the dispatcher takes %s, want %s", within, got, want)
+		}
+	}
 	_, q := openOnServer(t)
 	stop, err := q.ServeQuestions("d1", func(ctx context.Context, _ string, _ []byte) ([]byte, error) {
 		<-ctx.Done()
@@ -108,8 +116,13 @@ func TestASlowAnswerIsToldWithinTheAskersWait(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer stop()
-	answers, unanswered, err := q.Ask(context.Background(), "due", nil, 900*time.Millisecond, 1)
+	const wait = 30 * time.Second
+	asked := time.Now()
+	answers, unanswered, err := q.Ask(context.Background(), "due", nil, wait, 1)
 	if err != nil || len(answers) != 0 || len(unanswered) != 1 || !strings.Contains(unanswered[0].Reason, "deadline exceeded") {
 		t.Fatalf("a dispatcher slower than the asker's wait: %d answers, word %+v, %v; want its word that it did not answer", len(answers), unanswered, err)
+	}
+	if took := time.Since(asked); took >= wait {
+		t.Errorf("the asker waited %s, its whole wait: the word should end it", took)
 	}
 }
