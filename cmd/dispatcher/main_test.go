@@ -236,6 +236,16 @@ func TestStandaloneLogsTheAddressesItBound(t *testing.T) {
 		t.Fatalf("GET the logged ops URL's /healthz: %v %v", resp, err)
 	}
 
+	// A second standalone on the same DATA_DIR is refused, saying why, and the first goes
+	// on (below). Two used to start on one store, and each sent the same request to raven.
+	ctx2, cancel2 := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel2()
+	err := run(ctx2, nil, env(map[string]string{"STANDALONE": "true", "DATA_DIR": dataDir, "LOG_FORMAT": "json",
+		"INGEST_ADDR": "127.0.0.1:0", "OPS_ADDR": "127.0.0.1:0", "DEMO_RAVEN_ADDR": "127.0.0.1:0"}), io.Discard, &logLines{})
+	if err == nil || ctx2.Err() != nil || !strings.Contains(err.Error(), "in use by another process") {
+		t.Errorf("a second standalone on the same DATA_DIR: %v (after %v); want it refused at once, saying the directory is in use", err, ctx2.Err())
+	}
+
 	// The hint's request: refused without the token, queued with it, and delivered to
 	// the demo raven.
 	post := func(auth string) int {

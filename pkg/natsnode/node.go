@@ -28,7 +28,8 @@ type Node struct {
 
 	mu         sync.Mutex
 	srv        *server.Server
-	restarting bool // srv is shut down and its successor not up yet
+	released   chan struct{} // closed once srv has stopped and let its store directory go
+	restarting bool          // srv is shut down and its successor not up yet
 	opts       *server.Options
 	port       int // the client port the first server got, kept across restarts
 	// The JetStream limits the first server worked out, kept across restarts: without a
@@ -57,6 +58,14 @@ func (n *Node) start() error {
 	if err != nil {
 		return err
 	}
+	// The store directory is this server's until it stops, however it is stopped (here,
+	// or by a test shutting the server down itself): a restart in place takes it again.
+	var lock *storeLock
+	if opts.StoreDir != "" {
+		if lock, err = lockStore(opts.StoreDir); err != nil {
+			return fmt.Errorf("nats server: %w", err)
+		}
+	}
 	n.mu.Lock()
 	if n.port != 0 && opts.Port <= 0 && !opts.DontListen {
 		opts.Port = n.port // a restart listens where clients knew the server
@@ -70,6 +79,7 @@ func (n *Node) start() error {
 	n.mu.Unlock()
 	s, err := server.NewServer(opts)
 	if err != nil {
+		lock.release()
 		return fmt.Errorf("nats server: %w", err)
 	}
 	if n.prepare != nil {
@@ -78,11 +88,18 @@ func (n *Node) start() error {
 	go s.Start()
 	if !s.ReadyForConnections(nodeReadyWait) {
 		s.Shutdown()
+		lock.release()
 		return fmt.Errorf("nats server: not ready within %s (store dir %s)", nodeReadyWait, opts.StoreDir)
 	}
+	released := make(chan struct{})
+	go func() {
+		s.WaitForShutdown()
+		lock.release()
+		close(released)
+	}()
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	n.srv, n.opts, n.restarting = s, opts, false
+	n.srv, n.opts, n.restarting, n.released = s, opts, false, released
 	if addr, ok := s.Addr().(*net.TCPAddr); ok && n.port == 0 {
 		n.port = addr.Port
 	}
@@ -105,11 +122,12 @@ func (n *Node) Restart() error {
 	n.restart.Lock()
 	defer n.restart.Unlock()
 	n.mu.Lock()
-	old := n.srv
+	old, released := n.srv, n.released
 	n.restarting = true
 	n.mu.Unlock()
 	old.Shutdown()
 	old.WaitForShutdown()
+	<-released
 	return n.start()
 }
 
@@ -117,9 +135,12 @@ func (n *Node) Restart() error {
 func (n *Node) Shutdown() {
 	n.restart.Lock()
 	defer n.restart.Unlock()
-	s := n.Server()
+	n.mu.Lock()
+	s, released := n.srv, n.released
+	n.mu.Unlock()
 	s.Shutdown()
 	s.WaitForShutdown()
+	<-released
 }
 
 // ClientURL is where clients outside the process connect.
