@@ -21,6 +21,7 @@ import (
 	"syscall"
 	"text/tabwriter"
 	"time"
+	"unicode"
 
 	"github.com/rs/zerolog"
 
@@ -242,7 +243,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 	if err != nil {
 		fmt.Fprintln(stderr, "dispatchctl:", err)
 		if errors.Is(err, queue.ErrUnreachable) || errors.Is(err, queue.ErrRefused) {
-			fmt.Fprintln(stderr, "(NATS_URL, NATS_USER and NATS_PASSWORD say where and as whom; for the compose stack, see the README's docker-compose section)")
+			fmt.Fprintln(stderr, "(NATS_URL, NATS_USER and NATS_PASSWORD say where and as whom; a standalone dispatcher takes NATS clients only when started with NATS_LISTEN=127.0.0.1:4222; for the compose stack, see the README's docker-compose section)")
 		}
 		return exitFailed
 	}
@@ -409,16 +410,22 @@ func relative(t time.Time) string {
 }
 
 // quote shows an id (a clientId, an instance) safely: quoted when it holds spaces or
-// quotes, and any control character escaped, so that it cannot steer the terminal.
+// quotes, and any control character escaped, so that it cannot steer the terminal; and
+// quoted, escaped, when it holds an invisible format character (a zero-width space:
+// "ali\u200bce" would look like "alice").
 func quote(s string) string {
 	if s == "" {
 		return "-"
 	}
-	if strings.ContainsAny(s, " \t\"") || printable(s) != s {
+	if strings.ContainsAny(s, " \t\"") || printable(s) != s || strings.ContainsFunc(s, isFormat) {
 		return strconv.QuoteToASCII(s)
 	}
 	return s
 }
+
+// isFormat reports an invisible format character (Unicode's Cf: zero-width spaces and
+// joiners, byte order marks, bidi controls).
+func isFormat(r rune) bool { return unicode.Is(unicode.Cf, r) }
 
 func dash(s string) string { return orText(s, "-") }
 

@@ -236,8 +236,12 @@ func runDispatcher(ctx context.Context, c *settings, q *queue.Queue, reg *promet
 		return err
 	}
 	stopOps := cli.ServeOps(ctx, cli.OpsHandler(reg, ready, adm.Handler(c.ops.Token), con.Handler(), log), ln)
+	console := "off: set ADMIN_TOKEN to sign in at " + cli.URLFor(ln, "/console/")
+	if c.ops.Token != "" {
+		console = cli.URLFor(ln, "/console/")
+	}
 	log.Info().Str("raven", cli.SafeURL(c.dispatch.Raven.URL)).Stringer("interval", c.dispatch.Interval).Str("instance", c.dispatch.InstanceID).
-		Str("ops", cli.URLFor(ln, "/")).Bool("admin_api", c.ops.Token != "").Str("console", cli.URLFor(ln, "/console/")).Msg("dispatching")
+		Str("ops", cli.URLFor(ln, "/")).Bool("admin_api", c.ops.Token != "").Str("console", console).Msg("dispatching")
 	err = d.Run(ctx)
 	return errors.Join(err, stopOps())
 }

@@ -152,7 +152,7 @@ func startStore(c *settings, log zerolog.Logger) (*store, error) {
 	}
 	ns, err := natsnode.StartEmbedded(cfg, log)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("DATA_DIR=%q: %w", c.dataDir, err)
 	}
 	st.ns = ns
 	st.runGuard()
@@ -171,7 +171,13 @@ func startStore(c *settings, log zerolog.Logger) (*store, error) {
 			}
 			ev = ev.Strs("nats_users", users)
 		} else {
-			log.Warn().Str("nats_listen", c.natsListen).Msg("the embedded NATS takes clients at NATS_LISTEN without authentication: anyone who reaches it can read every queued body and change everything; set INGEST_NATS_PASSWORD and/or OPS_NATS_PASSWORD")
+			// On loopback (what the README's dispatchctl set-up asks for) it is this
+			// machine's users only: said, not warned of; beyond it, a warning.
+			level, who := zerolog.WarnLevel, "anyone who reaches it"
+			if loopback(c.natsListen) {
+				level, who = zerolog.InfoLevel, "any user of this machine"
+			}
+			log.WithLevel(level).Str("nats_listen", c.natsListen).Msg("the embedded NATS takes clients at NATS_LISTEN without authentication: " + who + " can read every queued body and change everything; set INGEST_NATS_PASSWORD and/or OPS_NATS_PASSWORD")
 		}
 	}
 	ev.Msg("embedded JetStream started")
