@@ -28,3 +28,23 @@ func TestStatusNamesLeasesNotRenewed(t *testing.T) {
 		t.Fatalf("status names %d instances' leases as not renewed, want a's partition 1 only:\n%s", n, got)
 	}
 }
+
+// An id is shown so that what it holds is seen: quoted and escaped when it holds a space,
+// a control character, or an invisible format character ("ali\u200bce" printed raw looked
+// like "alice", where a bidi control was escaped already).
+func TestIDsAreShownAsTheyAre(t *testing.T) {
+	for in, want := range map[string]string{
+		"alice":       "alice",
+		"日本":          "日本",
+		"a b":         `"a b"`,
+		"ali\u200bce": `"ali\u200bce"`,
+		"ali\u202ece": `"ali\u202ece"`,
+		"\ufeffalice": `"\ufeffalice"`,
+		"a\x01":       `"a\x01"`,
+		"":            "-",
+	} {
+		if got := quote(in); got != want {
+			t.Errorf("quote(%q) = %s, want %s", in, got, want)
+		}
+	}
+}

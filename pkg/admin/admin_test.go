@@ -171,6 +171,17 @@ func TestAPIBadInputIsAProblem(t *testing.T) {
 		{"GET", "/admin/v1/clients?limit=0x10", "", "whole number"},
 		{"GET", "/admin/v1/clients?sort=name", "", "sort"},
 		{"GET", "/admin/v1/requests/r1?client=" + strings.Repeat("x", 300), "", "client"},
+		// Found by a hostile-input pass on the operators' side: each was taken, on
+		// another target or without its filter, or answered otherwise than 400.
+		{"POST", "/admin/v1/client/purge", `{"client":"nobody","confirm":"alice","CLIENT":"alice"}`, "the same field"},
+		{"POST", "/admin/v1/client/pause", `{"client":"bob","client":"alice"}`, "the same field"},
+		{"POST", "/admin/v1/client/pause", "{\"client\":\"a\xffb\"}", "UTF-8"},
+		{"GET", "/admin/v1/deadletters?client=%zzalice", "", "cannot be read"},
+		{"GET", "/admin/v1/deadletters?client=alice;reason=expired", "", "cannot be read"},
+		{"GET", "/admin/v1/deadletters?client=alice&client=bob", "", "give it once"},
+		{"GET", "/admin/v1/deadletters?limit=-1", "", "limit"},
+		{"PUT", "/admin/v1/client/interval", `{"client":"alice","interval":"1000000h"}`, "at most 168h"},
+		{"PUT", "/admin/v1/interval", `{"interval":"169h"}`, "at most 168h"},
 	}
 	for _, c := range cases {
 		var p problem
@@ -182,7 +193,13 @@ func TestAPIBadInputIsAProblem(t *testing.T) {
 	if backlog, _ := f.q.Backlog(context.Background()); len(backlog) != 1 {
 		t.Fatalf("backlog %v after bad calls, want alice's request untouched", backlog)
 	}
+	if st, _ := f.svc.Steering(context.Background()); len(st.Clients) != 0 || st.GlobalInterval != "default" {
+		t.Fatalf("steering %+v after bad calls, want none", st)
+	}
 	var p problem
+	if rec := f.call(t, "PUT", "/admin/v1/interval", token, `{"interval":"`+strings.Repeat("1", 70<<10)+`s"}`, &p); rec.Code != 413 || p.Code != "body_too_large" {
+		t.Errorf("a body over 64 KiB: %d %+v, want 413 body_too_large", rec.Code, p)
+	}
 	if rec := f.call(t, "DELETE", "/admin/v1/steering", token, "", &p); rec.Code != 405 || p.Code != "method_not_allowed" {
 		t.Fatalf("DELETE: %d %+v, want 405", rec.Code, p)
 	}

@@ -22,6 +22,9 @@ func (s *Service) DeadLetters(ctx context.Context, f queue.DeadFilter, limit int
 	if err := checkFilter(f); err != nil {
 		return nil, 0, err
 	}
+	if limit < 0 {
+		return nil, 0, invalid("limit %d: give how many to list (0 for the default, 100)", limit)
+	}
 	limit = cmp.Or(limit, 100)
 	list = []request.DeadLetter{}
 	for r, err := range s.q.DeadLetterHeaders(ctx, f) {

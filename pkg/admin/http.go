@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -269,8 +270,16 @@ func by(r *http.Request) string { return "admin-api " + r.RemoteAddr }
 
 func (s *Service) handle(fn func(*http.Request) (any, error)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		out, err := fn(r)
+		var out any
+		_, err := httpapi.Query(r) // the handlers' r.URL.Query() then reads all of it
+		if err != nil {
+			err = invalid("%s", err)
+		} else {
+			out, err = fn(r)
+		}
 		switch {
+		case errors.Is(err, errTooLarge):
+			httpapi.WriteProblem(w, httpapi.Problem{Status: http.StatusRequestEntityTooLarge, Code: "body_too_large", Detail: err.Error()})
 		case errors.Is(err, ErrInvalid):
 			httpapi.WriteProblem(w, httpapi.Problem{Status: http.StatusBadRequest, Code: "invalid", Detail: err.Error()})
 		case errors.Is(err, ErrConflict):
@@ -290,8 +299,21 @@ func (s *Service) handle(fn func(*http.Request) (any, error)) http.HandlerFunc {
 	}
 }
 
+// maxBody is the most an admin call's JSON body may hold.
+const maxBody = 64 << 10
+
+// errTooLarge is a body over maxBody: 413.
+var errTooLarge = fmt.Errorf("the body is larger than the limit of %d bytes", maxBody)
+
 func decode(r *http.Request, v any) error {
-	if err := jsonkeys.Decode(io.LimitReader(r.Body, 64<<10), v, true); err != nil {
+	data, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
+	switch {
+	case err != nil: // its cause (a socket's addresses, a timeout) is not the caller's to read
+		return invalid("the body could not be read whole (sent too slowly, or cut off)")
+	case len(data) > maxBody:
+		return errTooLarge
+	}
+	if err := jsonkeys.Decode(bytes.NewReader(data), v, true); err != nil {
 		return invalid("body: %s", err)
 	}
 	return nil

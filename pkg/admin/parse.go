@@ -7,8 +7,8 @@ import (
 	"github.com/penguinhq/dispatcher/pkg/request"
 )
 
-// ParseInterval reads an interval an operator gives: a duration of at least MinInterval
-// ("10s"), or "default" (also "0" or "0s") for the one it replaces: DISPATCH_INTERVAL for
+// ParseInterval reads an interval an operator gives: a duration from MinInterval to
+// request.MaxInterval ("10s"), or "default" (also "0" or "0s") for the one it replaces: DISPATCH_INTERVAL for
 // the global interval, the global interval for a client's. The admin API and dispatchctl
 // both read intervals with it.
 func ParseInterval(s string) (time.Duration, error) {
@@ -18,6 +18,9 @@ func ParseInterval(s string) (time.Duration, error) {
 	d, err := time.ParseDuration(s)
 	if err != nil || (d != 0 && d < MinInterval) {
 		return 0, invalid("interval %q: a duration of at least %s such as 10s, or default (also 0s) for the one it replaces", s, MinInterval)
+	}
+	if d > request.MaxInterval {
+		return 0, invalid("interval %q: at most %s (a week)", s, request.MaxInterval)
 	}
 	return d, nil
 }

@@ -288,6 +288,10 @@ func (c *Console) page(fn func(r *http.Request, v *view) (string, error)) http.H
 			http.Redirect(w, r, Prefix+"signin?next="+urlQueryEscape(r.URL.RequestURI()), http.StatusSeeOther)
 			return
 		}
+		if _, err := httpapi.Query(r); err != nil { // the pages' r.URL.Query() then reads all of it
+			c.fail(w, r, http.StatusBadRequest, err.Error())
+			return
+		}
 		v := view{CSRF: c.csrf(sess), Now: c.now(), Flash: flashText(r.URL.Query())}
 		name, err := fn(r, &v)
 		if err != nil {

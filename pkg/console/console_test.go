@@ -426,6 +426,11 @@ func TestBadInputGetsAClearAnswer(t *testing.T) {
 		"/console/clients?page=0":             "page",
 		"/console/clients?sort=sideways":      "sort",
 		"/console/deadletters?since=tomorrow": "since",
+		// From a hostile-input pass: a 503 as if the store failed, and filters dropped.
+		"/console/deadletters?reason=evil":       "reason",
+		"/console/deadletters?client=%zzacme":    "cannot be read",
+		"/console/deadletters?client=a&client=b": "give it once",
+		"/console/clients?sort=age&sort=backlog": "give it once",
 	} {
 		res, body := get(t, c, f.srv.URL+p)
 		if res.StatusCode != http.StatusBadRequest || !strings.Contains(body, want) {
@@ -440,6 +445,18 @@ func TestBadInputGetsAClearAnswer(t *testing.T) {
 	res.Body.Close()
 	if res.StatusCode != http.StatusBadRequest {
 		t.Fatalf("interval soon: %d, want 400", res.StatusCode)
+	}
+	// A form without its interval field set the default without anyone asking; one over
+	// a week is refused (the overdue count's arithmetic overflowed near 850,000 h).
+	for _, form := range []url.Values{{"csrf": {csrf}}, {"csrf": {csrf}, "interval": {"200h"}}} {
+		res, err = c.PostForm(f.srv.URL+"/console/steering/interval", form)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		if res.StatusCode != http.StatusBadRequest {
+			t.Errorf("the global interval from %v: %d, want 400", form, res.StatusCode)
+		}
 	}
 	res, err = c.PostForm(f.srv.URL+"/console/client/purge", url.Values{"id": {"acme"}, "csrf": {csrf}, "confirm": {"other"}})
 	if err != nil {

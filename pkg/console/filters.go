@@ -17,7 +17,9 @@ func deadFilter(form url.Values) (queue.DeadFilter, error) {
 	f := queue.DeadFilter{ClientID: strings.TrimSpace(form.Get("client"))}
 	var err0, err1, err2 error
 	if reason := strings.TrimSpace(form.Get("reason")); reason != "" {
-		f.Reason, err0 = request.ParseReason(reason)
+		if f.Reason, err0 = request.ParseReason(reason); err0 != nil {
+			err0 = errStatus{http.StatusBadRequest, err0}
+		}
 	}
 	f.Since, err1 = timeField("since", form.Get("since"))
 	f.Until, err2 = timeField("until", form.Get("until"))

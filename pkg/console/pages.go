@@ -2,6 +2,7 @@ package console
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -204,6 +205,17 @@ func (c *Console) resume(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
+// intervalField reads the interval an operator typed in form f: empty, "0" or "default"
+// is zero (the default). A form without the field at all (not the console's own, which
+// always sends it) is refused: it would have set the default without anyone asking.
+func intervalField(f url.Values) (time.Duration, error) {
+	vs, ok := f["interval"]
+	if !ok || len(vs) != 1 {
+		return 0, errStatus{http.StatusBadRequest, errors.New("the form must carry one interval field (empty for the default)")}
+	}
+	return durationField(vs[0])
+}
+
 // durationField reads a duration an operator typed: empty, "0" or "default" is zero.
 func durationField(s string) (time.Duration, error) {
 	s = strings.TrimSpace(s)
@@ -219,7 +231,7 @@ func durationField(s string) (time.Duration, error) {
 
 func (c *Console) setClientInterval(w http.ResponseWriter, r *http.Request) {
 	c.steerClient(w, r, "interval", func(ctx context.Context, id string) error {
-		d, err := durationField(r.PostForm.Get("interval"))
+		d, err := intervalField(r.PostForm)
 		if err != nil {
 			return err
 		}
@@ -410,7 +422,7 @@ func (c *Console) steering(r *http.Request, v *view) (string, error) {
 }
 
 func (c *Console) setInterval(w http.ResponseWriter, r *http.Request) {
-	d, err := durationField(r.PostForm.Get("interval"))
+	d, err := intervalField(r.PostForm)
 	if err == nil {
 		_, err = c.cfg.Admin.SetInterval(r.Context(), d, by(r))
 	}

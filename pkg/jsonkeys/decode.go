@@ -3,10 +3,13 @@ package jsonkeys
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"reflect"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 )
 
 // Unmarshal is json.Unmarshal, reading each field tagged was under its old key as well.
@@ -16,13 +19,83 @@ func Unmarshal(data []byte, v any) error {
 
 // Decode reads one JSON value from r into v as Unmarshal does; with strict, a key that
 // names no field (under its new or its old name) is an error, as with
-// json.Decoder.DisallowUnknownFields.
+// json.Decoder.DisallowUnknownFields, and so are what encoding/json takes without a word:
+// invalid UTF-8 (it reads U+FFFD instead) and an object with two keys that are the same
+// but for case (it takes the last, matching keys to fields whatever their case:
+// {"client":"a","CLIENT":"b"} named b).
 func Decode(r io.Reader, v any, strict bool) error {
 	data, err := io.ReadAll(r)
 	if err != nil {
 		return err
 	}
+	if strict {
+		if err := unambiguous(data); err != nil {
+			return err
+		}
+	}
 	return decode(data, v, strict)
+}
+
+// foldKey is s with each letter as the least of its case-folding orbit: two keys that
+// strings.EqualFold (and encoding/json's field matching) take for the same have the same.
+func foldKey(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		least := r
+		for f := unicode.SimpleFold(r); f != r; f = unicode.SimpleFold(f) {
+			least = min(least, f)
+		}
+		b.WriteRune(least)
+	}
+	return b.String()
+}
+
+// unambiguous is an error when data is not UTF-8, or holds an object with two keys equal
+// but for case. Syntax errors are left to the decoding, which says where.
+func unambiguous(data []byte) error {
+	if !utf8.Valid(data) {
+		return errors.New("the JSON is not valid UTF-8")
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	var objects []map[string]string // the keys of each object open, folded: as sent
+	inObject := func() bool { return len(objects) > 0 && objects[len(objects)-1] != nil }
+	expectKey := []bool{} // per open value: whether the next string token is a key
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil // the end, or a syntax error: the decoding says which
+		}
+		isKey := len(expectKey) > 0 && expectKey[len(expectKey)-1] && inObject()
+		switch t := tok.(type) {
+		case json.Delim:
+			switch t {
+			case '{':
+				objects, expectKey = append(objects, map[string]string{}), append(expectKey, true)
+			case '[':
+				objects, expectKey = append(objects, nil), append(expectKey, false)
+			default:
+				objects, expectKey = objects[:len(objects)-1], expectKey[:len(expectKey)-1]
+				if len(expectKey) > 0 && inObject() {
+					expectKey[len(expectKey)-1] = true // the value closed: a key comes next
+				}
+			}
+			continue
+		case string:
+			if isKey {
+				keys := objects[len(objects)-1]
+				folded := foldKey(t)
+				if first, ok := keys[folded]; ok {
+					return fmt.Errorf("the keys %q and %q of one object name the same field: give it once", first, t)
+				}
+				keys[folded] = t
+				expectKey[len(expectKey)-1] = false
+				continue
+			}
+		}
+		if len(expectKey) > 0 && inObject() {
+			expectKey[len(expectKey)-1] = true // a value read: a key comes next
+		}
+	}
 }
 
 func decode(data []byte, v any, strict bool) error {

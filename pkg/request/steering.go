@@ -7,6 +7,13 @@ import (
 	"time"
 )
 
+// MaxInterval is the longest interval between two sends to a client that the service
+// takes, configured or steered: a week. Longer ones are refused where they are given, and
+// the dispatcher holds a longer one found in the control bucket (written by another
+// tool) to it: the arithmetic of due times and of the overdue count would overflow near
+// 850,000 hours.
+const MaxInterval = 7 * 24 * time.Hour
+
 // Steering is what operators set, for one client or for all of them: kept in the control
 // bucket, watched by every dispatcher, shown to operators. For all clients only Interval
 // counts.

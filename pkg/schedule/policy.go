@@ -70,8 +70,8 @@ func (p Policy) WithDefaults() Policy {
 // Validate reports every field that cannot work.
 func (p Policy) Validate() error {
 	var errs []error
-	if p.Interval <= 0 {
-		errs = append(errs, fmt.Errorf("interval %s: must be positive", p.Interval))
+	if p.Interval <= 0 || p.Interval > request.MaxInterval {
+		errs = append(errs, fmt.Errorf("interval %s: must be positive and at most %s", p.Interval, request.MaxInterval))
 	}
 	if p.BackoffBase <= 0 || p.BackoffMax < p.BackoffBase {
 		errs = append(errs, fmt.Errorf("backoff %s..%s: base must be positive and max at least base", p.BackoffBase, p.BackoffMax))

@@ -53,6 +53,7 @@ func (s *Scheduler) Interval() time.Duration { return s.policy.Interval }
 // that.
 func (s *Scheduler) SetInterval(d time.Duration, now time.Time) {
 	old := s.policy.Interval
+	d = min(d, request.MaxInterval)
 	if d <= 0 || d == old {
 		return
 	}
@@ -119,7 +120,7 @@ func (s *Scheduler) intervalOfClient(client string) time.Duration {
 // intervalOf is the interval in force for a client steered by st.
 func (s *Scheduler) intervalOf(st request.Steering) time.Duration {
 	if st.Interval > 0 {
-		return time.Duration(st.Interval)
+		return min(time.Duration(st.Interval), request.MaxInterval)
 	}
 	return s.policy.Interval
 }

@@ -303,3 +303,29 @@ func TestPurgeShortOfTheHeadInFlightLeavesItsWait(t *testing.T) {
 	mustNotDue(t, s, t0.Add(time.Hour-time.Nanosecond))
 	mustDue(t, s, t0.Add(time.Hour), "a")
 }
+
+// An interval longer than request.MaxInterval found in the control bucket (written by
+// another tool: the admin API and the settings refuse one) is held to MaxInterval: with
+// 1,000,000 h, three intervals overflowed, and a lane not due for years counted as
+// overdue (the DispatchLanesOverdue alert fired). The global one alike.
+func TestAnIntervalPastTheLongestIsHeldToIt(t *testing.T) {
+	t.Parallel()
+	s := schedule.New(policy(), zero)
+	huge := 1_000_000 * time.Hour
+	s.Steer("far", request.Steering{Interval: request.Duration(huge)}, t0.Add(-time.Hour))
+	if got := s.IntervalOf(ln("far")); got != request.MaxInterval {
+		t.Fatalf("interval in force %s, want MaxInterval %s", got, request.MaxInterval)
+	}
+	s.Notify(ln("far"), t0, t0) // just sent: due after its interval
+	if n := s.Overdue(t0.Add(time.Hour)); n != 0 {
+		t.Fatalf("%d lanes overdue an hour after a send at a 1,000,000 h interval, want 0", n)
+	}
+	if next, ok := s.Next(); !ok || next.Before(t0.Add(request.MaxInterval)) || next.After(t0.Add(request.MaxInterval+time.Minute)) {
+		t.Fatalf("next send %v (%v), want a week after the last", next.Sub(t0), ok)
+	}
+	g := schedule.New(policy(), zero)
+	g.SetInterval(huge, t0)
+	if got := g.IntervalOf(ln("any")); got != request.MaxInterval {
+		t.Fatalf("global interval in force %s, want MaxInterval %s", got, request.MaxInterval)
+	}
+}
