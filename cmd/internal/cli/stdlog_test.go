@@ -2,7 +2,6 @@ package cli
 
 import (
 	"bufio"
-	"bytes"
 	"encoding/json"
 	"io"
 	stdlog "log"
@@ -10,35 +9,18 @@ import (
 	"net/http"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/penguinhq/dispatcher/integration/itest"
 )
-
-// lockedBuffer is a log's output written from several goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // What net/http logs through Go's log package, here the line a raven that writes after
 // its answer makes the client's transport log, is a JSON line of the service's logger,
 // not plain text among the JSON ones.
 func TestGoLogLinesAreJSON(t *testing.T) {
 	t.Cleanup(func() { stdlog.SetOutput(os.Stderr); stdlog.SetFlags(stdlog.LstdFlags) })
-	var out lockedBuffer
+	var out itest.Buffer
 	(&Log{Level: "info", Format: "json"}).Logger(&out, "test")
 
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
