@@ -41,6 +41,8 @@ type sending struct {
 	mu         sync.Mutex
 	attempting map[request.Lane]string // lane: id of the request committed to
 	cancelling map[string]int          // ids being cancelled
+	// alone: the cancels under way by markAlone, each id's closed when it lets go.
+	alone map[string]chan struct{}
 	// let go: the lanes of the last marks let go, with the generation each moved to,
 	// oldest first. A commit is refused only for its own client's cancels (another
 	// client's must not hold its send back, G6); one that looked before all of these
@@ -58,7 +60,7 @@ type letGo struct {
 const maxLetGo = 256
 
 func newSending() *sending {
-	return &sending{attempting: map[request.Lane]string{}, cancelling: map[string]int{}}
+	return &sending{attempting: map[request.Lane]string{}, cancelling: map[string]int{}, alone: map[string]chan struct{}{}}
 }
 
 // look is the generation, read by a worker before it reads its client's head (every
@@ -112,11 +114,42 @@ func (s *sending) mark(lane request.Lane, id string) (inFlight bool) {
 	return false
 }
 
+// markAlone is mark for a cancel, one at a time for a request: a cancel of id under way
+// here is waited for first (while ctx lasts), so that the second finds the request gone
+// (not queued) instead of finding it too, removing it again and answering cancelled as
+// well (four cancels of one request at once answered cancelled four times, and counted
+// so).
+func (s *sending) markAlone(ctx context.Context, lane request.Lane, id string) (inFlight bool, err error) {
+	for {
+		s.mu.Lock()
+		busy, waiting := s.alone[id]
+		if !waiting {
+			defer s.mu.Unlock()
+			if s.attempting[lane] == id {
+				return true, nil
+			}
+			s.cancelling[id]++
+			s.alone[id] = make(chan struct{})
+			return false, nil
+		}
+		s.mu.Unlock()
+		select {
+		case <-busy:
+		case <-ctx.Done():
+			return false, fmt.Errorf("waiting for another cancel of the same request: %w", ctx.Err())
+		}
+	}
+}
+
 // unmark lets the mark on request id of lane go, once the cancel's removal landed
 // (or failed).
 func (s *sending) unmark(lane request.Lane, id string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if busy, ok := s.alone[id]; ok {
+		close(busy)
+		delete(s.alone, id)
+	}
 	if s.cancelling[id]--; s.cancelling[id] <= 0 {
 		delete(s.cancelling, id)
 	}
@@ -244,7 +277,11 @@ func (d *Dispatcher) cancel(ctx context.Context, lane request.Lane, id string, o
 	case now.Before(own.since):
 		return CancelResult{Outcome: CancelHandover, Until: own.since}, nil
 	}
-	if d.sending.mark(lane, id) {
+	inFlight, err := d.sending.markAlone(ctx, lane, id)
+	switch {
+	case err != nil:
+		return CancelResult{}, err
+	case inFlight:
 		return CancelResult{Outcome: CancelInFlight}, nil
 	}
 	defer d.sending.unmark(lane, id)

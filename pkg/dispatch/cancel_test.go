@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -159,6 +160,60 @@ func TestCancelKeepsItsEventWhenTheEventsDoNotTakeIt(t *testing.T) {
 	if got := b.src.ids(); !slices.Equal(got, []string{"r2"}) {
 		t.Fatalf("queue: %v; r2 must stay", got)
 	}
+}
+
+// Cancels of one request at once: one removes it and answers cancelled, the others wait
+// for it and find it gone (not queued). Each found it in the queue before, removed it
+// again and answered cancelled too (an operators'-side hostile-input pass: four at once
+// over ten requests answered cancelled 18 times, and counted so).
+func TestCancelsOfOneRequestAtOnceCancelItOnce(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		ev := &recordingEvents{}
+		b, h := setupHooked(t, Config{Events: ev})
+		subj := laneOf(1, "alice")
+		b.src.add(subj, "r1", start)
+		found := make(chan struct{})
+		release := make(chan struct{})
+		var first atomic.Bool
+		h.afterFind = func() { // the first cancel, once it found r1, waits for the others
+			if first.CompareAndSwap(false, true) {
+				close(found)
+				<-release
+			}
+		}
+		const n = 4
+		outcomes := make(chan CancelOutcome, n)
+		go func() {
+			res, err := b.d.cancel(t.Context(), subj, "r1", owned)
+			if err != nil {
+				t.Error(err)
+			}
+			outcomes <- res.Outcome
+		}()
+		<-found
+		for range n - 1 {
+			go func() {
+				res, err := b.d.cancel(t.Context(), subj, "r1", owned)
+				if err != nil {
+					t.Error(err)
+				}
+				outcomes <- res.Outcome
+			}()
+		}
+		synctest.Wait() // the others are under way: waiting, or (before) finding r1 too
+		close(release)
+		count := map[CancelOutcome]int{}
+		for range n {
+			count[<-outcomes]++
+		}
+		if count[Cancelled] != 1 || count[CancelNotQueued] != n-1 {
+			t.Fatalf("%d cancels of r1 at once answered %v; want one cancelled, the others not queued", n, count)
+		}
+		if got := ev.types(); !slices.Equal(got, []string{"cancelled:r1"}) {
+			t.Fatalf("events %v; want one cancelled event", got)
+		}
+	})
 }
 
 func TestCancelOfTheRequestInFlightIsRefused(t *testing.T) {
