@@ -99,6 +99,13 @@ func TestGlobalFlagsBeforeTheCommand(t *testing.T) {
 	if code, _, errs := s.ctl(t, "-json", "-nats-url"); code != exitUsage || !strings.Contains(errs, "-nats-url needs a value") {
 		t.Errorf("a flag without its value before the command: exit %d, %s; want 2 saying it needs one", code, errs)
 	}
+	// A bound that ends the command before it starts is the command line's fault (it was
+	// a NATS error, exit 1: "stream REQUESTS: context deadline exceeded").
+	for _, d := range []string{"0", "-1s"} {
+		if code, _, errs := s.ctl(t, "-nats-url", s.url, "-timeout", d, "steering"); code != exitUsage || !strings.Contains(errs, "-timeout "+strings.TrimSuffix(d, "s")) {
+			t.Errorf("-timeout %s: exit %d, %s; want 2 saying to give a positive duration", d, code, errs)
+		}
+	}
 	if code, out, _ := s.ctl(t, "-nats-url", s.url, "-h"); code != exitOK || !strings.Contains(out, "Usage: dispatchctl") {
 		t.Errorf("-h after a flag: exit %d, %s; want the usage", code, out)
 	}

@@ -229,6 +229,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 	if errors.Is(err, flag.ErrHelp) {
 		return exitOK
 	}
+	if err == nil && g.timeout <= 0 {
+		err = fmt.Errorf("-timeout %s: give a positive duration (1m by default)", g.timeout)
+	}
 	if err != nil {
 		fmt.Fprintln(stderr, "dispatchctl:", err)
 		return exitUsage
