@@ -59,7 +59,10 @@ func (s *Service) DeadLetterBodies(ctx context.Context, f queue.DeadFilter, limi
 	if err := checkFilter(f); err != nil {
 		return nil, 0, err
 	}
-	if limit <= 0 || limit > MaxBodies {
+	if limit < 0 {
+		return nil, 0, invalid("limit %d: give how many to list (0 for the default, %d)", limit, MaxBodies)
+	}
+	if limit == 0 || limit > MaxBodies {
 		limit = MaxBodies
 	}
 	list = []DeadLetterBody{}

@@ -107,6 +107,11 @@ func (s *sending) settled(lane request.Lane) {
 func (s *sending) mark(lane request.Lane, id string) (inFlight bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.markLocked(lane, id)
+}
+
+// markLocked is mark with s.mu held.
+func (s *sending) markLocked(lane request.Lane, id string) (inFlight bool) {
 	if s.attempting[lane] == id {
 		return true
 	}
@@ -119,24 +124,26 @@ func (s *sending) mark(lane request.Lane, id string) (inFlight bool) {
 // (not queued) instead of finding it too, removing it again and answering cancelled as
 // well (four cancels of one request at once answered cancelled four times, and counted
 // so).
-func (s *sending) markAlone(ctx context.Context, lane request.Lane, id string) (inFlight bool, err error) {
+// waited says whether it waited for another: the caller's look at its ownership is then
+// older than the wait.
+func (s *sending) markAlone(ctx context.Context, lane request.Lane, id string) (inFlight, waited bool, err error) {
 	for {
 		s.mu.Lock()
-		busy, waiting := s.alone[id]
-		if !waiting {
+		busy, other := s.alone[id]
+		if !other {
 			defer s.mu.Unlock()
-			if s.attempting[lane] == id {
-				return true, nil
+			if s.markLocked(lane, id) {
+				return true, waited, nil
 			}
-			s.cancelling[id]++
 			s.alone[id] = make(chan struct{})
-			return false, nil
+			return false, waited, nil
 		}
 		s.mu.Unlock()
+		waited = true
 		select {
 		case <-busy:
 		case <-ctx.Done():
-			return false, fmt.Errorf("waiting for another cancel of the same request: %w", ctx.Err())
+			return false, waited, fmt.Errorf("waiting for another cancel of the same request: %w", ctx.Err())
 		}
 	}
 }
@@ -277,7 +284,7 @@ func (d *Dispatcher) cancel(ctx context.Context, lane request.Lane, id string, o
 	case now.Before(own.since):
 		return CancelResult{Outcome: CancelHandover, Until: own.since}, nil
 	}
-	inFlight, err := d.sending.markAlone(ctx, lane, id)
+	inFlight, waited, err := d.sending.markAlone(ctx, lane, id)
 	switch {
 	case err != nil:
 		return CancelResult{}, err
@@ -285,6 +292,9 @@ func (d *Dispatcher) cancel(ctx context.Context, lane request.Lane, id string, o
 		return CancelResult{Outcome: CancelInFlight}, nil
 	}
 	defer d.sending.unmark(lane, id)
+	if waited && lapsed(own.validUntil, d.now()) { // the look at the ownership is older than the wait
+		return CancelResult{Outcome: CancelNotOwner}, nil
+	}
 	// Surely valid until: the removal must land by then (see above).
 	by := time.Time{}
 	if !own.validUntil.IsZero() {

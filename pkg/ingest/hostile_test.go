@@ -247,8 +247,8 @@ func TestWhatTheStandardsAllowIsTakenAndTwoContentTypesAreNot(t *testing.T) {
 	if rec.Code != http.StatusAccepted || json.Unmarshal(rec.Body.Bytes(), &ans) != nil || !ans.NotBefore.Equal(at) {
 		t.Errorf("Not-Before %s: %d %s, want 202 with notBefore %s", lower, rec.Code, rec.Body, at.Format(time.RFC3339))
 	}
-	minute := at.Truncate(time.Minute)
-	leap := minute.Add(-time.Second).Format("2006-01-02T15:04:") + "60Z" // the second after :59
+	minute := time.Now().UTC().Truncate(24 * time.Hour).Add(24 * time.Hour) // the next midnight UTC, within MAX_NOT_BEFORE
+	leap := minute.Add(-time.Second).Format("2006-01-02T15:04:") + "60Z"    // 23:59:60Z, the second after :59
 	if rec := serveHeaders(t, http.MethodPost, "/v1/requests", `{"clientId":"lt"}`, ingest.HeaderNotBefore, leap); rec.Code != http.StatusAccepted || !strings.Contains(rec.Body.String(), minute.Format(time.RFC3339)) {
 		t.Errorf("Not-Before %s: %d %s, want 202 with notBefore %s", leap, rec.Code, rec.Body, minute.Format(time.RFC3339))
 	}

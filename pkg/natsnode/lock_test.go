@@ -35,6 +35,11 @@ func TestAStoreDirectoryTakesOneServer(t *testing.T) {
 	if !first.Server().JetStreamEnabled() {
 		t.Fatal("the first server runs without JetStream after the second was refused")
 	}
+	// The restart kept the directory: no other server got in between.
+	if _, err := natsnode.StartEmbedded(natsnode.EmbeddedConfig{StoreDir: dir}, zerolog.Nop()); err == nil || !strings.Contains(err.Error(), "in use") {
+		first.Shutdown()
+		t.Fatalf("a second server after the first's restart: %v; want it refused", err)
+	}
 	first.Shutdown()
 	again, err := natsnode.StartEmbedded(natsnode.EmbeddedConfig{StoreDir: dir}, zerolog.Nop())
 	if err != nil {

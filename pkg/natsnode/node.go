@@ -28,7 +28,8 @@ type Node struct {
 
 	mu         sync.Mutex
 	srv        *server.Server
-	released   chan struct{} // closed once srv has stopped and let its store directory go
+	released   chan struct{} // closed once srv has stopped (and, unless restarting, let lock go)
+	lock       *storeLock    // the store directory: the node's while a server of it runs or restarts
 	restarting bool          // srv is shut down and its successor not up yet
 	opts       *server.Options
 	port       int // the client port the first server got, kept across restarts
@@ -44,6 +45,7 @@ type Node struct {
 func StartNode(options func() (*server.Options, error), prepare func(*server.Server), log zerolog.Logger) (*Node, error) {
 	n := &Node{options: options, prepare: prepare}
 	if err := n.start(); err != nil {
+		n.letGo()
 		return nil, err
 	}
 	n.Guard = newGuard(n, n.opts.StoreDir, log)
@@ -58,13 +60,20 @@ func (n *Node) start() error {
 	if err != nil {
 		return err
 	}
-	// The store directory is this server's until it stops, however it is stopped (here,
-	// or by a test shutting the server down itself): a restart in place takes it again.
-	var lock *storeLock
-	if opts.StoreDir != "" {
-		if lock, err = lockStore(opts.StoreDir); err != nil {
+	// The store directory is the node's from its first start until its server stops
+	// other than for a restart in place (Shutdown, or a test shutting the server down
+	// itself): a restart keeps it, so that no other process can take it in between.
+	n.mu.Lock()
+	held := n.lock != nil
+	n.mu.Unlock()
+	if !held && opts.StoreDir != "" {
+		lock, err := lockStore(opts.StoreDir)
+		if err != nil {
 			return fmt.Errorf("nats server: %w", err)
 		}
+		n.mu.Lock()
+		n.lock = lock
+		n.mu.Unlock()
 	}
 	n.mu.Lock()
 	if n.port != 0 && opts.Port <= 0 && !opts.DontListen {
@@ -79,7 +88,6 @@ func (n *Node) start() error {
 	n.mu.Unlock()
 	s, err := server.NewServer(opts)
 	if err != nil {
-		lock.release()
 		return fmt.Errorf("nats server: %w", err)
 	}
 	if n.prepare != nil {
@@ -87,14 +95,18 @@ func (n *Node) start() error {
 	}
 	go s.Start()
 	if !s.ReadyForConnections(nodeReadyWait) {
-		s.Shutdown()
-		lock.release()
+		s.Shutdown() // the lock stays the node's: StartNode or Shutdown lets it go
 		return fmt.Errorf("nats server: not ready within %s (store dir %s)", nodeReadyWait, opts.StoreDir)
 	}
 	released := make(chan struct{})
 	go func() {
 		s.WaitForShutdown()
-		lock.release()
+		n.mu.Lock()
+		restarting := n.restarting && n.srv == s
+		n.mu.Unlock()
+		if !restarting {
+			n.letGo()
+		}
 		close(released)
 	}()
 	n.mu.Lock()
@@ -141,6 +153,15 @@ func (n *Node) Shutdown() {
 	s.Shutdown()
 	s.WaitForShutdown()
 	<-released
+	n.letGo() // held still after a restart that failed
+}
+
+// letGo lets the store directory go, if the node holds it.
+func (n *Node) letGo() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.lock.release()
+	n.lock = nil
 }
 
 // ClientURL is where clients outside the process connect.

@@ -54,7 +54,7 @@ func (l *Log) Logger(w io.Writer, service string) zerolog.Logger {
 }
 
 // RouteStdLog makes what Go's standard library writes through the log package a line of
-// log, at warn, with "component":"go": net/http's "http: TLS handshake error from ...",
+// log, at warn (a handler's recovered panic at error), with "component":"go": net/http's "http: TLS handshake error from ...",
 // "Unsolicited response received on idle HTTP channel ..." (a raven that writes after
 // its answer), a handler's recovered panic. Otherwise each would be a plain-text line
 // among the JSON ones, which a log pipeline parsing JSON drops or stops at.
@@ -68,7 +68,12 @@ func RouteStdLog(log zerolog.Logger) {
 type stdLogLines struct{ log zerolog.Logger }
 
 func (w stdLogLines) Write(p []byte) (int, error) {
-	w.log.Warn().Msg(strings.TrimRight(string(p), "\n"))
+	line := strings.TrimRight(string(p), "\n")
+	level := zerolog.WarnLevel
+	if strings.HasPrefix(line, "http: panic serving") { // a handler's panic, with its stack
+		level = zerolog.ErrorLevel
+	}
+	w.log.WithLevel(level).Msg(line)
 	return len(p), nil
 }
 

@@ -50,6 +50,16 @@ func TestGoLogLinesAreJSON(t *testing.T) {
 	_, _ = io.Copy(io.Discard, res.Body)
 	res.Body.Close()
 
+	// A handler's recovered panic is an error: LOG_LEVEL=error still shows it.
+	var errs itest.Buffer
+	(&Log{Level: "error", Format: "json"}).Logger(&errs, "test")
+	stdlog.Print("http: panic serving 127.0.0.1:1: boom\ngoroutine 1 [running]:")
+	stdlog.Print("http: TLS handshake error from 127.0.0.1:1: EOF")
+	if got := errs.String(); !strings.Contains(got, `"level":"error"`) || !strings.Contains(got, "panic serving") || strings.Contains(got, "handshake") {
+		t.Errorf("at LOG_LEVEL=error: %q; want the panic as an error line and nothing else", got)
+	}
+	(&Log{Level: "info", Format: "json"}).Logger(&out, "test")
+
 	deadline := time.Now().Add(10 * time.Second)
 	for !strings.Contains(out.String(), "Unsolicited response") {
 		if time.Now().After(deadline) {
