@@ -6,6 +6,7 @@ import (
 	stdlog "log"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/mattn/go-isatty"
@@ -33,6 +34,10 @@ func LogSettings(s *Settings) *Log {
 	return l
 }
 
+// zerologFormats sets zerolog's time and duration formats, once: a second Logger in the
+// same process (a test running two services) wrote them again while the first logged.
+var zerologFormats sync.Once
+
 // Logger builds the logger the settings ask for, writing to w.
 func (l *Log) Logger(w io.Writer, service string) zerolog.Logger {
 	format := l.Format
@@ -45,8 +50,10 @@ func (l *Log) Logger(w io.Writer, service string) zerolog.Logger {
 	if format == "console" {
 		w = zerolog.ConsoleWriter{Out: w, TimeFormat: "15:04:05.000"}
 	}
-	zerolog.TimeFieldFormat = "2006-01-02T15:04:05.000Z07:00"
-	zerolog.DurationFieldUnit = time.Millisecond
+	zerologFormats.Do(func() { // zerolog's globals, read by every line: set once, before any
+		zerolog.TimeFieldFormat = "2006-01-02T15:04:05.000Z07:00"
+		zerolog.DurationFieldUnit = time.Millisecond
+	})
 	level, _ := zerolog.ParseLevel(l.Level)
 	log := zerolog.New(w).Level(level).With().Timestamp().Str("service", service).Logger()
 	RouteStdLog(log)
