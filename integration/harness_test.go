@@ -34,6 +34,7 @@ import (
 	"github.com/penguinhq/dispatcher/pkg/ingest"
 	"github.com/penguinhq/dispatcher/pkg/introspect"
 	"github.com/penguinhq/dispatcher/pkg/ledger"
+	"github.com/penguinhq/dispatcher/pkg/natsnode"
 	"github.com/penguinhq/dispatcher/pkg/queue"
 	"github.com/penguinhq/dispatcher/pkg/queue/queuetest"
 	"github.com/penguinhq/dispatcher/pkg/raven"
@@ -81,6 +82,7 @@ type stack struct {
 	t          testing.TB
 	opts       options
 	srv        *server.Server
+	node       *natsnode.Node // srv's: stopNATS stops it
 	natsDir    string
 	natsAddr   string
 	nc         *nats.Conn
@@ -118,7 +120,8 @@ func newStack(t testing.TB, o options) *stack {
 	s := &stack{t: t, opts: o, http: apiClient(t)}
 	if o.natsURL == "" {
 		s.natsDir = t.TempDir()
-		s.srv = queuetest.ServerAt(t, s.natsDir, "127.0.0.1:0")
+		s.node = queuetest.NodeAt(t, s.natsDir, "127.0.0.1:0")
+		s.srv = s.node.Server()
 		s.natsAddr = strings.TrimPrefix(s.srv.ClientURL(), "nats://")
 		o.natsURL = s.srv.ClientURL()
 	}
@@ -227,10 +230,16 @@ func (s *stack) startDispatcher() {
 	}
 }
 
+// stopNATS stops the stack's NATS server, as an outage would.
+func (s *stack) stopNATS() {
+	s.node.Shutdown()
+}
+
 // restartNATS starts the stack's NATS server again on the same port and files.
 func (s *stack) restartNATS() {
 	s.t.Helper()
-	s.srv = queuetest.ServerAt(s.t, s.natsDir, s.natsAddr)
+	s.node = queuetest.NodeAt(s.t, s.natsDir, s.natsAddr)
+	s.srv = s.node.Server()
 	waitFor(s.t, time.Minute, "the client to reconnect", s.nc.IsConnected)
 }
 

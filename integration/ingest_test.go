@@ -160,8 +160,7 @@ func TestNATSDownAnswers503(t *testing.T) {
 		return code == 200, fmt.Sprint(code)
 	})
 	s.post("a", 0)
-	s.srv.Shutdown()
-	s.srv.WaitForShutdown()
+	s.stopNATS()
 	waitFor(t, time.Minute, "the client to notice NATS is gone", func() bool { return !s.nc.IsConnected() })
 	a := s.postRaw(jsonHeader(), []byte(`{"clientId":"a","n":1}`))
 	if a.Status != http.StatusServiceUnavailable || a.Header.Get("Retry-After") == "" || a.str("code") != "queue_unavailable" {

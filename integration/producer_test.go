@@ -403,8 +403,7 @@ func TestStatusThroughEveryState(t *testing.T) {
 
 	// Every process restarts: the dispatcher, ingest (a new one on a new connection), NATS.
 	s.stopDispatcher()
-	s.srv.Shutdown()
-	s.srv.WaitForShutdown()
+	s.stopNATS()
 	s.restartNATS()
 	second := s.secondIngest(t)
 	c2 := goClient(t, second)

@@ -271,7 +271,7 @@ func by(r *http.Request) string { return "admin-api " + r.RemoteAddr }
 func (s *Service) handle(fn func(*http.Request) (any, error)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		var out any
-		_, err := httpapi.Query(r) // the handlers' r.URL.Query() then reads all of it
+		err := httpapi.CheckQuery(r)
 		if err != nil {
 			err = invalid("%s", err)
 		} else {

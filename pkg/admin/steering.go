@@ -43,11 +43,20 @@ func (s *Service) Steering(ctx context.Context) (Steered, error) {
 	return out, nil
 }
 
+// checkInterval refuses an interval an operator may not set: shorter than MinInterval, or
+// longer than request.MaxInterval; zero goes back to replaced (the interval it replaces).
+func checkInterval(d time.Duration, replaced string) error {
+	if d != 0 && (d < MinInterval || d > request.MaxInterval) {
+		return invalid("interval %s: must be from %s to %s, or 0 for %s", d, MinInterval, request.MaxInterval, replaced)
+	}
+	return nil
+}
+
 // SetInterval sets the global interval for every dispatcher; zero restores each one's
 // configured DISPATCH_INTERVAL. changed is false when it was so already.
 func (s *Service) SetInterval(ctx context.Context, d time.Duration, by string) (changed bool, err error) {
-	if d != 0 && (d < MinInterval || d > request.MaxInterval) {
-		return false, invalid("interval %s: must be from %s to %s, or 0 for the configured one", d, MinInterval, request.MaxInterval)
+	if err := checkInterval(d, "the configured one"); err != nil {
+		return false, err
 	}
 	if changed, err = s.ctl.SetGlobalInterval(ctx, d, by); err != nil || !changed {
 		return changed, err
@@ -70,8 +79,8 @@ type ClientSteering struct {
 
 // SetClientInterval gives one client its own interval; zero returns it to the global one.
 func (s *Service) SetClientInterval(ctx context.Context, clientID string, d time.Duration, by string) (ClientSteering, error) {
-	if d != 0 && (d < MinInterval || d > request.MaxInterval) {
-		return ClientSteering{}, invalid("interval %s: must be from %s to %s, or 0 for the global one", d, MinInterval, request.MaxInterval)
+	if err := checkInterval(d, "the global one"); err != nil {
+		return ClientSteering{}, err
 	}
 	return s.steer(ctx, clientID, by, "client interval set", func(st *request.Steering) { st.Interval = request.Duration(d) })
 }

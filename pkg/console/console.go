@@ -288,7 +288,7 @@ func (c *Console) page(fn func(r *http.Request, v *view) (string, error)) http.H
 			http.Redirect(w, r, Prefix+"signin?next="+urlQueryEscape(r.URL.RequestURI()), http.StatusSeeOther)
 			return
 		}
-		if _, err := httpapi.Query(r); err != nil { // the pages' r.URL.Query() then reads all of it
+		if err := httpapi.CheckQuery(r); err != nil {
 			c.fail(w, r, http.StatusBadRequest, err.Error())
 			return
 		}

@@ -40,9 +40,9 @@ type sending struct {
 	gen        atomic.Uint64 // moved on under mu; read without it by look
 	mu         sync.Mutex
 	attempting map[request.Lane]string // lane: id of the request committed to
-	cancelling map[string]int          // ids being cancelled
-	// alone: the cancels under way by markAlone, each id's closed when it lets go.
-	alone map[string]chan struct{}
+	// cancelling: the ids being cancelled, each with a channel closed when its cancel
+	// lets its mark go.
+	cancelling map[string]chan struct{}
 	// let go: the lanes of the last marks let go, with the generation each moved to,
 	// oldest first. A commit is refused only for its own client's cancels (another
 	// client's must not hold its send back, G6); one that looked before all of these
@@ -60,7 +60,7 @@ type letGo struct {
 const maxLetGo = 256
 
 func newSending() *sending {
-	return &sending{attempting: map[request.Lane]string{}, cancelling: map[string]int{}, alone: map[string]chan struct{}{}}
+	return &sending{attempting: map[request.Lane]string{}, cancelling: map[string]chan struct{}{}}
 }
 
 // look is the generation, read by a worker before it reads its client's head (every
@@ -73,7 +73,7 @@ func (s *sending) look() uint64 { return s.gen.Load() }
 func (s *sending) commit(lane request.Lane, id string, gen uint64) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.cancelling[id] > 0 || s.gen.Load() != gen && s.cancelledSince(lane, gen) {
+	if _, marked := s.cancelling[id]; marked || s.gen.Load() != gen && s.cancelledSince(lane, gen) {
 		return false
 	}
 	s.attempting[lane] = id
@@ -103,39 +103,21 @@ func (s *sending) settled(lane request.Lane) {
 }
 
 // mark marks request id of lane as being cancelled, unless an attempt of it is
-// committed to (inFlight).
-func (s *sending) mark(lane request.Lane, id string) (inFlight bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.markLocked(lane, id)
-}
-
-// markLocked is mark with s.mu held.
-func (s *sending) markLocked(lane request.Lane, id string) (inFlight bool) {
-	if s.attempting[lane] == id {
-		return true
-	}
-	s.cancelling[id]++
-	return false
-}
-
-// markAlone is mark for a cancel, one at a time for a request: a cancel of id under way
-// here is waited for first (while ctx lasts), so that the second finds the request gone
-// (not queued) instead of finding it too, removing it again and answering cancelled as
-// well (four cancels of one request at once answered cancelled four times, and counted
-// so).
-// waited says whether it waited for another: the caller's look at its ownership is then
-// older than the wait.
-func (s *sending) markAlone(ctx context.Context, lane request.Lane, id string) (inFlight, waited bool, err error) {
+// committed to (inFlight). One cancel of a request at a time: one under way here is
+// waited for first (while ctx lasts), so that the second finds the request gone (not
+// queued) instead of finding it too, removing it again and answering cancelled as well
+// (four cancels of one request at once answered cancelled four times, and counted so).
+// waited says whether it waited: the caller's look at its ownership is then older.
+func (s *sending) mark(ctx context.Context, lane request.Lane, id string) (inFlight, waited bool, err error) {
 	for {
 		s.mu.Lock()
-		busy, other := s.alone[id]
+		busy, other := s.cancelling[id]
 		if !other {
 			defer s.mu.Unlock()
-			if s.markLocked(lane, id) {
+			if s.attempting[lane] == id {
 				return true, waited, nil
 			}
-			s.alone[id] = make(chan struct{})
+			s.cancelling[id] = make(chan struct{})
 			return false, waited, nil
 		}
 		s.mu.Unlock()
@@ -153,11 +135,8 @@ func (s *sending) markAlone(ctx context.Context, lane request.Lane, id string) (
 func (s *sending) unmark(lane request.Lane, id string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if busy, ok := s.alone[id]; ok {
+	if busy, ok := s.cancelling[id]; ok {
 		close(busy)
-		delete(s.alone, id)
-	}
-	if s.cancelling[id]--; s.cancelling[id] <= 0 {
 		delete(s.cancelling, id)
 	}
 	if len(s.letGo) == maxLetGo {
@@ -284,7 +263,7 @@ func (d *Dispatcher) cancel(ctx context.Context, lane request.Lane, id string, o
 	case now.Before(own.since):
 		return CancelResult{Outcome: CancelHandover, Until: own.since}, nil
 	}
-	inFlight, waited, err := d.sending.markAlone(ctx, lane, id)
+	inFlight, waited, err := d.sending.mark(ctx, lane, id)
 	switch {
 	case err != nil:
 		return CancelResult{}, err

@@ -339,6 +339,12 @@ func TestCancelDecidesOnlyWhileSurelyTheOwner(t *testing.T) {
 	}
 }
 
+// markNow marks id of lane as a cancel does, with no other cancel of it under way.
+func markNow(s *sending, lane request.Lane, id string) (inFlight bool) {
+	inFlight, _, _ = s.mark(context.Background(), lane, id)
+	return inFlight
+}
+
 // The sending guard's own rules, each crossing of a commit and a cancel.
 func TestSendingGuard(t *testing.T) {
 	t.Parallel()
@@ -347,10 +353,10 @@ func TestSendingGuard(t *testing.T) {
 	if !s.commit(request.Lane{Token: "a"}, "r1", g) {
 		t.Fatal("a commit with no cancel about is refused")
 	}
-	if !s.mark(request.Lane{Token: "a"}, "r1") {
+	if !markNow(s, request.Lane{Token: "a"}, "r1") {
 		t.Fatal("a cancel of the request committed to is not told it is in flight")
 	}
-	if s.mark(request.Lane{Token: "a"}, "r2") {
+	if markNow(s, request.Lane{Token: "a"}, "r2") {
 		t.Fatal("a cancel of another request of the client is told it is in flight")
 	}
 	s.settled(request.Lane{Token: "a"})
@@ -365,7 +371,7 @@ func TestSendingGuard(t *testing.T) {
 	// Another client's cancel does not hold a send back (G6): a worker of client b that
 	// looked before a cancel of a's request commits all the same.
 	g = s.look()
-	if s.mark(request.Lane{Token: "a"}, "r4") {
+	if markNow(s, request.Lane{Token: "a"}, "r4") {
 		t.Fatal("a cancel of a request not committed to is told it is in flight")
 	}
 	s.unmark(request.Lane{Token: "a"}, "r4")
@@ -376,7 +382,7 @@ func TestSendingGuard(t *testing.T) {
 	// A worker that looked before every mark remembered cannot tell: it is refused.
 	g = s.look()
 	for i := range maxLetGo + 1 {
-		s.mark(request.Lane{Token: "a"}, fmt.Sprint("x", i))
+		markNow(s, request.Lane{Token: "a"}, fmt.Sprint("x", i))
 		s.unmark(request.Lane{Token: "a"}, fmt.Sprint("x", i))
 	}
 	if s.commit(request.Lane{Token: "b"}, "r10", g) {

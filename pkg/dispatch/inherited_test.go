@@ -169,13 +169,13 @@ func TestCancelsDuringTheReadAreHonouredWithoutStarvingTheHead(t *testing.T) {
 		b.src.add(subj, "r1", start.Add(-time.Minute))
 		rec.during = func() {
 			if own {
-				b.d.sending.mark(subj, "r1") // its removal not landed yet
+				markNow(b.d.sending, subj, "r1") // its removal not landed yet
 				return
 			}
 			other := laneOf(2, "other")
 			for i := range 2 * maxLetGo {
 				id := fmt.Sprint("o", i)
-				b.d.sending.mark(other, id)
+				markNow(b.d.sending, other, id)
 				b.d.sending.unmark(other, id)
 			}
 		}

@@ -65,19 +65,20 @@ func BearerToken(r *http.Request) (string, bool) {
 	return token, token != ""
 }
 
-// Query reads a request's query string strictly: one that does not parse (a bad
-// percent-encoding, a ";"), or gives a parameter twice, is an error saying so, where
-// URL.Query would drop the part it cannot read, or take the first of two values, and
-// the call would act without the filter or on another target than was asked.
-func Query(r *http.Request) (url.Values, error) {
+// CheckQuery checks a request's query string before its handler reads it with
+// URL.Query: one that does not parse (a bad percent-encoding, a ";"), or gives a
+// parameter twice, is an error saying so, where URL.Query would drop the part it cannot
+// read, or take the first of two values, and the call would act without the filter or
+// on another target than was asked.
+func CheckQuery(r *http.Request) error {
 	q, err := url.ParseQuery(r.URL.RawQuery)
 	if err != nil {
-		return nil, fmt.Errorf("the query string cannot be read (%s): separate its parameters with & and percent-encode what needs it", err)
+		return fmt.Errorf("the query string cannot be read (%s): separate its parameters with & and percent-encode what needs it", err)
 	}
 	for name, vs := range q {
 		if len(vs) > 1 {
-			return nil, fmt.Errorf("?%s= is given %d times: give it once", name, len(vs))
+			return fmt.Errorf("?%s= is given %d times: give it once", name, len(vs))
 		}
 	}
-	return q, nil
+	return nil
 }

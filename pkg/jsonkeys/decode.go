@@ -57,43 +57,41 @@ func unambiguous(data []byte) error {
 		return errors.New("the JSON is not valid UTF-8")
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
-	var objects []map[string]string // the keys of each object open, folded: as sent
-	inObject := func() bool { return len(objects) > 0 && objects[len(objects)-1] != nil }
-	expectKey := []bool{} // per open value: whether the next string token is a key
+	// The values open: an object's keys so far (folded: as sent), and whether a key comes
+	// next in it; an array has no keys.
+	type open struct {
+		keys   map[string]string
+		keyNow bool
+	}
+	var stack []open
 	for {
 		tok, err := dec.Token()
 		if err != nil {
 			return nil // the end, or a syntax error: the decoding says which
 		}
-		isKey := len(expectKey) > 0 && expectKey[len(expectKey)-1] && inObject()
 		switch t := tok.(type) {
 		case json.Delim:
 			switch t {
 			case '{':
-				objects, expectKey = append(objects, map[string]string{}), append(expectKey, true)
+				stack = append(stack, open{keys: map[string]string{}, keyNow: true})
+				continue
 			case '[':
-				objects, expectKey = append(objects, nil), append(expectKey, false)
-			default:
-				objects, expectKey = objects[:len(objects)-1], expectKey[:len(expectKey)-1]
-				if len(expectKey) > 0 && inObject() {
-					expectKey[len(expectKey)-1] = true // the value closed: a key comes next
-				}
+				stack = append(stack, open{})
+				continue
 			}
-			continue
+			stack = stack[:len(stack)-1] // a close: the value it ends was read (below)
 		case string:
-			if isKey {
-				keys := objects[len(objects)-1]
+			if n := len(stack); n > 0 && stack[n-1].keyNow {
 				folded := foldKey(t)
-				if first, ok := keys[folded]; ok {
+				if first, ok := stack[n-1].keys[folded]; ok {
 					return fmt.Errorf("the keys %q and %q of one object name the same field: give it once", first, t)
 				}
-				keys[folded] = t
-				expectKey[len(expectKey)-1] = false
+				stack[n-1].keys[folded], stack[n-1].keyNow = t, false
 				continue
 			}
 		}
-		if len(expectKey) > 0 && inObject() {
-			expectKey[len(expectKey)-1] = true // a value read: a key comes next
+		if n := len(stack); n > 0 && stack[n-1].keys != nil {
+			stack[n-1].keyNow = true // a value read: a key comes next
 		}
 	}
 }

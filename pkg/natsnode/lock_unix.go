@@ -10,7 +10,6 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
-	"time"
 )
 
 // lockFile names the file in a store directory that a running node holds locked.
@@ -33,24 +32,16 @@ func lockStore(dir string) (*storeLock, error) {
 	if err != nil {
 		return nil, err
 	}
-	// A server of this process that was just shut down lets its lock go a moment after
-	// (a test that restarts its server itself): that is waited for, a little.
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
-		if err == nil {
-			break
-		}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		_ = f.Close()
 		if !errors.Is(err, syscall.EWOULDBLOCK) {
-			_ = f.Close()
 			return nil, fmt.Errorf("locking %s: %w", path, err)
 		}
-		pid := holder(path)
-		if pid == os.Getpid() && time.Now().Before(deadline) {
-			continue
-		}
-		_ = f.Close()
 		who := "another process"
-		if pid > 0 {
+		switch pid := holder(path); {
+		case pid == os.Getpid():
+			who = fmt.Sprintf("another server of this process (pid %d)", pid)
+		case pid > 0:
 			who = fmt.Sprintf("another process (pid %d)", pid)
 		}
 		return nil, fmt.Errorf("the store directory %s is in use by %s: two servers on one store would overwrite each other's files and send requests twice; stop the other one, or give this one a directory of its own", dir, who)

@@ -32,6 +32,14 @@ func ServerAt(t testing.TB, dir, listen string) *server.Server {
 	return ServerWith(t, dir, listen, nil)
 }
 
+// NodeAt is ServerAt's node: its Shutdown stops the server and lets its store directory
+// go, for a test to start another on it (stopping the server alone lets it go a moment
+// after).
+func NodeAt(t testing.TB, dir, listen string) *natsnode.Node {
+	t.Helper()
+	return start(t, dir, listen, nil)
+}
+
 // ServerWith is ServerAt with the server options changed by configure (users, TLS).
 func ServerWith(t testing.TB, dir, listen string, configure func(*server.Options)) *server.Server {
 	t.Helper()
