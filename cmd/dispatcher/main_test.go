@@ -185,9 +185,11 @@ func TestReadyHint(t *testing.T) {
 // The standalone logs the address each listener bound: the real port, and every
 // interface as such, not as loopback (a demo raven on ":0", as in the compose stack),
 // while the dispatcher still reaches that raven on loopback. Its hint is the command
-// that works with the token set, and the token appears nowhere in its log.
+// that works with the token set, and the token appears nowhere in its log. With
+// RAVEN_SIGNING_SECRET, the dispatcher signs each attempt and its demo raven verifies it.
 func TestStandaloneLogsTheAddressesItBound(t *testing.T) {
 	const token = "s3cret-t0ken"
+	const signingSecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 	logs := &logLines{}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -197,7 +199,8 @@ func TestStandaloneLogsTheAddressesItBound(t *testing.T) {
 	dataDir := t.TempDir()
 	go func() {
 		done <- run(ctx, nil, env(map[string]string{"STANDALONE": "true", "DATA_DIR": dataDir, "NATS_SYNC": "interval", "LOG_FORMAT": "json",
-			"INGEST_ADDR": "127.0.0.1:0", "OPS_ADDR": "127.0.0.1:0", "DEMO_RAVEN_ADDR": ":0", "INGEST_TOKEN": token, "DISPATCH_INTERVAL": "100ms"}), io.Discard, logs)
+			"INGEST_ADDR": "127.0.0.1:0", "OPS_ADDR": "127.0.0.1:0", "DEMO_RAVEN_ADDR": ":0", "INGEST_TOKEN": token, "DISPATCH_INTERVAL": "100ms",
+			"RAVEN_SIGNING_SECRET": signingSecret}), io.Discard, logs)
 	}()
 	t.Cleanup(func() {
 		cancel()
@@ -267,9 +270,12 @@ func TestStandaloneLogsTheAddressesItBound(t *testing.T) {
 	if code := post("Bearer " + token); code != http.StatusAccepted {
 		t.Fatalf("with the token: %d, want 202", code)
 	}
-	logs.wait(t, "raven received")
+	logs.wait(t, "raven received") // signed by the dispatcher, verified by the demo raven
 	if strings.Contains(logs.text(), token) {
 		t.Error("the token is in the log")
+	}
+	if strings.Contains(logs.text(), strings.TrimPrefix(signingSecret, "whsec_")) {
+		t.Error("the signing secret is in the log")
 	}
 }
 

@@ -275,6 +275,8 @@ func startDemoRaven(ctx context.Context, c *settings, log zerolog.Logger, g *par
 		return "", err
 	}
 	log.Info().Str("component", "demo-raven").Str("url", cli.URLFor(ln, "/")).Msg("demo raven listening; set RAVEN_URL to send to a real one")
-	g.start(func() error { return cli.Serve(ctx, cli.Server(cli.DemoRaven(log, false, fail)), ln, 5*time.Second) })
+	g.start(func() error {
+		return cli.Serve(ctx, cli.Server(cli.DemoRaven(log, false, fail, c.dispatch.Raven.Signing)), ln, 5*time.Second)
+	})
 	return cli.LocalURL(ln, "/"), nil
 }

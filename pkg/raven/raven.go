@@ -24,6 +24,7 @@ import (
 
 	"github.com/penguinhq/dispatcher/pkg/request"
 	"github.com/penguinhq/dispatcher/pkg/tracing"
+	"github.com/penguinhq/dispatcher/pkg/webhook"
 )
 
 // Defaults for Config.
@@ -57,6 +58,11 @@ type Config struct {
 	KeepBytes int
 	// KeepHeaders names the answer's headers kept with it (RESPONSE_HEADERS).
 	KeepHeaders []string
+	// Signing holds the secrets every attempt is signed with (RAVEN_SIGNING_SECRET): the
+	// Standard Webhooks headers, one signature per secret, so that raven can tell the
+	// attempt came from the dispatcher and is fresh (package webhook). None by default:
+	// attempts are not signed.
+	Signing []webhook.Secret
 	// Transport carries the attempts: nil for a connection pool of MaxConns to raven's
 	// address whose connections are reset when closed (see New). A simulation sets its
 	// own in-memory one.
@@ -81,7 +87,8 @@ func (c Config) WithDefaults() Config {
 func (c Config) Validate() error {
 	u, err := url.Parse(c.URL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return fmt.Errorf("raven URL %q: must be an absolute http:// or https:// URL", c.URL)
+		// Not the URL itself: it may carry a password or a key (user:password@, ?api_key=).
+		return errors.New("raven URL: must be an absolute http:// or https:// URL")
 	}
 	if c.Timeout <= 0 {
 		return fmt.Errorf("raven timeout %s: must be positive", c.Timeout)
@@ -176,6 +183,9 @@ func (c *Client) SendAnswer(ctx context.Context, st request.Stored, attempt int)
 	req.Header.Set(request.HeaderClientID, st.ClientID)
 	req.Header.Set(request.HeaderAttempt, strconv.Itoa(attempt))
 	req.Header.Set("User-Agent", c.cfg.UserAgent)
+	// Signed at the attempt's time, with the request id as the webhook id: a raven
+	// that verifies refuses an attempt replayed more than webhook.Tolerance later.
+	webhook.Sign(req.Header, c.cfg.Signing, st.ID, time.Now(), st.Body)
 	// The attempt's trace context, when tracing is on: raven's own spans join the
 	// request's trace. Otherwise the one stored with the request (the caller's, or the
 	// accept span's), passed on unchanged as an intermediary does.

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -16,6 +17,7 @@ import (
 	"github.com/penguinhq/dispatcher/pkg/httpapi"
 	"github.com/penguinhq/dispatcher/pkg/ledger"
 	"github.com/penguinhq/dispatcher/pkg/request"
+	"github.com/penguinhq/dispatcher/pkg/webhook"
 )
 
 // DemoRaven is a stand-in raven that accepts every request and logs each arrival with
@@ -27,7 +29,11 @@ import (
 // PUT /fail/{clientId} (the status as the body), DELETE /fail/{clientId} and GET /fail
 // change and show them while it runs. A rule "prefix*" matches every clientId that
 // starts with prefix.
-func DemoRaven(log zerolog.Logger, record bool, fail map[string]int) http.Handler {
+//
+// Given signing secrets (RAVEN_SIGNING_SECRET), it verifies each request's Standard
+// Webhooks signature as a raven should, and refuses one that does not verify, or is more
+// than five minutes old, with 401.
+func DemoRaven(log zerolog.Logger, record bool, fail map[string]int, signing []webhook.Secret) http.Handler {
 	dlog := log.With().Str("component", "demo-raven").Logger()
 	rules := &failRules{m: maps.Clone(fail)}
 	if rules.m == nil {
@@ -54,7 +60,11 @@ func DemoRaven(log zerolog.Logger, record bool, fail map[string]int) http.Handle
 			ev.Msg("raven received")
 		}})
 	mux := http.NewServeMux()
-	mux.Handle("POST /", rec)
+	var post http.Handler = rec
+	if len(signing) > 0 {
+		post = verifySignatures(signing, rec, dlog)
+	}
+	mux.Handle("POST /", post)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	mux.HandleFunc("GET /fail", func(w http.ResponseWriter, _ *http.Request) { httpapi.WriteJSON(w, http.StatusOK, rules.all()) })
 	mux.HandleFunc("PUT /fail/{client}", func(w http.ResponseWriter, r *http.Request) {
@@ -87,6 +97,30 @@ func DemoRaven(log zerolog.Logger, record bool, fail map[string]int) http.Handle
 		})
 	}
 	return mux
+}
+
+// maxSignedBody bounds the body the demo raven reads to verify its signature: above
+// NATS's largest message, so no request the dispatcher sends is refused for its size.
+const maxSignedBody = 64 << 20
+
+// verifySignatures passes on the requests whose signature verifies under one of
+// secrets and refuses the others with 401, as a raven checks what it receives.
+func verifySignatures(secrets []webhook.Secret, next http.Handler, log zerolog.Logger) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxSignedBody))
+		if err != nil {
+			httpapi.WriteJSON(w, http.StatusRequestEntityTooLarge, map[string]string{"error": err.Error()})
+			return
+		}
+		if err := webhook.Verify(secrets, r.Header, body, time.Now()); err != nil {
+			log.Warn().Str("client_id", r.Header.Get(request.HeaderClientID)).Str("request_id", r.Header.Get(request.HeaderIdempotencyKey)).
+				Str("error", err.Error()).Msg("raven refused a request whose signature does not verify")
+			httpapi.WriteJSON(w, http.StatusUnauthorized, map[string]string{"error": err.Error()})
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		next.ServeHTTP(w, r)
+	})
 }
 
 // failRules are the demo raven's refusals: clientId (or "prefix*") to status.

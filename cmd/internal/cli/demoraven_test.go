@@ -1,12 +1,19 @@
 package cli
 
 import (
+	"context"
+	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/rs/zerolog"
+
+	"github.com/penguinhq/dispatcher/pkg/raven"
+	"github.com/penguinhq/dispatcher/pkg/request"
+	"github.com/penguinhq/dispatcher/pkg/webhook"
 )
 
 // The demo raven refuses the clients its rules name, with their status, and the rules
@@ -16,7 +23,7 @@ func TestDemoRavenRefusesChosenClients(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(DemoRaven(zerolog.Nop(), true, fail))
+	srv := httptest.NewServer(DemoRaven(zerolog.Nop(), true, fail, nil))
 	defer srv.Close()
 	send := func(client string) int {
 		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/", strings.NewReader(`{}`))
@@ -63,5 +70,73 @@ func TestDemoRavenRefusesChosenClients(t *testing.T) {
 		if _, err := ParseFailRules(bad); err == nil {
 			t.Errorf("ParseFailRules(%q) took it", bad)
 		}
+	}
+}
+
+// Given the signing secret, the demo raven accepts what the dispatcher's raven client
+// signs, and refuses with 401, without recording it, a request that is unsigned, signed
+// with another secret, altered after signing, or signed more than five minutes ago.
+func TestDemoRavenVerifiesSignatures(t *testing.T) {
+	t.Parallel()
+	secrets, err := webhook.ParseSecrets("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw")
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, _ := webhook.ParseSecrets("whsec_" + strings.Repeat("QUFB", 8))
+	srv := httptest.NewServer(DemoRaven(zerolog.Nop(), true, nil, secrets))
+	defer srv.Close()
+
+	rc, err := raven.New(raven.Config{URL: srv.URL + "/", Signing: secrets})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := request.Stored{Request: request.Request{ID: "r1", ClientID: "alice", ContentType: "application/json", Body: []byte(`{"n":1}`)}}
+	if err := rc.Send(context.Background(), st, 1); err != nil {
+		t.Fatalf("a signed attempt from the raven client: %v", err)
+	}
+
+	send := func(sign []webhook.Secret, signedBody, body string, at time.Time) int {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/", strings.NewReader(body))
+		req.Header.Set("X-Client-Id", "bob")
+		req.Header.Set("Idempotency-Key", "r2")
+		webhook.Sign(req.Header, sign, "r2", at, []byte(signedBody))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	now := time.Now()
+	for _, c := range []struct {
+		name             string
+		sign             []webhook.Secret
+		signedBody, body string
+		at               time.Time
+	}{
+		{"Unsigned", nil, `{"n":2}`, `{"n":2}`, now},
+		{"OtherSecret", other, `{"n":2}`, `{"n":2}`, now},
+		{"TamperedBody", secrets, `{"n":2}`, `{"n":3}`, now},
+		{"Stale", secrets, `{"n":2}`, `{"n":2}`, now.Add(-webhook.Tolerance - time.Minute)},
+	} {
+		if code := send(c.sign, c.signedBody, c.body, c.at); code != http.StatusUnauthorized {
+			t.Errorf("%s: %d, want 401", c.name, code)
+		}
+	}
+	if code := send(secrets, `{"n":2}`, `{"n":2}`, now); code != http.StatusOK {
+		t.Errorf("signed now: %d, want 200", code)
+	}
+	resp, err := http.Get(srv.URL + "/arrivals")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var arrivals []struct{ ID string }
+	if err := json.NewDecoder(resp.Body).Decode(&arrivals); err != nil {
+		t.Fatal(err)
+	}
+	if len(arrivals) != 2 || arrivals[0].ID != "r1" || arrivals[1].ID != "r2" {
+		t.Errorf("arrivals %+v, want the two that verified", arrivals)
 	}
 }

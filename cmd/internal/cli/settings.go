@@ -14,7 +14,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/penguinhq/dispatcher/pkg/queue"
+	"github.com/penguinhq/dispatcher/pkg/webhook"
 )
 
 // Settings is a set of settings, each a flag and an environment variable of the same
@@ -151,7 +151,23 @@ func (s *Settings) String(p *string, env, def, usage string) {
 	s.add(env, usage, "any text", (*stringValue)(p), nil)
 }
 
-// URLs registers a setting that holds one URL or a comma-separated list of them.
+// URL registers a setting that holds one URL of one of the schemes, taken whole: a
+// comma in its query is part of it. Its errors show the URL's scheme, host and path,
+// never its user, password or query (SafeURL).
+func (s *Settings) URL(p *string, env, def, usage string, schemes ...string) {
+	*p = def
+	accepts := fmt.Sprintf("one %s URL", strings.Join(schemes, "/"))
+	s.add(env, usage, accepts, (*stringValue)(p), func(v string) error {
+		if v == "" {
+			return nil
+		}
+		return checkURL(v, schemes)
+	})
+	s.specs[len(s.specs)-1].redact = SafeURL
+}
+
+// URLs registers a setting that holds one URL or a comma-separated list of them (a
+// cluster's servers). Its errors show each URL's scheme, host and path only.
 func (s *Settings) URLs(p *string, env, def, usage string, schemes ...string) {
 	*p = def
 	accepts := fmt.Sprintf("a comma-separated list of %s URLs", strings.Join(schemes, "/"))
@@ -160,14 +176,36 @@ func (s *Settings) URLs(p *string, env, def, usage string, schemes ...string) {
 			return nil
 		}
 		for _, one := range strings.Split(v, ",") {
-			u, err := url.Parse(strings.TrimSpace(one))
-			if err != nil || u.Host == "" || !slices.Contains(schemes, u.Scheme) {
-				return fmt.Errorf("%q is not a %s URL (a password in it must be URL-escaped)", queue.RedactURLs(one), strings.Join(schemes, "/"))
+			if err := checkURL(strings.TrimSpace(one), schemes); err != nil {
+				return fmt.Errorf("%s: %w", SafeURL(one), err)
 			}
 		}
 		return nil
 	})
-	s.specs[len(s.specs)-1].redact = queue.RedactURLs
+	s.specs[len(s.specs)-1].redact = func(v string) string {
+		parts := strings.Split(v, ",")
+		for i, one := range parts {
+			parts[i] = SafeURL(one)
+		}
+		return strings.Join(parts, ",")
+	}
+}
+
+// checkURL says what is wrong with v as a URL of one of the schemes, in words that do
+// not repeat any part of it.
+func checkURL(v string, schemes []string) error {
+	u, err := url.Parse(v)
+	switch {
+	case err != nil:
+		return errors.New("it cannot be read as a URL (a character such as @, #, % or / in a password must be URL-escaped)")
+	case !slices.Contains(schemes, u.Scheme):
+		return fmt.Errorf("its scheme must be %s", strings.Join(schemes, " or "))
+	case u.Host == "":
+		return errors.New("it has no host")
+	case strings.Contains(v, "#"):
+		return errors.New("it has a fragment (#...), which is never sent: a # in a password must be URL-escaped as %23")
+	}
+	return nil
 }
 
 // HeaderNames registers a setting that holds a comma-separated list of HTTP header
@@ -276,6 +314,20 @@ func (s *Settings) Float(p *float64, env string, def, min, max float64, usage st
 // Bool registers an on/off setting.
 func (s *Settings) Bool(p *bool, env string, usage string) {
 	s.add(env, usage, "true or false", (*boolValue)(p), nil)
+}
+
+// SigningSecrets registers a setting that holds Standard Webhooks signing secrets
+// (whsec_ and the key in base64), space-separated while one is rotated. As with Secret,
+// its value never appears in messages.
+func (s *Settings) SigningSecrets(p *[]webhook.Secret, env, usage string) {
+	raw := new(string)
+	s.add(env, usage, fmt.Sprintf("%s followed by a key of %d to %d bytes in standard base64 (%s$(openssl rand -base64 32)), or several such, space-separated",
+		webhook.SecretPrefix, webhook.MinKeyBytes, webhook.MaxKeyBytes, webhook.SecretPrefix), (*stringValue)(raw), func(v string) error {
+		_, err := webhook.ParseSecrets(v)
+		return err
+	})
+	s.specs[len(s.specs)-1].redact = func(string) string { return "(hidden)" }
+	s.afterParse(func() { *p, _ = webhook.ParseSecrets(*raw) })
 }
 
 type stringValue string

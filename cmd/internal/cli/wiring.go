@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -135,13 +136,20 @@ func Serve(ctx context.Context, srv *http.Server, ln net.Listener, grace time.Du
 	return nil
 }
 
-// SafeURL is u for logs: scheme, host and path, without credentials or query.
+// SafeURL is u for logs and errors: its scheme, host and path, never its user,
+// password, query or fragment. Of a URL that cannot be read, or whose host cannot be
+// told apart from a password (an @ outside its user part), it shows the scheme alone.
 func SafeURL(u string) string {
-	p, err := url.Parse(u)
-	if err != nil {
-		return "(a URL that cannot be read, hidden)"
+	v := strings.TrimSpace(u)
+	if p, err := url.Parse(v); err == nil && (p.User != nil || !strings.Contains(v, "@")) {
+		return p.Scheme + "://" + p.Host + p.Path
 	}
-	return p.Scheme + "://" + p.Host + p.Path
+	if scheme, _, ok := strings.Cut(v, "://"); ok {
+		if p, err := url.Parse(scheme + ":"); err == nil && p.Scheme != "" && strings.EqualFold(p.Scheme, scheme) {
+			return p.Scheme + "://(the rest hidden: it cannot be read as a URL)"
+		}
+	}
+	return "(a URL that cannot be read, hidden)"
 }
 
 // URLFor is the URL of what ln serves at path, with the address ln actually bound: for
