@@ -80,61 +80,49 @@ func TestATenantCannotTakeAnothersCancelsOrLookups(t *testing.T) {
 	srv := httptest.NewServer(api.Handler())
 	t.Cleanup(srv.Close)
 
-	// The dispatchers' side: acme's asks are held until the test ends (or their asker
-	// gives up), globex's answered at once.
+	// The dispatchers' side, answering on NATS as they do: acme's asks are held until
+	// the test ends (or their asker gives up), globex's answered at once. (Not the
+	// queue's own ServeCancels: its bound of cancels at once is the dispatcher's, not
+	// ingest's, and would be what acme fills.)
 	release := make(chan struct{})
-	var cancelsHeld, cancelsHeard atomic.Int64
-	stopCancels, err := q.ServeCancels(func(ctx context.Context, subject, id string) (request.CancelAnswer, bool) {
-		if subject == q.StoredSubject("acme-1") {
-			cancelsHeld.Add(1)
-			defer cancelsHeld.Add(-1)
-			select {
-			case <-release:
-			case <-ctx.Done():
-				return request.CancelAnswer{}, false
-			}
-			return request.CancelAnswer{Outcome: request.CancelInFlight}, true
-		}
-		cancelsHeard.Add(1)
-		return request.CancelAnswer{Outcome: request.CancelNotQueued}, true
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(stopCancels)
 	nc, err := nats.Connect("", nats.InProcessServer(emb.Server()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(nc.Close)
-	var asksHeld, asksHeard atomic.Int64
 	var answering sync.WaitGroup
 	t.Cleanup(answering.Wait)
-	sub, err := nc.Subscribe("dispatch.ctl.queued", func(m *nats.Msg) {
-		var ask struct {
-			ClientID string
-			WithinMs int64
-		}
-		_ = json.Unmarshal(m.Data, &ask)
-		if ask.ClientID != "acme-1" {
-			asksHeard.Add(1)
-			_ = m.Respond([]byte(`{"found":false}`))
-			return
-		}
-		answering.Go(func() { // held apart: a subscription's messages come one at a time
-			asksHeld.Add(1)
-			defer asksHeld.Add(-1)
-			select {
-			case <-release:
-			case <-time.After(time.Duration(ask.WithinMs) * time.Millisecond):
+	serve := func(subject string, held, heard *atomic.Int64, answer any) {
+		t.Helper()
+		sub, err := nc.Subscribe(subject, func(m *nats.Msg) {
+			var ask struct {
+				ClientID string
+				WithinMs int64
 			}
+			_ = json.Unmarshal(m.Data, &ask)
+			if ask.ClientID != "acme-1" {
+				heard.Add(1)
+				b, _ := json.Marshal(answer)
+				_ = m.Respond(b)
+				return
+			}
+			held.Add(1)
+			answering.Go(func() { // held apart: a subscription's messages come one at a time
+				defer held.Add(-1)
+				select {
+				case <-release:
+				case <-time.After(time.Duration(ask.WithinMs) * time.Millisecond):
+				}
+			})
 		})
-	})
-	if err != nil {
-		t.Fatal(err)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = sub.Unsubscribe() })
 	}
-	t.Cleanup(func() { _ = sub.Unsubscribe() })
-
+	var cancelsHeld, cancelsHeard, asksHeld, asksHeard atomic.Int64
+	serve("dispatch.ctl.cancel", &cancelsHeld, &cancelsHeard, request.CancelAnswer{Outcome: request.CancelNotQueued})
+	serve("dispatch.ctl.queued", &asksHeld, &asksHeard, map[string]bool{"found": false})
 	// acme: 40 callers each of DELETEs and status reads of requests it never sent.
 	ctx, stop := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
