@@ -235,7 +235,7 @@ func startIngest(ctx context.Context, c *settings, q *queue.Queue, nc *queue.Con
 		c.ingest.Events, c.ingest.Status, c.ingest.Instance = events, q, c.dispatch.InstanceID
 	}
 	c.ingest.BacklogRetryAfter = c.dispatch.Interval
-	c.ingest.Backlogs = q // scoped tokens' shares of clients with a backlog
+	c.ingest.Backlogs = q // tokens' shares of clients with a backlog
 	c.ingest.Metrics = ingest.NewMetrics(reg)
 	tp, stopTracing, err := cli.Tracing(ctx, "dispatch-ingest", log)
 	if err != nil {

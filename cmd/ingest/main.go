@@ -61,7 +61,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, _ io.Wr
 	reg.MustRegister(q.WritesCollector())
 	go q.WatchWrites(ctx, 0, log)
 	ingestCfg.Metrics = ingest.NewMetrics(reg)
-	ingestCfg.Backlogs = q // scoped tokens' shares of clients with a backlog
+	ingestCfg.Backlogs = q // tokens' shares of clients with a backlog
 	tp, stopTracing, err := cli.Tracing(ctx, "dispatch-ingest", log)
 	if err != nil {
 		return err

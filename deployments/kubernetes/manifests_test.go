@@ -110,6 +110,9 @@ func TestManifests(t *testing.T) {
 
 	config := map[string]bool{}
 	for _, cm := range byKind["ConfigMap"] {
+		if str(cm, "metadata", "name") == "ingest-tokens" {
+			continue // a file ingest reads (INGEST_TOKENS_FILE), not settings
+		}
 		for key := range at(cm, "data").(obj) {
 			config[key] = true
 		}
@@ -268,5 +271,25 @@ func TestComposeSettings(t *testing.T) {
 				t.Errorf("compose service %s sets %s, which %s does not read", name, key, bin)
 			}
 		}
+	}
+}
+
+// The ConfigMap of ingest's tokens holds the lines of the shipped example file, which the
+// compose stack mounts: one set of example tenants, wherever it is deployed.
+func TestIngestTokensMatchTheExample(t *testing.T) {
+	raw, err := os.ReadFile("../ingest-tokens.example")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []string
+	for line := range strings.SplitSeq(string(raw), "\n") {
+		if line = strings.TrimSpace(line); line != "" && !strings.HasPrefix(line, "#") {
+			want = append(want, line)
+		}
+	}
+	cm := decode(t, "ingest-tokens.yaml", yaml.Unmarshal)[0]
+	got := strings.Split(strings.TrimSpace(str(cm, "data", "tokens")), "\n")
+	if len(want) == 0 || !slices.Equal(got, want) {
+		t.Errorf("ingest-tokens.yaml holds %q, want the lines of ../ingest-tokens.example: %q", str(cm, "data", "tokens"), want)
 	}
 }

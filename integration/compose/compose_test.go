@@ -165,7 +165,8 @@ func TestComposeStackSurvivesKilledContainers(t *testing.T) {
 		t.Fatalf("make images: %v\n%s", err, out)
 	}
 
-	const token = "e2e-ingest-token"
+	// The demo tenant's token from the shipped tokens file (deployments/ingest-tokens.example).
+	const token = "demo-token-from-deployments-example-0001"
 	c := &composeStack{t: t, cmd: cmd, root: root, project: fmt.Sprintf("dispatche2e%d", os.Getpid()), ports: map[string]string{},
 		envFile: filepath.Join(t.TempDir(), "empty.env")}
 	if err := os.WriteFile(c.envFile, nil, 0o600); err != nil {
@@ -176,7 +177,7 @@ func TestComposeStackSurvivesKilledContainers(t *testing.T) {
 	c.env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"), "DOCKER_HOST=" + os.Getenv("DOCKER_HOST"),
 		"IMAGE_TAG=" + tag, "DISPATCH_INTERVAL=" + interval.String(), "RECORD_ARRIVALS=true",
 		"LEASE_TTL=4s", "RAVEN_TIMEOUT=1s", "PARTITIONS=16", "RAVEN_URL=http://demoraven:8081/", "ADMIN_TOKEN=",
-		"INGEST_TOKEN=" + token, "INGEST_NATS_PASSWORD=e2e-i", "DISPATCHER_NATS_PASSWORD=e2e-d", "OPS_NATS_PASSWORD=e2e-o",
+		"INGEST_TOKEN=", "INGEST_NATS_PASSWORD=e2e-i", "DISPATCHER_NATS_PASSWORD=e2e-d", "OPS_NATS_PASSWORD=e2e-o",
 		"SYS_NATS_PASSWORD=e2e-s"}
 	for _, p := range []string{"INGEST_PORT", "INGEST2_PORT", "INGEST_OPS_PORT", "INGEST2_OPS_PORT", "RAVEN_PORT", "NATS_PORT", "NATS2_PORT",
 		"NATS3_PORT", "DISPATCHER_OPS_PORT", "DISPATCHER2_OPS_PORT"} {

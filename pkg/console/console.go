@@ -147,20 +147,7 @@ func (c *Console) Handler() http.Handler {
 	mux.HandleFunc(Prefix, func(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, http.StatusNotFound, "No such page: "+r.URL.Path)
 	})
-	return c.headers(mux)
-}
-
-// headers sets the security headers every answer carries.
-func (c *Console) headers(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		h := w.Header()
-		h.Set("Content-Security-Policy", ContentSecurityPolicy)
-		h.Set("X-Content-Type-Options", "nosniff")
-		h.Set("X-Frame-Options", "DENY")
-		h.Set("Referrer-Policy", "no-referrer")
-		h.Set("Cache-Control", "no-store")
-		next.ServeHTTP(w, r)
-	})
+	return httpapi.SecurityHeaders(ContentSecurityPolicy)(mux)
 }
 
 // ContentSecurityPolicy is the policy of every answer: the console's own script and

@@ -30,6 +30,7 @@ type Tokens struct {
 	mu      sync.RWMutex
 	tokens  []token
 	keys    int               // distinct share keys: tenants, and unscoped tokens
+	tenants int               // tokens scoped to a tenant
 	content [sha256.Size]byte // of the file as last read
 }
 
@@ -121,12 +122,15 @@ func (t *Tokens) Reload() error {
 	if len(tokens) == 0 {
 		return errors.New("no token given")
 	}
-	keys := map[string]bool{}
+	keys, scoped := map[string]bool{}, 0
 	for _, tk := range tokens {
 		keys[tk.scope.key] = true
+		if tk.scope.Scoped() {
+			scoped++
+		}
 	}
 	t.mu.Lock()
-	t.tokens, t.keys, t.content = tokens, len(keys), content
+	t.tokens, t.keys, t.tenants, t.content = tokens, len(keys), scoped, content
 	t.mu.Unlock()
 	return nil
 }
@@ -137,6 +141,14 @@ func (t *Tokens) shareKeys() int {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
 	return t.keys
+}
+
+// Unscoped says whether every token is unscoped: each may send for, and read, every
+// client.
+func (t *Tokens) Unscoped() bool {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	return t.tenants == 0
 }
 
 // Valid says whether tok is one of the tokens, and what it may do. It compares the token's

@@ -69,42 +69,38 @@ func (a *API) acceptBatch(w http.ResponseWriter, r *http.Request, scope *Scope) 
 	if r.ContentLength >= 0 && r.ContentLength < size {
 		size = r.ContentLength
 	}
-	if a.batchBytes.Add(size) > a.cfg.BatchInFlightBytes {
-		a.batchBytes.Add(-size)
-		a.cfg.Metrics.outcome("overloaded")
-		writeProblem(w, problem{Status: http.StatusServiceUnavailable, Code: "overloaded", RetryAfter: time.Second,
-			Detail: fmt.Sprintf("the batches being stored at once already take the limit of %d bytes (BATCH_INFLIGHT_BYTES); nothing of this one was stored; retry after the Retry-After delay", a.cfg.BatchInFlightBytes)})
+	key, share := a.share(scope, a.batchBytes, 0)
+	if ok, over := a.batchBytes.takeAll(key, share, size); !ok {
+		p := problem{Status: http.StatusServiceUnavailable, Code: "overloaded", RetryAfter: time.Second,
+			Detail: fmt.Sprintf("the batches being stored at once already take the limit of %d bytes (BATCH_INFLIGHT_BYTES); nothing of this one was stored; retry after the Retry-After delay", a.cfg.BatchInFlightBytes)}
+		if over {
+			p = a.batchBytes.overShare(share, false)
+		}
+		a.answerProblem(w, p)
 		return
 	}
-	defer a.batchBytes.Add(-size)
+	defer a.batchBytes.give(key, size)
 	items, p := a.readBatch(w, r, mt)
 	if p != nil {
 		a.answerProblem(w, *p)
 		return
 	}
 	results, reqs, at := a.parseItems(r.Context(), items, scope)
-	// A slot per publish, as for single requests; the items that find none are told to
-	// come back.
-	taken := 0
-	for taken < len(reqs) {
-		select {
-		case a.publishing <- struct{}{}:
-			taken++
-			continue
-		default:
-		}
-		break
-	}
-	defer func() {
-		for range taken {
-			<-a.publishing
-		}
-	}()
+	// A slot per publish, as for single requests, within the token's share; the items
+	// that find none are told to come back.
+	key, share = a.share(scope, a.publishing, 0)
+	took, over := a.publishing.takeUpTo(key, share, int64(len(reqs)))
+	defer a.publishing.give(key, took)
+	taken := int(took)
 	for k := taken; k < len(reqs); k++ {
 		a.unadmit(scope, reqs[k])
-		a.cfg.Metrics.outcome("overloaded")
-		results[at[k]].fail(problem{Status: http.StatusServiceUnavailable, Code: "overloaded", RetryAfter: time.Second,
-			Detail: "too many requests are being stored at once; this item was not accepted; retry it after the Retry-After delay"})
+		p := problem{Status: http.StatusServiceUnavailable, Code: "overloaded", RetryAfter: time.Second,
+			Detail: "too many requests are being stored at once; this item was not accepted; retry it after the Retry-After delay"}
+		if over {
+			p = a.publishing.overShare(share, false)
+		}
+		a.cfg.Metrics.outcome(p.Code)
+		results[at[k]].fail(p)
 	}
 	if taken > 0 {
 		ctx, endSpan := a.traceBatch(r, reqs[:taken], len(items))

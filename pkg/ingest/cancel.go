@@ -17,7 +17,8 @@ type Canceller interface {
 }
 
 // maxCancels bounds the cancels one ingest has the dispatchers working on at once (each
-// is a search of the client's queue by the owner), and cancelTimeout each.
+// is a search of the client's queue by the owner), a token at most its share of them,
+// and cancelTimeout each.
 const (
 	maxCancels    = 16
 	cancelTimeout = 4 * time.Second
@@ -43,14 +44,17 @@ func (a *API) cancel(w http.ResponseWriter, r *http.Request, scope *Scope) {
 		writeProblem(w, notQueued(id, clientID))
 		return
 	}
-	select {
-	case a.cancelSlots <- struct{}{}:
-		defer func() { <-a.cancelSlots }()
-	default:
+	release, refusal, ok := a.takeSlot(scope, a.cancelSlots, 0)
+	switch {
+	case refusal != nil:
+		writeProblem(w, *refusal)
+		return
+	case !ok:
 		writeProblem(w, problem{Status: http.StatusServiceUnavailable, Code: "overloaded", RetryAfter: time.Second,
 			Detail: fmt.Sprintf("%d cancels are being decided already; retry after the Retry-After delay", maxCancels)})
 		return
 	}
+	defer release()
 	ctx, cancel := context.WithTimeout(r.Context(), cancelTimeout)
 	defer cancel()
 	ans, err := a.cancels.AskCancel(ctx, clientID, id)

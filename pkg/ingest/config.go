@@ -47,9 +47,9 @@ type Config struct {
 	// Tokens, if not nil, are the bearer tokens every route but the probes requires, each
 	// with its scope; nil accepts requests from anyone, for any client.
 	Tokens *Tokens
-	// Backlogs, if not nil, lists the clients with requests queued: a scoped token's
-	// clients with a backlog are counted against its share from it. Without it that
-	// share is not enforced.
+	// Backlogs, if not nil, lists the clients with requests queued: a token's clients
+	// with a backlog are counted against its share from it. Without it that share is not
+	// enforced.
 	Backlogs BacklogLister
 	// MaxPublishing bounds the publishes waiting for JetStream at once; past it a request
 	// gets 503 at once instead of queueing in memory. Defaults to 4096.

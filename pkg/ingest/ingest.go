@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"sync/atomic"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -69,28 +68,36 @@ type API struct {
 	pub         Publisher
 	ready       Readiness
 	log         zerolog.Logger
-	publishing  chan struct{} // a slot per publish waiting for JetStream
-	waits       chan struct{} // a slot per status read waiting for a final state
-	reads       chan struct{} // a slot per status read not waiting
-	asks        chan struct{} // a slot per ask whether a request is queued (askQueued)
-	batchBytes  atomic.Int64  // bytes of the batches being read and stored
-	tracer      trace.Tracer  // nil: tracing is off
-	shares      *shares       // each tenant's (and unscoped token's) reads and delayed requests
-	backlogs    *backlogs     // who has a backlog; nil without Config.Backlogs
-	cancels     Canceller     // nil: DELETE answers 501
-	cancelSlots chan struct{} // a slot per cancel being decided
+	publishing  *pool        // a slot per publish waiting for JetStream
+	batchBytes  *pool        // bytes of the batches being read and stored
+	waits       *pool        // a slot per status read waiting for a final state
+	reads       *pool        // a slot per status read not waiting
+	asks        *pool        // a slot per ask whether a request is queued (askQueued)
+	cancelSlots *pool        // a slot per cancel being decided
+	tracer      trace.Tracer // nil: tracing is off
+	shares      *shares      // each tenant's (and unscoped token's) delayed requests
+	backlogs    *backlogs    // who has a backlog; nil without Config.Backlogs
+	cancels     Canceller    // nil: DELETE answers 501
 }
 
-// New returns the API. A pub that is also a Canceller (the queue) serves cancels.
+// New returns the API. A pub that is also a Canceller (the queue) serves cancels. With
+// tokens that are all unscoped it logs a warning saying how to scope them.
 func New(cfg Config, pub Publisher, ready Readiness, log zerolog.Logger) (*API, error) {
 	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	a := &API{cfg: cfg, pub: pub, ready: ready, log: log.With().Str("component", "ingest").Logger(),
-		publishing: make(chan struct{}, cfg.MaxPublishing), waits: make(chan struct{}, cfg.MaxStatusWaits),
-		reads: make(chan struct{}, cfg.MaxStatusReads), asks: make(chan struct{}, maxQueuedAsks), shares: newShares(),
-		cancelSlots: make(chan struct{}, maxCancels)}
+	a := &API{cfg: cfg, pub: pub, ready: ready, log: log.With().Str("component", "ingest").Logger(), shares: newShares(),
+		publishing:  newPool(int64(cfg.MaxPublishing), 1, "tenant_publishing_full", "publishes waiting for JetStream", "MAX_PUBLISHING"),
+		batchBytes:  newPool(cfg.BatchInFlightBytes, cfg.BatchMaxBytes, "tenant_publishing_full", "bytes of batches being stored", "BATCH_INFLIGHT_BYTES"),
+		waits:       newPool(int64(cfg.MaxStatusWaits), 1, "tenant_reads_full", "status reads waiting (?wait, Prefer: wait)", "MAX_STATUS_WAITS"),
+		reads:       newPool(int64(cfg.MaxStatusReads), 1, "tenant_reads_full", "status reads", "MAX_STATUS_READS"),
+		asks:        newPool(maxQueuedAsks, 1, "", "asks whether a request is queued", fmt.Sprintf("this ingest's %d", maxQueuedAsks)),
+		cancelSlots: newPool(maxCancels, 1, "tenant_cancels_full", "cancels being decided", fmt.Sprintf("this ingest's %d", maxCancels))}
+	if cfg.Tokens != nil && cfg.Tokens.Unscoped() {
+		a.log.Warn().Int("unscoped_delayed", DefaultUnscopedMaxDelayed).Int("unscoped_backlogs", DefaultUnscopedMaxBacklogs).
+			Msg("every ingest token is unscoped: each may send for, and read, every client, within the unscoped shares; write a tokens file (INGEST_TOKENS_FILE) that gives each producer a tenant and its clients")
+	}
 	if c, ok := pub.(Canceller); ok {
 		a.cancels = c
 	}
@@ -131,8 +138,12 @@ func endAccept(span trace.Span, outcome string, status int) {
 //	GET  /v1/openapi.json    the API's OpenAPI document
 //	GET  /healthz            the process is alive
 //	GET  /readyz             the queue is reachable and its streams are in place
+//
+// Every answer carries the security headers of httpapi.SecurityHeaders.
 func (a *API) Handler() http.Handler {
 	r := chi.NewRouter()
+	secure := httpapi.SecurityHeaders(httpapi.APIContentSecurityPolicy)
+	r.Use(secure) // before routing: 404s and 405s carry them too
 	single := a.authorize(a.accept)
 	r.Method(http.MethodPost, "/v1/requests", single)
 	r.Method(http.MethodPost, "/v1/requests/batch", a.authorize(a.acceptBatch))
@@ -147,7 +158,7 @@ func (a *API) Handler() http.Handler {
 		writeProblem(w, problem{Status: http.StatusNotFound, Code: "not_found", Detail: fmt.Sprintf("no route %s %s; requests go to POST /v1/requests", r.Method, truncate(r.URL.EscapedPath(), 128))})
 	})
 	r.MethodNotAllowed(httpapi.MethodNotAllowed(r)) // with the Allow header RFC 9110 requires
-	return router{Mux: r, single: single}
+	return router{Mux: r, single: secure(single)}
 }
 
 // notBatch answers 405 for /v1/requests/batch, which the router would otherwise give
@@ -207,20 +218,21 @@ func (a *API) accept(w http.ResponseWriter, r *http.Request, scope *Scope) {
 		a.answerProblem(w, *p)
 		return
 	}
-	publishing := true // the slot is held; given back when the publish is done
-	select {
-	case a.publishing <- struct{}{}:
-		defer func() {
-			if publishing {
-				<-a.publishing
-			}
-		}()
-	default:
+	release, refusal, publishing := a.takeSlot(scope, a.publishing, 0) // given back when the publish is done
+	if !publishing {
 		a.unadmit(scope, req)
-		a.answerProblem(w, problem{Status: http.StatusServiceUnavailable, Code: "overloaded", RetryAfter: time.Second,
-			Detail: "too many requests are being stored at once; this one was not accepted; retry after the Retry-After delay"})
+		if refusal == nil {
+			refusal = &problem{Status: http.StatusServiceUnavailable, Code: "overloaded", RetryAfter: time.Second,
+				Detail: "too many requests are being stored at once; this one was not accepted; retry after the Retry-After delay"}
+		}
+		a.answerProblem(w, *refusal)
 		return
 	}
+	defer func() {
+		if publishing {
+			release()
+		}
+	}()
 	var wt *waiting // Prefer: wait, its watch started before the request is stored
 	if waits && a.cfg.Status != nil {
 		if wt = a.startWait(scope, req.ClientID, req.ID, wait); wt != nil {
@@ -256,7 +268,7 @@ func (a *API) accept(w http.ResponseWriter, r *http.Request, scope *Scope) {
 	}
 	acc := a.stored(req, receipt)
 	if wt != nil {
-		<-a.publishing // not held through the wait
+		release() // not held through the wait
 		publishing = false
 		cancel()
 		putBuffer(buf) // the body is stored: a wait does not hold it

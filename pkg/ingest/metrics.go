@@ -19,7 +19,7 @@ var Outcomes = []string{"accepted", "duplicate", "unauthorized", "overloaded", "
 	"queue_unavailable", "unsupported_media_type", "body_timeout", "body_unreadable", "body_too_large",
 	"malformed_json", "client_id_invalid", "client_id_missing", "client_id_mismatch", "idempotency_key_invalid", "not_before_invalid", "not_after_invalid", "prefer_wait_invalid",
 	"body_missing", "item_invalid", "batch_too_large", "batch_empty",
-	"client_not_allowed", "idempotency_key_reused", "tenant_delayed_full", "tenant_backlogs_full", "tenant_reads_full"}
+	"client_not_allowed", "idempotency_key_reused", "tenant_delayed_full", "tenant_backlogs_full", "tenant_reads_full", "tenant_publishing_full"}
 
 // NewMetrics registers the ingest metrics with reg.
 func NewMetrics(reg prometheus.Registerer) *Metrics {

@@ -71,23 +71,16 @@ func (a *API) startWait(scope *Scope, clientID, id string, wait time.Duration) *
 	if wait <= 0 {
 		return nil
 	}
-	select {
-	case a.waits <- struct{}{}:
-	default:
-		return nil
-	}
-	release, p := a.takeTenantRead(scope, true)
-	if p != nil {
-		<-a.waits
+	release, _, ok := a.takeSlot(scope, a.waits, scope.readShare())
+	if !ok {
 		return nil
 	}
 	watch, err := a.watch(clientID, id)
 	if err != nil {
 		release()
-		<-a.waits
 		return nil
 	}
-	return &waiting{wait: wait, watch: watch, release: func() { watch.stop(); release(); <-a.waits }}
+	return &waiting{wait: wait, watch: watch, release: func() { watch.stop(); release() }}
 }
 
 // answerWhenFinal holds the answer to a POST that asked to wait (Prefer: wait), as a

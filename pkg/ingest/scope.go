@@ -17,7 +17,9 @@ import (
 
 // Scope is what one bearer token may do. A token given in INGEST_TOKEN, or a tokens-file
 // line with nothing after its hash, is unscoped: it sends for, and reads, every client,
-// as every token did before scopes existed. A line that names a tenant and its clients:
+// as every token did before scopes existed, within shares of its own (the defaults of
+// DefaultUnscopedMaxDelayed and DefaultUnscopedMaxBacklogs, its clients with a backlog
+// being every client that has one). A line that names a tenant and its clients:
 //
 //	sha256:<hex> tenant=acme clients=acme-*,partner-7 delayed=1000 backlogs=500 reads=50
 //
@@ -35,10 +37,11 @@ type Scope struct {
 	// pattern is a clientId in which "*" stands for any run of characters. Nil: all.
 	Clients []string
 	// MaxDelayed bounds the tenant's requests whose Not-Before is still ahead, as this
-	// ingest instance accepted them (0: DefaultTenantMaxDelayed).
+	// ingest instance accepted them (0: DefaultTenantMaxDelayed; unscoped,
+	// DefaultUnscopedMaxDelayed).
 	MaxDelayed int
 	// MaxBacklogs bounds the tenant's clients that have requests queued, across the
-	// queue (0: DefaultTenantMaxBacklogs).
+	// queue (0: DefaultTenantMaxBacklogs; unscoped, DefaultUnscopedMaxBacklogs).
 	MaxBacklogs int
 	// MaxReads bounds the tenant's status reads at once on this ingest instance, waiting
 	// (?wait) and not each (0: a fair share, MAX_STATUS_WAITS and MAX_STATUS_READS over
@@ -49,11 +52,49 @@ type Scope struct {
 	patterns []*regexp.Regexp
 }
 
-// Defaults of a scoped token's shares.
+// Defaults of a scoped token's shares, and of an unscoped token's. An unscoped token
+// sends for every client, so its clients with a backlog are all that have one; it may
+// park fewer requests for later than a tenant, since a far Not-Before is how one token
+// fills the queue with clients for a day.
 const (
-	DefaultTenantMaxDelayed  = 10_000
-	DefaultTenantMaxBacklogs = 10_000
+	DefaultTenantMaxDelayed    = 10_000
+	DefaultTenantMaxBacklogs   = 10_000
+	DefaultUnscopedMaxDelayed  = 1_000
+	DefaultUnscopedMaxBacklogs = 10_000
 )
+
+// maxDelayed and maxBacklogs are the token's shares of delayed requests and of clients
+// with a backlog: its line's, or the defaults.
+func (s *Scope) maxDelayed() int {
+	if s.Scoped() {
+		return cmp.Or(s.MaxDelayed, DefaultTenantMaxDelayed)
+	}
+	return cmp.Or(s.MaxDelayed, DefaultUnscopedMaxDelayed)
+}
+
+func (s *Scope) maxBacklogs() int {
+	if s.Scoped() {
+		return cmp.Or(s.MaxBacklogs, DefaultTenantMaxBacklogs)
+	}
+	return cmp.Or(s.MaxBacklogs, DefaultUnscopedMaxBacklogs)
+}
+
+// who names the token in a refusal of its shares, and how to get a larger one.
+func (s *Scope) who() (who, larger string) {
+	if s.Scoped() {
+		return "tenant " + s.Tenant, "ask for a larger share"
+	}
+	return "this unscoped token", "give the producer a tenant of its own in INGEST_TOKENS_FILE, with its shares (delayed=, backlogs=)"
+}
+
+// readShare is the token's share of status reads at once as its line sets it (reads=);
+// 0 for an even share.
+func (s *Scope) readShare() int {
+	if s == nil {
+		return 0
+	}
+	return s.MaxReads
+}
 
 // Scoped says whether the token is limited to some clients.
 func (s *Scope) Scoped() bool { return s != nil && s.Tenant != "" }
@@ -153,35 +194,15 @@ func sameScope(a, b *Scope) bool {
 		a.MaxDelayed == b.MaxDelayed && a.MaxBacklogs == b.MaxBacklogs && a.MaxReads == b.MaxReads
 }
 
-// shares keeps each tenant's (or unscoped token's) use of what ingest holds for it: status
-// reads at once, and delayed requests.
+// shares keeps each tenant's (or unscoped token's) delayed requests; what it holds at
+// once (reads, publishes, cancels) each pool keeps.
 type shares struct {
 	mu      sync.Mutex
-	reads   map[string]int         // status reads being read for each key
 	delayed map[string][]time.Time // the Not-Before of each delayed request taken, in no order
 }
 
 func newShares() *shares {
-	return &shares{reads: map[string]int{}, delayed: map[string][]time.Time{}}
-}
-
-// takeRead takes one of s's read slots, if it has one free of its limit.
-func (sh *shares) takeRead(key string, limit int) bool {
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	if sh.reads[key] >= limit {
-		return false
-	}
-	sh.reads[key]++
-	return true
-}
-
-func (sh *shares) releaseRead(key string) {
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	if sh.reads[key]--; sh.reads[key] <= 0 {
-		delete(sh.reads, key)
-	}
+	return &shares{delayed: map[string][]time.Time{}}
 }
 
 // takeDelayed counts a delayed request for key, if it has room for one more: it is
@@ -222,12 +243,6 @@ func (sh *shares) releaseDelayed(key string, notBefore time.Time) {
 	}
 }
 
-// fairShare is limit over n keys, rounded up; at least 1.
-func fairShare(limit, n int) int {
-	n = max(n, 1)
-	return max(1, (limit+n-1)/n)
-}
-
 // BacklogLister lists the request subjects that have requests queued, with their counts
 // (queue.Queue does).
 type BacklogLister interface {
@@ -260,7 +275,11 @@ func (b *backlogs) admit(ctx context.Context, s *Scope, clientID string, limit i
 		return true
 	}
 	n, ok := b.counts[s.key]
-	if !ok {
+	switch {
+	case ok:
+	case !s.Scoped():
+		n = len(b.clients) // its clients are all
+	default:
 		for c := range b.clients {
 			if s.Allows(c) {
 				n++
@@ -309,27 +328,28 @@ func newBacklogs(list BacklogLister, every time.Duration) *backlogs {
 }
 
 // admit checks what the token's scope says of req before it is stored: its client, and
-// the tenant's shares of clients with a backlog and of delayed requests. What it counts
+// the token's shares of clients with a backlog and of delayed requests. What it counts
 // for req, unadmit uncounts when req is not stored after all (or was a copy).
 func (a *API) admit(ctx context.Context, s *Scope, req request.Request) *problem {
-	if !s.Scoped() {
-		return nil // nothing to count: unscoped tokens, or none
+	if s == nil {
+		return nil // nothing to count: ingest takes requests without tokens
 	}
 	if !s.Allows(req.ClientID) {
 		return s.notAllowed(req.ClientID)
 	}
+	who, larger := s.who()
 	if a.backlogs != nil {
-		limit := cmp.Or(s.MaxBacklogs, DefaultTenantMaxBacklogs)
+		limit := s.maxBacklogs()
 		if !a.backlogs.admit(ctx, s, req.ClientID, limit) {
 			return &problem{Status: http.StatusTooManyRequests, Code: "tenant_backlogs_full", RetryAfter: a.cfg.BacklogRetryAfter,
-				Detail: fmt.Sprintf("tenant %s has requests queued for %d clients already, its share (backlogs=); clientId %q has none and was not given one: retry once one of the others has been sent, or ask for a larger share", s.Tenant, limit, truncate(req.ClientID, 128))}
+				Detail: fmt.Sprintf("%s has requests queued for %d clients already, its share (backlogs=); clientId %q has none and was not given one: retry once one of the others has been sent, or %s", who, limit, truncate(req.ClientID, 128), larger)}
 		}
 	}
 	if now := time.Now(); req.NotBefore.After(now) {
-		limit := cmp.Or(s.MaxDelayed, DefaultTenantMaxDelayed)
+		limit := s.maxDelayed()
 		if !a.shares.takeDelayed(s.key, req.NotBefore, limit, now) {
 			return &problem{Status: http.StatusTooManyRequests, Code: "tenant_delayed_full", RetryAfter: a.cfg.BacklogRetryAfter,
-				Detail: fmt.Sprintf("tenant %s has %d requests waiting for their Not-Before already on this ingest, its share (delayed=); this one was not stored: send it when it is due, or once some of the others are", s.Tenant, limit)}
+				Detail: fmt.Sprintf("%s has %d requests waiting for their Not-Before already on this ingest, its share (delayed=); this one was not stored: send it when it is due, or once some of the others are, or %s", who, limit, larger)}
 		}
 	}
 	return nil
@@ -338,7 +358,7 @@ func (a *API) admit(ctx context.Context, s *Scope, req request.Request) *problem
 // unadmit uncounts what admit counted for a request that was not stored (or that was a
 // copy of one stored before).
 func (a *API) unadmit(s *Scope, req request.Request) {
-	if s.Scoped() && !req.NotBefore.IsZero() {
+	if s != nil && !req.NotBefore.IsZero() {
 		a.shares.releaseDelayed(s.key, req.NotBefore)
 	}
 }
@@ -385,7 +405,7 @@ func (a *API) sameBody(ctx context.Context, s *Scope, req request.Request) error
 	if accepted {
 		return nil
 	}
-	if f, ok := a.askQueued(ctx, req.ClientID, req.ID); ok && f.BodyDigest != "" && f.BodyDigest != digest {
+	if f, ok := a.askQueued(ctx, s, req.ClientID, req.ID); ok && f.BodyDigest != "" && f.BodyDigest != digest {
 		return &reusedKey{id: req.ID, first: f.AcceptedAt}
 	}
 	return nil

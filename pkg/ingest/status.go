@@ -49,25 +49,23 @@ func (a *API) status(w http.ResponseWriter, r *http.Request, scope *Scope) {
 			w.Header().Set(WaitCappedHeader, wait.String())
 		}
 	}
-	// A slot for the read: waiting reads and plain ones each have their bound.
+	// A slot for the read, within the token's share: waiting reads and plain ones each
+	// have their bound.
 	slots := a.reads
 	if wait > 0 {
 		slots = a.waits
 	}
-	select {
-	case slots <- struct{}{}:
-		defer func() { <-slots }()
-	default:
+	release, refusal, ok := a.takeSlot(scope, slots, scope.readShare())
+	switch {
+	case refusal != nil:
+		a.answerProblem(w, *refusal)
+		return
+	case !ok:
 		detail := fmt.Sprintf("%d status reads are being read already (MAX_STATUS_READS); retry after the Retry-After delay", a.cfg.MaxStatusReads)
 		if wait > 0 {
 			detail = fmt.Sprintf("%d status reads are waiting already (MAX_STATUS_WAITS); read without ?wait, or retry after the Retry-After delay", a.cfg.MaxStatusWaits)
 		}
 		writeProblem(w, problem{Status: http.StatusServiceUnavailable, Code: "overloaded", RetryAfter: time.Second, Detail: detail})
-		return
-	}
-	release, p := a.takeTenantRead(scope, wait > 0)
-	if p != nil {
-		a.answerProblem(w, *p)
 		return
 	}
 	defer release()
@@ -183,7 +181,7 @@ func (a *API) readStatus(ctx context.Context, w http.ResponseWriter, clientID, i
 		}
 		if st.State == request.StateUnknown && !asked {
 			asked = true // once a read: the answer does not change while it waits
-			if f, ok := a.askQueued(ctx, clientID, id); ok {
+			if f, ok := a.askQueued(ctx, scope, clientID, id); ok {
 				st = f.Status(clientID, id)
 			}
 		}
@@ -255,15 +253,15 @@ func (wt *watching) events() []request.Event {
 // the dispatchers (its NATS user may not read queued requests): a request delayed, or
 // held behind a delayed one, for longer than STATUS_RETENTION is found for as long as it
 // is queued, whatever the retention. At most maxQueuedAsks at once on this ingest (each
-// is a scan of the client's queue's headers by a dispatcher); past that, or when no
-// dispatcher answers, the status stays unknown, as without the ask.
-func (a *API) askQueued(ctx context.Context, clientID, id string) (request.Found, bool) {
-	select {
-	case a.asks <- struct{}{}:
-		defer func() { <-a.asks }()
-	default:
+// is a scan of the client's queue's headers by a dispatcher), and the token (scope) at
+// most its share of them; past that, or when no dispatcher answers, the status stays
+// unknown, as without the ask.
+func (a *API) askQueued(ctx context.Context, scope *Scope, clientID, id string) (request.Found, bool) {
+	release, _, ok := a.takeSlot(scope, a.asks, 0)
+	if !ok {
 		return request.Found{}, false
 	}
+	defer release()
 	ctx, cancel := context.WithTimeout(ctx, queuedAskTimeout)
 	defer cancel()
 	f, ok, err := a.cfg.Status.AskQueued(ctx, clientID, id)
@@ -297,39 +295,3 @@ func (a *API) placed(ctx context.Context, st request.Status, place bool) request
 
 // statusReadTimeout bounds each read of the store a status read makes.
 const statusReadTimeout = 5 * time.Second
-
-// takeTenantRead takes one of the token's status-read slots (waiting or not), after the
-// read took one of all: a tenant, or an unscoped token, holds at most its share of each,
-// so that one cannot take all of them from the others. It returns what gives the slot
-// back, or the refusal. A share that is all the slots (one token) is not counted: the
-// bound on all of them is its bound.
-func (a *API) takeTenantRead(scope *Scope, waiting bool) (release func(), p *problem) {
-	if scope == nil {
-		return func() {}, nil
-	}
-	all, setting := a.cfg.MaxStatusReads, "MAX_STATUS_READS"
-	if waiting {
-		all, setting = a.cfg.MaxStatusWaits, "MAX_STATUS_WAITS"
-	}
-	limit := scope.MaxReads
-	if limit == 0 {
-		limit = fairShare(all, a.cfg.Tokens.shareKeys())
-	}
-	if limit >= all {
-		return func() {}, nil
-	}
-	key := readKey(scope, waiting)
-	if a.shares.takeRead(key, limit) {
-		return func() { a.shares.releaseRead(key) }, nil
-	}
-	return nil, &problem{Status: http.StatusTooManyRequests, Code: "tenant_reads_full", RetryAfter: time.Second,
-		Detail: fmt.Sprintf("this token holds %d status reads of this kind at once already, its share of %s (reads= in the tokens file, or an even share among the tenants); retry after the Retry-After delay", limit, setting)}
-}
-
-// readKey is the key of a token's share of status reads, waiting or not.
-func readKey(scope *Scope, waiting bool) string {
-	if waiting {
-		return scope.key + "|wait"
-	}
-	return scope.key
-}
