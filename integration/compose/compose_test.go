@@ -165,7 +165,7 @@ func TestComposeStackSurvivesKilledContainers(t *testing.T) {
 		t.Fatalf("make images: %v\n%s", err, out)
 	}
 
-	const token = "e2e-ingest-token"
+	const token = "e2e-ingest-token-0123456789abcdef"
 	c := &composeStack{t: t, cmd: cmd, root: root, project: fmt.Sprintf("dispatche2e%d", os.Getpid()), ports: map[string]string{},
 		envFile: filepath.Join(t.TempDir(), "empty.env")}
 	if err := os.WriteFile(c.envFile, nil, 0o600); err != nil {

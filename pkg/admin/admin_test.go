@@ -510,14 +510,14 @@ func TestWrongAdminTokensAreLoggedCountedAndHeldBack(t *testing.T) {
 			t.Fatalf("wrong token %d: %d, want 401", i+1, rec.Code)
 		}
 	}
-	// Another address of the same /64 is the same guesser. Each wrong try past the free
-	// ones doubles the wait (1 s, 2 s, 4 s, ...): however slow the machine between two
-	// calls, one of the next few is held back, and the right token right after it too.
+	// Another /64 of the same /56 is the same guesser. Each wrong try past the free ones
+	// doubles the wait (1 s, 2 s, 4 s, ...): however slow the machine between two calls,
+	// one of the next few is held back.
 	var rec *httptest.ResponseRecorder
 	extra := 0
 	for extra < 6 {
 		extra++
-		if rec = call("[2001:db8:7:7::2]:4001", "wrong"); rec.Code == http.StatusTooManyRequests {
+		if rec = call("[2001:db8:7:8::2]:4001", "wrong"); rec.Code == http.StatusTooManyRequests {
 			break
 		}
 	}
