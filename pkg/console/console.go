@@ -9,9 +9,10 @@
 // the token accepts it, changing the token signs everyone out, and a stolen cookie costs
 // an scrypt per guess of the token. Signing out removes the cookie from the browser; the
 // session it held stays valid until it expires (no instance keeps sessions). Wrong tokens
-// are throttled, per address and all together; the right one is never held back. Every action is a POST carrying a token derived from the
-// session (and refused cross-origin by net/http's CrossOriginProtection); every answer
-// carries a strict Content-Security-Policy; templates escape every value.
+// are throttled, per address and all together; the right one is never held back. Every
+// action is a POST carrying a token derived from the session (and refused cross-origin
+// by net/http's CrossOriginProtection); every answer carries a strict
+// Content-Security-Policy; templates escape every value.
 package console
 
 import (
