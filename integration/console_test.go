@@ -26,7 +26,7 @@ func TestConsoleShowsEveryInstancesLanes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	const token = "console-token"
+	const token = "console-token-0123456789abcdef0123"
 	opsA, opsB := freeAddr(t), freeAddr(t)
 	env := map[string]string{"NATS_URL": s.srv.ClientURL(), "RAVEN_URL": s.ravenURL, "DISPATCH_INTERVAL": interval.String(),
 		"LEASE_TTL": "6s", "RAVEN_TIMEOUT": "3s", "ADMIN_TOKEN": token, "EVENTS": "false",

@@ -91,7 +91,7 @@ func TestMetricsMatchTheRecordingRaven(t *testing.T) {
 		return ledger.Response{}
 	}})
 	ingestAddr, ingestOps, dispOps := freeAddr(t), freeAddr(t), freeAddr(t)
-	const token = "s3cret-admin-token"
+	const token = "s3cret-admin-token-0123456789abcdef"
 	ing := startBin(t, ingestBin, map[string]string{"NATS_URL": s.srv.ClientURL(), "INGEST_ADDR": ingestAddr, "OPS_ADDR": ingestOps})
 	disp := startProc(t, map[string]string{"NATS_URL": s.srv.ClientURL(), "RAVEN_URL": s.ravenURL, "DISPATCH_INTERVAL": interval.String(),
 		// A send timeout no prompt answer outlasts on a loaded machine: one that did would

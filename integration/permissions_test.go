@@ -212,7 +212,7 @@ func TestEachNATSUserDoesOnlyItsJob(t *testing.T) {
 	ingestAddr, opsAddr := freeAddr(t), freeAddr(t)
 	startBin(t, ingestBin, map[string]string{"NATS_URL": url("ingest"), "INGEST_ADDR": ingestAddr})
 	startProc(t, map[string]string{"NATS_URL": url("dispatcher"), "RAVEN_URL": s.ravenURL, "DISPATCH_INTERVAL": interval.String(),
-		"LEASE_TTL": "2s", "RAVEN_TIMEOUT": "1s", "OPS_ADDR": opsAddr, "ADMIN_TOKEN": "admin-token"})
+		"LEASE_TTL": "2s", "RAVEN_TIMEOUT": "1s", "OPS_ADDR": opsAddr, "ADMIN_TOKEN": "admin-token-0123456789abcdef0123456"})
 	waitReady(t, "http://"+ingestAddr)
 	waitReady(t, "http://"+opsAddr)
 	s.ingestURL = "http://" + ingestAddr + "/v1/requests"

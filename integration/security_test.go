@@ -61,13 +61,14 @@ func postWith(t testing.TB, c *http.Client, url, token, client string) (int, str
 func TestIngestBearerTokensAndRotation(t *testing.T) {
 	t.Parallel()
 	s := newStack(t, options{noStart: true})
+	const tokenB = "token-B-0123456789abcdef012345678" // INGEST_TOKEN takes 32 characters or more
 	file := filepath.Join(t.TempDir(), "tokens")
 	if err := os.WriteFile(file, []byte("# penguin, 2026-11\n"+hashLine("token-A")+"  # old\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	addr, ops := freeAddr(t), freeAddr(t)
 	p := startBin(t, ingestBin, map[string]string{"NATS_URL": s.srv.ClientURL(), "INGEST_ADDR": addr, "OPS_ADDR": ops,
-		"INGEST_TOKENS_FILE": file, "INGEST_TOKEN": "token-B"})
+		"INGEST_TOKENS_FILE": file, "INGEST_TOKEN": tokenB})
 	waitReady(t, "http://"+addr) // probes need no token
 	url := "http://" + addr + "/v1/requests"
 	c := testHTTP
@@ -85,7 +86,7 @@ func TestIngestBearerTokensAndRotation(t *testing.T) {
 			t.Fatalf("refusals differ (%q vs %q): the answer must not say why a token failed", r, refusals[0])
 		}
 	}
-	for _, token := range []string{"token-A", "token-B"} {
+	for _, token := range []string{"token-A", tokenB} {
 		if code, problem, _ := postWith(t, c, url, token, "alice"); code != 202 {
 			t.Fatalf("token %q: %d %q, want 202", token, code, problem)
 		}
@@ -265,7 +266,7 @@ func TestAdminAPIOverTLS(t *testing.T) {
 	pki := queuetest.NewPKI(t)
 	ops := freeAddr(t)
 	startProc(t, map[string]string{"NATS_URL": s.srv.ClientURL(), "RAVEN_URL": s.ravenURL, "LEASE_TTL": "2s", "RAVEN_TIMEOUT": "1s",
-		"OPS_ADDR": ops, "OPS_TLS_CERT": pki.ServerCert, "OPS_TLS_KEY": pki.ServerKey, "ADMIN_TOKEN": "admin-secret"})
+		"OPS_ADDR": ops, "OPS_TLS_CERT": pki.ServerCert, "OPS_TLS_KEY": pki.ServerKey, "ADMIN_TOKEN": "admin-secret-0123456789abcdef01234"})
 	c := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pki.Pool}}, Timeout: 5 * time.Second}
 	base := "https://" + ops
 	waitFor(t, time.Minute, "the dispatcher's listener over TLS", func() bool {
@@ -288,17 +289,17 @@ func TestAdminAPIOverTLS(t *testing.T) {
 		resp.Body.Close()
 		return resp.StatusCode
 	}
-	if code := call(c, base+"/admin/v1/steering", "admin-secret"); code != 200 {
+	if code := call(c, base+"/admin/v1/steering", "admin-secret-0123456789abcdef01234"); code != 200 {
 		t.Fatalf("admin call with the token over TLS: %d", code)
 	}
 	if code := call(c, base+"/admin/v1/steering", "not-it"); code != 401 {
 		t.Fatalf("admin call with a wrong token: %d, want 401", code)
 	}
 	untrusting := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: x509.NewCertPool()}}, Timeout: 5 * time.Second}
-	if code := call(untrusting, base+"/admin/v1/steering", "admin-secret"); code != 0 {
+	if code := call(untrusting, base+"/admin/v1/steering", "admin-secret-0123456789abcdef01234"); code != 0 {
 		t.Fatalf("a client that cannot verify the certificate got %d", code)
 	}
-	if code := call(testHTTP, "http://"+ops+"/admin/v1/steering", "admin-secret"); code == 200 {
+	if code := call(testHTTP, "http://"+ops+"/admin/v1/steering", "admin-secret-0123456789abcdef01234"); code == 200 {
 		t.Fatal("the admin API answered over plain HTTP")
 	}
 }

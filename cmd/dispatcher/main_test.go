@@ -152,6 +152,29 @@ func TestSettingsErrorsHidePasswords(t *testing.T) {
 	}
 }
 
+// A token short enough to guess is refused at start, naming the setting and how to make
+// a good one, never showing the token (issue 59, finding 2: ADMIN_TOKEN=admin-tok-123
+// started without a word). One of 32 characters is taken.
+func TestShortTokensAreRefusedAtStart(t *testing.T) {
+	t.Parallel()
+	long := strings.Repeat("ab", 16)
+	for _, c := range []struct{ env, value, short string }{
+		{"ADMIN_TOKEN", "admin-tok-123", "admin-tok-123"},
+		{"INGEST_TOKEN", long + ",ingest-tok-123", "ingest-tok-123"},
+	} {
+		// Cancelled: were the token taken, the standalone would stop as soon as it started.
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		err := run(ctx, nil, env(map[string]string{"STANDALONE": "true", "DATA_DIR": t.TempDir(), c.env: c.value}), io.Discard, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), c.env) || !strings.Contains(err.Error(), "openssl rand -hex 32") || strings.Contains(err.Error(), c.short) {
+			t.Errorf("%s with a short token: err = %v, want one naming %s and openssl rand -hex 32, without the token", c.env, err, c.env)
+		}
+	}
+	if _, err := parse(nil, env(map[string]string{"STANDALONE": "true", "ADMIN_TOKEN": long, "INGEST_TOKEN": long + "," + long}), io.Discard); err != nil {
+		t.Fatalf("tokens of 32 characters: %v", err)
+	}
+}
+
 // The start-up hint is a command that works with the ingest settings in force, naming
 // secrets by variable, never by value.
 func TestReadyHint(t *testing.T) {
@@ -188,7 +211,7 @@ func TestReadyHint(t *testing.T) {
 // that works with the token set, and the token appears nowhere in its log. With
 // RAVEN_SIGNING_SECRET, the dispatcher signs each attempt and its demo raven verifies it.
 func TestStandaloneLogsTheAddressesItBound(t *testing.T) {
-	const token = "s3cret-t0ken"
+	const token = "s3cret-t0ken-of-at-least-32-characters"
 	const signingSecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 	logs := &logLines{}
 	ctx, cancel := context.WithCancel(context.Background())

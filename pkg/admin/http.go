@@ -53,11 +53,12 @@ func (s *Service) Handler(token string) http.Handler {
 // authorize lets through only calls that carry token; with no token, none. Tokens are
 // compared by their SHA-256 digests (equal lengths whatever was sent: a comparison of
 // the raw strings returns at once on a length that differs, telling the token's length).
-// Every refusal is logged and counted; an address that keeps sending wrong tokens is
-// held back (429 with Retry-After) as the console's sign-in is.
+// The right token passes at once, whatever else came from its address. Every refusal is
+// logged and counted; wrong tokens are throttled (httpapi.Throttle) as the console's
+// sign-in's are: past its bounds a wrong one gets 429 with Retry-After.
 func (s *Service) authorize(token string) func(http.Handler) http.Handler {
 	want := sha256.Sum256([]byte(token))
-	throttle := httpapi.NewThrottle(0) // the handler's own: one per listener
+	throttle := httpapi.NewThrottle(httpapi.ThrottleConfig{}) // the handler's own: one per listener
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 			if token == "" {
@@ -65,27 +66,24 @@ func (s *Service) authorize(token string) func(http.Handler) http.Handler {
 					Detail: "the admin API is off: set ADMIN_TOKEN on the dispatcher to turn it on"})
 				return
 			}
-			addr := httpapi.ThrottleKey(req)
-			if wait := throttle.Wait(addr, time.Now()); wait > 0 {
-				s.countRefusal()
-				s.log.Warn().Str("remote", req.RemoteAddr).Str("path", req.URL.Path).Msg("admin API call held back: too many wrong tokens from this address")
-				httpapi.WriteProblem(w, httpapi.Problem{Status: http.StatusTooManyRequests, Code: "throttled", RetryAfter: wait,
-					Detail: "too many calls with a wrong token from this address; retry after the Retry-After delay"})
-				return
-			}
 			got, ok := httpapi.BearerToken(req) // "bearer" too: the scheme's case does not matter
 			sum := sha256.Sum256([]byte(got))
-			if !ok || subtle.ConstantTimeCompare(sum[:], want[:]) != 1 {
-				throttle.Refused(addr, time.Now())
-				s.countRefusal()
-				s.log.Warn().Str("remote", req.RemoteAddr).Str("path", req.URL.Path).Bool("token_sent", ok).Msg("admin API call refused: wrong or missing token")
-				w.Header().Set("WWW-Authenticate", `Bearer realm="dispatch-admin"`)
-				httpapi.WriteProblem(w, httpapi.Problem{Status: http.StatusUnauthorized, Code: "unauthorized",
-					Detail: "send the admin token as Authorization: Bearer <ADMIN_TOKEN>"})
+			if ok && subtle.ConstantTimeCompare(sum[:], want[:]) == 1 {
+				next.ServeHTTP(w, req)
 				return
 			}
-			throttle.Forget(addr)
-			next.ServeHTTP(w, req)
+			s.countRefusal()
+			if wait, everyone := throttle.Wrong(httpapi.ThrottleKey(req), time.Now()); wait > 0 {
+				from := map[bool]string{false: "this address", true: "all addresses together"}[everyone]
+				s.log.Warn().Str("remote", req.RemoteAddr).Str("path", req.URL.Path).Bool("everyone", everyone).Msg("admin API call held back: too many wrong tokens from " + from)
+				httpapi.WriteProblem(w, httpapi.Problem{Status: http.StatusTooManyRequests, Code: "throttled", RetryAfter: wait,
+					Detail: "too many calls with a wrong token from " + from + "; retry after the Retry-After delay (the right token is never held back)"})
+				return
+			}
+			s.log.Warn().Str("remote", req.RemoteAddr).Str("path", req.URL.Path).Bool("token_sent", ok).Msg("admin API call refused: wrong or missing token")
+			w.Header().Set("WWW-Authenticate", `Bearer realm="dispatch-admin"`)
+			httpapi.WriteProblem(w, httpapi.Problem{Status: http.StatusUnauthorized, Code: "unauthorized",
+				Detail: "send the admin token as Authorization: Bearer <ADMIN_TOKEN>"})
 		})
 	}
 }

@@ -130,7 +130,7 @@ func New(cfg Config) (*Service, error) {
 		})
 		s.refused = prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "dispatch_admin_refused_total",
-			Help: "Admin API calls refused for a missing or wrong token (401), or held back after too many (429).",
+			Help: "Admin API calls refused for a missing or wrong token (401, or 429 past the wrong tokens' throttle).",
 		})
 		for _, c := range []prometheus.Collector{s.replayed, s.refused} {
 			if err := cfg.Registerer.Register(c); err != nil {

@@ -9,9 +9,10 @@
 // the token accepts it, changing the token signs everyone out, and a stolen cookie costs
 // an scrypt per guess of the token. Signing out removes the cookie from the browser; the
 // session it held stays valid until it expires (no instance keeps sessions). Wrong tokens
-// are throttled per address. Every action is a POST carrying a token derived from the
-// session (and refused cross-origin by net/http's CrossOriginProtection); every answer
-// carries a strict Content-Security-Policy; templates escape every value.
+// are throttled, per address and all together; the right one is never held back. Every
+// action is a POST carrying a token derived from the session (and refused cross-origin
+// by net/http's CrossOriginProtection); every answer carries a strict
+// Content-Security-Policy; templates escape every value.
 package console
 
 import (
@@ -65,7 +66,7 @@ type Console struct {
 	cfg      Config
 	key      []byte
 	tokenSum [sha256.Size]byte // compared by digest: equal lengths, whatever was typed
-	refusals *httpapi.Throttle // wrong tokens, per address
+	refusals *httpapi.Throttle // wrong tokens
 	pages    map[string]*template.Template
 	now      func() time.Time
 	cop      *http.CrossOriginProtection
@@ -93,7 +94,7 @@ func New(cfg Config) (*Console, error) {
 		return nil, err
 	}
 	tokenSum := sha256.Sum256([]byte(cfg.Token))
-	c := &Console{cfg: cfg, key: key, tokenSum: tokenSum, now: time.Now, cop: http.NewCrossOriginProtection(), refusals: httpapi.NewThrottle(0)}
+	c := &Console{cfg: cfg, key: key, tokenSum: tokenSum, now: time.Now, cop: http.NewCrossOriginProtection(), refusals: httpapi.NewThrottle(httpapi.ThrottleConfig{})}
 	if c.pages, err = parsePages(); err != nil {
 		return nil, err
 	}
@@ -199,7 +200,8 @@ func (c *Console) signinPage(w http.ResponseWriter, r *http.Request) {
 type signinData struct {
 	Off       bool
 	Refused   bool
-	Throttled int // seconds to wait before the next try; 0: not throttled
+	Throttled int  // seconds to wait before the next try; 0: not throttled
+	Everyone  bool // throttled by the wrong tries of all addresses together
 	Next      string
 }
 
@@ -211,27 +213,30 @@ func (c *Console) signin(w http.ResponseWriter, r *http.Request) {
 	r.Body = http.MaxBytesReader(w, r.Body, 8<<10)
 	token := r.PostFormValue("token")
 	next := safeNext(r.PostFormValue("next"))
-	addr := httpapi.ThrottleKey(r)
-	if wait := c.refusals.Wait(addr, c.now()); wait > 0 {
-		w.Header().Set("Retry-After", strconv.Itoa(int(wait.Seconds()+1)))
-		c.cfg.Log.Warn().Str("remote", r.RemoteAddr).Msg("console sign-in throttled: too many wrong tokens from this address")
-		c.render(w, r, http.StatusTooManyRequests, "signin", view{Title: "Sign in", Data: signinData{Off: c.cfg.Token == "", Throttled: int(wait.Seconds() + 1), Next: next}})
-		return
-	}
 	typed := sha256.Sum256([]byte(token))
 	if c.cfg.Token == "" || subtle.ConstantTimeCompare(typed[:], c.tokenSum[:]) != 1 {
-		c.refusals.Refused(addr, c.now())
-		c.cfg.Log.Warn().Str("remote", r.RemoteAddr).Msg("console sign-in refused")
-		c.render(w, r, http.StatusUnauthorized, "signin", view{Title: "Sign in", Data: signinData{Off: c.cfg.Token == "", Refused: true, Next: next}})
+		c.refused(w, r, next)
 		return
 	}
-	c.refusals.Forget(addr)
 	nonce := make([]byte, 16)
 	_, _ = rand.Read(nonce) // never fails (crypto/rand)
 	claim := hex.EncodeToString(nonce) + "-" + strconv.FormatInt(c.now().Add(c.cfg.Session).Unix(), 10)
 	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: claim + "." + c.sign("session\x00"+claim), Path: Prefix,
 		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: c.cfg.TLS, MaxAge: int(c.cfg.Session / time.Second)})
 	http.Redirect(w, r, next, http.StatusSeeOther)
+}
+
+// refused answers a wrong token: 401, or 429 with Retry-After past the throttle's bounds.
+func (c *Console) refused(w http.ResponseWriter, r *http.Request, next string) {
+	if wait, everyone := c.refusals.Wrong(httpapi.ThrottleKey(r), c.now()); wait > 0 {
+		secs := int(wait.Seconds() + 1)
+		w.Header().Set("Retry-After", strconv.Itoa(secs))
+		c.cfg.Log.Warn().Str("remote", r.RemoteAddr).Bool("everyone", everyone).Msg("console sign-in throttled: too many wrong tokens")
+		c.render(w, r, http.StatusTooManyRequests, "signin", view{Title: "Sign in", Data: signinData{Off: c.cfg.Token == "", Throttled: secs, Everyone: everyone, Next: next}})
+		return
+	}
+	c.cfg.Log.Warn().Str("remote", r.RemoteAddr).Msg("console sign-in refused")
+	c.render(w, r, http.StatusUnauthorized, "signin", view{Title: "Sign in", Data: signinData{Off: c.cfg.Token == "", Refused: true, Next: next}})
 }
 
 // safeNext keeps a return address within the console.

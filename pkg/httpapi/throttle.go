@@ -1,26 +1,39 @@
 package httpapi
 
 import (
+	"container/list"
 	"net"
 	"net/http"
 	"sync"
 	"time"
 )
 
-// Throttle slows the guessing of a secret (the console's sign-in, the admin API's
-// token), per address: FreeTries wrong tries are let through; after them each try waits
-// twice as long as the last, from a second up to ThrottleMaxWait; an address is
-// forgotten ThrottleForget after its last refusal, or when it gets in. It keeps at most a
-// bounded number of addresses; when full it forgets first an address that is not held
-// back (fewer than FreeTries), the oldest such, and only then the oldest held back: a
-// burst of single tries from many addresses cannot free one that is being held back.
+// Throttle bounds the wrong tries at a secret (the admin API's token, the console's
+// sign-in). It is asked only about a wrong try: a right token passes whatever its
+// address did, so operators who share an address with a guesser (a NAT, a bastion, a
+// proxy) are never locked out by it. It bounds wrong tries twice:
+//
+//   - per address (ThrottleKey): FreeTries are let through; after them each wrong try
+//     waits twice as long as the last, from a second up to ThrottleMaxWait; an address is
+//     forgotten ThrottleForget after its last wrong try let through;
+//   - across all addresses: a bucket of ThrottleConfig.Burst wrong tries, one more every
+//     ThrottleConfig.Every; while it is empty every wrong try is refused.
+//
+// A refused try is not counted. It keeps at most ThrottleConfig.Addresses addresses,
+// forgotten oldest first in constant time; when it is full, a wrong try from an address
+// it does not keep is bounded by the bucket alone: a flood of new addresses frees none
+// of those it keeps.
 type Throttle struct {
-	mu    sync.Mutex
-	by    map[string]refusal
-	limit int
+	cfg    ThrottleConfig
+	mu     sync.Mutex
+	by     map[string]*list.Element // of *tries
+	order  list.List                // the *tries, the latest counted in front
+	tokens float64                  // wrong tries the bucket holds
+	filled time.Time                // when tokens was last brought up to date
 }
 
-type refusal struct {
+type tries struct {
+	addr string
 	n    int
 	last time.Time
 }
@@ -30,78 +43,99 @@ const (
 	FreeTries       = 5
 	ThrottleMaxWait = 5 * time.Minute
 	ThrottleForget  = 15 * time.Minute
-	// ThrottleAddresses is how many addresses a Throttle keeps at most.
+	// ThrottleAddresses is how many addresses a Throttle keeps by default.
 	ThrottleAddresses = 10_000
+	// WrongTriesBurst is how many wrong tries from all addresses together a Throttle
+	// lets through at once by default.
+	WrongTriesBurst = 100
+	// WrongTryEvery is how often, by default, the bucket of wrong tries gains one.
+	WrongTryEvery = time.Second
 )
 
-// NewThrottle returns a throttle keeping up to limit addresses (ThrottleAddresses if 0).
-func NewThrottle(limit int) *Throttle {
-	if limit <= 0 {
-		limit = ThrottleAddresses
-	}
-	return &Throttle{by: map[string]refusal{}, limit: limit}
+// ThrottleConfig bounds a Throttle.
+type ThrottleConfig struct {
+	// Addresses is how many addresses it keeps at most. Defaults to ThrottleAddresses.
+	Addresses int
+	// Burst is how many wrong tries from all addresses together it lets through at once.
+	// Defaults to WrongTriesBurst.
+	Burst int
+	// Every is how often one more wrong try across all addresses is let through once
+	// the burst is spent. Defaults to WrongTryEvery.
+	Every time.Duration
 }
 
-// Wait is how long addr must wait before its next try; 0: it may try now.
-func (t *Throttle) Wait(addr string, now time.Time) time.Duration {
+// NewThrottle returns a throttle bounded by cfg.
+func NewThrottle(cfg ThrottleConfig) *Throttle {
+	if cfg.Addresses <= 0 {
+		cfg.Addresses = ThrottleAddresses
+	}
+	if cfg.Burst <= 0 {
+		cfg.Burst = WrongTriesBurst
+	}
+	if cfg.Every <= 0 {
+		cfg.Every = WrongTryEvery
+	}
+	return &Throttle{cfg: cfg, by: map[string]*list.Element{}, tokens: float64(cfg.Burst)}
+}
+
+// Wrong is asked about a wrong try from addr at now. wait 0: the try is let through (and
+// counted); answer that it is wrong. Otherwise it is refused for wait, by its address's
+// wrong tries or, when everyone, by those of all addresses together.
+func (t *Throttle) Wrong(addr string, now time.Time) (wait time.Duration, everyone bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	r, ok := t.by[addr]
-	if !ok || r.n < FreeTries || now.Sub(r.last) >= ThrottleForget {
+	for e := t.order.Back(); e != nil && forgotten(e.Value.(*tries), now); e = t.order.Back() {
+		delete(t.by, e.Value.(*tries).addr)
+		t.order.Remove(e)
+	}
+	e := t.by[addr]
+	if e != nil {
+		if w := e.Value.(*tries).wait(now); w > 0 {
+			return w, false
+		}
+	}
+	if w := t.take(now); w > 0 {
+		return w, true
+	}
+	switch {
+	case e != nil:
+		t.order.MoveToFront(e)
+	case len(t.by) < t.cfg.Addresses:
+		e = t.order.PushFront(&tries{addr: addr})
+		t.by[addr] = e
+	default: // full: the bucket alone bounds this address
+		return 0, false
+	}
+	r := e.Value.(*tries)
+	if forgotten(r, now) { // kept a moment longer than ThrottleForget: now is not monotonic across callers
+		r.n = 0
+	}
+	r.n, r.last = r.n+1, now
+	return 0, false
+}
+
+func forgotten(r *tries, now time.Time) bool { return now.Sub(r.last) >= ThrottleForget }
+
+// wait is how long the address must wait before its next wrong try is let through.
+func (r *tries) wait(now time.Time) time.Duration {
+	if r.n < FreeTries || forgotten(r, now) {
 		return 0
 	}
 	d := min(time.Second<<min(r.n-FreeTries, 16), ThrottleMaxWait)
 	return max(0, r.last.Add(d).Sub(now))
 }
 
-// Refused counts a wrong try from addr.
-func (t *Throttle) Refused(addr string, now time.Time) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if _, ok := t.by[addr]; !ok && len(t.by) >= t.limit {
-		t.evict(now)
+// take takes a wrong try from the bucket: 0, or how long until it holds one.
+func (t *Throttle) take(now time.Time) time.Duration {
+	if d := now.Sub(t.filled); d > 0 {
+		t.tokens = min(float64(t.cfg.Burst), t.tokens+float64(d)/float64(t.cfg.Every))
+		t.filled = now
 	}
-	r := t.by[addr]
-	if now.Sub(r.last) >= ThrottleForget {
-		r.n = 0
+	if t.tokens >= 1 {
+		t.tokens--
+		return 0
 	}
-	t.by[addr] = refusal{n: r.n + 1, last: now}
-}
-
-// evict makes room for one address: the forgotten go, else the oldest not held back,
-// else the oldest.
-func (t *Throttle) evict(now time.Time) {
-	var free, held string
-	var freeAt, heldAt time.Time
-	for a, r := range t.by {
-		switch {
-		case now.Sub(r.last) >= ThrottleForget:
-			delete(t.by, a)
-		case r.n < FreeTries:
-			if free == "" || r.last.Before(freeAt) {
-				free, freeAt = a, r.last
-			}
-		default:
-			if held == "" || r.last.Before(heldAt) {
-				held, heldAt = a, r.last
-			}
-		}
-	}
-	if len(t.by) < t.limit {
-		return
-	}
-	if free != "" {
-		delete(t.by, free)
-	} else {
-		delete(t.by, held)
-	}
-}
-
-// Forget clears addr's refusals (it got in).
-func (t *Throttle) Forget(addr string) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	delete(t.by, addr)
+	return time.Duration((1 - t.tokens) * float64(t.cfg.Every))
 }
 
 // Len is how many addresses the throttle keeps now.
@@ -111,8 +145,9 @@ func (t *Throttle) Len() int {
 	return len(t.by)
 }
 
-// ThrottleKey is the address a request counts under: its IP, or for IPv6 its /64 (one
-// host commonly holds a whole /64, enough addresses for a try from each).
+// ThrottleKey is the address a request counts under: its IP, or for IPv6 its /56 (a
+// site is commonly given a /56 or a /48, so one host may try from many /64s; a /48 holds
+// 256 /56s, far fewer than a Throttle keeps).
 func ThrottleKey(r *http.Request) string {
 	host, _, err := net.SplitHostPort(r.RemoteAddr)
 	if err != nil {
@@ -125,5 +160,5 @@ func ThrottleKey(r *http.Request) string {
 	if ip4 := ip.To4(); ip4 != nil {
 		return ip4.String()
 	}
-	return (&net.IPNet{IP: ip.Mask(net.CIDRMask(64, 128)), Mask: net.CIDRMask(64, 128)}).String()
+	return (&net.IPNet{IP: ip.Mask(net.CIDRMask(56, 128)), Mask: net.CIDRMask(56, 128)}).String()
 }

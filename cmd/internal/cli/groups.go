@@ -159,7 +159,7 @@ func IngestSettings(s *Settings) *Ingest {
 	s.Int(&reads, "MAX_STATUS_READS", ingest.DefaultMaxStatusReads, 1, 1_000_000, "status reads without ?wait being read at once; past it a read gets 503 overloaded")
 	s.Int(&c.BatchInFlightBytes, "BATCH_INFLIGHT_BYTES", 0, 0, 1<<40, "bytes of batches read and stored at once (at least BATCH_MAX_BYTES); past it a batch gets 503 overloaded before it is read; 0: 64 MiB, or BATCH_MAX_BYTES when that is more")
 	s.String(&c.TokensFile, "INGEST_TOKENS_FILE", "", "file of accepted bearer tokens, as hex SHA-256 hashes, one per line, each optionally scoped (tenant=NAME clients=PATTERN,...); re-read when it changes")
-	s.Secret(&c.Tokens, "INGEST_TOKEN", "accepted bearer token(s), comma-separated; with neither this nor INGEST_TOKENS_FILE, ingest accepts anyone")
+	s.Token(&c.Tokens, "INGEST_TOKEN", "accepted bearer token(s), comma-separated, each at least 32 characters; with neither this nor INGEST_TOKENS_FILE, ingest accepts anyone", true)
 	s.String(&c.TLSCert, "INGEST_TLS_CERT", "", "certificate (PEM) to serve the ingest API over TLS")
 	s.String(&c.TLSKey, "INGEST_TLS_KEY", "", "the certificate's private key (PEM)")
 	s.String(&c.ClientCA, "INGEST_TLS_CLIENT_CA", "", "CA certificates (PEM) client certificates must chain to: turns mutual TLS on")

@@ -36,7 +36,7 @@ func OpsSettings(s *Settings, def string, withAdmin bool) *Ops {
 	s.String(&o.TLSCert, "OPS_TLS_CERT", "", "certificate (PEM) to serve the operators' listener over TLS")
 	s.String(&o.TLSKey, "OPS_TLS_KEY", "", "the certificate's private key (PEM)")
 	if withAdmin {
-		s.Secret(&o.Token, "ADMIN_TOKEN", "bearer token of the admin API on OPS_ADDR; empty turns the admin API off")
+		s.Token(&o.Token, "ADMIN_TOKEN", "bearer token of the admin API and the console on OPS_ADDR, at least 32 characters; empty turns both off", false)
 	}
 	return o
 }

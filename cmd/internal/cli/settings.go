@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/penguinhq/dispatcher/pkg/webhook"
 )
@@ -262,6 +263,33 @@ func headerName(v string) bool {
 func (s *Settings) Secret(p *string, env, usage string) {
 	s.add(env, usage, "any text", (*stringValue)(p), nil)
 	s.specs[len(s.specs)-1].redact = func(string) string { return "(hidden)" }
+}
+
+// MinTokenLength is the fewest characters a bearer token given in a setting may have:
+// 32, 128 bits written in hex, too many to guess by trying.
+const MinTokenLength = 32
+
+// Token registers a secret setting that holds a bearer token, or when several a
+// comma-separated list of them: each at least MinTokenLength characters long.
+func (s *Settings) Token(p *string, env, usage string, several bool) {
+	accepts := fmt.Sprintf("a token of at least %d characters; make one with: openssl rand -hex 32", MinTokenLength)
+	if several {
+		accepts = fmt.Sprintf("tokens of at least %d characters each, comma-separated; make one with: openssl rand -hex 32", MinTokenLength)
+	}
+	s.Secret(p, env, usage)
+	s.specs[len(s.specs)-1].accepts = accepts
+	s.specs[len(s.specs)-1].check = func(v string) error {
+		tokens := []string{v}
+		if several {
+			tokens = strings.Split(v, ",")
+		}
+		for i, t := range tokens {
+			if n := utf8.RuneCountInString(strings.TrimSpace(t)); n > 0 && n < MinTokenLength {
+				return fmt.Errorf("%s %d characters long: too short to resist guessing", map[bool]string{false: "the token is", true: fmt.Sprintf("token %d is", i+1)}[several], n)
+			}
+		}
+		return nil
+	}
 }
 
 // OneOf registers a setting that takes one of a few words.
