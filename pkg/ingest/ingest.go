@@ -218,14 +218,8 @@ func (a *API) accept(w http.ResponseWriter, r *http.Request, scope *Scope) {
 		a.answerProblem(w, *p)
 		return
 	}
-	release, refusal, publishing := a.takeSlot(scope, a.publishing, 0) // given back when the publish is done
+	release, publishing := a.takePublishing(w, scope, req) // given back when the publish is done
 	if !publishing {
-		a.unadmit(scope, req)
-		if refusal == nil {
-			refusal = &problem{Status: http.StatusServiceUnavailable, Code: "overloaded", RetryAfter: time.Second,
-				Detail: "too many requests are being stored at once; this one was not accepted; retry after the Retry-After delay"}
-		}
-		a.answerProblem(w, *refusal)
 		return
 	}
 	defer func() {
@@ -278,6 +272,22 @@ func (a *API) accept(w http.ResponseWriter, r *http.Request, scope *Scope) {
 		}
 	}
 	writeAccepted(w, accepted{ID: req.ID, ClientID: req.ClientID, Status: request.StateQueued, Duplicate: receipt.Duplicate, NotBefore: acc.NotBefore})
+}
+
+// takePublishing takes a publishing slot for req within its token's share; without one,
+// it answers the refusal and gives req's admission back.
+func (a *API) takePublishing(w http.ResponseWriter, scope *Scope, req request.Request) (release func(), ok bool) {
+	release, refusal, ok := a.takeSlot(scope, a.publishing, 0)
+	if ok {
+		return release, true
+	}
+	a.unadmit(scope, req)
+	if refusal == nil {
+		refusal = &problem{Status: http.StatusServiceUnavailable, Code: "overloaded", RetryAfter: time.Second,
+			Detail: "too many requests are being stored at once; this one was not accepted; retry after the Retry-After delay"}
+	}
+	a.answerProblem(w, *refusal)
+	return nil, false
 }
 
 // refuse answers a request the queue did not store (err) with its problem.
