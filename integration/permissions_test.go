@@ -64,13 +64,18 @@ var rolePasswords = map[string]string{"INGEST": "pw-ingest", "DISPATCHER": "pw-d
 // users and their permissions as written there, with extra users added to the services'
 // account (the test's own, unrestricted, to check the queue with; a producer's), the
 // cluster block left out, listening on loopback and storing in a temporary directory.
-func shippedNATS(t testing.TB, extraUsers string) (*server.Server, *serverLog) {
+// Each edit, if any, changes the file's text first (shippedExample: a commented example).
+func shippedNATS(t testing.TB, extraUsers string, edits ...func(testing.TB, string) string) (*server.Server, *serverLog) {
 	t.Helper()
 	raw, err := os.ReadFile("../deployments/nats/nats.conf")
 	if err != nil {
 		t.Fatal(err)
 	}
-	conf := regexp.MustCompile(`(?ms)^cluster \{.*?^\}\n`).ReplaceAllString(string(raw), "")
+	conf := string(raw)
+	for _, edit := range edits {
+		conf = edit(t, conf)
+	}
+	conf = regexp.MustCompile(`(?ms)^cluster \{.*?^\}\n`).ReplaceAllString(conf, "")
 	for role, pw := range rolePasswords {
 		conf = strings.ReplaceAll(conf, "$"+role+"_NATS_PASSWORD", fmt.Sprintf("%q", pw))
 	}

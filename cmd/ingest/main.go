@@ -43,8 +43,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, _ io.Wr
 	// no sooner.
 	queueCfg.AckTimeout = ingestCfg.PublishTimeout
 	queueCfg.NoEvents = !events
-	// Ingest's NATS user may not read queued requests (queue.RoleIngest).
+	// Ingest's NATS user may not read queued requests, nor remove any: its test writes go
+	// to its health subject (queue.RoleIngest).
 	queueCfg.NoBodyReads = true
+	queueCfg.HealthRole = queue.RoleIngest
 
 	nc, err := natsCfg.Connect("ingest", log)
 	if err != nil {

@@ -57,6 +57,13 @@ type Config struct {
 	// when it is the client's only one, and never asks for the head (the read would be
 	// refused, and would wait out its deadline for an answer). Defaults to false.
 	NoBodyReads bool
+	// HealthRole, when set, makes this process's test write (WatchWrites) a marker
+	// written to the health stream on that role's subject (HealthSubject) instead of the
+	// removal of a missing request from the request stream: for a NATS user that may not
+	// remove requests (RoleIngest). Such test writes do not prove the link head reads go
+	// through (ProveHeadReads), which only the dispatcher's need. Defaults to empty: the
+	// removal.
+	HealthRole Role
 	// AckTimeout bounds the wait for JetStream's acknowledgement of a publish made without
 	// waiting for it (batches, events): past it the publish fails as request.ErrUnavailable, and
 	// stops holding one of the connection's slots for pending publishes. An acknowledgement

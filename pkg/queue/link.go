@@ -28,8 +28,8 @@ var ErrLinkUnproven = errors.New("no write to the request stream has gone throug
 // The connection's reconnect count names the server it is on; proven holds the count at
 // the last write that went through (-1: none). The dispatcher turns the proof on
 // (ProveHeadReads) and runs WatchWrites, whose test writes prove a link; Head waits for
-// one after a move. Ingest does not: its NATS user may not make the test write, and a
-// stale head read there only misplaces a status's place in the queue.
+// one after a move. Ingest does not: it reads no head (NoBodyReads), and its test writes go
+// to the health stream (HealthRole), whose leader says nothing of the request stream's.
 type linkProof struct {
 	on     atomic.Bool
 	proven atomic.Int64

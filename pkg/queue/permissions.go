@@ -17,12 +17,15 @@ type Role string
 const (
 	// RoleIngest takes requests: it publishes them and their accepted events, creates the
 	// streams if they are missing, reads the events for statuses, and asks the
-	// dispatchers to cancel a request (the owner of its client decides, and removes it). It cannot read a
-	// queued body or a dead letter, nor touch leases or steering. It may remove a message
-	// from the request stream: its test write (WatchWrites, every 2 s) is the removal of
-	// one that does not exist, the only write that tells it the store failed, and came
-	// back, while no request arrives. So a stolen ingest password could remove queued
-	// requests by sequence, unread (SECURITY.md, Known limits).
+	// dispatchers to cancel a request (the owner of its client decides, removes it and
+	// writes its final event). It cannot read a queued body or a dead letter, nor touch
+	// leases or steering, and it can remove nothing from the request, dead-letter and
+	// events streams, nor change, purge or delete a stream or consumer. Its test write
+	// (WatchWrites, every 2 s: whether the store takes writes while no request arrives) is
+	// a marker on its own subject of the health stream (HealthSubject), and the removal
+	// of one that does not exist there, which is how a failed store's error is read back;
+	// that stream holds the markers and nothing else. None of the streams it writes to
+	// takes the headers that remove other messages (rollups, per-message TTLs, schedules).
 	RoleIngest Role = "ingest"
 	// RoleDispatcher reads and removes requests, writes dead letters, events (and final
 	// events kept in the request stream while the events stream does not take them) and its
@@ -69,10 +72,12 @@ func RolePermissions(r Role) Permissions {
 	case RoleIngest:
 		return Permissions{
 			Publish: join(
-				[]string{request.RequestPrefix + "*", request.EventPrefix + "*." + string(request.EventAccepted), "$JS.API.INFO", queuedSubject, cancelSubject},
-				api(RequestStream, "STREAM.INFO", "STREAM.CREATE", "STREAM.MSG.DELETE"),
+				[]string{request.RequestPrefix + "*", request.EventPrefix + "*." + string(request.EventAccepted), "$JS.API.INFO", queuedSubject, cancelSubject,
+					HealthSubject(r)},
+				api(RequestStream, "STREAM.INFO", "STREAM.CREATE"),
 				api(DeadLetterStream, "STREAM.INFO", "STREAM.CREATE"),
 				api(EventStream, "STREAM.INFO", "STREAM.CREATE", "DIRECT.GET"),
+				api(HealthStream, "STREAM.INFO", "STREAM.CREATE", "STREAM.MSG.DELETE"),
 			),
 			Subscribe: []string{InboxPrefix(r) + ".>", request.EventPrefix + ">"},
 		}
@@ -87,6 +92,9 @@ func RolePermissions(r Role) Permissions {
 				api(EventStream, managed...), api(EventStream, reads...),
 				api(kvLeases, managed...), api(kvLeases, reads...),
 				api(kvControl, managed...), api(kvControl, reads...),
+				// created and kept in line with the others; its test writes are removals
+				// from the request stream, which also prove its head reads' link (link.go)
+				api(HealthStream, managed...),
 			),
 			Subscribe: []string{InboxPrefix(r) + ".>", request.EventPrefix + ">", questionSubject, queuedSubject, cancelSubject},
 			Responses: true,

@@ -23,6 +23,7 @@ type Queue struct {
 	cfg    Config
 	reqs   jetstream.Stream
 	dead   jetstream.Stream
+	health jetstream.Stream // the test writes' stream, with Config.HealthRole (health.go)
 	writes writeHealth
 	proof  *linkProof // head reads only through a server a write went through (link.go)
 	guard  StoreGuard // set by UseGuard when the server runs in this process
@@ -48,8 +49,9 @@ const (
 	Existing
 )
 
-// Open makes sure both streams exist (and, with CreateOrUpdate, match cfg) and returns the
-// Queue. It fails if the request stream exists with another partition count, since
+// Open makes sure the streams exist (and, with CreateOrUpdate, match cfg): the request,
+// dead-letter and health streams, and the events stream unless cfg.NoEvents; and returns
+// the Queue. It fails if the request stream exists with another partition count, since
 // re-partitioning in place would file one client under two partitions.
 func Open(ctx context.Context, nc *nats.Conn, cfg Config, ensure Ensure) (*Queue, error) {
 	cfg = cfg.WithDefaults()
@@ -67,6 +69,13 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config, ensure Ensure) (*Queue
 	q := &Queue{nc: nc, js: js, cfg: cfg, writes: writeHealth{log: zerolog.Nop()}, proof: newLinkProof(), outcomes: newOutcomeMetrics()}
 	if ensure == Existing {
 		return q.openExisting(ctx)
+	}
+	// Whoever creates and updates the other streams keeps this one in line too, used or
+	// not: ingest's test writes go there (HealthRole), the dispatcher's do not. First: a
+	// stream just created on a cluster has no leader for a moment, and the first test
+	// write follows Open at once.
+	if q.health, err = q.ensure(ctx, healthStreamConfig(cfg), ensure); err != nil {
+		return nil, err
 	}
 	if q.reqs, err = q.ensure(ctx, requestStreamConfig(cfg), ensure); err != nil {
 		return nil, err

@@ -25,8 +25,9 @@ const (
 	// server this service is connected to before it moves to another one: a server cut
 	// off from its cluster's majority keeps its clients but cannot serve JetStream.
 	unansweredToMove = 3
-	// probeSeq is the request stream sequence the test write removes: far past any
-	// sequence the stream will reach, so that it never removes a request.
+	// probeSeq is the sequence the test write removes (from the request stream, or the
+	// health stream): far past any sequence a stream will reach, so that it never
+	// removes a request (or a marker).
 	probeSeq = 1 << 62
 )
 
@@ -57,8 +58,8 @@ func (h *writeHealth) note(err error) {
 // noteProbe records the outcome of a test write: a storage error marks the store
 // broken, a success working. A test write without an answer (a timeout, no responders,
 // a permission denied) says nothing of the store: a stream without a leader for a moment,
-// or a user not allowed to remove from the request stream, must not make every service
-// refuse requests. It is logged once until a test write succeeds again.
+// or a user not allowed to make the test write, must not make every service refuse
+// requests. It is logged once until a test write succeeds again.
 func (h *writeHealth) noteProbe(err error) {
 	if err == nil || isStoreFailure(err) {
 		h.mu.Lock()
@@ -71,7 +72,7 @@ func (h *writeHealth) noteProbe(err error) {
 	defer h.mu.Unlock()
 	if !h.unanswered {
 		h.unanswered = true
-		h.log.Warn().Err(err).Msg("the test write of the queue's store got no answer; it cannot tell whether the store takes writes (the user needs to be allowed to remove messages from the request stream)")
+		h.log.Warn().Err(err).Msg("the test write of the queue's store got no answer; it cannot tell whether the store takes writes (the NATS user needs its role's permissions: pkg/queue/permissions.go)")
 	}
 }
 
@@ -148,12 +149,23 @@ type StoreGuard interface {
 	HearClients(func() error)
 }
 
-// probeWrite is the test write: the removal of a request that does not exist from the
-// request stream. A store that cannot write answers it with its write error (nats-server
-// keeps the error of a failed write and returns it for every later change to the
-// stream), a healthy one with "stream store EOF" or "not found"; on a cluster the
-// removal also goes through the stream's replication, a write on every replica.
+// probeWrite is the test write: a marker in the health stream for a queue whose user may
+// not remove requests (Config.HealthRole, probeHealth), else the removal of a request
+// that does not exist from the request stream. A store that cannot write answers that
+// removal with its write error (nats-server keeps the error of a failed write and returns
+// it for every later change to the stream), a healthy one with "stream store EOF" or "not
+// found"; on a cluster the removal also goes through the stream's replication, a write on
+// every replica, which is what proves the link head reads go through (link.go). Each
+// waits probeTimeout at most for an answer.
 func (q *Queue) probeWrite(ctx context.Context) error {
+	if q.cfg.HealthRole != "" {
+		if q.health == nil {
+			return fmt.Errorf("test write: stream %s not opened", HealthStream)
+		}
+		return q.probeHealth(ctx, q.cfg.HealthRole)
+	}
+	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
 	err := q.reqs.DeleteMsg(ctx, probeSeq)
 	if err == nil || isNotFound(err) || strings.Contains(err.Error(), "stream store EOF") {
 		return nil
@@ -164,10 +176,13 @@ func (q *Queue) probeWrite(ctx context.Context) error {
 // WatchWrites makes a test write every interval (DefaultProbeEvery if zero) until ctx
 // ends, so that WriteErr and Ready know whether the store takes writes even while no
 // request is written, and logs to log when that changes (unless a StoreGuard, which
-// knows more, does). The test write needs the right to remove messages from the
-// request stream ($JS.API.STREAM.MSG.DELETE.REQUESTS); without it, it gets no answer,
-// which is logged once and otherwise ignored. Its test writes also prove the link Head
-// reads through once ProveHeadReads was called (link.go), at once when a head read asks.
+// knows more, does). The test write (probeWrite) needs the right to remove messages from
+// the request stream ($JS.API.STREAM.MSG.DELETE.REQUESTS, the dispatcher's), or with
+// Config.HealthRole to write to that role's health subject and remove from the health
+// stream (ingest's); without it, it gets no answer, which is logged once and otherwise
+// ignored. The removals from the request stream also prove the link Head reads through
+// once ProveHeadReads was called (link.go), at once when a head read asks; the health
+// stream's writes do not (they go through another stream's leader).
 func (q *Queue) WatchWrites(ctx context.Context, every time.Duration, log zerolog.Logger) {
 	if every <= 0 {
 		every = DefaultProbeEvery
@@ -187,14 +202,13 @@ func (q *Queue) WatchWrites(ctx context.Context, every time.Duration, log zerolo
 		last = time.Now()
 		if q.nc.IsConnected() { // a lost connection is Ready's to report, not a store fault
 			link := q.link()
-			pctx, cancel := context.WithTimeout(ctx, probeTimeout)
-			err := q.probeWrite(pctx)
-			cancel()
+			err := q.probeWrite(ctx)
 			if ctx.Err() != nil {
 				return
 			}
 			q.writes.noteProbe(err)
 			switch {
+			case q.cfg.HealthRole != "": // not a write to the request stream: no proof
 			case err == nil:
 				q.writeLanded(link)
 			case !isStoreFailure(err):
