@@ -163,12 +163,23 @@ func TestATenantCannotTakeAnothersCancelsOrLookups(t *testing.T) {
 	if cancelsHeard.Load() != 5 {
 		t.Errorf("the dispatchers heard %d of globex's 5 cancels", cancelsHeard.Load())
 	}
+	// acme's refusals: 429 past its share; or 503 cancel_unavailable for one of its own
+	// held cancels that the dispatchers did not answer in time (a busy machine), which is
+	// what that cancel would get anyway. Never a full pool's 503 overloaded.
+	sawShare := false
 	refused.Range(func(k, _ any) bool {
-		if k != "Too Many Requests tenant_cancels_full" {
+		switch k {
+		case "Too Many Requests tenant_cancels_full":
+			sawShare = true
+		case "Service Unavailable cancel_unavailable":
+		default:
 			t.Errorf("acme past its share of cancels: %s, want 429 tenant_cancels_full", k)
 		}
 		return true
 	})
+	if !sawShare {
+		t.Error("acme was never refused past its share of cancels (429 tenant_cancels_full)")
+	}
 }
 
 // A token that is not scoped to a tenant still has shares of its own: with the
