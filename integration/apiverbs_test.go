@@ -100,11 +100,11 @@ var reads = []string{"STREAM.INFO", "STREAM.MSG.GET", "DIRECT.GET", "DIRECT.GET 
 var userVerbs = map[string]map[string][]string{
 	"ingest": {
 		"":                     {"ACCOUNT.INFO"},
-		queue.RequestStream:    {"STREAM.INFO", "STREAM.CREATE", "write request"},
-		queue.DeadLetterStream: {"STREAM.INFO", "STREAM.CREATE"},
-		queue.EventStream:      {"STREAM.INFO", "STREAM.CREATE", "DIRECT.GET", "DIRECT.GET (last by subject)", "write accepted"},
+		queue.RequestStream:    {"STREAM.INFO", "write request"},
+		queue.DeadLetterStream: {"STREAM.INFO"},
+		queue.EventStream:      {"STREAM.INFO", "DIRECT.GET", "DIRECT.GET (last by subject)", "write accepted"},
 		// its test write: a marker of its own, and the removal of a missing one
-		queue.HealthStream: {"STREAM.INFO", "STREAM.CREATE", "STREAM.MSG.DELETE", "write ingest's"},
+		queue.HealthStream: {"STREAM.INFO", "STREAM.MSG.DELETE", "write ingest's"},
 	},
 	"dispatcher": {
 		"":                          {"ACCOUNT.INFO"},

@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"os"
@@ -9,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go"
 
 	"github.com/penguinhq/dispatcher/pkg/dispatch"
 	"github.com/penguinhq/dispatcher/pkg/ledger"
@@ -243,6 +246,18 @@ system_account: SYS
 		t.Fatal(err)
 	}
 	node := startBin(t, natsnodeBin, nil, "-c", conf)
+	// The streams, created as a dispatcher would: ingest creates none.
+	waitFor(t, time.Minute, "the streams created", func() bool {
+		nc, err := nats.Connect("nats://ingest:secret@" + natsAddr)
+		if err != nil {
+			return false
+		}
+		defer nc.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_, err = queue.Open(ctx, nc, queue.Config{}, queue.CreateOrUpdate)
+		return err == nil
+	})
 	startBin(t, ingestBin, map[string]string{"NATS_URL": "nats://" + natsAddr, "NATS_USER": "ingest", "NATS_PASSWORD": "secret",
 		"INGEST_ADDR": ingestAddr, "OPS_ADDR": opsAddr})
 	base, ops := "http://"+ingestAddr, "http://"+opsAddr

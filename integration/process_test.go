@@ -208,7 +208,7 @@ func (s *stack) useQueueAt(url string) {
 	nc := connectTo(s.t, url)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	q, err := queue.Open(ctx, nc, queue.Config{}, queue.CreateMissing)
+	q, err := queue.Open(ctx, nc, queue.Config{}, queue.Existing)
 	if err != nil {
 		s.t.Fatalf("opening queue at %s: %v", url, err)
 	}
@@ -347,8 +347,8 @@ func logLines(out, msg string) []map[string]any {
 }
 
 // waitReady waits until the ingest API at base answers readyz with 200.
-// A service started before NATS waits for it instead of exiting, and becomes ready once
-// NATS is there.
+// A service started before NATS waits for it instead of exiting; ingest then waits for a
+// dispatcher to create the streams, and becomes ready once one has.
 func TestIngestWaitsForNATS(t *testing.T) {
 	t.Parallel()
 	natsAddr, ingestAddr := freeAddr(t), freeAddr(t)
@@ -364,5 +364,17 @@ func TestIngestWaitsForNATS(t *testing.T) {
 	default:
 	}
 	queuetest.ServerAt(t, t.TempDir(), natsAddr)
+	// NATS is there, the streams are not: ingest creates none (its NATS user may not) and
+	// waits for a dispatcher to, not ready.
+	waitFor(t, time.Minute, "ingest to find the streams missing and wait", func() bool {
+		return strings.Contains(p.Output(), "start a dispatcher once to create the streams") || p.Exited()
+	})
+	if p.Exited() {
+		t.Fatalf("ingest exited while the streams were missing; output:\n%s", p.Output())
+	}
+	if code := status("http://" + ingestAddr + "/readyz"); code == http.StatusOK {
+		t.Fatal("ingest is ready before any stream exists")
+	}
+	startProc(t, map[string]string{"NATS_URL": "nats://" + natsAddr, "RAVEN_URL": "http://127.0.0.1:9/"})
 	waitReady(t, "http://"+ingestAddr)
 }

@@ -464,7 +464,7 @@ func openQueue(t testing.TB, nc *nats.Conn) *queue.Queue {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	q, err := queue.Open(ctx, nc, queue.Config{}, queue.CreateMissing)
+	q, err := queue.Open(ctx, nc, queue.Config{}, queue.Existing)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -43,8 +43,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, _ io.Wr
 	// no sooner.
 	queueCfg.AckTimeout = ingestCfg.PublishTimeout
 	queueCfg.NoEvents = !events
-	// Ingest's NATS user may not read queued requests, nor remove any: its test writes go
-	// to its health subject (queue.RoleIngest).
+	// Ingest's NATS user may not read queued requests, nor remove any, nor create or
+	// change a stream: its test writes go to its health subject (queue.RoleIngest), and it
+	// waits for a dispatcher to have created the streams.
 	queueCfg.NoBodyReads = true
 	queueCfg.HealthRole = queue.RoleIngest
 
@@ -53,7 +54,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, _ io.Wr
 		return err
 	}
 	defer nc.Close()
-	q, err := cli.OpenQueue(ctx, nc, *queueCfg, queue.CreateMissing, log)
+	q, err := cli.OpenQueue(ctx, nc, *queueCfg, queue.Existing, log)
 	if err != nil {
 		return err
 	}

@@ -49,7 +49,7 @@ func TestUnansweredPublishesTimeOut(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	q, err := queuetest.Open(ctx, nc, queue.Config{Replicas: 3}, queue.CreateMissing)
+	q, err := queuetest.Open(ctx, nc, queue.Config{Replicas: 3}, queue.CreateOrUpdate)
 	if err != nil {
 		t.Fatal(err)
 	}

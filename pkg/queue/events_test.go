@@ -140,7 +140,7 @@ func TestEventWriterRetriesUntilWritten(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	if _, err := queue.Open(ctx, nc, queue.Config{}, queue.CreateMissing); err != nil { // the stream is back
+	if _, err := queue.Open(ctx, nc, queue.Config{}, queue.CreateOrUpdate); err != nil { // the stream is back
 		t.Fatal(err)
 	}
 	if err := w.Flush(ctx); err != nil {

@@ -15,12 +15,14 @@ type Role string
 
 // The roles.
 const (
-	// RoleIngest takes requests: it publishes them and their accepted events, creates the
-	// streams if they are missing, reads the events for statuses, and asks the
+	// RoleIngest takes requests: it publishes them and their accepted events, reads the
+	// events for statuses, and asks the
 	// dispatchers to cancel a request (the owner of its client decides, removes it and
 	// writes its final event). It cannot read a queued body or a dead letter, nor touch
 	// leases or steering, and it can remove nothing from the request, dead-letter and
-	// events streams, nor change, purge or delete a stream or consumer. Its test write
+	// events streams, nor create, change, purge or delete a stream or consumer (a stream
+	// it created could source the queued requests, bodies and all: it opens the streams a
+	// dispatcher created, and waits for them). Its test write
 	// (WatchWrites, every 2 s: whether the store takes writes while no request arrives) is
 	// a marker on its own subject of the health stream (HealthSubject), and the removal
 	// of one that does not exist there, which is how a failed store's error is read back;
@@ -74,10 +76,10 @@ func RolePermissions(r Role) Permissions {
 			Publish: join(
 				[]string{request.RequestPrefix + "*", request.EventPrefix + "*." + string(request.EventAccepted), "$JS.API.INFO", queuedSubject, cancelSubject,
 					HealthSubject(r)},
-				api(RequestStream, "STREAM.INFO", "STREAM.CREATE"),
-				api(DeadLetterStream, "STREAM.INFO", "STREAM.CREATE"),
-				api(EventStream, "STREAM.INFO", "STREAM.CREATE", "DIRECT.GET"),
-				api(HealthStream, "STREAM.INFO", "STREAM.CREATE", "STREAM.MSG.DELETE"),
+				api(RequestStream, "STREAM.INFO"),
+				api(DeadLetterStream, "STREAM.INFO"),
+				api(EventStream, "STREAM.INFO", "DIRECT.GET"),
+				api(HealthStream, "STREAM.INFO", "STREAM.MSG.DELETE"),
 			),
 			Subscribe: []string{InboxPrefix(r) + ".>", request.EventPrefix + ">"},
 		}

@@ -40,19 +40,19 @@ const maxPendingPublishes = 16384
 type Ensure int
 
 const (
-	// CreateMissing creates streams that do not exist and leaves existing ones as they are.
-	CreateMissing Ensure = iota
-	// CreateOrUpdate also brings existing streams' settings in line with the Config.
-	CreateOrUpdate
+	// CreateOrUpdate creates the streams that do not exist and brings existing ones'
+	// settings in line with the Config: the dispatchers', the only role that may.
+	CreateOrUpdate Ensure = iota
 	// Existing opens the streams as they are, taking partitions and replicas from them,
 	// and fails if they are missing: for tools that must not create or change anything.
 	Existing
 )
 
-// Open makes sure the streams exist (and, with CreateOrUpdate, match cfg): the request,
-// dead-letter and health streams, and the events stream unless cfg.NoEvents; and returns
-// the Queue. It fails if the request stream exists with another partition count, since
-// re-partitioning in place would file one client under two partitions.
+// Open returns the Queue. With CreateOrUpdate it creates the streams, or brings them in
+// line with cfg: the request, dead-letter and health streams, and the events stream
+// unless cfg.NoEvents; it fails if the request stream exists with another partition
+// count, since re-partitioning in place would file one client under two partitions. With
+// Existing it opens them as they are (ErrStreamsMissing while one is missing).
 func Open(ctx context.Context, nc *nats.Conn, cfg Config, ensure Ensure) (*Queue, error) {
 	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
@@ -74,34 +74,54 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config, ensure Ensure) (*Queue
 	// not: ingest's test writes go there (HealthRole), the dispatcher's do not. First: a
 	// stream just created on a cluster has no leader for a moment, and the first test
 	// write follows Open at once.
-	if q.health, err = q.ensure(ctx, healthStreamConfig(cfg), ensure); err != nil {
+	if q.health, err = q.ensure(ctx, healthStreamConfig(cfg)); err != nil {
 		return nil, err
 	}
-	if q.reqs, err = q.ensure(ctx, requestStreamConfig(cfg), ensure); err != nil {
+	if q.reqs, err = q.ensure(ctx, requestStreamConfig(cfg)); err != nil {
 		return nil, err
 	}
 	if err := checkPartitions(q.reqs.CachedInfo().Config, cfg.Partitions); err != nil {
 		return nil, err
 	}
-	if q.dead, err = q.ensure(ctx, deadLetterStreamConfig(cfg), ensure); err != nil {
+	if q.dead, err = q.ensure(ctx, deadLetterStreamConfig(cfg)); err != nil {
 		return nil, err
 	}
 	if !cfg.NoEvents {
-		if _, err = q.ensure(ctx, eventStreamConfig(cfg), ensure); err != nil {
+		if _, err = q.ensure(ctx, eventStreamConfig(cfg)); err != nil {
 			return nil, err
 		}
 	}
 	return q, nil
 }
 
+// ErrStreamsMissing is Open's error, with Existing, when a stream it needs does not
+// exist yet: only the dispatchers create them, and a service that may not (ingest) waits
+// for one to have started once.
+var ErrStreamsMissing = errors.New("start a dispatcher once to create the streams")
+
+// openExisting opens the streams as they are: the request and dead-letter streams, and
+// for a service with test writes of its own (HealthRole: ingest) the health stream and,
+// with events on, the events stream, which it writes to.
 func (q *Queue) openExisting(ctx context.Context) (*Queue, error) {
-	var err error
-	for name, s := range map[string]*jetstream.Stream{RequestStream: &q.reqs, DeadLetterStream: &q.dead} {
-		if *s, err = q.js.Stream(ctx, name); err != nil {
+	type named struct {
+		name string
+		s    *jetstream.Stream
+	}
+	var events jetstream.Stream
+	streams := []named{{RequestStream, &q.reqs}, {DeadLetterStream, &q.dead}}
+	if q.cfg.HealthRole != "" {
+		streams = append(streams, named{HealthStream, &q.health})
+		if !q.cfg.NoEvents {
+			streams = append(streams, named{EventStream, &events})
+		}
+	}
+	for _, st := range streams {
+		var err error
+		if *st.s, err = q.js.Stream(ctx, st.name); err != nil {
 			if errors.Is(err, jetstream.ErrStreamNotFound) {
-				return nil, fmt.Errorf("stream %s does not exist: start a dispatcher once to create the streams", name)
+				return nil, fmt.Errorf("stream %s does not exist: %w", st.name, ErrStreamsMissing)
 			}
-			return nil, fmt.Errorf("stream %s: %w", name, err)
+			return nil, fmt.Errorf("stream %s: %w", st.name, err)
 		}
 	}
 	cfg := q.reqs.CachedInfo().Config
@@ -182,7 +202,7 @@ func checkPartitions(have jetstream.StreamConfig, want int) error {
 	return nil
 }
 
-func (q *Queue) ensure(ctx context.Context, cfg jetstream.StreamConfig, ensure Ensure) (jetstream.Stream, error) {
+func (q *Queue) ensure(ctx context.Context, cfg jetstream.StreamConfig) (jetstream.Stream, error) {
 	s, err := q.js.Stream(ctx, cfg.Name)
 	switch {
 	case errors.Is(err, jetstream.ErrStreamNotFound):
@@ -190,7 +210,7 @@ func (q *Queue) ensure(ctx context.Context, cfg jetstream.StreamConfig, ensure E
 		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) { // another instance won the race
 			s, err = q.js.Stream(ctx, cfg.Name)
 		}
-	case err == nil && ensure == CreateOrUpdate:
+	case err == nil:
 		// Keep the partitioning as found: checkPartitions reports a mismatch.
 		cfg.SubjectTransform = s.CachedInfo().Config.SubjectTransform
 		s, err = q.js.UpdateStream(ctx, cfg)

@@ -99,7 +99,7 @@ func TestHealthWriteSeesAFullDisk(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	nc := dial(t, n.Server().ClientURL(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
-	q, err := queue.Open(ctx, nc, queue.Config{HealthRole: queue.RoleIngest, NoEvents: true}, queue.CreateMissing)
+	q, err := queue.Open(ctx, nc, queue.Config{HealthRole: queue.RoleIngest, NoEvents: true}, queue.CreateOrUpdate)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -67,8 +67,11 @@ func Retry[T any](ctx context.Context, log zerolog.Logger, what string, open fun
 		}
 		// Too few nodes for the replicas asked for: a cluster still forming, or a wrong
 		// STREAM_REPLICAS; after a while, the latter.
+		// Streams not created yet (a service that may not create them, started before any
+		// dispatcher) are as transient as a server still starting.
 		noPeers := queue.IsNoPeers(err)
-		if ctx.Err() != nil || (!noPeers && !queue.IsTransient(err)) || (noPeers && time.Since(began) > noPeersPatience) {
+		transient := queue.IsTransient(err) || errors.Is(err, queue.ErrStreamsMissing)
+		if ctx.Err() != nil || (!noPeers && !transient) || (noPeers && time.Since(began) > noPeersPatience) {
 			return retry.Final(fmt.Errorf("%s: %w", what, err))
 		}
 		return err
