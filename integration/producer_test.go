@@ -449,7 +449,7 @@ func (s *stack) secondIngest(t testing.TB) string {
 	t.Helper()
 	nc := connectTo(t, s.srv.ClientURL())
 	q := openQueue(t, nc)
-	api, err := ingest.New(ingest.Config{Status: q, Events: s.events, Instance: "ingest-2"}, q, q, testLog())
+	api, err := ingest.New(ingest.Config{Status: q, Live: q, Instance: "ingest-2"}, q, q, testLog())
 	if err != nil {
 		t.Fatal(err)
 	}
