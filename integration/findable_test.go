@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-
 	"github.com/penguinhq/dispatcher/client"
 	"github.com/penguinhq/dispatcher/pkg/request"
 )

@@ -365,6 +365,13 @@ func TestStatusThroughEveryState(t *testing.T) {
 		return ledger.Response{Status: 201}
 	}})
 	t.Cleanup(release) // registered after the stack's: runs before raven is closed
+	// No dispatcher runs yet: the queued request has no stored event (ADR 18), and the
+	// dispatchers' lookup, served here as a dispatcher does, says it is queued.
+	stopLookups, err := s.q.ServeQueuedLookups()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stopLookups)
 	c := goClient(t, s.ingestBase())
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
