@@ -57,12 +57,7 @@ func deliver(t *testing.T, ctx context.Context, q *queue.Queue, id string) {
 // headers, which the dispatchers' lookup answers. Before, it was taken for a duplicate.
 func TestAKeyReusedBeforeItsAcceptedEventIsRefused(t *testing.T) {
 	t.Parallel()
-	_, q := embeddedQueue(t)
-	stop, err := q.ServeQueuedLookups() // as a dispatcher does
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stop()
+	_, q := embeddedQueue(t)                  // the dispatchers' lookup answers, as it does
 	post := keyedIngest(t, q, nil, "order-7") // no accepted event is written
 	first := post(`{"n":1}`)
 	if first.Code != 202 || first.Duplicate {

@@ -405,7 +405,7 @@ func (a *API) sameBody(ctx context.Context, s *Scope, req request.Request) error
 	if accepted {
 		return nil
 	}
-	if f, ok := a.askQueued(ctx, s, req.ClientID, req.ID); ok && f.BodyDigest != "" && f.BodyDigest != digest {
+	if f, ok, _ := a.askQueued(ctx, s, req.ClientID, req.ID); ok && f.BodyDigest != "" && f.BodyDigest != digest {
 		return &reusedKey{id: req.ID, first: f.AcceptedAt}
 	}
 	return nil

@@ -65,7 +65,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // were shared by all: one tenant's DELETEs for unknown ids made another's answer 503.)
 func TestATenantCannotTakeAnothersCancelsOrLookups(t *testing.T) {
 	t.Parallel()
-	emb, q := embeddedQueue(t)
+	emb, q := bareQueue(t) // the test answers the dispatchers' asks
 	tokens, err := ingest.NewTokens(tokensFile(t,
 		acmeToken+" tenant=acme clients=acme-*",
 		globexToken+" tenant=globex clients=globex-*",
