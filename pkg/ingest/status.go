@@ -191,14 +191,9 @@ func (a *API) readStatus(ctx context.Context, w http.ResponseWriter, clientID, i
 		}
 		if st.State == request.StateUnknown && !asked {
 			asked = true // once a read: the answer does not change while it waits
-			f, ok, err := a.askQueued(ctx, scope, clientID, id)
-			if err != nil {
-				// Unknown is an answer only the queue can give: "not there". Without it the
-				// status is not known, and saying unknown would be a guess.
+			var err error
+			if st, err = a.fromQueue(ctx, scope, st, clientID, id); err != nil {
 				return request.Status{}, err
-			}
-			if ok {
-				st = f.Status(clientID, id)
 			}
 		}
 		if wait <= 0 || st.Final() {
@@ -263,6 +258,21 @@ func (wt *watching) events() []request.Event {
 	wt.mu.Lock()
 	defer wt.mu.Unlock()
 	return slices.Clone(wt.heard)
+}
+
+// fromQueue is the status of a request without a record (st): queued, as the dispatchers
+// find it in the queue, or unknown when they answer that the queue does not hold it.
+// Unknown is an answer only the queue can give: when the dispatchers cannot be asked, the
+// error says so, and the status is not known (saying unknown would be a guess).
+func (a *API) fromQueue(ctx context.Context, scope *Scope, st request.Status, clientID, id string) (request.Status, error) {
+	f, ok, err := a.askQueued(ctx, scope, clientID, id)
+	switch {
+	case err != nil:
+		return st, err
+	case ok:
+		return f.Status(clientID, id), nil
+	}
+	return st, nil
 }
 
 // askQueued looks for a request without a status record in the queue itself, through
