@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 
+	"github.com/penguinhq/dispatcher/integration/itest"
 	"github.com/penguinhq/dispatcher/pkg/ingest"
 	"github.com/penguinhq/dispatcher/pkg/request"
 )
@@ -195,7 +196,7 @@ func TestAnUnscopedTokenHasShares(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var logs syncBuffer
+	var logs itest.Buffer
 	api, err := ingest.New(ingest.Config{Tokens: tokens, Backlogs: q, PublishTimeout: 30 * time.Second}, q, q, zerolog.New(&logs))
 	if err != nil {
 		t.Fatal(err)
@@ -261,29 +262,11 @@ func TestAnUnscopedTokenHasShares(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var quiet syncBuffer
+	var quiet itest.Buffer
 	if _, err := ingest.New(ingest.Config{Tokens: scoped}, q, q, zerolog.New(&quiet)); err != nil {
 		t.Fatal(err)
 	}
 	if strings.Contains(quiet.String(), "INGEST_TOKENS_FILE") {
 		t.Errorf("an ingest with a tenant's token logged %q, want no warning", quiet.String())
 	}
-}
-
-// syncBuffer is a log's buffer that may be written while it is read.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
