@@ -139,7 +139,12 @@ func TestATenantCannotTakeAnothersCancelsOrLookups(t *testing.T) {
 			refused.Store(http.StatusText(code)+" "+problem, true)
 		}
 	})
-	hammer(ctx, &wg, 40, acmeToken, unknown(http.MethodGet), func(int, string) {})
+	var refusedReads sync.Map // acme's status reads refused: "429 tenant_reads_full"
+	hammer(ctx, &wg, 40, acmeToken, unknown(http.MethodGet), func(code int, problem string) {
+		if code != http.StatusOK {
+			refusedReads.Store(fmt.Sprint(code, " ", problem), true)
+		}
+	})
 
 	// Its share of each is half (two tenants): 8 of 16 cancels, 4 of 8 asks.
 	waitFor(t, "acme holding its share of cancels and asks, and being refused more", func() bool {
@@ -180,6 +185,22 @@ func TestATenantCannotTakeAnothersCancelsOrLookups(t *testing.T) {
 	})
 	if !sawShare {
 		t.Error("acme was never refused past its share of cancels (429 tenant_cancels_full)")
+	}
+	// Its status reads past its share of lookups: 429 tenant_reads_full, or 503
+	// status_unavailable for one of its own held lookups that timed out.
+	sawShare = false
+	refusedReads.Range(func(k, _ any) bool {
+		switch k {
+		case "429 tenant_reads_full":
+			sawShare = true
+		case "503 status_unavailable":
+		default:
+			t.Errorf("acme's status read past its share of lookups: %s, want 429 tenant_reads_full", k)
+		}
+		return true
+	})
+	if !sawShare {
+		t.Error("acme's status reads were never refused past its share of lookups (429 tenant_reads_full)")
 	}
 }
 
