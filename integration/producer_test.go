@@ -19,6 +19,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/penguinhq/dispatcher/client"
+	"github.com/penguinhq/dispatcher/integration/itest"
 	"github.com/penguinhq/dispatcher/pkg/ingest"
 	"github.com/penguinhq/dispatcher/pkg/ledger"
 	"github.com/penguinhq/dispatcher/pkg/openapi"
@@ -375,8 +376,18 @@ func TestStatusThroughEveryState(t *testing.T) {
 	c := goClient(t, s.ingestBase())
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	if st, err := c.Status(ctx, "gina", request.NewID(time.Now())); err != nil || st.State != client.StatusUnknown {
-		t.Fatalf("a fresh id: %+v %v, want unknown", st, err)
+	// No dispatcher runs yet: whether a request without a record is queued cannot be
+	// known, and the answer says so rather than unknown, a guess.
+	fresh, err := itest.HTTP.Get(s.ingestBase() + "/v1/requests/" + request.NewID(time.Now()) + "?clientId=gina")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var freshProblem struct{ Code string }
+	_ = json.NewDecoder(fresh.Body).Decode(&freshProblem)
+	fresh.Body.Close()
+	if fresh.StatusCode != http.StatusServiceUnavailable || freshProblem.Code != "status_unavailable" || fresh.Header.Get("Retry-After") == "" {
+		t.Fatalf("a fresh id with no dispatcher running: %d %q (Retry-After %q), want 503 status_unavailable with a Retry-After",
+			fresh.StatusCode, freshProblem.Code, fresh.Header.Get("Retry-After"))
 	}
 	var bad *client.Problem
 	if _, err := c.Status(ctx, "gina", "not-an-id"); !errors.As(err, &bad) || bad.Code != "id_invalid" {
@@ -402,6 +413,10 @@ func TestStatusThroughEveryState(t *testing.T) {
 	}
 	s.startDispatcher()
 	state(client.StatusInFlight)
+	// With a dispatcher to ask, an id the queue does not hold is unknown.
+	if st, err := c.Status(ctx, "gina", request.NewID(time.Now())); err != nil || st.State != client.StatusUnknown {
+		t.Fatalf("a fresh id: %+v %v, want unknown", st, err)
+	}
 	release()
 	st = state(client.StatusQueued)
 	if st.Attempts != 1 || st.LastAttempt == nil || st.LastAttempt.Status != 503 {

@@ -93,7 +93,7 @@ func New(cfg Config, pub Publisher, ready Readiness, log zerolog.Logger) (*API, 
 		batchBytes:  newPool(cfg.BatchInFlightBytes, cfg.BatchMaxBytes, "tenant_publishing_full", "bytes of batches being stored", "BATCH_INFLIGHT_BYTES"),
 		waits:       newPool(int64(cfg.MaxStatusWaits), 1, "tenant_reads_full", "status reads waiting (?wait, Prefer: wait)", "MAX_STATUS_WAITS"),
 		reads:       newPool(int64(cfg.MaxStatusReads), 1, "tenant_reads_full", "status reads", "MAX_STATUS_READS"),
-		asks:        newPool(maxQueuedAsks, 1, "", "asks whether a request is queued", fmt.Sprintf("this ingest's %d", maxQueuedAsks)),
+		asks:        newPool(maxQueuedAsks, 1, "tenant_reads_full", "status reads asking the dispatchers whether a request is queued", fmt.Sprintf("this ingest's %d", maxQueuedAsks)),
 		cancelSlots: newPool(maxCancels, 1, "tenant_cancels_full", "cancels being decided", fmt.Sprintf("this ingest's %d", maxCancels))}
 	if cfg.Tokens != nil && cfg.Tokens.Unscoped() {
 		a.log.Warn().Int("unscoped_delayed", DefaultUnscopedMaxDelayed).Int("unscoped_backlogs", DefaultUnscopedMaxBacklogs).

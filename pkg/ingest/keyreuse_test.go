@@ -58,12 +58,7 @@ func deliver(t *testing.T, ctx context.Context, q *queue.Queue, id string) {
 // answers.
 func TestAKeyReusedWhileQueuedIsRefused(t *testing.T) {
 	t.Parallel()
-	_, q := embeddedQueue(t)
-	stop, err := q.ServeQueuedLookups() // as a dispatcher does
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stop()
+	_, q := embeddedQueue(t) // the dispatchers' lookup answers, as it does
 	post := keyedIngest(t, q, "order-7")
 	first := post(`{"n":1}`)
 	if first.Code != 202 || first.Duplicate {

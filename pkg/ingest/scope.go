@@ -389,7 +389,7 @@ func (a *API) sameBody(ctx context.Context, s *Scope, req request.Request, seq u
 	}
 	ctx, cancel := context.WithTimeout(ctx, statusReadTimeout)
 	defer cancel()
-	if f, ok := a.askQueued(ctx, s, req.ClientID, req.ID); ok {
+	if f, ok, _ := a.askQueued(ctx, s, req.ClientID, req.ID); ok {
 		if f.BodyDigest != "" && f.BodyDigest != digest {
 			return &reusedKey{id: req.ID, first: f.AcceptedAt}
 		}

@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 
+	"github.com/penguinhq/dispatcher/integration/itest"
 	"github.com/penguinhq/dispatcher/pkg/ingest"
 	"github.com/penguinhq/dispatcher/pkg/request"
 )
@@ -65,7 +66,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // were shared by all: one tenant's DELETEs for unknown ids made another's answer 503.)
 func TestATenantCannotTakeAnothersCancelsOrLookups(t *testing.T) {
 	t.Parallel()
-	emb, q := embeddedQueue(t)
+	emb, q := bareQueue(t) // the test answers the dispatchers' asks
 	tokens, err := ingest.NewTokens(tokensFile(t,
 		acmeToken+" tenant=acme clients=acme-*",
 		globexToken+" tenant=globex clients=globex-*",
@@ -138,7 +139,12 @@ func TestATenantCannotTakeAnothersCancelsOrLookups(t *testing.T) {
 			refused.Store(http.StatusText(code)+" "+problem, true)
 		}
 	})
-	hammer(ctx, &wg, 40, acmeToken, unknown(http.MethodGet), func(int, string) {})
+	var refusedReads sync.Map // acme's status reads refused: "429 tenant_reads_full"
+	hammer(ctx, &wg, 40, acmeToken, unknown(http.MethodGet), func(code int, problem string) {
+		if code != http.StatusOK {
+			refusedReads.Store(fmt.Sprint(code, " ", problem), true)
+		}
+	})
 
 	// Its share of each is half (two tenants): 8 of 16 cancels, 4 of 8 asks.
 	waitFor(t, "acme holding its share of cancels and asks, and being refused more", func() bool {
@@ -180,6 +186,22 @@ func TestATenantCannotTakeAnothersCancelsOrLookups(t *testing.T) {
 	if !sawShare {
 		t.Error("acme was never refused past its share of cancels (429 tenant_cancels_full)")
 	}
+	// Its status reads past its share of lookups: 429 tenant_reads_full, or 503
+	// status_unavailable for one of its own held lookups that timed out.
+	sawShare = false
+	refusedReads.Range(func(k, _ any) bool {
+		switch k {
+		case "429 tenant_reads_full":
+			sawShare = true
+		case "503 status_unavailable":
+		default:
+			t.Errorf("acme's status read past its share of lookups: %s, want 429 tenant_reads_full", k)
+		}
+		return true
+	})
+	if !sawShare {
+		t.Error("acme's status reads were never refused past its share of lookups (429 tenant_reads_full)")
+	}
 }
 
 // A token that is not scoped to a tenant still has shares of its own: with the
@@ -195,7 +217,7 @@ func TestAnUnscopedTokenHasShares(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var logs syncBuffer
+	var logs itest.Buffer
 	api, err := ingest.New(ingest.Config{Tokens: tokens, Backlogs: q, PublishTimeout: 30 * time.Second}, q, q, zerolog.New(&logs))
 	if err != nil {
 		t.Fatal(err)
@@ -261,29 +283,11 @@ func TestAnUnscopedTokenHasShares(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var quiet syncBuffer
+	var quiet itest.Buffer
 	if _, err := ingest.New(ingest.Config{Tokens: scoped}, q, q, zerolog.New(&quiet)); err != nil {
 		t.Fatal(err)
 	}
 	if strings.Contains(quiet.String(), "INGEST_TOKENS_FILE") {
 		t.Errorf("an ingest with a tenant's token logged %q, want no warning", quiet.String())
 	}
-}
-
-// syncBuffer is a log's buffer that may be written while it is read.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

@@ -2,6 +2,7 @@ package ingest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -75,8 +76,17 @@ func (a *API) status(w http.ResponseWriter, r *http.Request, scope *Scope) {
 			return // the caller left
 		}
 		a.log.Debug().Err(err).Str("request_id", id).Msg("status read failed")
-		writeProblem(w, problem{Status: http.StatusServiceUnavailable, Code: "status_unavailable", RetryAfter: time.Second,
-			Detail: "the request's status could not be read just now; retry after the Retry-After delay"})
+		var unknowable *unknowable
+		switch {
+		case errors.As(err, &unknowable) && unknowable.refusal != nil:
+			a.answerProblem(w, *unknowable.refusal)
+		case errors.As(err, &unknowable):
+			writeProblem(w, problem{Status: http.StatusServiceUnavailable, Code: "status_unavailable", RetryAfter: time.Second,
+				Detail: "there is no record of this request, and no dispatcher answered whether it is queued (none runs, or none in time): its status cannot be known now; retry after the Retry-After delay"})
+		default:
+			writeProblem(w, problem{Status: http.StatusServiceUnavailable, Code: "status_unavailable", RetryAfter: time.Second,
+				Detail: "the request's status could not be read just now; retry after the Retry-After delay"})
+		}
 		return
 	}
 	writeJSON(w, http.StatusOK, st)
@@ -181,8 +191,9 @@ func (a *API) readStatus(ctx context.Context, w http.ResponseWriter, clientID, i
 		}
 		if st.State == request.StateUnknown && !asked {
 			asked = true // once a read: the answer does not change while it waits
-			if f, ok := a.askQueued(ctx, scope, clientID, id); ok {
-				st = f.Status(clientID, id)
+			var err error
+			if st, err = a.fromQueue(ctx, scope, st, clientID, id); err != nil {
+				return request.Status{}, err
 			}
 		}
 		if wait <= 0 || st.Final() {
@@ -249,28 +260,59 @@ func (wt *watching) events() []request.Event {
 	return slices.Clone(wt.heard)
 }
 
+// fromQueue is the status of a request without a record (st): queued, as the dispatchers
+// find it in the queue, or unknown when they answer that the queue does not hold it.
+// Unknown is an answer only the queue can give: when the dispatchers cannot be asked, the
+// error says so, and the status is not known (saying unknown would be a guess).
+func (a *API) fromQueue(ctx context.Context, scope *Scope, st request.Status, clientID, id string) (request.Status, error) {
+	f, ok, err := a.askQueued(ctx, scope, clientID, id)
+	switch {
+	case err != nil:
+		return st, err
+	case ok:
+		return f.Status(clientID, id), nil
+	}
+	return st, nil
+}
+
 // askQueued looks for a request without a status record in the queue itself, through
 // the dispatchers (its NATS user may not read queued requests): a request delayed, or
 // held behind a delayed one, for longer than STATUS_RETENTION is found for as long as it
 // is queued, whatever the retention. At most maxQueuedAsks at once on this ingest (each
 // is a scan of the client's queue's headers by a dispatcher), and the token (scope) at
-// most its share of them; past that, or when no dispatcher answers, the status stays
-// unknown, as without the ask.
-func (a *API) askQueued(ctx context.Context, scope *Scope, clientID, id string) (request.Found, bool) {
-	release, _, ok := a.takeSlot(scope, a.asks, 0)
+// most its share of them. ok says the dispatchers found it queued; an error (an
+// *unknowable) that they could not be asked or did not answer: whether it is queued is
+// not known.
+func (a *API) askQueued(ctx context.Context, scope *Scope, clientID, id string) (f request.Found, ok bool, err error) {
+	release, refusal, ok := a.takeSlot(scope, a.asks, 0)
 	if !ok {
-		return request.Found{}, false
+		if refusal == nil {
+			refusal = &problem{Status: http.StatusServiceUnavailable, Code: "overloaded", RetryAfter: time.Second,
+				Detail: fmt.Sprintf("%d lookups of requests without a record are being asked of the dispatchers already; retry after the Retry-After delay", maxQueuedAsks)}
+		}
+		return request.Found{}, false, &unknowable{refusal: refusal, err: errors.New("no slot to ask the dispatchers")}
 	}
 	defer release()
 	ctx, cancel := context.WithTimeout(ctx, queuedAskTimeout)
 	defer cancel()
-	f, ok, err := a.cfg.Status.AskQueued(ctx, clientID, id)
+	f, ok, err = a.cfg.Status.AskQueued(ctx, clientID, id)
 	if err != nil {
-		a.log.Debug().Err(err).Str("request_id", id).Msg("asking the dispatchers whether the request is queued failed")
-		return request.Found{}, false
+		return request.Found{}, false, &unknowable{err: err}
 	}
-	return f, ok
+	return f, ok, nil
 }
+
+// unknowable is why a request without a record could not be looked for in the queue;
+// with a refusal, the answer to give (the token's share, or the bound, of such asks).
+type unknowable struct {
+	refusal *problem
+	err     error
+}
+
+func (u *unknowable) Error() string {
+	return "whether the request is queued is not known: " + u.err.Error()
+}
+func (u *unknowable) Unwrap() error { return u.err }
 
 // maxQueuedAsks bounds the asks one ingest has the dispatchers working on at once, and
 // queuedAskTimeout each: an id that is unknown to the record is rare (a request delayed

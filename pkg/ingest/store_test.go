@@ -109,8 +109,9 @@ func TestConcurrentBodiesAreStoredIntact(t *testing.T) {
 	}
 }
 
-// embeddedQueue starts an embedded JetStream server and opens the queue on it.
-func embeddedQueue(t *testing.T) (*natsnode.Node, *queue.Queue) {
+// bareQueue starts an embedded JetStream server and opens the queue on it; nothing
+// answers the asks a dispatcher would.
+func bareQueue(t *testing.T) (*natsnode.Node, *queue.Queue) {
 	t.Helper()
 	emb, err := natsnode.StartEmbedded(natsnode.EmbeddedConfig{StoreDir: t.TempDir()}, zerolog.Nop())
 	if err != nil {
@@ -126,6 +127,19 @@ func embeddedQueue(t *testing.T) (*natsnode.Node, *queue.Queue) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return emb, q
+}
+
+// embeddedQueue is a bareQueue whose lookups are answered, as a dispatcher answers them.
+func embeddedQueue(t *testing.T) (*natsnode.Node, *queue.Queue) {
+	t.Helper()
+	emb, q := bareQueue(t)
+	// Without them a request with no record has a status that cannot be known (503).
+	stop, err := q.ServeQueuedLookups()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stop)
 	return emb, q
 }
 

@@ -496,6 +496,7 @@ func TestAdminExchanges(t *testing.T) {
 		{"r2?client=a", request.StateQueued, false, false, false},
 		{queued + "?client=d", request.StateQueued, true, false, false}, // no stored event: the queue holds it (ADR 18)
 		{inFlight + "?client=d", request.StateInFlight, true, false, true},
+		{queued, request.StateQueued, true, false, false},    // by its id alone: found in the queue
 		{inFlight, request.StateInFlight, true, false, true}, // its client found from its first attempt
 		{"r0", request.StateDeadLettered, false, false, false},
 		{dead + "?client=d", request.StateDeadLettered, false, false, true},

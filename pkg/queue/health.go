@@ -66,7 +66,7 @@ func healthStreamConfig(cfg Config) jetstream.StreamConfig {
 // does not exist, before the write (the error of an earlier failed one: no need to write
 // again) and after a write that got no answer. Each step waits probeTimeout at most.
 func (q *Queue) probeHealth(ctx context.Context, role Role) error {
-	if err := q.askHealthStore(ctx); err != nil {
+	if err := removeMissing(ctx, q.health, HealthStream); err != nil {
 		return err
 	}
 	wctx, cancel := context.WithTimeout(ctx, probeTimeout)
@@ -79,23 +79,24 @@ func (q *Queue) probeHealth(ctx context.Context, role Role) error {
 	if !unanswered(err) {
 		return err
 	}
-	if askErr := q.askHealthStore(ctx); askErr != nil && isStoreFailure(askErr) {
+	if askErr := removeMissing(ctx, q.health, HealthStream); askErr != nil && isStoreFailure(askErr) {
 		return askErr
 	}
 	return err
 }
 
-// askHealthStore removes a marker that does not exist from the health stream: nil when
-// the stream answers so (a healthy store), else the answer (a failed write's error) or
-// why none came.
-func (q *Queue) askHealthStore(ctx context.Context) error {
-	actx, cancel := context.WithTimeout(ctx, probeTimeout)
+// removeMissing removes a message that does not exist (probeSeq) from stream s, named
+// name, within probeTimeout: nil when the stream answers that it has no such message (a
+// healthy store), else its answer (nats-server gives a failed write's error in answer to
+// every later change) or why none came.
+func removeMissing(ctx context.Context, s jetstream.Stream, name string) error {
+	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	defer cancel()
-	err := q.health.DeleteMsg(actx, probeSeq)
+	err := s.DeleteMsg(ctx, probeSeq)
 	if err == nil || isNotFound(err) || strings.Contains(err.Error(), "stream store EOF") {
 		return nil
 	}
-	return fmt.Errorf("test write to stream %s: %w", HealthStream, err)
+	return fmt.Errorf("test write to stream %s: %w", name, err)
 }
 
 // unanswered says whether a publish got no answer from the stream: the answer a store

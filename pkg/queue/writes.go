@@ -164,13 +164,7 @@ func (q *Queue) probeWrite(ctx context.Context) error {
 		}
 		return q.probeHealth(ctx, q.cfg.HealthRole)
 	}
-	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
-	defer cancel()
-	err := q.reqs.DeleteMsg(ctx, probeSeq)
-	if err == nil || isNotFound(err) || strings.Contains(err.Error(), "stream store EOF") {
-		return nil
-	}
-	return fmt.Errorf("test write to stream %s: %w", RequestStream, err)
+	return removeMissing(ctx, q.reqs, RequestStream)
 }
 
 // WatchWrites makes a test write every interval (DefaultProbeEvery if zero) until ctx
