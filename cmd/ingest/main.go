@@ -71,9 +71,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, _ io.Wr
 	}
 	defer stopTracing()
 	ingestCfg.Tracing = tp
-	if events { // accepted events are announced live, not stored (ADR 18)
+	if events {
 		instance, _ := os.Hostname()
-		ingestCfg.Live, ingestCfg.Status, ingestCfg.Instance = q, q, "ingest/"+instance
+		w, stop := cli.StartEvents(q, "ingest/"+instance, reg, log)
+		defer stop() // after the API has drained: deferred after nc.Close, so it runs first
+		ingestCfg.Events, ingestCfg.Status, ingestCfg.Instance = w, q, "ingest/"+instance
 	}
 	ln, err := cli.Listen(ingestCfg.Addr, "INGEST_ADDR")
 	if err != nil {
