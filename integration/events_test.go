@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/penguinhq/dispatcher/integration/itest"
@@ -97,7 +98,9 @@ func startedAsWanted(got, want []string) []string {
 }
 
 // A subscriber to the events stream sees every outcome of a run with retries, a dead
-// letter, a replay and a purge, in order for each request.
+// letter, a replay and a purge, in order for each request, from its first attempt: the
+// accepted event is not stored (ADR 18). A live subscriber of the clients' subjects
+// hears it.
 func TestEventsFollowEachRequest(t *testing.T) {
 	t.Parallel()
 	var idaFails atomic.Bool
@@ -128,6 +131,17 @@ func TestEventsFollowEachRequest(t *testing.T) {
 	}})
 	events = s.followEvents(t)
 	close(following)
+	live := make(chan string, 16) // ids of the accepted events heard live
+	sub, err := s.nc.Subscribe(request.EventPrefix+"*."+string(request.EventAccepted), func(m *nats.Msg) {
+		live <- m.Header.Get(request.EventIDHeader)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	if err := s.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
 	ctl, err := s.q.Control(context.Background(), testLog())
 	if err != nil {
 		t.Fatal(err)
@@ -161,15 +175,15 @@ func TestEventsFollowEachRequest(t *testing.T) {
 		// An attempt that ends within StartedEventAfter has no attempt_started: its
 		// outcome says it all. One that took longer on a loaded machine has one, which
 		// the comparison below allows.
-		hal: {"accepted/0/0", "attempt_started/0/1", "attempt_failed/0/1", "attempt_started/0/2", "attempt_failed/0/2", "delivered/0/3"},
-		ida: {"accepted/0/0", "dead_lettered/0/1", "replayed/1/0", "delivered/1/1"},
-		jo:  {"accepted/0/0", "purged/0/0"},
+		hal: {"attempt_started/0/1", "attempt_failed/0/1", "attempt_started/0/2", "attempt_failed/0/2", "delivered/0/3"},
+		ida: {"dead_lettered/0/1", "replayed/1/0", "delivered/1/1"},
+		jo:  {"purged/0/0"},
 	}
 	var got map[string][]request.Event
 	waitForState(t, time.Minute, "every event", func() (bool, string) {
 		got = events()
-		// As producers.md says to read them: accepted (ingest's) and replayed (the
-		// replaying process's) may land after the dispatcher's first event of their cycle.
+		// As producers.md says to read them: replayed (the replaying process's) may land
+		// after the dispatcher's first event of its cycle.
 		for _, es := range got {
 			slices.SortStableFunc(es, func(a, b request.Event) int {
 				return cmp.Or(cmp.Compare(a.Cycle, b.Cycle), cmp.Compare(a.Attempt, b.Attempt))
@@ -193,17 +207,30 @@ func TestEventsFollowEachRequest(t *testing.T) {
 			return e.Type == request.EventAttemptStarted && !slices.Contains(w, k)
 		})
 	}
-	if e := got[hal][2]; e.Status != 503 || e.ClientID != "hal" || e.Instance != "test" {
+	if e := got[hal][1]; e.Status != 503 || e.ClientID != "hal" || e.Instance != "test" {
 		t.Errorf("hal's failed attempt: %+v, want raven's 503 from instance test", e)
 	}
-	if e := got[ida][1]; e.Reason != request.ReasonPermanent || e.Status != 400 {
+	if e := got[ida][0]; e.Reason != request.ReasonPermanent || e.Status != 400 {
 		t.Errorf("ida's dead letter: %+v, want permanent after a 400", e)
 	}
-	if e := got[ida][2]; e.Instance != "ops" || e.Seq == 0 {
+	if e := got[ida][1]; e.Instance != "ops" || e.Seq == 0 {
 		t.Errorf("ida's replay: %+v, want written by the replaying process with ida's new sequence", e)
 	}
-	if e := got[jo][1]; e.Reason != request.ReasonPurged {
+	if e := got[jo][0]; e.Reason != request.ReasonPurged {
 		t.Errorf("jo's purge: %+v, want reason purged", e)
+	}
+	// Each acceptance was heard live, once per request.
+	heard := map[string]bool{}
+	for len(heard) < 3 {
+		select {
+		case id := <-live:
+			heard[id] = true
+		case <-time.After(time.Minute):
+			t.Fatalf("accepted events heard live: %v, want hal's, ida's and jo's", heard)
+		}
+	}
+	if !heard[hal] || !heard[ida] || !heard[jo] {
+		t.Errorf("accepted events heard live: %v, want hal's %s, ida's %s and jo's %s", heard, hal, ida, jo)
 	}
 	// And the status record says the same.
 	clientOf := map[string]string{hal: "hal", ida: "ida", jo: "jo"}
@@ -267,7 +294,11 @@ func TestNotBefore(t *testing.T) {
 			t.Errorf("Not-Before %q: %d %v, want 400 not_before_invalid saying %s", tc.v, code, p, tc.why)
 		}
 	}
-	if st, err := s.q.Status(context.Background(), "kai", kai1["id"].(string)); err != nil || st.NotBefore.IsZero() {
+	// Not attempted yet, it has no stored event (ADR 18): its status, as penguin reads it,
+	// comes from the queue, with its Not-Before.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if st, err := goClient(t, s.ingestBase()).Status(ctx, "kai", kai1["id"].(string)); err != nil || st.NotBefore.IsZero() {
 		t.Errorf("kai's status: %+v %v, want its not-before", st, err)
 	}
 	s.finish(20*time.Second, 0)

@@ -148,14 +148,14 @@ func newStack(t testing.TB, o options) *stack {
 		s.ravenProxy, s.ravenURL = p, "http://"+p.Addr()
 	}
 
-	// One event writer for ingest and the dispatchers, as in the standalone binary.
+	// The dispatchers' event writer; ingest announces its accepted events live (ADR 18).
 	s.events = q.NewEventWriter("test", 0, nil, testLog())
 	evCtx, stopEvents := context.WithCancel(context.Background())
 	evDone := make(chan struct{})
 	go func() { defer close(evDone); s.events.Run(evCtx, 2*time.Second) }()
 	t.Cleanup(func() { stopEvents(); <-evDone })
 
-	api, err := ingest.New(ingest.Config{MaxBodyBytes: 4096, BacklogRetryAfter: o.interval, Events: s.events, Status: q, Instance: "ingest",
+	api, err := ingest.New(ingest.Config{MaxBodyBytes: 4096, BacklogRetryAfter: o.interval, Live: q, Status: q, Instance: "ingest",
 		Tracing: o.tracing}, q, q, testLog())
 	if err != nil {
 		t.Fatal(err)

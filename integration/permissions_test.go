@@ -247,7 +247,7 @@ func TestEachNATSUserDoesOnlyItsJob(t *testing.T) {
 	late := s.postRaw(http.Header{"Content-Type": {"application/json"}, "Not-Before": {lateUntil.UTC().Format(time.RFC3339)}},
 		[]byte(`{"clientId":"erin"}`)).str("id")
 	s.accept("erin", late)
-	s.forgetAcceptance(ctx, "erin", late)
+	s.hasNoRecord(ctx, "erin", late)
 	if st, err := pc.Status(ctx, "erin", late); time.Now().Before(lateUntil.Add(-5*time.Second)) && (err != nil || st.State != client.StatusQueued || st.NotBefore.IsZero()) {
 		t.Errorf("erin's delayed request without its record reads %+v (%v), want queued with its Not-Before", st, err)
 	}

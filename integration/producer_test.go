@@ -366,9 +366,6 @@ func TestStatusThroughEveryState(t *testing.T) {
 		return ledger.Response{Status: 201}
 	}})
 	t.Cleanup(release) // registered after the stack's: runs before raven is closed
-	c := goClient(t, s.ingestBase())
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
 	// No dispatcher runs yet: whether a request without a record is queued cannot be
 	// known, and the answer says so rather than unknown, a guess.
 	fresh, err := itest.HTTP.Get(s.ingestBase() + "/v1/requests/" + request.NewID(time.Now()) + "?clientId=gina")
@@ -382,6 +379,17 @@ func TestStatusThroughEveryState(t *testing.T) {
 		t.Fatalf("a fresh id with no dispatcher running: %d %q (Retry-After %q), want 503 status_unavailable with a Retry-After",
 			fresh.StatusCode, freshProblem.Code, fresh.Header.Get("Retry-After"))
 	}
+	// From here the dispatchers' lookup is served, as a dispatcher does (no dispatcher
+	// sends yet): the queued request has no stored event (ADR 18), and the lookup says it
+	// is queued.
+	stopLookups, err := s.q.ServeQueuedLookups()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stopLookups)
+	c := goClient(t, s.ingestBase())
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
 	var bad *client.Problem
 	if _, err := c.Status(ctx, "gina", "not-an-id"); !errors.As(err, &bad) || bad.Code != "id_invalid" {
 		t.Fatalf("a malformed id: %v, want id_invalid", err)
@@ -464,7 +472,7 @@ func (s *stack) secondIngest(t testing.TB) string {
 	t.Helper()
 	nc := connectTo(t, s.srv.ClientURL())
 	q := openQueue(t, nc)
-	api, err := ingest.New(ingest.Config{Status: q, Events: s.events, Instance: "ingest-2"}, q, q, testLog())
+	api, err := ingest.New(ingest.Config{Status: q, Live: q, Instance: "ingest-2"}, q, q, testLog())
 	if err != nil {
 		t.Fatal(err)
 	}

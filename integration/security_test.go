@@ -440,6 +440,13 @@ func TestRavenURLStaysPrivate(t *testing.T) {
 func TestTenantsCannotReachEachOther(t *testing.T) {
 	t.Parallel()
 	s := newStack(t, options{noStart: true})
+	// No dispatcher runs: a queued request has no stored event (ADR 18), and the
+	// dispatchers' lookup, served here as a dispatcher does, says it is queued.
+	stopLookups, err := s.q.ServeQueuedLookups()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stopLookups)
 	file := filepath.Join(t.TempDir(), "tokens")
 	lines := hashLine("token-A") + " tenant=alpha clients=alpha-*\n" +
 		hashLine("token-B") + " tenant=beta clients=beta-*,bob-of-B backlogs=3\n"

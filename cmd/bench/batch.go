@@ -95,9 +95,7 @@ func measureBatch(ctx context.Context, syncAlways, events bool, d time.Duration)
 	defer n.close()
 	cfg := ingest.Config{}
 	if events {
-		ev := startEvents(n)
-		defer ev.close() // once ingest has stopped
-		cfg.Events, cfg.Status = ev.w, n.q
+		cfg.Live, cfg.Status = n.q, n.q
 	}
 	h, err := benchIngestWith(n, cfg)
 	if err != nil {

@@ -67,7 +67,7 @@ func dispatchOnce(ctx context.Context, s settings, clients int, syncAlways bool,
 	defer n.close()
 	ev := startEvents(n)
 	defer ev.close() // once the dispatcher has stopped
-	ingestURL, stopIngest, err := serveIngest(n, ingest.Config{Events: ev.w, Status: n.q, Tracing: tp})
+	ingestURL, stopIngest, err := serveIngest(n, ingest.Config{Live: n.q, Status: n.q, Tracing: tp})
 	if err != nil {
 		return nil, 0, err
 	}

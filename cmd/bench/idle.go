@@ -120,7 +120,7 @@ func benchPreferWait(ctx context.Context, s settings, log io.Writer) ([]row, err
 		return nil, err
 	}
 	defer stopDispatch()
-	url, stopIngest, err := serveIngest(n, ingest.Config{Events: ev.w, Status: n.q})
+	url, stopIngest, err := serveIngest(n, ingest.Config{Live: n.q, Status: n.q})
 	if err != nil {
 		return nil, err
 	}

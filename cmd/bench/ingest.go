@@ -46,7 +46,8 @@ const (
 	kindMinimal = "minimal publishing handler"
 	kindIngest  = "ingest" // as the binary runs it: events on
 	kindH2C     = "ingest over h2c"
-	// kindIngestNoEvents is the ingest with EVENTS=false: what the accepted event costs.
+	// kindIngestNoEvents is the ingest with EVENTS=false: what the accepted event costs
+	// (announced live since ADR 18).
 	kindIngestNoEvents = "ingest, events off"
 	// kindIngestTraced is the ingest with tracing on, exporting to tracedProvider's
 	// receiver (the tracing scenario).
@@ -245,10 +246,8 @@ func withServer(ctx context.Context, kind string, syncAlways bool, l *load, meas
 		if kind == kindIngestTraced {
 			cfg.Tracing = tracedProvider
 		}
-		if kind != kindIngestNoEvents {
-			ev := startEvents(n)
-			defer ev.close() // before the node's: it waits for the writer to catch up
-			cfg.Events = ev.w
+		if kind != kindIngestNoEvents { // as the binary runs it: accepted announced live
+			cfg.Live, cfg.Status = n.q, n.q
 		}
 		if h, err = benchIngestWith(n, cfg); err != nil {
 			return err

@@ -156,11 +156,12 @@ func (e *events) on(c *dispatch.Config) {
 	}
 }
 
-// accepted records r's accepted event, as ingest does once the queue stored it.
+// accepted announces r's accepted event, as ingest does once the queue stored it: live,
+// not stored (ADR 18).
 func (e *events) accepted(r request.Request, rc request.Receipt) {
 	if e != nil {
 		now := time.Now()
-		e.w.Record(request.Event{Type: request.EventAccepted, ID: r.ID, ClientID: r.ClientID, At: now,
+		e.q.Announce(request.Event{Type: request.EventAccepted, ID: r.ID, ClientID: r.ClientID, At: now,
 			Seq: rc.Seq, NotBefore: r.NotBefore, AcceptedAt: now})
 	}
 }

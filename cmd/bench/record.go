@@ -31,8 +31,8 @@ type recordLayout struct {
 	// jumps: each final names its client's previous final and one further back (a
 	// skew-binary jump pointer), by stream sequence: readJumps follows them.
 	jumps bool
-	// service: the service's own layout and read (ADR 10): accepted and delivered events
-	// on the events stream's subjects, read as ingest reads a status
+	// service: the service's own layout and read (ADR 10, 18): attempt_started and
+	// delivered events on the events stream's subjects, read as ingest reads a status
 	// (queue.StatusEvents), or with timeline, as the console reads a request's events
 	// (queue.Events; read is not used).
 	service, timeline bool
@@ -64,16 +64,16 @@ var recordLayouts = []recordLayout{
 	{name: "a subject per client and event type, id in a header, read back from the client's last final by jump pointers", subjects: func(client, id string) []string {
 		return []string{"rec." + client + ".delivered"}
 	}, read: readJumps, jumps: true},
-	{name: "the service's (ADR 10): accepted and delivered events per client and type, read as a status", subjects: serviceSubjects, service: true},
+	{name: "the service's (ADR 10, 18): attempt_started and delivered events per client and type, read as a status", subjects: serviceSubjects, service: true},
 	{name: "the service's (ADR 10), every 10th request of a client with a failed attempt first and every 25th dead-lettered, read as a status", subjects: serviceSubjects, service: true, mixed: true},
 	{name: "the service's (ADR 10), every 10th request of a client with a failed attempt first and every 25th dead-lettered, read as the console's timeline (every subject, as status reads did before)", subjects: serviceSubjects, service: true, mixed: true, timeline: true},
 	{name: "the service's (ADR 10), raven's 1 KiB answer on each delivered event (ADR 12), read as a status", subjects: serviceSubjects, service: true, body: 1024},
 }
 
-// serviceSubjects are the events the service writes for a request delivered at its first
-// attempt, on its subjects.
+// serviceSubjects are the events the service stores for a request delivered at its first
+// attempt, on its subjects (its acceptance is not stored, ADR 18).
 func serviceSubjects(client, _ string) []string {
-	return []string{request.ClientEventSubject(client, request.EventAccepted), request.ClientEventSubject(client, request.EventDelivered)}
+	return []string{request.ClientEventSubject(client, request.EventAttemptStarted), request.ClientEventSubject(client, request.EventDelivered)}
 }
 
 // mixedRequest says what happens to the request of the given round of its client in a

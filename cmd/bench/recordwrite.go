@@ -73,7 +73,7 @@ func (rw *recordWriter) writeAll(n, c, lag int) ([]written, error) {
 			}
 		}
 		if lag > 0 {
-			// The accepted event (ADR 8's layout) goes now, the final when its turn comes.
+			// The first event (ADR 8's accepted, the service's attempt_started) goes now, the final when its turn comes.
 			if err := rw.write(w, subjects[:len(subjects)-1]); err != nil {
 				return nil, err
 			}
@@ -108,7 +108,7 @@ func (rw *recordWriter) write(w written, subjects []string) error {
 			m.Header = nats.Header{request.EventIDHeader: {w.id}}
 			payload["type"] = subj[strings.LastIndexByte(subj, '.')+1:]
 			delete(payload, "response")
-			if rw.answer != nil && payload["type"] != string(request.EventAccepted) { // an attempt's outcome carries raven's answer
+			if rw.answer != nil && payload["type"] != string(request.EventAttemptStarted) { // an attempt's outcome carries raven's answer
 				payload["response"] = rw.answer
 			}
 			data, _ = json.Marshal(payload)

@@ -67,10 +67,10 @@ func runStandalone(ctx context.Context, c *settings, log zerolog.Logger) error {
 	reg.MustRegister(ns.Guard.Collector())
 	var events *record.Writer
 	stopEvents := func() {}
-	if c.events { // one writer for both parts
+	if c.events { // the dispatcher's; ingest announces its accepted events live (ADR 18)
 		events, stopEvents = cli.StartEvents(q, c.dispatch.InstanceID, reg, log)
 	}
-	ingestURL, err := startIngest(ctx, c, q, nc, reg, events, log, g)
+	ingestURL, err := startIngest(ctx, c, q, nc, reg, log, g)
 	if err != nil {
 		stopEvents()
 		return err
@@ -229,10 +229,10 @@ func untilFatal(ctx context.Context, ns *natsnode.Node) func() error {
 
 // startIngest starts the ingest API on INGEST_ADDR and returns its URL, with the address
 // it bound.
-func startIngest(ctx context.Context, c *settings, q *queue.Queue, nc *queue.Conn, reg *prometheus.Registry, events *record.Writer, log zerolog.Logger, g *parts) (string, error) {
+func startIngest(ctx context.Context, c *settings, q *queue.Queue, nc *queue.Conn, reg *prometheus.Registry, log zerolog.Logger, g *parts) (string, error) {
 	c.ingest.MaxBodyBytes = cli.FitBody(c.ingest.MaxBodyBytes, nc, log)
-	if events != nil {
-		c.ingest.Events, c.ingest.Status, c.ingest.Instance = events, q, c.dispatch.InstanceID
+	if c.events {
+		c.ingest.Live, c.ingest.Status, c.ingest.Instance = q, q, c.dispatch.InstanceID
 	}
 	c.ingest.BacklogRetryAfter = c.dispatch.Interval
 	c.ingest.Backlogs = q // tokens' shares of clients with a backlog

@@ -71,11 +71,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, _ io.Wr
 	}
 	defer stopTracing()
 	ingestCfg.Tracing = tp
-	if events {
+	if events { // accepted events are announced live, not stored (ADR 18)
 		instance, _ := os.Hostname()
-		w, stop := cli.StartEvents(q, "ingest/"+instance, reg, log)
-		defer stop() // after the API has drained: deferred after nc.Close, so it runs first
-		ingestCfg.Events, ingestCfg.Status, ingestCfg.Instance = w, q, "ingest/"+instance
+		ingestCfg.Live, ingestCfg.Status, ingestCfg.Instance = q, q, "ingest/"+instance
 	}
 	ln, err := cli.Listen(ingestCfg.Addr, "INGEST_ADDR")
 	if err != nil {

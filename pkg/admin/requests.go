@@ -89,7 +89,9 @@ func (s *Service) record(ctx context.Context, clientID, id string) *request.Stat
 // dispatchers' recent deliveries; rec, if not nil, is its status record, which says
 // where to look and stands when it is found nowhere.
 func (s *Service) where(ctx context.Context, id, clientID string, rec *request.Status) (RequestState, error) {
-	searchQueue := clientID != "" && (rec == nil || !rec.Final())
+	// A request not attempted yet has no record (ADR 18): by its id alone, the whole queue
+	// is searched for it (headers only; an operator's question, not a hot path).
+	searchQueue := (clientID != "" && (rec == nil || !rec.Final())) || (clientID == "" && rec == nil)
 	if searchQueue {
 		if rs, ok, err := s.queued(ctx, id, clientID); err != nil || ok {
 			return rs, err

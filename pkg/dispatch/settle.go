@@ -175,11 +175,17 @@ func (d *Dispatcher) writeNow(ctx context.Context, ev request.Event, sendBy time
 	return &ev
 }
 
-// eventOf is the event of type typ about st, At to be set by the caller.
+// eventOf is the event of type typ about st, At to be set by the caller. Every event
+// carries what the queued request's headers say of its acceptance (ADR 18: no accepted
+// event is stored), and a final event of a keyed request its body's digest, so that the
+// key sent again with another body is refused once the request has left the queue.
 func eventOf(st request.Stored, typ request.EventType) request.Event {
 	ev := request.Event{Type: typ, ID: st.ID, ClientID: st.ClientID, Cycle: st.Cycle, Seq: st.Seq, NotBefore: st.NotBefore, NotAfter: st.NotAfter}
 	if st.Cycle == 0 {
 		ev.AcceptedAt = st.AcceptedAt
+	}
+	if ev.Final() {
+		ev.BodyDigest = st.BodyDigest
 	}
 	return ev
 }

@@ -166,7 +166,7 @@ func (a *API) traceBatch(r *http.Request, reqs []request.Request, items int) (ct
 func (a *API) recordItem(ctx context.Context, scope *Scope, res *batchResult, req request.Request, receipt request.Receipt, err error) {
 	if err == nil && receipt.Duplicate {
 		a.unadmit(scope, req) // counted when first stored
-		err = a.sameBody(ctx, scope, req)
+		err = a.sameBody(ctx, scope, req, receipt.Seq)
 	}
 	if err != nil {
 		p := publishProblem(err, a.cfg.BacklogRetryAfter)

@@ -80,12 +80,13 @@ type Config struct {
 	// (a batch without Content-Length counts as BatchMaxBytes); past it a batch gets 503
 	// before its body is read. Defaults to 64 MiB; at least BatchMaxBytes.
 	BatchInFlightBytes int64
-	// Events, if not nil, hears of every request stored (its accepted event).
-	Events Events
+	// Live, if not nil, announces every request stored (its accepted event) to whoever
+	// listens now; nothing stores it (ADR 18).
+	Live Announcer
 	// Status, if not nil, serves GET /v1/requests/{id}; without it that route answers
 	// 501.
 	Status StatusReader
-	// Instance names this process in the events it writes.
+	// Instance names this process in the accepted events it announces.
 	Instance string
 }
 

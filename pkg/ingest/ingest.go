@@ -33,17 +33,18 @@ type Publisher interface {
 	PublishAll(ctx context.Context, rs []request.Request) ([]request.Receipt, []error)
 }
 
-// Events records what happens to requests: ingest records each one it stored. Record
-// must not block.
-type Events interface {
-	Record(e request.Event)
+// Announcer tells whoever listens now that a request was stored (its accepted event):
+// a live notification, not stored; the queued request is the record of its acceptance
+// (ADR 18). Announce must not block.
+type Announcer interface {
+	Announce(e request.Event)
 }
 
 // StatusReader reads requests' events, from which their statuses follow
 // (request.StatusOf).
 type StatusReader interface {
 	// StatusEvents reads the events of request id of client clientID (ADR 10) that its
-	// status follows from: enough for request.StatusOf, and its acceptance.
+	// status follows from: enough for request.StatusOf.
 	StatusEvents(ctx context.Context, clientID, id string) ([]request.Event, error)
 	// Place says where a queued request stands in its client's queue; nil when it is
 	// not queued or that cannot be read.
@@ -51,8 +52,8 @@ type StatusReader interface {
 	// WatchEvents calls fn with each event of request id of client clientID written
 	// from now on.
 	WatchEvents(clientID, id string, fn func(request.Event)) (stop func(), err error)
-	// AskQueued finds a request that has no status record in the queue itself (one
-	// delayed past STATUS_RETENTION, or whose accepted event is not written yet): what
+	// AskQueued finds a request that has no status record in the queue itself (one not
+	// attempted yet: the queued request is the record of its acceptance, ADR 18): what
 	// the queue says of it, ok false when it is not queued.
 	AskQueued(ctx context.Context, clientID, id string) (f request.Found, ok bool, err error)
 }
@@ -247,7 +248,7 @@ func (a *API) accept(w http.ResponseWriter, r *http.Request, scope *Scope) {
 	receipt, err := a.pub.Publish(ctx, req)
 	a.cfg.Metrics.published(time.Since(start))
 	if err == nil && receipt.Duplicate {
-		err = a.sameBody(ctx, scope, req)
+		err = a.sameBody(ctx, scope, req, receipt.Seq)
 	}
 	if err != nil {
 		a.refuse(w, scope, req, span, err)
@@ -312,9 +313,9 @@ func (a *API) answerProblem(w http.ResponseWriter, p problem) {
 	writeProblem(w, p)
 }
 
-// stored counts and records a request the queue acknowledged: its accepted event is
-// written in the background, not waited for (a status read may say unknown for the
-// moment it takes). It returns the event (without the body's digest).
+// stored counts and announces a request the queue acknowledged: its accepted event goes
+// to whoever listens now (Config.Live), fire and forget, and is not stored (ADR 18). It
+// returns the event.
 func (a *API) stored(req request.Request, receipt request.Receipt) (accepted request.Event) {
 	if receipt.Duplicate {
 		a.cfg.Metrics.outcome("duplicate")
@@ -330,10 +331,8 @@ func (a *API) stored(req request.Request, receipt request.Receipt) (accepted req
 		// its status, and the answer, what the queue does not hold.
 		accepted.NotBefore, accepted.NotAfter = time.Time{}, time.Time{}
 	}
-	if a.cfg.Events != nil {
-		ev := accepted
-		ev.BodyDigest = req.BodyDigest
-		a.cfg.Events.Record(ev)
+	if a.cfg.Live != nil {
+		a.cfg.Live.Announce(accepted)
 	}
 	if ev := a.log.Debug(); ev.Enabled() {
 		ev.Func(tracing.Log(req.TraceParent)).Str("client_id", req.ClientID).Str("request_id", req.ID).Uint64("seq", receipt.Seq).Bool("duplicate", receipt.Duplicate).Msg("request accepted")

@@ -12,11 +12,11 @@ import (
 	"github.com/penguinhq/dispatcher/pkg/request"
 )
 
-// keyedIngest serves ingest on q (with events written at once by events, when not nil)
-// and returns how to post a body with carol's Idempotency-Key key.
-func keyedIngest(t *testing.T, q *queue.Queue, events ingest.Events, key string) func(body string) answer {
+// keyedIngest serves ingest on q and returns how to post a body with carol's
+// Idempotency-Key key.
+func keyedIngest(t *testing.T, q *queue.Queue, key string) func(body string) answer {
 	t.Helper()
-	url := serveIngest(t, ingest.Config{Status: q, Events: events}, q)
+	url := serveIngest(t, ingest.Config{Status: q, Live: q}, q)
 	return func(body string) answer {
 		return call(t, context.Background(), http.MethodPost, url+"/v1/requests", "", body, "X-Client-Id", "carol", "Idempotency-Key", key)
 	}
@@ -35,7 +35,8 @@ func sentAgain(t *testing.T, when string, post func(string) answer, first answer
 }
 
 // deliver does what a dispatcher does once raven took carol's request id: its delivered
-// event written, then its removal from the queue.
+// event written, with the body's digest of the keyed request, then its removal from the
+// queue.
 func deliver(t *testing.T, ctx context.Context, q *queue.Queue, id string) {
 	t.Helper()
 	f, ok, err := q.FindRequest(ctx, id, "carol")
@@ -43,7 +44,7 @@ func deliver(t *testing.T, ctx context.Context, q *queue.Queue, id string) {
 		t.Fatalf("finding %s: %+v %v %v; want it queued, with its body's digest", id, f, ok, err)
 	}
 	delivered := request.Event{Type: request.EventDelivered, ID: id, ClientID: "carol", Attempt: 1, Status: 200,
-		Seq: f.Seq, AcceptedAt: f.AcceptedAt}
+		Seq: f.Seq, AcceptedAt: f.AcceptedAt, BodyDigest: f.BodyDigest}
 	if err := q.WriteEvent(ctx, delivered); err != nil {
 		t.Fatal(err)
 	}
@@ -52,28 +53,27 @@ func deliver(t *testing.T, ctx context.Context, q *queue.Queue, id string) {
 	}
 }
 
-// A key sent again with another body before the first copy's accepted event is written
-// (it is written after the 202, in the background) is refused from the queued request's
-// headers, which the dispatchers' lookup answers. Before, it was taken for a duplicate.
-func TestAKeyReusedBeforeItsAcceptedEventIsRefused(t *testing.T) {
+// A key sent again with another body while the first copy is queued (it has no stored
+// event) is refused from the queued request's headers, which the dispatchers' lookup
+// answers.
+func TestAKeyReusedWhileQueuedIsRefused(t *testing.T) {
 	t.Parallel()
-	_, q := embeddedQueue(t)                  // the dispatchers' lookup answers, as it does
-	post := keyedIngest(t, q, nil, "order-7") // no accepted event is written
+	_, q := embeddedQueue(t) // the dispatchers' lookup answers, as it does
+	post := keyedIngest(t, q, "order-7")
 	first := post(`{"n":1}`)
 	if first.Code != 202 || first.Duplicate {
 		t.Fatalf("first: %d duplicate=%v, want 202", first.Code, first.Duplicate)
 	}
-	sentAgain(t, "queued, no accepted event", post, first)
+	sentAgain(t, "queued", post, first)
 }
 
-// Once the request has been delivered and left the queue, its accepted event says what
-// its body was (a status read of a delivered request skips the acceptance of an id with
-// a time; a keyed id's read starts from it).
+// Once the request has been delivered and left the queue, its delivered event says what
+// its body was (ADR 18: a keyed request's final events carry its body's digest).
 func TestAKeyReusedAfterItsRequestLeftIsRefusedFromItsRecord(t *testing.T) {
 	t.Parallel()
 	_, q := embeddedQueue(t)
 	ctx := context.Background()
-	post := keyedIngest(t, q, syncEvents{q}, "order-8")
+	post := keyedIngest(t, q, "order-8")
 	first := post(`{"n":1}`)
 	if first.Code != 202 || first.Duplicate {
 		t.Fatalf("first: %d duplicate=%v, want 202", first.Code, first.Duplicate)
@@ -82,19 +82,16 @@ func TestAKeyReusedAfterItsRequestLeftIsRefusedFromItsRecord(t *testing.T) {
 	sentAgain(t, "delivered and gone from the queue", post, first)
 }
 
-// A keyed request whose first POST stored it but got no 202 (a 503 when the publish's
-// acknowledgement did not come in time), and so no accepted event, is sent again by
-// penguin after it was delivered, within the duplicate window: a duplicate, whose
-// accepted event is made after the delivery. A status read of a keyed id starts from its
-// latest acceptance: it found no delivery after it, and read queued for the whole
-// retention (the soak on e29f24d saw it). The read now starts a duplicate window before
-// a duplicate's acceptance. (A first acceptance that was written makes the second's a
-// duplicate message of the events stream, not stored.)
+// A keyed request is sent again by penguin after it was delivered, within the duplicate
+// window: a duplicate. A status read of a keyed id that started from its latest
+// acceptance found no delivery after it, and read queued for the whole retention (the
+// soak on e29f24d saw it). No acceptance is stored now (ADR 18): a keyed id's events are
+// read from the start of the record.
 func TestAKeySentAgainAfterItsDeliveryStillReadsDelivered(t *testing.T) {
 	t.Parallel()
 	_, q := embeddedQueue(t)
 	ctx := context.Background()
-	first := keyedIngest(t, q, nil, "order-9")(`{"n":1}`) // stored; its acceptance not recorded
+	first := keyedIngest(t, q, "order-9")(`{"n":1}`)
 	if first.Code != 202 || first.Duplicate {
 		t.Fatalf("first: %d duplicate=%v, want 202", first.Code, first.Duplicate)
 	}
@@ -102,7 +99,7 @@ func TestAKeySentAgainAfterItsDeliveryStillReadsDelivered(t *testing.T) {
 	// Sent again after the delivery, by more than the read's margin for clocks apart
 	// (half a second).
 	time.Sleep(time.Second)
-	url := serveIngest(t, ingest.Config{Status: q, Events: syncEvents{q}}, q)
+	url := serveIngest(t, ingest.Config{Status: q, Live: q}, q)
 	again := call(t, ctx, http.MethodPost, url+"/v1/requests", "", `{"n":1}`, "X-Client-Id", "carol", "Idempotency-Key", "order-9")
 	if again.Code != 202 || !again.Duplicate || again.ID != first.ID {
 		t.Fatalf("sent again: %d duplicate=%v id %s, want 202, a duplicate of %s", again.Code, again.Duplicate, again.ID, first.ID)
@@ -113,16 +110,14 @@ func TestAKeySentAgainAfterItsDeliveryStillReadsDelivered(t *testing.T) {
 	}
 }
 
-// The same with two ingests, and the first acceptance written: by one ingest, the retry
-// after the delivery taken by the other. The event's message id names its writer, so the
-// retry's acceptance is stored beside the first, and the read started from it (queued,
-// run on the code before).
+// The same with two ingests: the first POST taken by one, the retry after the delivery
+// by the other.
 func TestAKeySentAgainThroughAnotherIngestStillReadsDelivered(t *testing.T) {
 	t.Parallel()
 	_, q := embeddedQueue(t)
 	ctx := context.Background()
 	serve := func(instance string) string {
-		return serveIngest(t, ingest.Config{Status: q, Events: syncEvents{q}, Instance: instance}, q)
+		return serveIngest(t, ingest.Config{Status: q, Live: q, Instance: instance}, q)
 	}
 	one, two := serve("ingest-1"), serve("ingest-2")
 	post := func(base string) answer {

@@ -375,38 +375,37 @@ func (e *reusedKey) Error() string {
 		e.id, e.first.UTC().Format(time.RFC3339))
 }
 
-// sameBody checks that req, which the queue took for a copy of a request stored before,
-// has that request's body, as its accepted event says or, before that event is written
-// (it is written in the background after the 202), as the queued request's headers say
-// (Request.BodyDigest, which the dispatchers' lookup answers). When neither can be read
-// (status off, no dispatcher, the request gone and its event not written) the copy is
-// taken as the queue took it.
-func (a *API) sameBody(ctx context.Context, s *Scope, req request.Request) error {
+// sameBody checks that req, which the queue took for a copy of request seq stored
+// before, has that request's body: as the queued request's headers say (its
+// Request.BodyDigest, which the dispatchers' lookup answers) while it is queued, else as
+// its final event says (a keyed request's final events carry its digest, ADR 18: a final
+// event is stored before its request leaves the queue). When neither can be read
+// (status off, no dispatcher answering, the request's events expired) the copy is taken
+// as the queue took it.
+func (a *API) sameBody(ctx context.Context, s *Scope, req request.Request, seq uint64) error {
 	digest := req.BodyDigest
 	if a.cfg.Status == nil || digest == "" {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, statusReadTimeout)
 	defer cancel()
+	if f, ok, _ := a.askQueued(ctx, s, req.ClientID, req.ID); ok {
+		if f.BodyDigest != "" && f.BodyDigest != digest {
+			return &reusedKey{id: req.ID, first: f.AcceptedAt}
+		}
+		return nil
+	}
 	events, err := a.cfg.Status.StatusEvents(ctx, req.ClientID, req.ID)
 	if err != nil {
 		return nil
 	}
-	accepted := false
 	for _, e := range events {
-		if e.Type != request.EventAccepted || e.BodyDigest == "" {
-			continue
+		if e.BodyDigest == "" || e.Seq != 0 && seq != 0 && e.Seq != seq {
+			continue // not the copy the queue took it for
 		}
 		if e.BodyDigest != digest {
 			return &reusedKey{id: req.ID, first: e.AcceptedAt}
 		}
-		accepted = true
-	}
-	if accepted {
-		return nil
-	}
-	if f, ok, _ := a.askQueued(ctx, s, req.ClientID, req.ID); ok && f.BodyDigest != "" && f.BodyDigest != digest {
-		return &reusedKey{id: req.ID, first: f.AcceptedAt}
 	}
 	return nil
 }

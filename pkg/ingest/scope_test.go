@@ -19,7 +19,6 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/penguinhq/dispatcher/pkg/ingest"
-	"github.com/penguinhq/dispatcher/pkg/queue"
 	"github.com/penguinhq/dispatcher/pkg/request"
 )
 
@@ -71,12 +70,6 @@ func TestTokensFileScopes(t *testing.T) {
 	}
 }
 
-// syncEvents records events by writing them at once: a test reads them back without
-// waiting for a writer in the background.
-type syncEvents struct{ q *queue.Queue }
-
-func (s syncEvents) Record(e request.Event) { _ = s.q.WriteEvent(context.Background(), e) }
-
 // scopedIngest is ingest on a real queue with tokens for two tenants, acme and globex,
 // and one unscoped token; small shares for globex.
 func scopedIngest(t *testing.T) *httptest.Server {
@@ -90,7 +83,14 @@ func scopedIngest(t *testing.T) *httptest.Server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	api, err := ingest.New(ingest.Config{Tokens: tokens, Events: syncEvents{q}, Status: q, Backlogs: q, PublishTimeout: 30 * time.Second}, q, q, zerolog.Nop())
+	// As a dispatcher does: a queued request has no stored event (ADR 18), the
+	// dispatchers' lookup answers for it.
+	stop, err := q.ServeQueuedLookups()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stop)
+	api, err := ingest.New(ingest.Config{Tokens: tokens, Live: q, Status: q, Backlogs: q, PublishTimeout: 30 * time.Second}, q, q, zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
 	}

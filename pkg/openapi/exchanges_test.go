@@ -494,9 +494,10 @@ func TestAdminExchanges(t *testing.T) {
 		lane, delivery, record bool
 	}{
 		{"r2?client=a", request.StateQueued, false, false, false},
-		{queued + "?client=d", request.StateQueued, true, false, true},
-		{queued, request.StateQueued, true, false, true}, // its client found from its acceptance
+		{queued + "?client=d", request.StateQueued, true, false, false}, // no stored event: the queue holds it (ADR 18)
 		{inFlight + "?client=d", request.StateInFlight, true, false, true},
+		{queued, request.StateQueued, true, false, false},    // by its id alone: found in the queue
+		{inFlight, request.StateInFlight, true, false, true}, // its client found from its first attempt
 		{"r0", request.StateDeadLettered, false, false, false},
 		{dead + "?client=d", request.StateDeadLettered, false, false, true},
 		{delivered, request.StateDelivered, false, true, true},
@@ -538,17 +539,18 @@ func requestsWithRecords(t *testing.T, q *queue.Queue) (queued, inFlight, delive
 			t.Fatal(err)
 		}
 	}
+	// The queued one has no stored event: the queue holds it (ADR 18).
+	seqs := map[string]uint64{}
 	for _, id := range []string{inFlight, queued} {
 		receipt, err := q.Publish(ctx, request.Request{ID: id, ClientID: "d", ContentType: "application/json", Body: []byte(`{}`)})
 		if err != nil {
 			t.Fatal(err)
 		}
-		write(request.Event{Type: request.EventAccepted, ID: id, Seq: receipt.Seq, AcceptedAt: now})
+		seqs[id] = receipt.Seq
 	}
-	write(request.Event{Type: request.EventAttemptStarted, ID: inFlight, Attempt: 2})
+	write(request.Event{Type: request.EventAttemptStarted, ID: inFlight, Attempt: 2, Seq: seqs[inFlight], AcceptedAt: now})
 	for _, id := range []string{delivered, dead} {
-		write(request.Event{Type: request.EventAccepted, ID: id, Seq: 1, AcceptedAt: now})
-		write(request.Event{Type: request.EventAttemptFailed, ID: id, Attempt: 1, Error: "timeout"})
+		write(request.Event{Type: request.EventAttemptFailed, ID: id, Attempt: 1, Error: "timeout", Seq: 1, AcceptedAt: now})
 	}
 	write(request.Event{Type: request.EventDelivered, ID: delivered, Attempt: 2, Status: 202})
 	write(request.Event{Type: request.EventDeadLettered, ID: dead, Attempt: 2, Status: 400, Reason: request.ReasonPermanent})

@@ -29,11 +29,11 @@ func TestAStatusIsReadWhateverTheClocksApart(t *testing.T) {
 		{"ingest ahead beyond the margin", 3 * time.Second, true},
 		{"ingest behind", -3 * time.Second, false},
 	} {
-		for i, state := range []request.State{request.StateDelivered, request.StateQueued} {
+		for i, state := range []request.State{request.StateDelivered, request.StateInFlight} {
 			client := fmt.Sprintf("clock-%d-%d", int(c.ahead/time.Millisecond), i)
 			made := time.Now().Add(c.ahead)
 			id := request.NewID(made)
-			w.Record(request.Event{Type: request.EventAccepted, ID: id, ClientID: client, Seq: 1, At: made})
+			w.Record(request.Event{Type: request.EventAttemptStarted, ID: id, ClientID: client, Seq: 1, At: made})
 			if state == request.StateDelivered {
 				w.Record(request.Event{Type: request.EventDelivered, ID: id, ClientID: client, Attempt: 1, Status: 200})
 			}

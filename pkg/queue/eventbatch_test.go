@@ -22,7 +22,7 @@ func batchEvents(n int) []request.Event {
 	t0 := time.Now()
 	for i := 0; len(evs) < n; i++ {
 		id, client := request.NewID(t0.Add(time.Duration(i)*time.Millisecond)), fmt.Sprintf("c%d", i%7)
-		for _, typ := range []request.EventType{request.EventAccepted, request.EventAttemptFailed, request.EventDelivered} {
+		for _, typ := range []request.EventType{request.EventAttemptStarted, request.EventAttemptFailed, request.EventDelivered} {
 			if len(evs) < n {
 				evs = append(evs, request.Event{Type: typ, ID: id, ClientID: client, Attempt: 1, At: t0})
 			}

@@ -34,6 +34,17 @@ func (q *Queue) WriteEvent(ctx context.Context, e request.Event) error {
 	return nil
 }
 
+// Announce publishes e to whoever subscribes to its subject now, without waiting and
+// without storing it: ingest's accepted event (ADR 18), which the events stream does not
+// take. A publish that fails (the connection down) is lost, as a notification nobody
+// heard would be; the queued request stays the record of the acceptance.
+func (q *Queue) Announce(e request.Event) {
+	if !e.Recordable() {
+		return
+	}
+	_ = q.nc.PublishMsg(eventMsg(e))
+}
+
 // chunkEnd is where the chunk of batch starting at lo ends: at most atomicMax events and,
 // past the first, atomicBatchBytes of them.
 func chunkEnd(batch []request.Event, lo int) int {
@@ -68,7 +79,7 @@ func eventMsg(e request.Event) *nats.Msg {
 // eventMsgID makes a write retried after its acknowledgement was lost land once. An
 // attempt's event holds its time too: two alike in all else (an attempt numbered 1 again
 // by a restarted dispatcher of the same name) are two attempts, both written. Other
-// events do not: a request sent again with its Idempotency-Key is not accepted again.
+// events do not.
 func eventMsgID(e request.Event) string {
 	id := e.ID + ":" + string(e.Type) + ":" + strconv.Itoa(e.Cycle) + ":" + strconv.Itoa(e.Attempt) + ":" + strconv.FormatUint(e.Seq, 10) + ":" + e.Instance
 	if e.Type == request.EventAttemptStarted || e.Type == request.EventAttemptFailed {

@@ -30,7 +30,7 @@ const (
 	// the subject's last message, loading each whose subject state expired (two minutes
 	// unused): an hour-old request of an active client costs dozens of block loads. Most
 	// reads find what they look for in their first event or two (an idle client's
-	// acceptance, its final); a backlogged client's read goes on in batches.
+	// final); a backlogged client's read goes on in batches.
 	eventProbes    = 3
 	eventReadBatch = 256
 	// eventClockMargin is how much earlier than where a request's events start they
@@ -43,16 +43,16 @@ const (
 	// (eventClockMarginWide), not a wrong status.
 	eventClockMargin = 500 * time.Millisecond
 	// eventClockMarginWide is the margin of a second read when the first found nothing:
-	// clocks further apart than eventClockMargin cost that read; a read that finds the
-	// request's later events but not its acceptance (stored before the margin) gives its
-	// state without what only the acceptance says (ADR 10).
+	// clocks further apart than eventClockMargin cost that read (ADR 10).
 	eventClockMarginWide = 10 * time.Minute
 )
 
 // Events reads the events of request id of client clientID (ADR 10): its client's events
 // from the request's time on, until its final event, with those of a replay. A request
-// id made by NewID holds its time; a keyed one does not, and its client's acceptances
-// are read from the start of the record to find it. What a request from before ADR 10
+// id made by NewID holds its time; a keyed one does not, and its client's events are
+// read from the start of the record, every copy's (ADR 18: no acceptance is stored to
+// say where the latest copy's start); request.StatusOf takes the latest copy's. What a
+// request from before ADR 10
 // recorded is read the way it was written, as it is when clientID is "" (then nothing
 // newer is found). No events: an empty list.
 func (q *Queue) Events(ctx context.Context, clientID, id string) ([]request.Event, error) {
@@ -106,10 +106,10 @@ func readTimeout(ctx context.Context) (context.Context, context.CancelFunc) {
 }
 
 // ClientOfEvents finds the client of request id from the events stream alone, for an
-// operator who has only the id: it reads every client's acceptances stored from a
-// couple of seconds before the id's time, at most clientSearchEvents of them, for the
-// id's. Best effort: false for a keyed id (it holds no time), for one accepted when
-// more than that many others were, or whose acceptance is not stored.
+// operator who has only the id: it reads every client's events stored from a moment
+// before the id's time, at most clientSearchEvents of them, for the id's first. Best
+// effort: false for a keyed id (it holds no time), for one whose first event came after
+// that many others, or that has none (queued and not attempted yet: the queue has it).
 func (q *Queue) ClientOfEvents(ctx context.Context, id string) (string, bool, error) {
 	at, ok := request.IDTime(id)
 	if !ok {
@@ -117,7 +117,7 @@ func (q *Queue) ClientOfEvents(ctx context.Context, id string) (string, bool, er
 	}
 	ctx, cancel := readTimeout(ctx)
 	defer cancel()
-	found, err := q.scanEvents(ctx, scan{filter: request.EventPrefix + "*." + string(request.EventAccepted), id: id,
+	found, err := q.scanEvents(ctx, scan{filter: request.EventPrefix + ">", id: id,
 		from: at.Add(-eventClockMargin), limit: clientSearchEvents, stop: func(storedEvent) bool { return true }})
 	if err != nil || len(found) == 0 {
 		return "", false, err
@@ -152,7 +152,7 @@ type storedEvent struct {
 // read reads the request's events, in the order stored.
 func (r *eventRead) read(ctx context.Context) error {
 	err := r.readFrom(ctx, eventClockMargin)
-	if err == nil && len(r.events) == 0 {
+	if _, timed := request.IDTime(r.id); timed && err == nil && len(r.events) == 0 {
 		err = r.readFrom(ctx, eventClockMarginWide)
 	}
 	slices.SortFunc(r.events, func(a, b storedEvent) int { return cmp.Compare(a.seq, b.seq) })
@@ -160,54 +160,41 @@ func (r *eventRead) read(ctx context.Context) error {
 }
 
 // readFrom reads the request's events from margin before where they start, each type
-// from its subject: in one round trip its replays and its delivery, and its acceptance
-// (for a status, only once it is not found delivered: the delivery carries what the
-// acceptance says); in a second its other final events (dead-lettered, purged,
-// cancelled; not for a status once it is delivered); in a third its attempts, up to its
-// final event (not for a status of a delivered request).
+// from its subject: in one round trip its replays and its delivery; in a second its
+// other final events (dead-lettered, purged, cancelled; not for a status once it is
+// delivered); in a third its attempts, up to its final event (not for a status of a
+// delivered request). A keyed id's scans end at none of its finals: an earlier copy's
+// may come before the latest copy's events.
 func (r *eventRead) readFrom(ctx context.Context, margin time.Duration) error {
 	subject := func(typ request.EventType) string { return request.ClientEventSubject(r.client, typ) }
-	from, floor, timed, err := r.start(ctx, margin)
-	if err != nil {
-		return err
-	}
+	from, keyed := r.start(margin)
+	var floor uint64 // a replay's sequence: a final of an earlier cycle does not count
 	final := func(cycle int, floor uint64) func(storedEvent) bool {
-		return func(e storedEvent) bool { return e.Cycle >= cycle && (e.Seq == 0 || e.Seq >= floor) }
+		return func(e storedEvent) bool { return !keyed && e.Cycle >= cycle && (e.Seq == 0 || e.Seq >= floor) }
 	}
-	round := []scan{
+	found, err := r.scanAll(ctx, from, []scan{
 		{filter: subject(request.EventReplayed)},
-		{filter: subject(request.EventDelivered), stop: final(0, floor)},
-	}
-	acceptance := scan{filter: subject(request.EventAccepted), stop: func(storedEvent) bool { return true }}
-	if timed && !r.status {
-		round = append(round, acceptance)
-	}
-	found, err := r.scanAll(ctx, from, round)
+		{filter: subject(request.EventDelivered), stop: final(0, 0)},
+	})
 	if err != nil {
 		return err
 	}
 	cycle, replay := latestReplay(found[0])
-	copyFloor := floor // the finals of an earlier cycle of this copy end their scans too
 	if replay != nil {
-		floor = max(floor, replay.Seq)
+		floor = replay.Seq
 	}
 	finals := found[1]
 	// Delivered, as most requests read are: for a status, its other final subjects and
 	// its attempts change nothing (the delivery says how many attempts it took).
 	delivered := r.status && slices.ContainsFunc(finals, final(cycle, floor))
 	if !delivered {
-		scans := r.undelivered(final(0, copyFloor))
-		if timed && r.status {
-			scans = append(scans, acceptance)
-		}
-		more, err := r.scanAll(ctx, from, scans)
+		more, err := r.scanAll(ctx, from, r.undelivered(final(0, 0)))
 		if err != nil {
 			return err
 		}
-		finals = slices.Concat(finals, more[0], more[1], more[2])
-		r.take(slices.Concat(more[3:]...)) // its acceptance, when read here
+		finals = slices.Concat(finals, slices.Concat(more...))
 	}
-	if replay != nil && !slices.ContainsFunc(finals, final(cycle, floor)) {
+	if replay != nil && !keyed && !slices.ContainsFunc(finals, final(cycle, floor)) {
 		from = made(*replay).Add(-margin)
 		again, err := r.finalsFrom(ctx, from, final(cycle, floor))
 		if err != nil {
@@ -251,34 +238,14 @@ func latestReplay(replays []storedEvent) (cycle int, replay *storedEvent) {
 	return cycle, replay
 }
 
-// start is where the request's events are read from: margin before its id's time, or for
-// a keyed id (which holds no time) before its latest copy's acceptance, with that copy's
-// sequence as floor (a final event of an earlier copy does not count). timed says the id
-// holds its time.
-func (r *eventRead) start(ctx context.Context, margin time.Duration) (from time.Time, floor uint64, timed bool, err error) {
-	from, timed = request.IDTime(r.id)
-	if timed {
-		return from.Add(-margin), 0, true, nil
+// start is where the request's events are read from: margin before its id's time, or
+// for a keyed id (which holds no time, keyed true) the start of the record.
+func (r *eventRead) start(margin time.Duration) (from time.Time, keyed bool) {
+	at, timed := request.IDTime(r.id)
+	if !timed {
+		return time.Time{}, true
 	}
-	// A keyed id: its latest copy's acceptance says where its events start: when ingest
-	// made the event, right after the store took the request, and before any of the
-	// request's events was made (the event itself may land later, retried).
-	acc, err := r.q.scanEvents(ctx, scan{filter: request.ClientEventSubject(r.client, request.EventAccepted), id: r.id})
-	if err != nil {
-		return from, 0, false, err
-	}
-	r.take(acc)
-	if len(acc) > 0 {
-		last := acc[len(acc)-1]
-		from, floor = made(last).Add(-margin), last.Seq
-		if last.Duplicate {
-			// The key sent again: the copy it names was stored up to the duplicate window
-			// before, and may have been delivered before this acceptance was made (its
-			// first acceptance may be missing too: a 503 for a publish that landed).
-			from = from.Add(-r.q.cfg.DuplicateWindow)
-		}
-	}
-	return from, floor, false, nil
+	return at.Add(-margin), false
 }
 
 // undelivered is the scans of the request's final events but a delivery, each ending at

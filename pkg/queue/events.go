@@ -16,6 +16,8 @@ import (
 
 // EventStream holds every request's events (request.Event) on request.EventPrefix
 // subjects, for StatusRetention: the durable status record and what penguin follows.
+// It stores every type but request.EventAccepted, which is live only (ADR 18): the
+// queued request is the record of its acceptance.
 const EventStream = "EVENTS"
 
 // DefaultStatusRetention is how long events, and so a request's status, are kept.
@@ -28,8 +30,8 @@ func eventStreamConfig(cfg Config) jetstream.StreamConfig {
 	}
 	return jetstream.StreamConfig{
 		Name:        EventStream,
-		Description: "Every request's outcomes (accepted, attempts, delivered, dead-lettered, replayed, purged): its status record.",
-		Subjects:    []string{request.EventPrefix + ">"},
+		Description: "Every request's outcomes (attempts, delivered, dead-lettered, replayed, purged, cancelled): its status record.",
+		Subjects:    storedEventSubjects(),
 		Retention:   jetstream.LimitsPolicy,
 		Storage:     jetstream.FileStorage,
 		Replicas:    cfg.Replicas,
@@ -52,6 +54,18 @@ func eventStreamConfig(cfg Config) jetstream.StreamConfig {
 		// every write, one disk sync for the batch instead of one per event.
 		AllowAtomicPublish: true,
 	}
+}
+
+// storedEventSubjects is the events stream's subjects: one per stored type
+// (request.StoredEventTypes) over every client. An accepted event published on its
+// client's subject reaches whoever subscribes and is not stored (ADR 18); a stream
+// created with "dispatch.events.>" is narrowed to these by a dispatcher's start.
+func storedEventSubjects() []string {
+	subjects := make([]string, len(request.StoredEventTypes))
+	for i, typ := range request.StoredEventTypes {
+		subjects[i] = request.EventPrefix + "*." + string(typ)
+	}
+	return subjects
 }
 
 // eventsPerSubjectLimit is the events stream's per-subject limit: more events than a

@@ -58,7 +58,6 @@ func TestEventWriterKeepsOrder(t *testing.T) {
 	ev := func(typ request.EventType, attempt int) request.Event {
 		return request.Event{Type: typ, ID: id, ClientID: "a.b *>", Attempt: attempt, At: t0.Add(time.Duration(len(typ)+attempt) * time.Millisecond)}
 	}
-	w.Record(ev(request.EventAccepted, 0))
 	for a := 1; a <= 3; a++ {
 		w.Record(ev(request.EventAttemptStarted, a))
 		w.Record(ev(request.EventAttemptFailed, a))
@@ -67,7 +66,7 @@ func TestEventWriterKeepsOrder(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	w.WriteNow(ctx, ev(request.EventDelivered, 4))
-	w.Record(request.Event{Type: request.EventAccepted, ID: "not-an-id", ClientID: "x"}) // never a subject
+	w.Record(request.Event{Type: request.EventAttemptStarted, ID: "not-an-id", ClientID: "x"}) // never a subject
 	if err := w.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -78,8 +77,8 @@ func TestEventWriterKeepsOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	info, err := stream.Info(ctx)
-	if err != nil || info.State.Msgs != 9 {
-		t.Fatalf("events stream holds %+v (%v), want the 9 events of one request", info.State, err)
+	if err != nil || info.State.Msgs != 8 {
+		t.Fatalf("events stream holds %+v (%v), want the 8 events of one request", info.State, err)
 	}
 	var got []string
 	for seq := uint64(1); seq <= info.State.LastSeq; seq++ {
@@ -90,7 +89,7 @@ func TestEventWriterKeepsOrder(t *testing.T) {
 		got = append(got, m.Subject[len(request.EventPrefix):])
 	}
 	token := request.EncodeClientID("a.b *>")
-	want := []string{token + ".accepted"}
+	var want []string
 	for a := 1; a <= 3; a++ {
 		want = append(want, token+".attempt_started", token+".attempt_failed")
 	}
@@ -124,7 +123,7 @@ func TestEventWriterRetriesUntilWritten(t *testing.T) {
 		t.Fatal(err)
 	}
 	id := request.NewID(time.Now())
-	w.Record(request.Event{Type: request.EventAccepted, ID: id, ClientID: "c"})
+	w.Record(request.Event{Type: request.EventAttemptStarted, ID: id, ClientID: "c"})
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -182,7 +181,7 @@ func TestEventWriterFlushesWhenStopped(t *testing.T) {
 	w := q.NewEventWriter("test", 0, nil, zerolog.Nop())
 	const n = 5_000 // more than two of the writer's batches (2,048 events)
 	for range n {
-		w.Record(request.Event{Type: request.EventAccepted, ID: request.NewID(time.Now()), ClientID: "c"})
+		w.Record(request.Event{Type: request.EventAttemptStarted, ID: request.NewID(time.Now()), ClientID: "c"})
 	}
 	runCtx, stop := context.WithCancel(ctx)
 	stop() // stopped before it wrote anything
@@ -214,7 +213,7 @@ func TestEventReadsCostKilobytes(t *testing.T) {
 	defer cancel()
 	w := runWriter(t, q, nil)
 	id := request.NewID(time.Now())
-	w.Record(request.Event{Type: request.EventAccepted, ID: id, ClientID: "bob", At: time.Now()})
+	w.Record(request.Event{Type: request.EventAttemptStarted, ID: id, ClientID: "bob", At: time.Now()})
 	w.WriteNow(ctx, request.Event{Type: request.EventDelivered, ID: id, ClientID: "bob", Attempt: 1, At: time.Now()})
 	if err := w.Flush(ctx); err != nil {
 		t.Fatal(err)

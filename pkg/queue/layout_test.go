@@ -36,7 +36,7 @@ func TestTheRecordKeepsASubjectPerClientNotPerRequest(t *testing.T) {
 	var reqs []req
 	for i := range 300 {
 		r := req{client: clients[i%3], id: request.NewID(time.Now())}
-		w.Record(request.Event{Type: request.EventAccepted, ID: r.id, ClientID: r.client, Seq: uint64(i + 1)})
+		w.Record(request.Event{Type: request.EventAttemptStarted, ID: r.id, ClientID: r.client, Seq: uint64(i + 1)})
 		w.Record(request.Event{Type: request.EventAttemptStarted, ID: r.id, ClientID: r.client, Attempt: 1})
 		switch i % 3 {
 		case 0:
@@ -81,15 +81,15 @@ func TestABackloggedClientsRequestIsFound(t *testing.T) {
 	t.Parallel()
 	q, w, ctx := openWithWriter(t)
 	id := request.NewID(time.Now())
-	w.Record(request.Event{Type: request.EventAccepted, ID: id, ClientID: "deb", Seq: 1})
+	w.Record(request.Event{Type: request.EventAttemptStarted, ID: id, ClientID: "deb", Seq: 1})
 	for i := range 700 {
 		other := request.NewID(time.Now())
-		w.Record(request.Event{Type: request.EventAccepted, ID: other, ClientID: "deb", Seq: uint64(i + 2)})
+		w.Record(request.Event{Type: request.EventAttemptStarted, ID: other, ClientID: "deb", Seq: uint64(i + 2)})
 		w.Record(request.Event{Type: request.EventDelivered, ID: other, ClientID: "deb", Attempt: 1, Status: 200})
 	}
 	stored(t, w)
-	if st, err := q.Status(ctx, "deb", id); err != nil || st.State != request.StateQueued {
-		t.Fatalf("status behind 700 others: %+v %v, want queued", st, err)
+	if st, err := q.Status(ctx, "deb", id); err != nil || st.State != request.StateInFlight {
+		t.Fatalf("status behind 700 others: %+v %v, want in flight", st, err)
 	}
 	w.Record(request.Event{Type: request.EventDelivered, ID: id, ClientID: "deb", Attempt: 1, Status: 201})
 	stored(t, w)
@@ -114,14 +114,14 @@ func TestAnIdleClientsStatusIsReadWithoutBatches(t *testing.T) {
 	for range 50 { // the client's earlier requests, and another client's
 		for _, c := range []string{"ida", "ike"} {
 			other := request.NewID(time.Now())
-			w.Record(request.Event{Type: request.EventAccepted, ID: other, ClientID: c, Seq: 1})
+			w.Record(request.Event{Type: request.EventAttemptStarted, ID: other, ClientID: c, Seq: 1})
 			w.Record(request.Event{Type: request.EventDelivered, ID: other, ClientID: c, Attempt: 1, Status: 200})
 		}
 	}
 	stored(t, w)
 	time.Sleep(time.Second) // past the read's margin for clocks apart (half a second)
 	id := request.NewID(time.Now())
-	w.Record(request.Event{Type: request.EventAccepted, ID: id, ClientID: "ida", Seq: 2})
+	w.Record(request.Event{Type: request.EventAttemptStarted, ID: id, ClientID: "ida", Seq: 2})
 	w.Record(request.Event{Type: request.EventAttemptFailed, ID: id, ClientID: "ida", Attempt: 1, Status: 503})
 	w.Record(request.Event{Type: request.EventDelivered, ID: id, ClientID: "ida", Attempt: 2, Status: 200})
 	stored(t, w)
@@ -188,8 +188,8 @@ func TestADeliveredRequestsStatusReadsOnlyWhatItFollowsFrom(t *testing.T) {
 	defer cancel()
 	w := runWriter(t, q, nil)
 	id, queued := request.NewID(time.Now()), request.NewID(time.Now())
-	w.Record(request.Event{Type: request.EventAccepted, ID: id, ClientID: "dot", Seq: 1})
-	w.Record(request.Event{Type: request.EventAccepted, ID: queued, ClientID: "dot", Seq: 2})
+	w.Record(request.Event{Type: request.EventAttemptStarted, ID: id, ClientID: "dot", Seq: 1})
+	w.Record(request.Event{Type: request.EventAttemptStarted, ID: queued, ClientID: "dot", Seq: 2})
 	w.Record(request.Event{Type: request.EventAttemptStarted, ID: id, ClientID: "dot", Seq: 1, Attempt: 1, At: time.Now()})
 	w.Record(request.Event{Type: request.EventAttemptFailed, ID: id, ClientID: "dot", Seq: 1, Attempt: 1, Status: 503, At: time.Now()})
 	w.Record(request.Event{Type: request.EventDelivered, ID: id, ClientID: "dot", Seq: 1, Attempt: 2, Status: 200, At: time.Now()})
@@ -228,50 +228,38 @@ func TestADeliveredRequestsStatusReadsOnlyWhatItFollowsFrom(t *testing.T) {
 	}
 }
 
-// A keyed id carries no time: its client's acceptances say where its events start. A
-// copy accepted after the duplicate window (a higher sequence) is the one that counts.
+// A keyed id carries no time: its client's events are read from the start of the record
+// (no acceptance is stored to say where they start, ADR 18). A copy accepted after the
+// duplicate window (a higher sequence) is the one that counts.
 func TestAKeyedRequestsStatusIsFound(t *testing.T) {
 	t.Parallel()
 	q, w, ctx := openWithWriter(t)
 	id := request.IDFromKey("", "kim", "order-1")
 	for i := range 300 { // events of kim's other requests before
-		w.Record(request.Event{Type: request.EventAccepted, ID: request.NewID(time.Now()), ClientID: "kim", Seq: uint64(i + 1)})
+		w.Record(request.Event{Type: request.EventAttemptStarted, ID: request.NewID(time.Now()), ClientID: "kim", Seq: uint64(i + 1)})
 	}
-	w.Record(request.Event{Type: request.EventAccepted, ID: id, ClientID: "kim", Seq: 400})
+	w.Record(request.Event{Type: request.EventAttemptStarted, ID: id, ClientID: "kim", Seq: 400})
 	w.Record(request.Event{Type: request.EventDelivered, ID: id, ClientID: "kim", Seq: 400, Attempt: 1, Status: 200})
 	stored(t, w)
 	if st, err := q.Status(ctx, "kim", id); err != nil || st.State != request.StateDelivered {
 		t.Fatalf("keyed request: %+v %v, want delivered", st, err)
 	}
-	w.Record(request.Event{Type: request.EventAccepted, ID: id, ClientID: "kim", Seq: 900}) // the key sent again, much later
+	w.Record(request.Event{Type: request.EventAttemptStarted, ID: id, ClientID: "kim", Seq: 900}) // the key sent again, much later
 	stored(t, w)
-	if st, err := q.Status(ctx, "kim", id); err != nil || st.State != request.StateQueued {
-		t.Fatalf("keyed request stored again: %+v %v, want the new copy queued", st, err)
+	if st, err := q.Status(ctx, "kim", id); err != nil || st.State != request.StateInFlight {
+		t.Fatalf("keyed request stored again: %+v %v, want the new copy in flight", st, err)
 	}
 
 	// A copy stored while the earlier one still waited: the earlier one's final event
-	// comes after the new copy's acceptance, and does not end the read.
+	// comes after the new copy's first attempt, and does not end the read.
 	again := request.IDFromKey("", "kim", "order-2")
-	w.Record(request.Event{Type: request.EventAccepted, ID: again, ClientID: "kim", Seq: 1000})
-	w.Record(request.Event{Type: request.EventAccepted, ID: again, ClientID: "kim", Seq: 1001})
+	w.Record(request.Event{Type: request.EventAttemptStarted, ID: again, ClientID: "kim", Seq: 1000})
+	w.Record(request.Event{Type: request.EventAttemptStarted, ID: again, ClientID: "kim", Seq: 1001})
 	w.Record(request.Event{Type: request.EventDelivered, ID: again, ClientID: "kim", Seq: 1000, Attempt: 1, Status: 200})
 	w.Record(request.Event{Type: request.EventDelivered, ID: again, ClientID: "kim", Seq: 1001, Attempt: 1, Status: 201})
 	stored(t, w)
 	if st, err := q.Status(ctx, "kim", again); err != nil || st.State != request.StateDelivered || st.RavenStatus != 201 {
 		t.Fatalf("keyed request stored twice, both delivered: %+v %v, want the later copy's delivery (201)", st, err)
-	}
-
-	// Its acceptance landing well after its delivery (ingest's write retried while the
-	// events stream refused writes): the read starts from when the acceptance was made.
-	late := request.IDFromKey("", "kim", "order-3")
-	made := time.Now()
-	w.Record(request.Event{Type: request.EventDelivered, ID: late, ClientID: "kim", Seq: 1100, Attempt: 1, Status: 202})
-	stored(t, w)
-	time.Sleep(3 * time.Second)
-	w.Record(request.Event{Type: request.EventAccepted, ID: late, ClientID: "kim", Seq: 1100, At: made})
-	stored(t, w)
-	if st, err := q.Status(ctx, "kim", late); err != nil || st.State != request.StateDelivered || st.RavenStatus != 202 {
-		t.Fatalf("keyed request whose acceptance landed 3 s after its delivery: %+v %v, want delivered (202)", st, err)
 	}
 }
 
@@ -281,10 +269,10 @@ func TestAReplayedRequestReadsItsLatestCycle(t *testing.T) {
 	t.Parallel()
 	q, w, ctx := openWithWriter(t)
 	id := request.NewID(time.Now())
-	w.Record(request.Event{Type: request.EventAccepted, ID: id, ClientID: "rae", Seq: 1})
+	w.Record(request.Event{Type: request.EventAttemptStarted, ID: id, ClientID: "rae", Seq: 1})
 	w.Record(request.Event{Type: request.EventDeadLettered, ID: id, ClientID: "rae", Attempt: 1, Status: 400, Reason: request.ReasonPermanent})
 	for i := range 300 {
-		w.Record(request.Event{Type: request.EventAccepted, ID: request.NewID(time.Now()), ClientID: "rae", Seq: uint64(i + 2)})
+		w.Record(request.Event{Type: request.EventAttemptStarted, ID: request.NewID(time.Now()), ClientID: "rae", Seq: uint64(i + 2)})
 	}
 	w.Record(request.Event{Type: request.EventReplayed, ID: id, ClientID: "rae", Seq: 400, Cycle: 1})
 	stored(t, w)
@@ -307,9 +295,19 @@ func TestARecordFromBeforeTheUpgradeIsRead(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	js, _ := jetstream.New(nc)
+	// The events stream as it was before: it took every subject under the prefix.
+	s, err := js.Stream(ctx, queue.EventStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := s.CachedInfo().Config
+	cfg.Subjects = append(cfg.Subjects, request.EventPrefix+"*.*.*")
+	if _, err := js.UpdateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
 	id := request.NewID(time.Now())
 	for _, e := range []request.Event{
-		{Type: request.EventAccepted, ID: id, ClientID: "old", Seq: 1, At: time.Now()},
+		{Type: request.EventAttemptStarted, ID: id, ClientID: "old", Seq: 1, At: time.Now()},
 		{Type: request.EventDelivered, ID: id, ClientID: "old", Attempt: 1, Status: 200, At: time.Now()},
 	} {
 		b, _ := json.Marshal(e)
@@ -335,8 +333,8 @@ func TestARecordFromBeforeTheUpgradeIsRead(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, e := range []request.Event{
-		{Type: request.EventAccepted, ID: request.NewID(time.Now()), ClientID: "wes"},
-		{Type: request.EventAccepted, ID: mine, ClientID: "wes"},
+		{Type: request.EventAttemptStarted, ID: request.NewID(time.Now()), ClientID: "wes"},
+		{Type: request.EventAttemptStarted, ID: mine, ClientID: "wes"},
 	} {
 		if err := q.WriteEvent(ctx, e); err != nil {
 			t.Fatal(err)
@@ -358,12 +356,12 @@ func TestTheClientOfAnIDIsFoundFromItsAcceptance(t *testing.T) {
 	t.Parallel()
 	q, w, ctx := openWithWriter(t)
 	for i := range 500 {
-		w.Record(request.Event{Type: request.EventAccepted, ID: request.NewID(time.Now()), ClientID: fmt.Sprint("c", i), Seq: uint64(i + 1)})
+		w.Record(request.Event{Type: request.EventAttemptStarted, ID: request.NewID(time.Now()), ClientID: fmt.Sprint("c", i), Seq: uint64(i + 1)})
 	}
 	id := request.NewID(time.Now())
-	w.Record(request.Event{Type: request.EventAccepted, ID: id, ClientID: "zoe", Seq: 501})
+	w.Record(request.Event{Type: request.EventAttemptStarted, ID: id, ClientID: "zoe", Seq: 501})
 	keyed := request.IDFromKey("", "zoe", "k")
-	w.Record(request.Event{Type: request.EventAccepted, ID: keyed, ClientID: "zoe", Seq: 502})
+	w.Record(request.Event{Type: request.EventAttemptStarted, ID: keyed, ClientID: "zoe", Seq: 502})
 	stored(t, w)
 	if c, ok, err := q.ClientOfEvents(ctx, id); err != nil || !ok || c != "zoe" {
 		t.Fatalf("client of %s: %q %v %v, want zoe", id, c, ok, err)
@@ -397,10 +395,11 @@ func stored(t *testing.T, w *record.Writer) {
 }
 
 // A status read of a delivered request reads its replays and its delivery, not its
-// acceptance: the delivery carries what the acceptance says (its acceptedAt, notBefore,
-// notAfter), so one get fewer goes to the server, and the status is the same as from
-// every event. A request not delivered has its acceptance read in the next round.
-func TestADeliveredStatusIsReadWithoutItsAcceptance(t *testing.T) {
+// attempts: the delivery carries what the queued request said of its acceptance (its
+// acceptedAt, notBefore, notAfter; no acceptance is stored, ADR 18), so fewer gets go to
+// the server, and the status is the same as from every event. A request not delivered
+// has its attempts read.
+func TestADeliveredStatusIsReadWithoutItsAttempts(t *testing.T) {
 	t.Parallel()
 	nc, q := openOnServer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -410,7 +409,7 @@ func TestADeliveredStatusIsReadWithoutItsAcceptance(t *testing.T) {
 	nb, na := at.Add(time.Second), at.Add(time.Hour)
 	done, waiting, again := request.NewID(at), request.NewID(at), request.NewID(at)
 	for _, id := range []string{done, waiting, again} {
-		w.Record(request.Event{Type: request.EventAccepted, ID: id, ClientID: "eve", At: at, Seq: 7, AcceptedAt: at, NotBefore: nb, NotAfter: na})
+		w.Record(request.Event{Type: request.EventAttemptStarted, ID: id, ClientID: "eve", At: at, Seq: 7, AcceptedAt: at, NotBefore: nb, NotAfter: na})
 	}
 	w.Record(request.Event{Type: request.EventDelivered, ID: done, ClientID: "eve", At: nb, Attempt: 1, Status: 200, Seq: 7,
 		AcceptedAt: at, NotBefore: nb, NotAfter: na})
@@ -424,12 +423,12 @@ func TestADeliveredStatusIsReadWithoutItsAcceptance(t *testing.T) {
 		Status: 200, Seq: 9, NotBefore: nb, NotAfter: na})
 	stored(t, w)
 
-	accepted := request.ClientEventSubject("eve", request.EventAccepted)
+	attempts := request.ClientEventSubject("eve", request.EventAttemptStarted)
 	for _, c := range []struct {
 		id    string
 		state request.State
-		reads bool // the acceptance's subject
-	}{{done, request.StateDelivered, false}, {waiting, request.StateQueued, true}, {again, request.StateDelivered, false}} {
+		reads bool // the attempts' subject
+	}{{done, request.StateDelivered, false}, {waiting, request.StateInFlight, true}, {again, request.StateDelivered, false}} {
 		var st request.Status
 		gets := directGets(t, nc, func() (err error) { st, err = q.Status(ctx, "eve", c.id); return err })
 		all, err := q.Events(ctx, "eve", c.id)
@@ -441,8 +440,8 @@ func TestADeliveredStatusIsReadWithoutItsAcceptance(t *testing.T) {
 			st.State != want.State || !st.AcceptedAt.Equal(want.AcceptedAt) || st.Attempts != want.Attempts || st.Replays != want.Replays {
 			t.Errorf("status of %s: %+v; want %s, as from every event: %+v", c.state, st, c.state, want)
 		}
-		if read := slices.ContainsFunc(gets, func(g directGet) bool { return g.Subject == accepted }); read != c.reads {
-			t.Errorf("status of a %s request: its acceptance read %v, want %v (gets %+v)", c.state, read, c.reads, gets)
+		if read := slices.ContainsFunc(gets, func(g directGet) bool { return g.Subject == attempts }); read != c.reads {
+			t.Errorf("status of a %s request: its attempts read %v, want %v (gets %+v)", c.state, read, c.reads, gets)
 		}
 	}
 }

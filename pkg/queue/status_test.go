@@ -159,9 +159,9 @@ func TestEventsAlikeButForTheirTimeAreBothWritten(t *testing.T) {
 		t.Fatalf("events %+v, want both attempt_failed (503, then 502)", events)
 	}
 
-	// An accepted event written again (the same request sent again with its key) is
-	// the one written first: the request was accepted once.
-	accepted := request.Event{Type: request.EventAccepted, ID: id, ClientID: "alice", Seq: 7, Instance: "ingest/a",
+	// A final event written again (its write retried) is the one written first: the
+	// request was delivered once.
+	accepted := request.Event{Type: request.EventDelivered, ID: id, ClientID: "alice", Seq: 7, Instance: "dispatcher/a",
 		At: time.Now().Add(-time.Minute).UTC()}
 	again := accepted
 	again.At = time.Now().UTC()
@@ -175,8 +175,8 @@ func TestEventsAlikeButForTheirTimeAreBothWritten(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, e := range events {
-		if e.Type == request.EventAccepted && !e.At.Equal(accepted.At) {
-			t.Fatalf("accepted event at %s, want the first one's %s", e.At, accepted.At)
+		if e.Type == request.EventDelivered && !e.At.Equal(accepted.At) {
+			t.Fatalf("delivered event at %s, want the first one's %s", e.At, accepted.At)
 		}
 	}
 }

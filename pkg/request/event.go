@@ -27,7 +27,9 @@ type EventType string
 
 // The event types.
 const (
-	// EventAccepted: ingest stored the request (written by ingest).
+	// EventAccepted: ingest stored the request. Live only (ADR 18): ingest publishes it
+	// to whoever listens on its client's subjects, and the events stream does not store
+	// it; the queued request is the record of its acceptance.
 	EventAccepted EventType = "accepted"
 	// EventAttemptStarted: a dispatcher started an attempt to raven.
 	EventAttemptStarted EventType = "attempt_started"
@@ -50,6 +52,10 @@ const (
 
 // EventTypes lists every event type.
 var EventTypes = []EventType{EventAccepted, EventAttemptStarted, EventAttemptFailed, EventDelivered, EventDeadLettered, EventPurged, EventReplayed, EventCancelled}
+
+// StoredEventTypes lists the event types the events stream stores: every type but
+// EventAccepted (ADR 18).
+var StoredEventTypes = EventTypes[1:]
 
 // Event is one outcome of one request, as the events stream holds it (JSON).
 type Event struct {
@@ -81,8 +87,9 @@ type Event struct {
 	AcceptedAt time.Time `json:"acceptedAt,omitzero"`
 	// Instance is the dispatcher (or ingest) that wrote it.
 	Instance string `json:"instance,omitempty"`
-	// BodyDigest identifies the body of a request sent with an Idempotency-Key (accepted
-	// events): a copy sent with another body is refused, not taken for the same request.
+	// BodyDigest identifies the body of a request sent with an Idempotency-Key (its final
+	// events, ADR 18): a copy sent with another body is refused, not taken for the same
+	// request, also once the first has left the queue.
 	BodyDigest string `json:"bodyDigest,omitempty"`
 	// Duplicate marks an accepted event of a request the queue had stored already under
 	// the same id (an Idempotency-Key sent again within the duplicate window): that copy
