@@ -49,15 +49,20 @@ const (
 	// kindIngestNoEvents is the ingest with EVENTS=false: what the accepted event costs
 	// (announced live since ADR 18).
 	kindIngestNoEvents = "ingest, events off"
+	// kindIngestRepublished is the ingest announcing nothing itself, the server
+	// republishing each stored request's headers instead (the stream's RePublish, headers
+	// only, to the client's accepted subject): ADR 18's alternative, measured against
+	// ingest's own core publish.
+	kindIngestRepublished = "ingest, accepted republished by the server"
 	// kindIngestTraced is the ingest with tracing on, exporting to tracedProvider's
 	// receiver (the tracing scenario).
 	kindIngestTraced = "ingest traced"
 )
 
-var ingestKinds = []string{kindRaw, kindBare, kindMinimal, kindIngest, kindIngestNoEvents, kindH2C}
+var ingestKinds = []string{kindRaw, kindBare, kindMinimal, kindIngest, kindIngestNoEvents, kindIngestRepublished, kindH2C}
 
 // kindNames are the kinds' names for -kinds.
-var kindNames = map[string]string{"raw": kindRaw, "bare": kindBare, "minimal": kindMinimal, "ingest": kindIngest, "ingest-no-events": kindIngestNoEvents, "h2c": kindH2C}
+var kindNames = map[string]string{"raw": kindRaw, "bare": kindBare, "minimal": kindMinimal, "ingest": kindIngest, "ingest-no-events": kindIngestNoEvents, "ingest-republished": kindIngestRepublished, "h2c": kindH2C}
 
 // benchIngest compares the project's ingest with the least any HTTP ingest on net/http
 // must do (the minimal publishing handler: read the body, publish it with a message id to
@@ -241,12 +246,19 @@ func withServer(ctx context.Context, kind string, syncAlways bool, l *load, meas
 		if h, err = minimalHandler(n.nc); err != nil {
 			return err
 		}
-	case kindIngest, kindH2C, kindIngestTraced, kindIngestNoEvents:
+	case kindIngest, kindH2C, kindIngestTraced, kindIngestNoEvents, kindIngestRepublished:
 		cfg := ingest.Config{}
 		if kind == kindIngestTraced {
 			cfg.Tracing = tracedProvider
 		}
-		if kind != kindIngestNoEvents { // as the binary runs it: accepted announced live
+		switch kind {
+		case kindIngestNoEvents:
+		case kindIngestRepublished:
+			if err := republishAccepted(ctx, n); err != nil {
+				return err
+			}
+			cfg.Status = n.q
+		default: // as the binary runs it: accepted announced live
 			cfg.Live, cfg.Status = n.q, n.q
 		}
 		if h, err = benchIngestWith(n, cfg); err != nil {
@@ -308,4 +320,25 @@ func minimalHandler(nc *nats.Conn) (http.Handler, error) {
 		}
 		w.WriteHeader(http.StatusAccepted)
 	}), nil
+}
+
+// republishAccepted has the request stream republish every stored request's headers
+// (no body) on its client's accepted subject.
+func republishAccepted(ctx context.Context, n *node) error {
+	js, err := jetstream.New(n.nc)
+	if err != nil {
+		return err
+	}
+	st, err := js.Stream(ctx, queue.RequestStream)
+	if err != nil {
+		return err
+	}
+	cfg := st.CachedInfo().Config
+	cfg.RePublish = &jetstream.RePublish{
+		Source:      request.RequestPrefix + "*.*",
+		Destination: request.EventPrefix + "{{wildcard(2)}}.accepted",
+		HeadersOnly: true,
+	}
+	_, err = js.UpdateStream(ctx, cfg)
+	return err
 }

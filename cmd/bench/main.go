@@ -48,6 +48,7 @@ func main() {
 type settings struct {
 	quick          bool
 	only           string
+	blockProfile   string // where to write the block profile; none when empty
 	ingestFor      time.Duration
 	ingestRounds   int
 	ingestKinds    []string
@@ -86,6 +87,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		defer pprof.StopCPUProfile()
+	}
+	if s.blockProfile != "" {
+		runtime.SetBlockProfileRate(int(100 * time.Microsecond))
+		defer writeProfile("block", s.blockProfile, stderr)
 	}
 	want := func(name string) bool { return s.only == "" || strings.Contains(","+s.only+",", ","+name+",") }
 
@@ -152,6 +157,7 @@ func parseSettings(args []string, stderr io.Writer) (s settings, cpuProfile stri
 	fs.IntVar(&s.recordLag, "record-lag", 0, "in the record scenario, how many of its client's requests come before each request's final event (a backlogged client); 0: it follows its acceptance at once")
 	clients := fs.Int("clients", 0, "backlogged clients in the dispatch scenario (default: 1000 and 10000)")
 	cpuProfileFlag := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
+	fs.StringVar(&s.blockProfile, "blockprofile", "", "write a profile of where goroutines waited (blocking events of 100 us and more, sampled) over the whole run to this file")
 	kinds := fs.String("kinds", "", "in the ingest scenario, measure only these servers, comma-separated (raw, bare, minimal, ingest, ingest-no-events, h2c), and print their figures without the table's rows; with -cpuprofile, to profile one alone")
 	if err := fs.Parse(args); err != nil {
 		return s, "", err
@@ -207,3 +213,17 @@ func verdict(ok bool) string {
 }
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d)/float64(time.Millisecond)) }
+
+// writeProfile writes the runtime profile name to file, saying on log when it cannot.
+func writeProfile(name, file string, log io.Writer) {
+	f, err := os.Create(file)
+	if err == nil {
+		err = pprof.Lookup(name).WriteTo(f, 0)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+	}
+	if err != nil {
+		fmt.Fprintf(log, "bench: writing the %s profile: %v\n", name, err)
+	}
+}

@@ -231,10 +231,16 @@ func startDispatcherKeeping(ctx context.Context, n *node, ravenURL string, keep 
 	if err != nil {
 		return nil, nil, err
 	}
+	// As the binary does: the dispatcher answers ingest's lookups of requests without a
+	// record (a status read of a request not attempted yet).
+	stopLookups, err := n.q.ServeQueuedLookups()
+	if err != nil {
+		return nil, nil, err
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() { _ = d.Run(ctx); close(done) }()
-	return d, func() { cancel(); <-done }, nil
+	return d, func() { cancel(); <-done; stopLookups() }, nil
 }
 
 // fastRaven answers 200 at once (with answer as a JSON body, if set) and calls arrived

@@ -11,12 +11,14 @@ import (
 	"time"
 
 	"github.com/penguinhq/dispatcher/pkg/ledger"
+	"github.com/penguinhq/dispatcher/pkg/request"
 )
 
 // readStatuses is penguin asking what became of its requests while the load runs:
 // about five times a second, the status of a random accepted request through a random
-// ingest (GET /v1/requests/{id}?clientId=). Every answer must be a 200, or a 503 with
-// Retry-After while a fault keeps the store from answering; anything else is unexpected.
+// ingest (GET /v1/requests/{id}?clientId=). Every answer must be a 200 with a state
+// other than unknown (each was accepted), or a 503 with Retry-After while a fault keeps
+// the store or the dispatchers from answering; anything else is unexpected.
 func (l *load) readStatuses(rng *rand.Rand) {
 	hc := &http.Client{Timeout: 10 * time.Second}
 	for {
@@ -41,6 +43,10 @@ func (l *load) readStatuses(rng *rand.Rand) {
 			l.reads["no answer"]++ // a fault on the way to ingest: penguin asks again
 		case code == http.StatusOK:
 			l.reads["200 "+state]++
+			if state == string(request.StateUnknown) && len(l.unexpected) < 20 {
+				// Accepted before it was picked: unknown would be a guess (issue 60).
+				l.unexpected = append(l.unexpected, fmt.Sprintf("status read of %s (%s), accepted: 200 unknown", a.ID, a.ClientID))
+			}
 		case code == http.StatusServiceUnavailable:
 			l.reads["503"]++
 		default:

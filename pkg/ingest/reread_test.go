@@ -145,3 +145,44 @@ func TestAWaitingReadAnswersTheRecordAsItIsWhenItsWaitEnds(t *testing.T) {
 		}
 	})
 }
+
+// leftRecord is a record with nothing for the request at the first read, whose
+// dispatchers no longer find it queued, and that holds its delivery from the second read
+// on: delivered and removed between the read and the ask.
+type leftRecord struct {
+	deafRecord
+	asked atomic.Bool
+}
+
+func (l *leftRecord) StatusEvents(_ context.Context, clientID, id string) ([]request.Event, error) {
+	if l.reads.Add(1) == 1 {
+		return nil, nil
+	}
+	return []request.Event{{Type: request.EventDelivered, ID: id, ClientID: clientID, At: time.Now(), Attempt: 1, Status: 200}}, nil
+}
+
+func (l *leftRecord) AskQueued(context.Context, string, string) (request.Found, bool, error) {
+	l.asked.Store(true)
+	return request.Found{}, false, nil
+}
+
+// A request that leaves the queue between the read that found no record and the ask of
+// the dispatchers is not answered unknown: its outcome is recorded before it leaves, and
+// the record is read again once the dispatchers say it is not queued.
+func TestARequestThatLeftDuringTheLookupIsNotUnknown(t *testing.T) {
+	rec := &leftRecord{}
+	api, err := ingest.New(ingest.Config{Status: rec}, stored{}, stored{}, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := request.NewID(time.Now())
+	w := httptest.NewRecorder()
+	api.Handler().ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/v1/requests/"+id+"?clientId=c", nil))
+	var st request.Status
+	if err := json.Unmarshal(w.Body.Bytes(), &st); err != nil || w.Code != http.StatusOK || st.State != request.StateDelivered {
+		t.Fatalf("a read of a request delivered during its lookup: %d %s, want 200 delivered", w.Code, w.Body)
+	}
+	if !rec.asked.Load() {
+		t.Fatal("the dispatchers were not asked: the test did not take the lookup's path")
+	}
+}

@@ -272,7 +272,16 @@ func (a *API) fromQueue(ctx context.Context, scope *Scope, st request.Status, cl
 	case ok:
 		return f.Status(clientID, id), nil
 	}
-	return st, nil
+	// Not queued: it left the queue since the record was read, or it is unknown. A
+	// request's outcome is recorded before it leaves the queue (ADR 9), so the record
+	// read again now tells which.
+	rctx, cancel := context.WithTimeout(ctx, statusReadTimeout)
+	defer cancel()
+	events, err := a.cfg.Status.StatusEvents(rctx, clientID, id)
+	if err != nil {
+		return st, err
+	}
+	return request.StatusOf(id, events), nil
 }
 
 // askQueued looks for a request without a status record in the queue itself, through

@@ -89,3 +89,9 @@ func (q *Queue) DeleteRequestConsumers(ctx context.Context) error {
 	}
 	return nil
 }
+
+// LookupNear is a queued lookup's direct reads alone, without the scan it falls back to.
+func (q *Queue) LookupNear(ctx context.Context, id, clientID string, at time.Time) (bool, error) {
+	_, ok, err := q.lookupNear(ctx, id, clientID, at)
+	return ok, err
+}

@@ -55,31 +55,45 @@ type queuedAnswer struct {
 }
 
 // ServeQueuedLookups answers asks on queuedSubject (AskQueued) from this queue's
-// request stream, one at a time, until stop is called. A dispatcher serves them.
+// request stream (lookupQueued), at most maxQueuedLookups at once, until stop is called.
+// A dispatcher serves them.
 func (q *Queue) ServeQueuedLookups() (stop func(), err error) {
+	slots := make(chan struct{}, maxQueuedLookups)
 	sub, err := q.nc.QueueSubscribe(queuedSubject, queuedGroup, func(m *nats.Msg) {
 		ask, within, ok := readAsk(m, maxQueuedScan)
 		if !ok {
 			return // not asked by this service (the asker times out), or given up
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), within)
-		defer cancel()
-		f, ok, err := q.FindRequest(ctx, ask.ID, ask.ClientID)
-		ans := queuedAnswer{Found: ok}
-		switch {
-		case err != nil:
-			ans.Error = err.Error()
-		case ok:
-			ans.Seq, ans.Queued = f.Seq, request.QueuedOf(f.Stored)
-		}
-		b, _ := json.Marshal(ans)
-		_ = m.Respond(b)
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), within)
+			defer cancel()
+			select {
+			case slots <- struct{}{}:
+				defer func() { <-slots }()
+			case <-ctx.Done():
+				return // the asker has given up (and answers 503 status_unavailable)
+			}
+			s, ok, err := q.lookupQueued(ctx, ask.ID, ask.ClientID)
+			ans := queuedAnswer{Found: ok}
+			switch {
+			case err != nil:
+				ans.Error = err.Error()
+			case ok:
+				ans.Seq, ans.Queued = s.Seq, request.QueuedOf(s)
+			}
+			b, _ := json.Marshal(ans)
+			_ = m.Respond(b)
+		}()
 	})
 	if err != nil {
 		return nil, fmt.Errorf("serving queued lookups: %w", err)
 	}
 	return func() { _ = sub.Unsubscribe() }, nil
 }
+
+// maxQueuedLookups bounds the lookups one dispatcher works on at once; past it, an ask
+// waits for one to end, as long as its asker waits.
+const maxQueuedLookups = 32
 
 // askDispatchers asks the dispatchers on subject about request id of clientID, within
 // ctx's deadline (at most most), and decodes the first answer into answer.

@@ -1,0 +1,69 @@
+package queue_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/penguinhq/dispatcher/pkg/queue"
+	"github.com/penguinhq/dispatcher/pkg/request"
+)
+
+// A status read without a record asks the dispatchers whether the request is queued.
+// They find it by direct gets from the time in its id, among other clients' requests and
+// its own client's others; a keyed id (no time) and an id whose time is far from when it
+// was stored are found by the scan; an id not queued is answered not found, never a
+// guess; and many asks at once are all answered.
+func TestQueuedLookups(t *testing.T) {
+	t.Parallel()
+	q := open(t, queue.Config{})
+	stop, err := q.ServeQueuedLookups()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stop)
+	ctx := context.Background()
+	type sent struct {
+		client, id string
+		seq        uint64
+	}
+	var all []sent
+	for i := range 120 {
+		c, id := fmt.Sprint("c", i%40), request.NewID(time.Now())
+		all = append(all, sent{c, id, publish(t, q, c, id).Seq})
+	}
+	keyed := request.IDFromKey("", "c7", "order-1")
+	all = append(all, sent{"c7", keyed, publish(t, q, "c7", keyed).Seq})
+	old := request.NewID(time.Now().Add(-10 * time.Minute)) // ingest's clock far behind the server's
+	all = append(all, sent{"c8", old, publish(t, q, "c8", old).Seq})
+
+	var wg sync.WaitGroup
+	for _, s := range all {
+		wg.Go(func() {
+			f, ok, err := q.AskQueued(ctx, s.client, s.id)
+			if err != nil || !ok || f.Seq != s.seq {
+				t.Errorf("lookup of %s/%s: found %v seq %d, %v; want found at %d", s.client, s.id, ok, f.Seq, err, s.seq)
+			}
+		})
+	}
+	wg.Wait()
+
+	for _, s := range all[:5] {
+		at, _ := request.IDTime(s.id)
+		if ok, err := q.LookupNear(ctx, s.id, s.client, at); err != nil || !ok {
+			t.Errorf("the direct reads did not find %s/%s: %v, %v", s.client, s.id, ok, err)
+		}
+	}
+	at, _ := request.IDTime(old)
+	if ok, err := q.LookupNear(ctx, old, "c8", at); err != nil || ok {
+		t.Errorf("the direct reads found %s ten minutes from its id's time (%v, %v): the test does not reach the scan", old, ok, err)
+	}
+
+	for _, miss := range []sent{{"c1", request.NewID(time.Now()), 0}, {"c1", all[2].id, 0}, {"nobody", request.IDFromKey("", "nobody", "k"), 0}} {
+		if _, ok, err := q.AskQueued(ctx, miss.client, miss.id); err != nil || ok {
+			t.Errorf("lookup of %s/%s, not queued: found %v, %v; want not found", miss.client, miss.id, ok, err)
+		}
+	}
+}
