@@ -89,7 +89,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		defer pprof.StopCPUProfile()
 	}
 	if s.blockProfile != "" {
-		runtime.SetBlockProfileRate(int(100 * time.Microsecond))
+		blockProfileRate = int(100 * time.Microsecond) // set again after each server's start
+		runtime.SetBlockProfileRate(blockProfileRate)
 		defer writeProfile("block", s.blockProfile, stderr)
 	}
 	want := func(name string) bool { return s.only == "" || strings.Contains(","+s.only+",", ","+name+",") }
@@ -213,6 +214,11 @@ func verdict(ok bool) string {
 }
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d)/float64(time.Millisecond)) }
+
+// blockProfileRate is the block profile's rate (-blockprofile); 0 when off. A NATS
+// server's start sets the process's rate to its own option (0), so each node sets it
+// again.
+var blockProfileRate int
 
 // writeProfile writes the runtime profile name to file, saying on log when it cannot.
 func writeProfile(name, file string, log io.Writer) {

@@ -53,6 +53,9 @@ func startNodeListening(ctx context.Context, syncAlways bool, cfg queue.Config, 
 		os.RemoveAll(dir)
 		return nil, err
 	}
+	if blockProfileRate > 0 {
+		runtime.SetBlockProfileRate(blockProfileRate)
+	}
 	srv := emb.Server()
 	n := &node{srv: srv, dir: dir}
 	if n.conn, err = queue.ConnectInProcess(srv, "bench", zerolog.Nop()); err == nil {
