@@ -186,3 +186,32 @@ func TestARequestThatLeftDuringTheLookupIsNotUnknown(t *testing.T) {
 		t.Fatal("the dispatchers were not asked: the test did not take the lookup's path")
 	}
 }
+
+// keptRecord is a record that has nothing of the request, whose dispatchers find it not
+// queued with its delivered event kept in the request stream (ADR 9).
+type keptRecord struct{ deafRecord }
+
+func (*keptRecord) StatusEvents(context.Context, string, string) ([]request.Event, error) {
+	return nil, nil
+}
+
+func (*keptRecord) AskQueued(_ context.Context, clientID, id string) (request.Found, bool, error) {
+	return request.Found{Kept: []request.Event{{Type: request.EventDelivered, ID: id, ClientID: clientID, At: time.Now(), Attempt: 1, Status: 200}}}, false, nil
+}
+
+// A request removed while the events stream refused its final event reads as its
+// outcome, from the event the request stream keeps, not as unknown. (Found by the soak:
+// three accepted requests read unknown during a disk-full fault.)
+func TestARequestWhoseFinalEventIsKeptReadsAsItsOutcome(t *testing.T) {
+	api, err := ingest.New(ingest.Config{Status: &keptRecord{}}, stored{}, stored{}, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := request.NewID(time.Now())
+	w := httptest.NewRecorder()
+	api.Handler().ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/v1/requests/"+id+"?clientId=c", nil))
+	var st request.Status
+	if err := json.Unmarshal(w.Body.Bytes(), &st); err != nil || w.Code != http.StatusOK || st.State != request.StateDelivered {
+		t.Fatalf("a read of a request whose delivered event is kept: %d %s, want 200 delivered", w.Code, w.Body)
+	}
+}

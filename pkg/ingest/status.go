@@ -273,16 +273,32 @@ func (a *API) fromQueue(ctx context.Context, scope *Scope, st request.Status, cl
 		return f.Status(clientID, id), nil
 	}
 	// Not queued: it left the queue since the record was read, or it is unknown. A
-	// request's outcome is recorded before it leaves the queue (ADR 9), so the record
-	// read again now tells which.
-	rctx, cancel := context.WithTimeout(ctx, statusReadTimeout)
-	defer cancel()
-	events, err := a.cfg.Status.StatusEvents(rctx, clientID, id)
-	if err != nil {
-		return st, err
+	// request's outcome is stored before it leaves the queue: in the record, or kept in
+	// the request stream while the events stream does not take it (ADR 9; f.Kept). The
+	// record is read again, a few times over about a second: a direct get may be
+	// answered by a replica a moment behind its leader.
+	for _, pause := range recordRereads {
+		select {
+		case <-time.After(pause):
+		case <-ctx.Done():
+			return st, ctx.Err()
+		}
+		rctx, cancel := context.WithTimeout(ctx, statusReadTimeout)
+		events, err := a.cfg.Status.StatusEvents(rctx, clientID, id)
+		cancel()
+		if err != nil {
+			return st, err
+		}
+		if events = append(events, f.Kept...); len(events) > 0 {
+			return request.StatusOf(id, events), nil
+		}
 	}
-	return request.StatusOf(id, events), nil
+	return st, nil
 }
+
+// recordRereads are the pauses before each read of the record of a request the
+// dispatchers found not queued, before it is answered unknown.
+var recordRereads = []time.Duration{0, 100 * time.Millisecond, 300 * time.Millisecond, 600 * time.Millisecond}
 
 // askQueued looks for a request without a status record in the queue itself, through
 // the dispatchers (its NATS user may not read queued requests): a request delayed, or

@@ -2,6 +2,7 @@ package queue
 
 import (
 	"context"
+	"encoding/json"
 	"strconv"
 	"time"
 
@@ -74,3 +75,40 @@ func (q *Queue) lookupNear(ctx context.Context, id, clientID string, at time.Tim
 		req.StartTime, req.Seq = nil, seq+1
 	}
 }
+
+// keptOutcomes are the final events of request id kept in the request stream (ADR 9:
+// the events stream did not take them before the request was removed) and not yet
+// written to the events stream: what became of a request that left the queue while its
+// record cannot say so yet. Read from the client's outcome subject, a few at most.
+func (q *Queue) keptOutcomes(ctx context.Context, id, clientID string) ([]request.Event, error) {
+	type get struct {
+		Seq     uint64 `json:"seq"`
+		NextFor string `json:"next_by_subj"`
+		Batch   int    `json:"batch"`
+	}
+	req := get{Seq: 1, NextFor: request.OutcomeSubject(clientID), Batch: lookupBatch}
+	var kept []request.Event
+	for read := 0; read < maxKeptRead; {
+		msgs, err := DirectBatch(ctx, q.nc, RequestStream, req, lookupBatch)
+		if err != nil {
+			return nil, err
+		}
+		for _, m := range msgs {
+			var e request.Event
+			if json.Unmarshal(m.Data, &e) == nil && e.ID == id && e.ClientID == clientID && e.Final() {
+				kept = append(kept, e)
+			}
+			req.Seq, _ = strconv.ParseUint(m.Header.Get(jetstream.SequenceHeader), 10, 64)
+			req.Seq++
+		}
+		read += len(msgs)
+		if len(msgs) < lookupBatch {
+			break
+		}
+	}
+	return kept, nil
+}
+
+// maxKeptRead bounds the kept final events of one client a lookup reads: they are
+// written to the events stream as soon as it takes writes again.
+const maxKeptRead = 1024

@@ -67,3 +67,32 @@ func TestQueuedLookups(t *testing.T) {
 		}
 	}
 }
+
+// A request removed while the events stream did not take its final event has that event
+// kept in the request stream (ADR 9): the lookup says it is not queued and gives the kept
+// event, so the status read answers its outcome rather than unknown.
+func TestALookupGivesAFinalEventKeptInTheRequestStream(t *testing.T) {
+	t.Parallel()
+	q := open(t, queue.Config{})
+	stop, err := q.ServeQueuedLookups()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stop)
+	ctx := context.Background()
+	id := request.NewID(time.Now())
+	other := request.Event{Type: request.EventDelivered, ID: request.NewID(time.Now()), ClientID: "ada", At: time.Now(), Attempt: 1, Status: 200}
+	mine := request.Event{Type: request.EventDelivered, ID: id, ClientID: "ada", At: time.Now(), Attempt: 1, Status: 200}
+	for _, e := range []request.Event{other, mine} {
+		if err := q.KeepOutcome(ctx, e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f, ok, err := q.AskQueued(ctx, "ada", id)
+	if err != nil || ok || len(f.Kept) != 1 || f.Kept[0].ID != id || f.Kept[0].Type != request.EventDelivered {
+		t.Fatalf("lookup of a request delivered with its final event kept: found %v, kept %+v, %v; want not queued with its delivered event", ok, f.Kept, err)
+	}
+	if f, _, err := q.AskQueued(ctx, "bob", id); err != nil || len(f.Kept) != 0 {
+		t.Fatalf("another client's lookup of the id: kept %+v, %v; want none", f.Kept, err)
+	}
+}

@@ -51,7 +51,10 @@ type queuedAnswer struct {
 	Found bool   `json:"found"`
 	Seq   uint64 `json:"seq,omitempty"`
 	request.Queued
-	Error string `json:"error,omitempty"`
+	// Kept are the request's final events kept in the request stream, for one not
+	// queued: it left the queue while the events stream did not take them (ADR 9).
+	Kept  []request.Event `json:"kept,omitempty"`
+	Error string          `json:"error,omitempty"`
 }
 
 // ServeQueuedLookups answers asks on queuedSubject (AskQueued) from this queue's
@@ -75,6 +78,9 @@ func (q *Queue) ServeQueuedLookups() (stop func(), err error) {
 			}
 			s, ok, err := q.lookupQueued(ctx, ask.ID, ask.ClientID)
 			ans := queuedAnswer{Found: ok}
+			if !ok && err == nil {
+				ans.Kept, err = q.keptOutcomes(ctx, ask.ID, ask.ClientID)
+			}
 			switch {
 			case err != nil:
 				ans.Error = err.Error()
@@ -120,7 +126,8 @@ func (q *Queue) askDispatchers(ctx context.Context, subject, clientID, id string
 
 // AskQueued asks the dispatchers whether request id of client clientID is queued, and
 // if so gives what the queue says of it (its status: f.Status; its place in the queue
-// is Place's to say). ok is false when it is not queued.
+// is Place's to say). ok is false when it is not queued; f.Kept then holds its final
+// events still kept in the request stream, if any.
 func (q *Queue) AskQueued(ctx context.Context, clientID, id string) (f request.Found, ok bool, err error) {
 	if err := request.ValidateClientID(clientID); err != nil {
 		return f, false, err
@@ -135,5 +142,5 @@ func (q *Queue) AskQueued(ctx context.Context, clientID, id string) (f request.F
 	if ans.Error != "" {
 		return f, false, fmt.Errorf("a dispatcher looking for %s: %s", id, ans.Error)
 	}
-	return request.Found{Queued: ans.Queued, Seq: ans.Seq}, ans.Found, nil
+	return request.Found{Queued: ans.Queued, Seq: ans.Seq, Kept: ans.Kept}, ans.Found, nil
 }

@@ -24,6 +24,10 @@ func QueuedOf(st Stored) Queued {
 type Found struct {
 	Queued
 	Seq uint64
+	// Kept are the final events of a request found not queued that the request stream
+	// keeps until the events stream takes them (ADR 9): its outcome, before its record
+	// says it.
+	Kept []Event
 }
 
 // Status is the found request's status: queued since it was stored.
