@@ -1,4 +1,4 @@
-# Thin wrappers over the plain commands in the README.
+# Thin wrappers over the plain commands in the README and docs/.
 .PHONY: run test test-race vet fmt ci build bench images up down
 
 run: ## the whole service in one process, on an embedded JetStream, with a demo raven

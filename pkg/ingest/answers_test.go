@@ -176,11 +176,11 @@ func TestAStatusWaitOverTheCapIsCutAndSaysSo(t *testing.T) {
 	}
 }
 
-// Every problem code ingest can answer is in the README's table of problem codes: a code
+// Every problem code ingest can answer is in docs/producers.md's table of problem codes: a code
 // added to the source (a Code field, a badRequest, a counted outcome) and not to the
 // table fails here. The codes are read from the source of ingest and of httpapi (whose
 // /readyz and 405 answers ingest serves).
-func TestTheREADMEListsEveryProblemCode(t *testing.T) {
+func TestProducersPageListsEveryProblemCode(t *testing.T) {
 	t.Parallel()
 	var files []string
 	for _, dir := range []string{".", "../httpapi"} {
@@ -230,18 +230,18 @@ func TestTheREADMEListsEveryProblemCode(t *testing.T) {
 	if len(codes) < 20 {
 		t.Fatalf("found only %d codes in the source (%v): the search no longer matches it", len(codes), codes)
 	}
-	readme, err := os.ReadFile("../../README.md")
+	page, err := os.ReadFile("../../docs/producers.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	row := regexp.MustCompile("(?m)^\\| [0-9]{3} \\| `([a-z_]+)` \\|")
 	var listed []string
-	for _, m := range row.FindAllStringSubmatch(string(readme), -1) {
+	for _, m := range row.FindAllStringSubmatch(string(page), -1) {
 		listed = append(listed, m[1])
 	}
 	for c, where := range codes {
 		if !slices.Contains(listed, c) {
-			t.Errorf("problem code %q (%s) is not in the README's table of problem codes", c, where)
+			t.Errorf("problem code %q (%s) is not in docs/producers.md's table of problem codes", c, where)
 		}
 	}
 }
