@@ -14,6 +14,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/url"
 	"strconv"
 	"strings"
@@ -29,7 +30,13 @@ import (
 
 // Defaults for Config.
 const (
-	DefaultTimeout       = 10 * time.Second
+	DefaultTimeout = 10 * time.Second
+	// DefaultIdleTimeout is RAVEN_IDLE_TIMEOUT: how long a connection to raven is kept
+	// idle for the next attempt. Below the shortest idle timeout common HTTP servers
+	// apply (gunicorn's 2 s; Node.js, Apache and uvicorn close after 5 s): a connection
+	// raven is closing as idle is never picked for an attempt, which would fail "reset"
+	// having reached no one.
+	DefaultIdleTimeout   = time.Second
 	maxResponseBodyBytes = 64 << 10
 	maxRetryAfter        = 24 * time.Hour
 	// maxResponseHeaderBytes bounds the headers of raven's answer.
@@ -49,6 +56,9 @@ type Config struct {
 	Timeout time.Duration
 	// MaxConns caps idle and open connections to raven. Defaults to 1024.
 	MaxConns int
+	// IdleTimeout is how long an idle connection is kept for the next attempt
+	// (RAVEN_IDLE_TIMEOUT). Defaults to DefaultIdleTimeout.
+	IdleTimeout time.Duration
 	// UserAgent is sent with every attempt, so that raven (and whoever reads its logs)
 	// can tell which dispatcher instance sent it. Defaults to "dispatcher".
 	UserAgent string
@@ -77,6 +87,9 @@ func (c Config) WithDefaults() Config {
 	if c.MaxConns == 0 {
 		c.MaxConns = 1024
 	}
+	if c.IdleTimeout == 0 {
+		c.IdleTimeout = DefaultIdleTimeout
+	}
 	if c.UserAgent == "" {
 		c.UserAgent = "dispatcher"
 	}
@@ -92,6 +105,9 @@ func (c Config) Validate() error {
 	}
 	if c.Timeout <= 0 {
 		return fmt.Errorf("raven timeout %s: must be positive", c.Timeout)
+	}
+	if c.IdleTimeout < 0 {
+		return fmt.Errorf("raven idle timeout %s: must be positive", c.IdleTimeout)
 	}
 	if c.KeepBytes < 0 || c.KeepBytes > request.MaxAnswerBytes {
 		return fmt.Errorf("response body kept %d bytes: must be 0 (none) to %d", c.KeepBytes, request.MaxAnswerBytes)
@@ -119,6 +135,7 @@ func New(cfg Config) (*Client, error) {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.MaxIdleConns = cfg.MaxConns
 	tr.MaxIdleConnsPerHost = cfg.MaxConns
+	tr.IdleConnTimeout = cfg.IdleTimeout
 	// net/http's default is 10 MiB of headers an answer: with MAX_IN_FLIGHT attempts at
 	// once, tens of GB held for answers whose headers nobody keeps whole (a kept header
 	// is cut to 1 KiB). An answer with more is a broken one, retried.
@@ -160,9 +177,29 @@ func (c *Client) Send(ctx context.Context, st request.Stored, attempt int) error
 // raven did not answer): its status, the headers named in KeepHeaders, and its body up
 // to KeepBytes.
 func (c *Client) SendAnswer(ctx context.Context, st request.Stored, attempt int) (*request.Response, error) {
+	// The attempt, resent at once if it provably reached no one, all within one
+	// RAVEN_TIMEOUT: the lease's margin counts on an attempt ending by then.
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
+	defer cancel()
+	answer, unsent, err := c.exchange(ctx, st, attempt)
+	if unsent && ctx.Err() == nil {
+		answer, _, err = c.exchange(ctx, st, attempt)
+	}
+	return answer, err
+}
+
+// exchange is one exchange of an attempt with raven. unsent says that it failed on a
+// connection kept from an earlier attempt before a byte of it was written: raven got
+// nothing (a connection it had just closed as idle), and it may be sent again at once.
+func (c *Client) exchange(ctx context.Context, st request.Stored, attempt int) (answer *request.Response, unsent bool, err error) {
+	var reused, wrote bool
+	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+		GotConn:      func(i httptrace.GotConnInfo) { reused = i.Reused },
+		WroteHeaders: func() { wrote = true },
+	})
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.cfg.URL, bytes.NewReader(st.Body))
 	if err != nil {
-		return nil, &request.PermanentError{Err: errors.New("building the request failed (is RAVEN_URL a valid URL?)")}
+		return nil, false, &request.PermanentError{Err: errors.New("building the request failed (is RAVEN_URL a valid URL?)")}
 	}
 	// One attempt is one exchange on the wire. With GetBody set (NewRequest sets it for a
 	// bytes reader), net/http takes a POST carrying an Idempotency-Key for replayable and
@@ -198,19 +235,19 @@ func (c *Client) SendAnswer(ctx context.Context, st request.Stored, attempt int)
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return nil, &request.TransientError{Err: noAnswer(err)}
+		return nil, reused && !wrote, &request.TransientError{Err: noAnswer(err)}
 	}
 	if resp.StatusCode < http.StatusOK {
 		// 101 Switching Protocols: the body is the connection itself, raw, which no
 		// timeout or cancel ends; reading it would hold the attempt for ever.
 		_ = resp.Body.Close()
-		return request.NewResponse(resp.StatusCode, resp.Header, c.cfg.KeepHeaders, nil, false),
+		return request.NewResponse(resp.StatusCode, resp.Header, c.cfg.KeepHeaders, nil, false), false,
 			Classify(resp.StatusCode, resp.Header.Get("Retry-After"), time.Now())
 	}
 	kept, truncated := c.readBody(resp.Body, resp.ContentLength)
 	_ = resp.Body.Close()
-	answer := request.NewResponse(resp.StatusCode, resp.Header, c.cfg.KeepHeaders, kept, truncated)
-	return answer, Classify(resp.StatusCode, resp.Header.Get("Retry-After"), time.Now())
+	answer = request.NewResponse(resp.StatusCode, resp.Header, c.cfg.KeepHeaders, kept, truncated)
+	return answer, false, Classify(resp.StatusCode, resp.Header.Get("Retry-After"), time.Now())
 }
 
 // readBody reads the answer's body: up to KeepBytes kept (truncated when there was more,

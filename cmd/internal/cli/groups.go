@@ -197,6 +197,7 @@ func DispatchSettings(s *Settings) *Dispatch {
 	s.URL(&c.Raven.URL, "RAVEN_URL", "", "where requests are sent (POST): one URL", "http", "https")
 	s.SigningSecrets(&c.Raven.Signing, "RAVEN_SIGNING_SECRET", "sign every attempt to raven (Standard Webhooks: webhook-id, webhook-timestamp, webhook-signature) with this secret; several, space-separated, while one rotates; unset: attempts are not signed")
 	s.Duration(&c.Raven.Timeout, "RAVEN_TIMEOUT", raven.DefaultTimeout, time.Millisecond, "bound on one attempt to raven")
+	s.Duration(&c.Raven.IdleTimeout, "RAVEN_IDLE_TIMEOUT", raven.DefaultIdleTimeout, time.Millisecond, "how long a connection to raven is kept idle for the next attempt; keep it below raven's own idle timeout, or an attempt may go out on a connection raven is closing")
 	s.Int(&keepBytes, "RESPONSE_MAX_BYTES", raven.DefaultKeepBytes, 0, request.MaxAnswerBytes, "how much of raven's answer body is kept with each request's outcome, for penguin to read in its status (a failed attempt's: at most 4 KiB); 0 keeps none (raven's status is kept always)")
 	s.HeaderNames(&c.Raven.KeepHeaders, "RESPONSE_HEADERS", strings.Join(raven.DefaultKeepHeaders, ","), "raven's answer headers kept with it, comma-separated; the word none keeps none")
 	s.Duration(&c.Interval, "DISPATCH_INTERVAL", schedule.DefaultInterval, time.Millisecond, "least time between the end of one attempt for a client and the start of the next")
