@@ -68,7 +68,7 @@ func printLeases(w io.Writer, st admin.Status) {
 		var oldest, newest, renewed time.Time
 		for _, le := range in.Leases {
 			ps = append(ps, le.Partition)
-			if !le.Since.IsZero() && (oldest.IsZero() || le.Since.Before(oldest)) {
+			if oldest.IsZero() || le.Since.Before(oldest) {
 				oldest = le.Since
 			}
 			newest = later(newest, le.Since)

@@ -161,15 +161,13 @@ func (s *Service) Overview(ctx context.Context) Overview {
 }
 
 // Events is the recorded events of request id of client clientID (its timeline), in the
-// order they were stored. Without clientID only a record written before ADR 10 is found.
+// order they were stored.
 func (s *Service) Events(ctx context.Context, clientID, id string) ([]request.Event, error) {
 	if err := request.ValidateID(id); err != nil {
 		return nil, invalid("id: %s", err)
 	}
-	if clientID != "" {
-		if err := request.ValidateClientID(clientID); err != nil {
-			return nil, invalid("client: %s", err)
-		}
+	if err := request.ValidateClientID(clientID); err != nil {
+		return nil, invalid("client: %s", err)
 	}
 	return s.q.Events(ctx, clientID, id)
 }

@@ -34,7 +34,7 @@ type RequestState struct {
 	DeadLetter *request.DeadLetter  `json:"deadLetter,omitempty" was:"dead_letter"`
 	Delivery   *introspect.Delivery `json:"delivery,omitempty"`
 	// Record is its status record, as GET /v1/requests/{id} on ingest answers it; nil
-	// when it has none (written before events were, or with EVENTS=false).
+	// when it has none (not attempted yet, ADR 18; or with EVENTS=false).
 	Record *request.Status `json:"record,omitempty"`
 }
 
@@ -52,11 +52,8 @@ func (s *Service) Request(ctx context.Context, id, clientID string) (RequestStat
 		}
 	}
 	rec := s.record(ctx, clientID, id)
-	if rec != nil && clientID == "" {
-		clientID = rec.ClientID
-	}
-	if rec == nil && clientID == "" && request.ValidateID(id) == nil {
-		// The record is kept by client: find the client from the id's acceptance.
+	if clientID == "" && request.ValidateID(id) == nil {
+		// The record is kept by client: find the client from the id's first event.
 		if c, ok, err := s.q.ClientOfEvents(ctx, id); err == nil && ok {
 			clientID, rec = c, s.record(ctx, c, id)
 		}
@@ -71,11 +68,11 @@ func (s *Service) Request(ctx context.Context, id, clientID string) (RequestStat
 	return rs, err
 }
 
-// record reads the request's status record: it is kept by client (ADR 10), so without
-// clientID only a record written before that is found. Nil when there is none, or it
-// cannot be read (no events stream yet: an older deployment); the searches still answer.
+// record reads the request's status record: it is kept by client (ADR 10). Nil without
+// clientID, when there is none, or when it cannot be read (no events stream: EVENTS=false);
+// the searches still answer.
 func (s *Service) record(ctx context.Context, clientID, id string) *request.Status {
-	if request.ValidateID(id) != nil {
+	if clientID == "" || request.ValidateID(id) != nil {
 		return nil
 	}
 	st, err := s.q.Status(ctx, clientID, id)

@@ -376,11 +376,11 @@ func (c *Console) request(r *http.Request, v *view) (string, error) {
 			return "", err
 		}
 		d.State = &st
-		if request.ValidateID(id) == nil {
-			client := d.Client
-			if client == "" {
-				client = st.ClientID
-			}
+		client := d.Client
+		if client == "" {
+			client = st.ClientID
+		}
+		if request.ValidateID(id) == nil && client != "" {
 			d.Events, d.EventsErr = c.cfg.Admin.Events(r.Context(), client, id)
 		}
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -65,29 +64,16 @@ func publishAtomic(ctx context.Context, js jetstream.JetStream, stream string, m
 	return ack.Seq, nil
 }
 
-// refusesAtomic says whether err is the refusal of a stream that does not allow atomic
-// batches (created by an earlier version, before a start with CreateOrUpdate updated it).
-func refusesAtomic(err error) bool {
-	var apiErr *jetstream.APIError
-	return errors.As(err, &apiErr) && apiErr.ErrorCode == errAtomicPublishDisabled
-}
-
-// JetStream's atomic batch headers and the error of a stream that does not allow them
-// (ADR-50; nats.go has no publisher for them yet).
+// JetStream's atomic batch headers (ADR-50; nats.go has no publisher for them yet).
 const (
-	batchIDHeader            = "Nats-Batch-Id"
-	batchSeqHeader           = "Nats-Batch-Sequence"
-	batchCommitHeader        = "Nats-Batch-Commit"
-	errAtomicPublishDisabled = jetstream.ErrorCode(10174)
+	batchIDHeader     = "Nats-Batch-Id"
+	batchSeqHeader    = "Nats-Batch-Sequence"
+	batchCommitHeader = "Nats-Batch-Commit"
 )
 
 // atomicMax is the most messages stored as one atomic batch: the server's limit (1,000
 // by default).
 const atomicMax = 1000
-
-// atomicRetry is how long a stream that refused an atomic batch is written one by one
-// before the next try.
-const atomicRetry = time.Minute
 
 // writeCosts chooses how a batch of messages waiting together is stored: as one atomic
 // batch or one by one, by what each way has cost per message lately.
@@ -102,7 +88,6 @@ const atomicRetry = time.Minute
 type writeCosts struct {
 	atomic, each float64   // recent seconds per message of each way; 0: not measured yet
 	tried        time.Time // when the dearer way was last tried
-	offUntil     time.Time // the stream refused an atomic batch: one by one until then
 }
 
 const (
@@ -116,7 +101,7 @@ const (
 
 // atomicNext says whether a batch of n messages, stored at now, goes as an atomic batch.
 func (c *writeCosts) atomicNext(n int, now time.Time) bool {
-	if n < atomicMin || now.Before(c.offUntil) {
+	if n < atomicMin {
 		return false
 	}
 	switch {
@@ -134,10 +119,6 @@ func (c *writeCosts) atomicNext(n int, now time.Time) bool {
 	}
 	return cheaper
 }
-
-// refused records a refusal at now by a stream that does not allow atomic batches: one
-// by one for atomicRetry.
-func (c *writeCosts) refused(now time.Time) { c.offUntil = now.Add(atomicRetry) }
 
 // note records what storing n messages one way took. An estimate moves a quarter of the
 // way to each new figure, which counts for at most twice the estimate (a pause of the

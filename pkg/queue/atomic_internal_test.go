@@ -31,11 +31,6 @@ func TestWriteCostsChooseTheCheaperWay(t *testing.T) {
 	if !c.atomicNext(100, now) {
 		t.Fatal("the cheaper atomic way was not chosen")
 	}
-	refusing := c
-	refusing.refused(now)
-	if refusing.atomicNext(100, now.Add(atomicRetry-time.Millisecond)) {
-		t.Fatal("a stream that refused an atomic batch got another within atomicRetry")
-	}
 	// Once a second the dearer way is tried again, and believed at once if cheaper now.
 	later := now.Add(costsRetry)
 	if c.atomicNext(100, later) {

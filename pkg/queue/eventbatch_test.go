@@ -115,25 +115,6 @@ func TestEventWriterStoresWaitingEventsInBatches(t *testing.T) {
 	writeAll(t, nc, q, batchEvents(1500), 1) // 1,000 events; the other 500 one by one
 }
 
-// An events stream that does not take atomic batches (created by an earlier version and
-// not updated yet) still gets every event, one by one.
-func TestEventWriterWritesOneByOneWhereBatchesAreRefused(t *testing.T) {
-	t.Parallel()
-	nc, q := openOnServer(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	js, stream := eventStream(t, ctx, nc)
-	cfg := stream.CachedInfo().Config
-	if !cfg.AllowAtomicPublish {
-		t.Fatal("the events stream was created without atomic batches allowed")
-	}
-	cfg.AllowAtomicPublish = false
-	if _, err := js.UpdateStream(ctx, cfg); err != nil {
-		t.Fatal(err)
-	}
-	writeAll(t, nc, q, batchEvents(40), 0)
-}
-
 // A batch holding an event already stored (a write retried after its acknowledgement was
 // lost) is refused whole by the server; the writer then writes its events one by one, and
 // the one already there is stored once.

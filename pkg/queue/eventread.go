@@ -3,7 +3,6 @@ package queue
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -51,10 +50,8 @@ const (
 // from the request's time on, until its final event, with those of a replay. A request
 // id made by NewID holds its time; a keyed one does not, and its client's events are
 // read from the start of the record, every copy's (ADR 18: no acceptance is stored to
-// say where the latest copy's start); request.StatusOf takes the latest copy's. What a
-// request from before ADR 10
-// recorded is read the way it was written, as it is when clientID is "" (then nothing
-// newer is found). No events: an empty list.
+// say where the latest copy's start); request.StatusOf takes the latest copy's. No
+// events: an empty list.
 func (q *Queue) Events(ctx context.Context, clientID, id string) ([]request.Event, error) {
 	return q.events(ctx, clientID, id, false)
 }
@@ -72,27 +69,20 @@ func (q *Queue) events(ctx context.Context, clientID, id string, status bool) ([
 	if err := request.ValidateID(id); err != nil {
 		return nil, err
 	}
-	if clientID != "" {
-		if err := request.ValidateClientID(clientID); err != nil {
-			return nil, err
-		}
+	if err := request.ValidateClientID(clientID); err != nil {
+		return nil, err
 	}
 	ctx, cancel := readTimeout(ctx)
 	defer cancel()
+	r := eventRead{q: q, id: id, client: clientID, status: status, seen: map[uint64]bool{}}
+	if err := r.read(ctx); err != nil {
+		return nil, fmt.Errorf("reading events of %s: %w", id, err)
+	}
 	var out []request.Event
-	if clientID != "" {
-		r := eventRead{q: q, id: id, client: clientID, status: status, seen: map[uint64]bool{}}
-		if err := r.read(ctx); err != nil {
-			return nil, fmt.Errorf("reading events of %s: %w", id, err)
-		}
-		for _, e := range r.events {
-			out = append(out, e.Event)
-		}
+	for _, e := range r.events {
+		out = append(out, e.Event)
 	}
-	if len(out) > 0 {
-		return out, nil
-	}
-	return q.legacyEvents(ctx, id)
+	return out, nil
 }
 
 // readTimeout bounds a read of the events stream by EventReadTimeout when ctx has no
@@ -372,26 +362,4 @@ func (q *Queue) scanEvents(ctx context.Context, sc scan) ([]storedEvent, error) 
 		}
 		req.Seq, req.StartTime = seq+1, nil
 	}
-}
-
-// legacyEvents reads every event type's latest event of request id as written before
-// ADR 10, one subject per request and type.
-func (q *Queue) legacyEvents(ctx context.Context, id string) ([]request.Event, error) {
-	batch := 4 * len(request.EventTypes)
-	msgs, err := DirectBatch(ctx, q.nc, EventStream, struct {
-		MultiLast []string `json:"multi_last"`
-		Batch     int      `json:"batch"`
-	}{[]string{request.LegacyEventFilter(id)}, batch}, batch)
-	if err != nil {
-		return nil, fmt.Errorf("reading events of %s: %w", id, err)
-	}
-	var out []request.Event
-	for _, m := range msgs {
-		var e request.Event
-		if err := json.Unmarshal(m.Data, &e); err != nil || e.ID != id {
-			continue // not written by this service
-		}
-		out = append(out, e)
-	}
-	return out, nil
 }

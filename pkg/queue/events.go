@@ -77,7 +77,7 @@ const eventsPerSubjectLimit = 1 << 53
 // if zero). Start its loop with Run.
 func (q *Queue) NewEventWriter(instance string, buffer int, reg prometheus.Registerer, log zerolog.Logger) *record.Writer {
 	log = log.With().Str("component", "events").Logger()
-	return record.New(&eventSink{js: q.js, log: log, limit: q.eventLimit()}, instance, buffer, reg, log)
+	return record.New(&eventSink{js: q.js, limit: q.eventLimit()}, instance, buffer, reg, log)
 }
 
 // Bounds of the events stream's writes.
@@ -95,7 +95,6 @@ const (
 // batch failed. Only that writer's loop uses it.
 type eventSink struct {
 	js    jetstream.JetStream
-	log   zerolog.Logger
 	limit int
 	costs writeCosts
 }
@@ -138,10 +137,6 @@ func (s *eventSink) writeAtomic(batch []request.Event) bool {
 		msgs[i].Header.Set(jetstream.MsgIDHeader, eventMsgID(e))
 	}
 	_, err := publishAtomic(ctx, s.js, EventStream, msgs)
-	if refusesAtomic(err) {
-		s.costs.refused(time.Now())
-		s.log.Info().Dur("retry_in", atomicRetry).Msg("the events stream does not take atomic batches (created by an earlier version; a dispatcher's start updates it): writing events one by one meanwhile")
-	}
 	return err == nil
 }
 

@@ -34,10 +34,10 @@ func (q *Queue) WatchEvents(clientID, id string, fn func(request.Event)) (stop f
 }
 
 // eventOf is the event in m if it is of request id: the id header says whether without
-// decoding the others (events from before ADR 10 have none); false for another request's
-// event or a message this service did not write.
+// decoding the others; false for another request's event or a message this service did
+// not write.
 func eventOf(m *nats.Msg, id string) (request.Event, bool) {
-	if h := m.Header.Get(request.EventIDHeader); h != "" && h != id {
+	if m.Header.Get(request.EventIDHeader) != id {
 		return request.Event{}, false
 	}
 	var e request.Event

@@ -22,12 +22,6 @@ func (q *Queue) RequeuePublishOnly(r request.DeadLetter) (bool, error) {
 // ProbeWrite is one test write, as WatchWrites makes them.
 func (q *Queue) ProbeWrite() error { return q.probeWrite(context.Background()) }
 
-// PutLegacyLease writes p's lease as earlier versions did: the owner's id alone.
-func (l *Leases) PutLegacyLease(p int, owner string) error {
-	_, err := l.kv.Put(context.Background(), leaseKey(p), []byte(owner))
-	return err
-}
-
 // PendingPublishes is how many publishes made without waiting still wait for their
 // acknowledgement, each holding a slot of the connection's pool.
 func (q *Queue) PendingPublishes() int { return q.js.PublishAsyncPending() }

@@ -286,42 +286,12 @@ func TestAReplayedRequestReadsItsLatestCycle(t *testing.T) {
 	}
 }
 
-// A record written before ADR 10 (a subject per request and type) is still read, with
-// the client named or without it, until the retention has passed; a watch hears only
-// its own request's events.
-func TestARecordFromBeforeTheUpgradeIsRead(t *testing.T) {
+// A watch of a request hears only its own request's events, of all its client's.
+func TestAWatchHearsOnlyItsRequest(t *testing.T) {
 	t.Parallel()
 	nc, q := openOnServer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	js, _ := jetstream.New(nc)
-	// The events stream as it was before: it took every subject under the prefix.
-	s, err := js.Stream(ctx, queue.EventStream)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := s.CachedInfo().Config
-	cfg.Subjects = append(cfg.Subjects, request.EventPrefix+"*.*.*")
-	if _, err := js.UpdateStream(ctx, cfg); err != nil {
-		t.Fatal(err)
-	}
-	id := request.NewID(time.Now())
-	for _, e := range []request.Event{
-		{Type: request.EventAttemptStarted, ID: id, ClientID: "old", Seq: 1, At: time.Now()},
-		{Type: request.EventDelivered, ID: id, ClientID: "old", Attempt: 1, Status: 200, At: time.Now()},
-	} {
-		b, _ := json.Marshal(e)
-		subject := fmt.Sprintf("%s%s.%s.%s", request.EventPrefix, request.EncodeClientID(e.ClientID), e.ID, e.Type)
-		if _, err := js.Publish(ctx, subject, b); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for _, client := range []string{"old", ""} {
-		if st, err := q.Status(ctx, client, id); err != nil || st.State != request.StateDelivered {
-			t.Fatalf("a record from before the upgrade, client %q: %+v %v, want delivered", client, st, err)
-		}
-	}
-
 	heard := make(chan request.Event, 10)
 	mine := request.NewID(time.Now())
 	stop, err := q.WatchEvents("wes", mine, func(e request.Event) { heard <- e })

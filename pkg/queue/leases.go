@@ -39,19 +39,17 @@ type held struct {
 	owner string
 }
 
-// lease is a lease key's value: JSON; a value that is not JSON is the owner alone (as
-// written by earlier versions).
+// lease is a lease key's value (JSON).
 type lease struct {
 	Owner string    `json:"owner"`
 	Since time.Time `json:"since,omitzero"`
 }
 
+// leaseOf reads a lease key's value; one this service did not write names no owner.
 func leaseOf(v []byte) lease {
 	var l lease
-	if len(v) > 0 && v[0] == '{' && json.Unmarshal(v, &l) == nil {
-		return l
-	}
-	return lease{Owner: string(v)}
+	_ = json.Unmarshal(v, &l)
+	return l
 }
 
 func (l *Leases) value(p int, owner string) []byte {

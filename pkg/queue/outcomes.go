@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -46,13 +45,8 @@ func (q *Queue) KeepOutcome(ctx context.Context, e request.Event) error {
 		return nil
 	}
 	var apiErr *jetstream.APIError
-	switch {
-	case errors.As(err, &apiErr) && apiErr.ErrorCode == errCodeAccountResources:
+	if errors.As(err, &apiErr) && apiErr.ErrorCode == errCodeAccountResources {
 		return notKept("the account's JetStream limits are reached")
-	case (errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders)) && !q.takesOutcomes(ctx):
-		// A dispatcher of an earlier version brought the stream's subjects back to its
-		// own (a rollout, a rollback): holding the removal would stall the lane for good.
-		return notKept("the request stream does not take them (a dispatcher of an earlier version set its subjects)")
 	}
 	if err = classifyPublishError(err); errors.Is(err, request.ErrQueueFull) || errors.Is(err, request.ErrBacklogFull) {
 		return notKept("the request stream is full")
@@ -64,16 +58,6 @@ func (q *Queue) KeepOutcome(ctx context.Context, e request.Event) error {
 // errCodeAccountResources is JSAccountResourcesExceededErr: the account's JetStream
 // limits refuse the write.
 const errCodeAccountResources = 10002
-
-// takesOutcomes says whether the request stream's subjects include the outcome subjects;
-// true when that cannot be read (the keep is then tried again, like the removal).
-func (q *Queue) takesOutcomes(ctx context.Context) bool {
-	info, err := q.reqs.Info(ctx)
-	if err != nil {
-		return true
-	}
-	return slices.Contains(info.Config.Subjects, request.OutcomePrefix+"*")
-}
 
 // outcomeMsgID is a kept event's message id in the request stream: a retried write lands
 // once, and no request id (a request's message id there) can be one.

@@ -149,30 +149,6 @@ func TestTheDrainWritesOnlyWhatIsMissing(t *testing.T) {
 	}
 }
 
-// A request stream whose subjects an earlier version set (no outcome subjects: a rollout
-// or a rollback) cannot keep final events: that must not hold the removal for good.
-func TestAStreamWithoutOutcomeSubjectsDoesNotHoldTheRemoval(t *testing.T) {
-	t.Parallel()
-	nc, q, ctx := openForOutcomes(t, queue.Config{})
-	js, _ := jetstream.New(nc)
-	s, err := js.Stream(ctx, queue.RequestStream)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := s.CachedInfo().Config
-	cfg.Subjects = []string{request.RequestPrefix + "*"} // as an earlier version has them
-	if _, err := js.UpdateStream(ctx, cfg); err != nil {
-		t.Fatal(err)
-	}
-	ev := request.Event{Type: request.EventDelivered, ID: request.NewID(time.Now()), ClientID: "cy", Seq: 1, At: time.Now()}
-	if err := q.KeepOutcome(ctx, ev); err != nil {
-		t.Fatalf("keep: %v, want none (counted as not kept)", err)
-	}
-	if got := q.OutcomeCount("not_kept"); got != 1 {
-		t.Fatalf("dispatch_outcomes_not_kept_total %v, want 1", got)
-	}
-}
-
 // openForOutcomes opens the queue with cfg on a server of its own, and a minute's context.
 func openForOutcomes(t *testing.T, cfg queue.Config) (*nats.Conn, *queue.Queue, context.Context) {
 	t.Helper()

@@ -99,11 +99,6 @@ func (q *Queue) publishAtomic(ctx context.Context, rs []request.Request, receipt
 	}
 	last, err := publishAtomic(ctx, q.js, RequestStream, msgs)
 	if err != nil {
-		if refusesAtomic(err) {
-			q.batchMu.Lock()
-			q.batchCosts.refused(time.Now())
-			q.batchMu.Unlock()
-		}
 		return err
 	}
 	q.writes.note(nil)

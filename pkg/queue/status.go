@@ -40,8 +40,7 @@ type InstanceStatus struct {
 // PartitionLease is one partition's lease.
 type PartitionLease struct {
 	Partition int `json:"partition"`
-	// Since is when the owner acquired it; zero when the owner does not say (an earlier
-	// version).
+	// Since is when the owner acquired it.
 	Since time.Time `json:"since,omitzero"`
 	// Renewed is when it was last written; it expires a TTL after.
 	Renewed time.Time `json:"renewed"`

@@ -14,9 +14,8 @@ import (
 	"github.com/penguinhq/dispatcher/pkg/request"
 )
 
-// A lease says since when its owner holds it, and keeps saying so when renewed; a lease
-// written by an earlier version (the owner's id alone) still names its owner. Status
-// shows both, the instances' heartbeats, and the partitions no one holds.
+// A lease says since when its owner holds it, and keeps saying so when renewed. Status
+// shows each owner, whether it has a heartbeat, and the partitions no one holds.
 func TestLeaseStatusSaysWhoHoldsWhatSinceWhen(t *testing.T) {
 	t.Parallel()
 	q := open(t, queue.Config{Partitions: 4})
@@ -44,29 +43,29 @@ func TestLeaseStatusSaysWhoHoldsWhatSinceWhen(t *testing.T) {
 	if _, ok, err := l.Renew(ctx, 0, "a", rev); err != nil || !ok {
 		t.Fatalf("renew: %v %v", ok, err)
 	}
-	if err := l.PutLegacyLease(2, "old"); err != nil {
-		t.Fatal(err)
+	if _, ok, err := l.Acquire(ctx, 2, "b"); err != nil || !ok { // b has no heartbeat
+		t.Fatalf("acquire by b: %v %v", ok, err)
 	}
 	st, err := q.LeaseStatus(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(st.Instances) != 2 || st.Instances[0].ID != "a" || st.Instances[1].ID != "old" || st.TTL != 30*time.Second || st.Partitions != 4 {
-		t.Fatalf("status: %+v, want a and old", st)
+	if len(st.Instances) != 2 || st.Instances[0].ID != "a" || st.Instances[1].ID != "b" || st.TTL != 30*time.Second || st.Partitions != 4 {
+		t.Fatalf("status: %+v, want a and b", st)
 	}
 	a := st.Instances[0]
 	if a.Heartbeat.IsZero() || len(a.Leases) != 1 || a.Leases[0].Partition != 0 || a.Leases[0].Since.Before(before) ||
 		!a.Leases[0].Since.Equal(first.Instances[0].Leases[0].Since) || !a.Leases[0].Renewed.After(first.Instances[0].Leases[0].Renewed) {
 		t.Fatalf("a: %+v (before the renewal %+v), want partition 0 held since the acquisition, renewed since", a, first.Instances[0])
 	}
-	if old := st.Instances[1]; !old.Heartbeat.IsZero() || len(old.Leases) != 1 || old.Leases[0].Partition != 2 || !old.Leases[0].Since.IsZero() {
-		t.Fatalf("old: %+v, want partition 2, no heartbeat, no since", old)
+	if b := st.Instances[1]; !b.Heartbeat.IsZero() || len(b.Leases) != 1 || b.Leases[0].Partition != 2 || b.Leases[0].Since.Before(before) {
+		t.Fatalf("b: %+v, want partition 2 held since its acquisition, no heartbeat", b)
 	}
 	if !slices.Equal(st.Unowned, []int{1, 3}) {
 		t.Fatalf("unowned %v, want 1 and 3", st.Unowned)
 	}
-	// The lease watch names owners plainly, whichever way the value is written: the
-	// dispatcher tells its own renewals from others' by it (the early-expiry fence).
+	// The lease watch names each lease's owner: the dispatcher tells its own renewals from
+	// others' by it (the early-expiry fence).
 	seen := map[int]string{}
 	done := make(chan struct{}, 8)
 	stop, err := l.WatchLeases(ctx, func(c request.LeaseChange) {
@@ -86,12 +85,12 @@ func TestLeaseStatusSaysWhoHoldsWhatSinceWhen(t *testing.T) {
 		}
 	}
 	stop()
-	if seen[0] != "a" || seen[2] != "old" {
-		t.Fatalf("the watch named owners %v, want a and old", seen)
+	if seen[0] != "a" || seen[2] != "b" {
+		t.Fatalf("the watch named owners %v, want a and b", seen)
 	}
 	owners, err := l.Owners(ctx)
-	if err != nil || owners[0] != "a" || owners[2] != "old" {
-		t.Fatalf("owners %v (%v), want a and old named plainly", owners, err)
+	if err != nil || owners[0] != "a" || owners[2] != "b" {
+		t.Fatalf("owners %v (%v), want a and b", owners, err)
 	}
 	if n, err := l.ReleaseAll(ctx, "a"); err != nil || n != 1 {
 		t.Fatalf("release all of a: %d %v, want 1", n, err)

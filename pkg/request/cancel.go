@@ -37,8 +37,7 @@ func (a CancelAnswer) Status(clientID, id string) Status {
 
 // The errors of an ask of the running dispatchers (a queued request's lookup, a cancel).
 var (
-	// ErrNoDispatcher: no dispatcher answered; none is running, or none serves the ask
-	// (an older version).
+	// ErrNoDispatcher: no dispatcher answered; none is running.
 	ErrNoDispatcher = errors.New("no dispatcher answered")
 	// ErrNoOwner: dispatchers run but none answered a cancel in time: the client's
 	// partition has no owner just now (a handover, or every dispatcher busy).

@@ -14,8 +14,7 @@ import (
 // 10): the store holds a subject per client and event type, never one per request.
 // Penguin follows one client with "dispatch.events.<token>.>", one kind of outcome with
 // "dispatch.events.*.delivered", and one request by its client's subjects and the id
-// header. Events written before ADR 10 are on "dispatch.events.<token>.<id>.<type>"
-// (LegacyEventFilter).
+// header.
 const EventPrefix = "dispatch.events."
 
 // EventIDHeader names the request an event is about, so that a reader of a client's
@@ -130,11 +129,6 @@ func ClientEventSubject(clientID string, typ EventType) string {
 func (e Event) Final() bool {
 	return e.Type == EventDelivered || e.Type == EventDeadLettered || e.Type == EventPurged || e.Type == EventCancelled
 }
-
-// LegacyEventFilter is the subject filter of every event of request id as written
-// before ADR 10, one subject per request and type: read only for requests from before an
-// upgrade, until STATUS_RETENTION has passed.
-func LegacyEventFilter(id string) string { return EventPrefix + "*." + id + ".*" }
 
 // IDTime is when a request id was made, for ids NewID made; false for keyed ids
 // (IDFromKey), which carry no time.

@@ -35,22 +35,15 @@ func NewID(now time.Time) string {
 // the tenant, the clientId and the key together, so the same key sent again gives the same
 // id (and the queue drops the copy), while two clients that happen to pick the same key
 // do not collide, nor do two tenants: a key is scoped to the tenant of the token that sent
-// it. The tenant is "" for a token without one (and without tokens), which gives the ids
-// keyed requests had before tenants existed.
+// it. The tenant is "" for a token without one (and without tokens).
 func IDFromKey(tenant, clientID, key string) string {
 	h := sha256.New()
-	var n [4]byte
-	if tenant != "" {
-		// A marker no clientId's length starts with (it is at most 128), then the tenant,
-		// length-prefixed: no tenant's input hashes the same as a tenant-less one.
-		h.Write([]byte{0xff})
-		binary.BigEndian.PutUint32(n[:], uint32(len(tenant)))
+	for _, s := range []string{tenant, clientID} {
+		var n [4]byte
+		binary.BigEndian.PutUint32(n[:], uint32(len(s))) // length-prefixed: no two inputs hash the same
 		h.Write(n[:])
-		h.Write([]byte(tenant))
+		h.Write([]byte(s))
 	}
-	binary.BigEndian.PutUint32(n[:], uint32(len(clientID))) // length-prefixed: no two (client, key) pairs hash the same input
-	h.Write(n[:])
-	h.Write([]byte(clientID))
 	h.Write([]byte(key))
 	return "k" + idEncoding.EncodeToString(h.Sum(nil)[:16])
 }
