@@ -8,6 +8,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -27,7 +28,6 @@ import (
 
 	"github.com/penguinhq/dispatcher/cmd/internal/cli"
 	"github.com/penguinhq/dispatcher/pkg/admin"
-	"github.com/penguinhq/dispatcher/pkg/jsonkeys"
 	"github.com/penguinhq/dispatcher/pkg/queue"
 )
 
@@ -297,12 +297,10 @@ func operator() string {
 
 func (e *env) print(v any, table func(w *tabwriter.Writer)) error {
 	if e.o.json {
-		b, err := jsonkeys.MarshalIndent(v, "", "  ") // as the admin API answers: a detail's <token> stays <token>
-		if err != nil {
-			return err
-		}
-		_, err = e.stdout.Write(append(b, '\n'))
-		return err
+		enc := json.NewEncoder(e.stdout)
+		enc.SetIndent("", "  ")
+		enc.SetEscapeHTML(false) // a detail's <token> stays <token>, as the APIs answer it
+		return enc.Encode(v)
 	}
 	tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
 	table(tw)

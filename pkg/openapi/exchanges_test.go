@@ -458,7 +458,7 @@ func TestAdminExchanges(t *testing.T) {
 		{"status", get, "/admin/v1/status", "", auth, 200},
 		{"budget", get, "/admin/v1/budget", "", auth, 200},
 		{"budget set", put, "/admin/v1/budget", `{"maxRate":500,"maxInFlight":"none"}`, withJSON, 200},
-		{"budget set under the old keys", put, "/admin/v1/budget", `{"max_rate":400,"max_inflight":"none"}`, withJSON, 200},
+		{"budget set under snake_case keys", put, "/admin/v1/budget", `{"max_rate":400,"max_inflight":"none"}`, withJSON, 400},
 		{"budget steered", get, "/admin/v1/budget", "", auth, 200},
 		{"budget bad", put, "/admin/v1/budget", `{"maxRate":"fast"}`, withJSON, 400},
 		{"budget configured", put, "/admin/v1/budget", `{"maxRate":"configured","maxInFlight":null}`, withJSON, 200},
