@@ -124,7 +124,7 @@ var commands = []command{
 func filterFlags(f *flag.FlagSet, o *opts) {
 	f.StringVar(&o.client, "client", "", "only this clientId's")
 	f.StringVar(&o.id, "id", "", "only the request with this id")
-	f.StringVar(&o.reason, "reason", "", "only this reason: permanent, attempts-exhausted, age-exhausted, undecodable, purged, expired")
+	f.StringVar(&o.reason, "reason", "", "only this reason: permanent, attempts_exhausted, age_exhausted, undecodable, purged, expired")
 	f.StringVar(&o.since, "since", "", "dead-lettered at or after: RFC 3339 time, or a duration back from now (2h)")
 	f.StringVar(&o.until, "until", "", "dead-lettered before: RFC 3339 time, or a duration back from now")
 }

@@ -131,8 +131,8 @@ type Reason string
 // The reasons for dead-lettering.
 const (
 	ReasonPermanent         Reason = "permanent"
-	ReasonAttemptsExhausted Reason = "attempts-exhausted"
-	ReasonAgeExhausted      Reason = "age-exhausted"
+	ReasonAttemptsExhausted Reason = "attempts_exhausted"
+	ReasonAgeExhausted      Reason = "age_exhausted"
 	ReasonUndecodable       Reason = "undecodable"
 	ReasonPurged            Reason = "purged"  // an operator purged the client's backlog
 	ReasonExpired           Reason = "expired" // its Not-After passed before an attempt started
@@ -141,12 +141,10 @@ const (
 // Reasons lists every reason for dead-lettering.
 var Reasons = []Reason{ReasonPermanent, ReasonAttemptsExhausted, ReasonAgeExhausted, ReasonUndecodable, ReasonPurged, ReasonExpired}
 
-// ParseReason reads a reason as a caller names it: as written (attempts-exhausted) or in
-// snake_case, the spelling of every other enumerated value and the one reasons take in
-// the next version (attempts_exhausted; ADR 14).
+// ParseReason reads a reason as a caller names it.
 func ParseReason(s string) (Reason, error) {
 	for _, r := range Reasons {
-		if s == string(r) || s == strings.ReplaceAll(string(r), "-", "_") {
+		if s == string(r) {
 			return r, nil
 		}
 	}
