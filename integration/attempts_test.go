@@ -13,7 +13,7 @@ import (
 
 // A request that keeps failing keeps its attempt count across a dispatcher restart, on a
 // real queue, record and raven: with MaxAttempts 3, two attempts before the restart and
-// one after it, then dead-lettered as attempts-exhausted after 3. Before, the restarted
+// one after it, then dead-lettered as attempts_exhausted after 3. Before, the restarted
 // dispatcher counted from one again and raven saw five attempts: a request that always
 // fails held its client's queue for as long as the dispatchers kept restarting.
 func TestAttemptsCountOnAcrossARestart(t *testing.T) {
@@ -60,7 +60,7 @@ func TestAttemptsCountOnAcrossARestart(t *testing.T) {
 	})
 	d := s.deadLetters()[0]
 	if d.ID != id || d.Reason != request.ReasonAttemptsExhausted || d.Attempts != 3 {
-		t.Errorf("dead letter %+v, want %s attempts-exhausted after 3", d.Verdict, id)
+		t.Errorf("dead letter %+v, want %s attempts_exhausted after 3", d.Verdict, id)
 	}
 	got := arrivals()
 	if len(got) != 3 || got[2].Attempt != 3 {

@@ -232,7 +232,7 @@ func TestAttemptsExhaustedIsDeadLettered(t *testing.T) {
 	rep := s.finish(time.Minute, 0)
 	recs := s.deadLetters()
 	if rep.Dead != 1 || len(recs) != 1 || recs[0].ID != id || recs[0].Reason != request.ReasonAttemptsExhausted || recs[0].Attempts != 3 || recs[0].LastStatus != 500 {
-		t.Fatalf("dead letters %+v, want %s attempts-exhausted after 3 tries", recs, id)
+		t.Fatalf("dead letters %+v, want %s attempts_exhausted after 3 tries", recs, id)
 	}
 }
 

@@ -118,7 +118,7 @@ func TestReplayFromTheDeadLetterStream(t *testing.T) {
 	}
 	s.ctlJSON(&dl, "deadletters", "-reason", string(request.ReasonAttemptsExhausted))
 	if dl.Total != 0 {
-		t.Fatalf("deadletters -reason attempts-exhausted: %d, want 0", dl.Total)
+		t.Fatalf("deadletters -reason attempts_exhausted: %d, want 0", dl.Total)
 	}
 
 	bare := s.ctl(2, "", "replay")

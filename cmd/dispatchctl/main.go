@@ -8,6 +8,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -27,7 +28,6 @@ import (
 
 	"github.com/penguinhq/dispatcher/cmd/internal/cli"
 	"github.com/penguinhq/dispatcher/pkg/admin"
-	"github.com/penguinhq/dispatcher/pkg/jsonkeys"
 	"github.com/penguinhq/dispatcher/pkg/queue"
 )
 
@@ -124,7 +124,7 @@ var commands = []command{
 func filterFlags(f *flag.FlagSet, o *opts) {
 	f.StringVar(&o.client, "client", "", "only this clientId's")
 	f.StringVar(&o.id, "id", "", "only the request with this id")
-	f.StringVar(&o.reason, "reason", "", "only this reason: permanent, attempts-exhausted, age-exhausted, undecodable, purged, expired")
+	f.StringVar(&o.reason, "reason", "", "only this reason: permanent, attempts_exhausted, age_exhausted, undecodable, purged, expired")
 	f.StringVar(&o.since, "since", "", "dead-lettered at or after: RFC 3339 time, or a duration back from now (2h)")
 	f.StringVar(&o.until, "until", "", "dead-lettered before: RFC 3339 time, or a duration back from now")
 }
@@ -297,12 +297,10 @@ func operator() string {
 
 func (e *env) print(v any, table func(w *tabwriter.Writer)) error {
 	if e.o.json {
-		b, err := jsonkeys.MarshalIndent(v, "", "  ") // as the admin API answers: a detail's <token> stays <token>
-		if err != nil {
-			return err
-		}
-		_, err = e.stdout.Write(append(b, '\n'))
-		return err
+		enc := json.NewEncoder(e.stdout)
+		enc.SetIndent("", "  ")
+		enc.SetEscapeHTML(false) // a detail's <token> stays <token>, as the APIs answer it
+		return enc.Encode(v)
 	}
 	tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
 	table(tw)

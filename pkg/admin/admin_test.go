@@ -275,12 +275,12 @@ func TestDeadLettersListAndReplay(t *testing.T) {
 		Report admin.ReplayReport `json:"report"`
 		Items  []admin.ReplayItem `json:"items"`
 	}
-	f.call(t, "POST", "/admin/v1/replay", token, `{"reason":"attempts-exhausted","dryRun":true}`, &rep)
+	f.call(t, "POST", "/admin/v1/replay", token, `{"reason":"attempts_exhausted","dryRun":true}`, &rep)
 	if rep.Report.Matched != 3 || rep.Report.Requeued != 0 || len(rep.Items) != 3 || rep.Items[0].Outcome != admin.ReplayWouldRequeue || rep.Report.Through != rep.Items[2].Seq {
 		t.Fatalf("dry run: %+v, want 3 matched, none requeued", rep)
 	}
 	rep.Items = nil
-	f.call(t, "POST", "/admin/v1/replay", token, fmt.Sprintf(`{"reason":"attempts-exhausted","through":%d}`, rep.Report.Through), &rep)
+	f.call(t, "POST", "/admin/v1/replay", token, fmt.Sprintf(`{"reason":"attempts_exhausted","through":%d}`, rep.Report.Through), &rep)
 	if rep.Report.Matched != 3 || rep.Report.Requeued != 3 {
 		t.Fatalf("replay: %+v, want 3 requeued", rep.Report)
 	}

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/penguinhq/dispatcher/pkg/introspect"
-	"github.com/penguinhq/dispatcher/pkg/jsonkeys"
 	"github.com/penguinhq/dispatcher/pkg/queue"
 )
 
@@ -35,7 +34,7 @@ func ask[A any](ctx context.Context, s *Service, q introspect.Question) []A {
 	out := make([]A, 0, len(raw))
 	for _, r := range raw {
 		var a A
-		if jsonkeys.Unmarshal(r, &a) == nil {
+		if json.Unmarshal(r, &a) == nil {
 			out = append(out, a)
 		}
 	}

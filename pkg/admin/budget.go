@@ -20,8 +20,8 @@ type BudgetView struct {
 	Steered   *request.Budget  `json:"steered,omitempty"`
 	Instances []InstanceBudget `json:"instances"`
 	// The instances' figures added up: their shares never add up to more than the budget.
-	ShareRate     float64 `json:"shareRate" was:"share_rate"`
-	EffectiveRate float64 `json:"effectiveRate" was:"effective_rate"`
+	ShareRate     float64 `json:"shareRate"`
+	EffectiveRate float64 `json:"effectiveRate"`
 	Waiting       int     `json:"waiting"`
 	// Applied says, after a change, whether every instance that answered has it in force.
 	Applied *bool `json:"applied,omitempty"`

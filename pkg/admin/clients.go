@@ -35,18 +35,18 @@ func (s *Service) lanes(ctx context.Context, subjects []string) map[string]laneO
 
 // Client is one client with a backlog.
 type Client struct {
-	ClientID   string    `json:"clientId" was:"client_id"`
+	ClientID   string    `json:"clientId"`
 	Backlog    uint64    `json:"backlog"`
-	OldestAt   time.Time `json:"oldestAcceptedAt,omitzero" was:"oldest_accepted_at"`
-	OldestAge  string    `json:"oldestAge,omitempty" was:"oldest_age"`
-	Lane       string    `json:"lane"`                              // waiting, in_flight, paused, idle, or none (no dispatcher holds it)
-	NextSend   time.Time `json:"nextSend,omitzero" was:"next_send"` // earliest start of the next attempt, when waiting
-	Attempts   int       `json:"attempts"`                          // failed attempts of its head request so far
-	Interval   string    `json:"interval,omitempty"`                // the interval in force for it
-	Dispatcher string    `json:"dispatcher,omitempty"`              // the instance holding its lane
+	OldestAt   time.Time `json:"oldestAcceptedAt,omitzero"`
+	OldestAge  string    `json:"oldestAge,omitempty"`
+	Lane       string    `json:"lane"`                 // waiting, in_flight, paused, idle, or none (no dispatcher holds it)
+	NextSend   time.Time `json:"nextSend,omitzero"`    // earliest start of the next attempt, when waiting
+	Attempts   int       `json:"attempts"`             // failed attempts of its head request so far
+	Interval   string    `json:"interval,omitempty"`   // the interval in force for it
+	Dispatcher string    `json:"dispatcher,omitempty"` // the instance holding its lane
 	// LastDelivered is when its last delivery ended, as the instance holding its lane
 	// remembers it; zero when it remembers none.
-	LastDelivered time.Time         `json:"lastDelivered,omitzero" was:"last_delivered"`
+	LastDelivered time.Time         `json:"lastDelivered,omitzero"`
 	Steering      *request.Steering `json:"steering,omitempty"`
 	subject       string
 	oldestKnown   bool
@@ -85,7 +85,7 @@ type ClientsPage struct {
 	Sort   string `json:"sort"`
 	Search string `json:"search,omitempty"`
 	// AsOf is when the list of clients and their backlogs was read.
-	AsOf    time.Time `json:"asOf" was:"as_of"`
+	AsOf    time.Time `json:"asOf"`
 	Clients []Client  `json:"clients"`
 	// Problems name the dispatchers that could not answer lately, and why: the lanes
 	// they hold (next send, attempts, owner) are missing from the page.

@@ -28,19 +28,19 @@ type ClientView struct {
 	// History is its last attempts, oldest first, as the dispatchers remember them.
 	History []introspect.Attempt `json:"history"`
 	// DeadLetters are its first dead letters, oldest first, of DeadTotal.
-	DeadLetters []request.DeadLetter `json:"deadLetters" was:"dead_letters"`
-	DeadTotal   int                  `json:"deadTotal" was:"dead_total"`
+	DeadLetters []request.DeadLetter `json:"deadLetters"`
+	DeadTotal   int                  `json:"deadTotal"`
 	// LastSeq is the sequence of its newest queued request when this was read (0: none):
 	// a purge confirmed from this view goes no further (PurgeThrough).
-	LastSeq uint64 `json:"lastSeq,omitempty" was:"last_seq"`
+	LastSeq uint64 `json:"lastSeq,omitempty"`
 }
 
 // QueuedRequest is one queued request, without its body.
 type QueuedRequest struct {
 	ID         string    `json:"id"`
 	Seq        uint64    `json:"seq"`
-	AcceptedAt time.Time `json:"acceptedAt" was:"accepted_at"`
-	NotBefore  time.Time `json:"notBefore,omitzero" was:"not_before"`
+	AcceptedAt time.Time `json:"acceptedAt"`
+	NotBefore  time.Time `json:"notBefore,omitzero"`
 }
 
 // LastDelivery is the end of the client's last delivered attempt that History holds.

@@ -47,10 +47,10 @@ const MaxBodies = 20
 // as text when it is UTF-8, else in base64.
 type DeadLetterBody struct {
 	request.DeadLetter
-	ContentType string              `json:"contentType,omitempty" was:"content_type"`
+	ContentType string              `json:"contentType,omitempty"`
 	Headers     map[string][]string `json:"headers"`
 	Body        *string             `json:"body,omitempty"`
-	BodyBase64  []byte              `json:"bodyBase64,omitempty" was:"body_base64"`
+	BodyBase64  []byte              `json:"bodyBase64,omitempty"`
 }
 
 // DeadLetterBodies shows up to MaxBodies dead letters f selects, with their headers and
@@ -114,7 +114,7 @@ type ReplayItem struct {
 
 // ReplayReport sums a replay up.
 type ReplayReport struct {
-	DryRun   bool `json:"dryRun" was:"dry_run"`
+	DryRun   bool `json:"dryRun"`
 	Matched  int  `json:"matched"`
 	Requeued int  `json:"requeued"`
 	Skipped  int  `json:"skipped"`

@@ -1,7 +1,6 @@
 package admin
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -16,7 +15,6 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	"github.com/penguinhq/dispatcher/pkg/httpapi"
-	"github.com/penguinhq/dispatcher/pkg/jsonkeys"
 	"github.com/penguinhq/dispatcher/pkg/openapi"
 	"github.com/penguinhq/dispatcher/pkg/request"
 )
@@ -133,7 +131,7 @@ func (s *Service) getDeadLetters(r *http.Request) (any, error) {
 // DeadLettersPage is a page of dead letters, with how many the filter selects.
 type DeadLettersPage[T request.DeadLetter | DeadLetterBody] struct {
 	Total       int `json:"total"`
-	DeadLetters []T `json:"deadLetters" was:"dead_letters"`
+	DeadLetters []T `json:"deadLetters"`
 }
 
 // maxReplayItems is the most items a replay's answer lists; the report counts them all.
@@ -144,7 +142,7 @@ func (s *Service) postReplay(r *http.Request) (any, error) {
 		ID, Client, Reason, Since, Until string
 		All                              bool
 		Through                          uint64
-		DryRun                           bool `json:"dryRun" was:"dry_run"`
+		DryRun                           bool `json:"dryRun"`
 	}
 	if err := decode(r, &b); err != nil {
 		return nil, err
@@ -186,8 +184,8 @@ func (s *Service) getBudget(r *http.Request) (any, error) { return s.Budget(r.Co
 
 func (s *Service) putBudget(r *http.Request) (any, error) {
 	var b struct {
-		MaxRate     json.RawMessage `json:"maxRate" was:"max_rate"`
-		MaxInFlight json.RawMessage `json:"maxInFlight" was:"max_inflight"`
+		MaxRate     json.RawMessage `json:"maxRate"`
+		MaxInFlight json.RawMessage `json:"maxInFlight"`
 	}
 	if err := decode(r, &b); err != nil {
 		return nil, err
@@ -311,7 +309,7 @@ func decode(r *http.Request, v any) error {
 	case len(data) > maxBody:
 		return errTooLarge
 	}
-	if err := jsonkeys.Decode(bytes.NewReader(data), v, true); err != nil {
+	if err := decodeStrict(data, v); err != nil {
 		return invalid("body: %s", err)
 	}
 	return nil

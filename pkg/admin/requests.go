@@ -26,12 +26,12 @@ type RequestState struct {
 	ID         string               `json:"id"`
 	State      request.State        `json:"state"`
 	Detail     string               `json:"detail"`
-	ClientID   string               `json:"clientId,omitempty" was:"client_id"`
-	AcceptedAt time.Time            `json:"acceptedAt,omitzero" was:"accepted_at"`
+	ClientID   string               `json:"clientId,omitempty"`
+	AcceptedAt time.Time            `json:"acceptedAt,omitzero"`
 	Position   *int64               `json:"position,omitempty"` // requests ahead of it in its client's queue
 	Lane       *schedule.LaneInfo   `json:"lane,omitempty"`
 	Dispatcher string               `json:"dispatcher,omitempty"`
-	DeadLetter *request.DeadLetter  `json:"deadLetter,omitempty" was:"dead_letter"`
+	DeadLetter *request.DeadLetter  `json:"deadLetter,omitempty"`
 	Delivery   *introspect.Delivery `json:"delivery,omitempty"`
 	// Record is its status record, as GET /v1/requests/{id} on ingest answers it; nil
 	// when it has none (not attempted yet, ADR 18; or with EVENTS=false).

@@ -14,7 +14,7 @@ type Status struct {
 	Queue QueueSummary `json:"queue"`
 	// Leases is nil when no dispatcher has used leases (LeasesNote says why).
 	Leases     *queue.LeaseStatus `json:"leases,omitempty"`
-	LeasesNote string             `json:"leasesNote,omitempty" was:"leases_note"`
+	LeasesNote string             `json:"leasesNote,omitempty"`
 	// NoLeases says the lease bucket does not exist: no dispatcher has run with leases
 	// on this queue, as on a standalone, whose dispatcher owns every partition without
 	// them (so whether it runs does not show here). For the tools' wording; LeasesNote
@@ -29,7 +29,7 @@ type QueueSummary struct {
 	Requests    uint64    `json:"requests"`
 	Clients     uint64    `json:"clients"`
 	Oldest      time.Time `json:"oldest,omitzero"`
-	DeadLetters uint64    `json:"deadLetters" was:"dead_letters"`
+	DeadLetters uint64    `json:"deadLetters"`
 }
 
 // Status reads the service's state. Parts that cannot be read say so in it; the error

@@ -14,8 +14,8 @@ const MinInterval = time.Millisecond
 // none: each dispatcher uses its configured DISPATCH_INTERVAL), that configured interval
 // where the answer comes from a dispatcher, and every client with a record.
 type Steered struct {
-	GlobalInterval string                      `json:"globalInterval" was:"global_interval"`
-	Configured     string                      `json:"configuredInterval,omitempty" was:"configured_interval"`
+	GlobalInterval string                      `json:"globalInterval"`
+	Configured     string                      `json:"configuredInterval,omitempty"`
 	Global         *request.Steering           `json:"global,omitempty"`
 	Clients        map[string]request.Steering `json:"clients"`
 }
@@ -67,7 +67,7 @@ func (s *Service) SetInterval(ctx context.Context, d time.Duration, by string) (
 
 // ClientSteering is what a change to one client's steering did.
 type ClientSteering struct {
-	ClientID string           `json:"clientId" was:"client_id"`
+	ClientID string           `json:"clientId"`
 	Steering request.Steering `json:"steering"`
 	// Changed is false when the client was steered so already (paused twice, say):
 	// nothing was written, and the dispatchers have nothing to apply.
@@ -119,7 +119,7 @@ func (s *Service) steer(ctx context.Context, clientID, by, what string, change f
 
 // PurgeResult says what a purge asked for.
 type PurgeResult struct {
-	ClientID string `json:"clientId" was:"client_id"`
+	ClientID string `json:"clientId"`
 	// Through is the sequence up to which the client's requests are dead-lettered; 0
 	// when it had nothing queued.
 	Through uint64 `json:"through"`

@@ -42,16 +42,18 @@ func TestTheGapChartDrawsTheLastGapsWithinItsWidth(t *testing.T) {
 	}
 }
 
-// The dead-letter filter takes a reason in either spelling (ADR 14), and refuses one that
-// is no reason rather than match nothing.
+// The dead-letter filter reads a reason as the API does, and refuses one that is no
+// reason rather than match nothing.
 func TestTheDeadLetterFilterReadsAReasonAsTheAPIDoes(t *testing.T) {
 	t.Parallel()
-	for in, want := range map[string]request.Reason{"attempts_exhausted": request.ReasonAttemptsExhausted, " age-exhausted ": request.ReasonAgeExhausted, "": ""} {
+	for in, want := range map[string]request.Reason{"attempts_exhausted": request.ReasonAttemptsExhausted, " age_exhausted ": request.ReasonAgeExhausted, "": ""} {
 		if f, err := deadFilter(url.Values{"reason": {in}}); err != nil || f.Reason != want {
 			t.Errorf("reason %q: %q, %v; want %q", in, f.Reason, err, want)
 		}
 	}
-	if _, err := deadFilter(url.Values{"reason": {"tired"}}); err == nil || !strings.Contains(err.Error(), "attempts-exhausted") {
-		t.Errorf("reason tired: %v, want an error that lists the reasons", err)
+	for _, in := range []string{"tired", "attempts-exhausted"} {
+		if _, err := deadFilter(url.Values{"reason": {in}}); err == nil || !strings.Contains(err.Error(), "attempts_exhausted") {
+			t.Errorf("reason %s: %v, want an error that lists the reasons", in, err)
+		}
 	}
 }

@@ -288,7 +288,7 @@ func TestWorkTransientFailureRetriesThenGivesUp(t *testing.T) {
 	dead := b.src.deadLetters()
 	if len(dead) != 1 || dead[0].why.Reason != request.ReasonAttemptsExhausted || dead[0].why.Attempts != 3 ||
 		dead[0].why.LastStatus != 429 || dead[0].why.FirstAttempt != start || dead[0].why.LastAttempt != start.Add(2*time.Second) {
-		t.Fatalf("dead letter %+v, want attempts-exhausted after 3, last status 429, first and last attempt times kept", dead)
+		t.Fatalf("dead letter %+v, want attempts_exhausted after 3, last status 429, first and last attempt times kept", dead)
 	}
 	if a := b.snd.attempts(); len(a) != 3 || a[2].attempt != 3 {
 		t.Fatalf("attempts %+v, want 3 numbered 1 to 3", a)
@@ -329,7 +329,7 @@ func TestWorkCountsAttemptsPerRequest(t *testing.T) {
 
 // MaxAge bounds how long a request is retried once it could go, not how long it waited
 // behind its client's earlier requests: a request queued behind a head delayed past
-// MaxAge is not dead-lettered as age-exhausted on its first transient failure; it is
+// MaxAge is not dead-lettered as age_exhausted on its first transient failure; it is
 // retried and delivered. (Its age starts at its first attempt.)
 func TestMaxAgeCountsFromTheFirstAttempt(t *testing.T) {
 	t.Parallel()
@@ -375,7 +375,7 @@ func TestMaxAgeCountsFromTheFirstAttempt(t *testing.T) {
 }
 
 // And MaxAge still ends the retries: a request that fails from its first attempt on is
-// dead-lettered as age-exhausted at its first failure at least MaxAge after that attempt.
+// dead-lettered as age_exhausted at its first failure at least MaxAge after that attempt.
 func TestMaxAgeEndsTheRetries(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
@@ -391,7 +391,7 @@ func TestMaxAgeEndsTheRetries(t *testing.T) {
 		drive(t, b, l, 20*time.Minute, time.Second)
 		a, d := b.snd.attempts(), b.src.deadLetters()
 		if len(d) != 1 || d[0].why.Reason != request.ReasonAgeExhausted {
-			t.Fatalf("dead letters %v after %d attempts over 70 min, want the request, age-exhausted", sortedIDs(d), len(a))
+			t.Fatalf("dead letters %v after %d attempts over 70 min, want the request, age_exhausted", sortedIDs(d), len(a))
 		}
 		if len(a) < 2 {
 			t.Fatalf("%d attempts, want retries", len(a))

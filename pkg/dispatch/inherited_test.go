@@ -62,7 +62,7 @@ func TestATakenOverHeadCountsOnFromItsEarlierAttempts(t *testing.T) {
 	}
 	dead := b.src.deadLetters()
 	if len(dead) != 1 || dead[0].why.Reason != request.ReasonAttemptsExhausted || dead[0].why.Attempts != 4 || !dead[0].why.FirstAttempt.Equal(rec.first) {
-		t.Fatalf("dead letter %+v, want attempts-exhausted after 4, the first attempt an hour ago", dead)
+		t.Fatalf("dead letter %+v, want attempts_exhausted after 4, the first attempt an hour ago", dead)
 	}
 	if got := rec.read(); len(got) != 1 || got[0] != "r1" {
 		t.Fatalf("record read for %v, want r1 once", got)

@@ -59,7 +59,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 		deadLetters: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "dispatch_dead_letters_total",
-			Help: "Requests moved to the dead-letter stream, by reason: permanent, attempts-exhausted, age-exhausted, undecodable, purged, expired.",
+			Help: "Requests moved to the dead-letter stream, by reason: permanent, attempts_exhausted, age_exhausted, undecodable, purged, expired.",
 		}, []string{"reason"}),
 		removals: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "dispatch_removal_failures_total",

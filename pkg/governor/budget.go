@@ -139,30 +139,30 @@ func Whys() []string {
 type BudgetState struct {
 	// MaxRate and MaxInFlight are the budget in force for all instances together (0: no
 	// limit); Steered says which of them an operator set (the others are configured).
-	MaxRate     float64         `json:"maxRate" was:"max_rate"`
-	MaxInFlight int             `json:"maxInFlight" was:"max_inflight"`
+	MaxRate     float64         `json:"maxRate"`
+	MaxInFlight int             `json:"maxInFlight"`
 	Steered     *request.Budget `json:"steered,omitempty"`
 	Adaptive    bool            `json:"adaptive"`
 	// Partitions this instance may send for now, of all.
 	Owned      int `json:"owned"`
 	Partitions int `json:"partitions"`
 	// ShareRate and ShareInFlight are this instance's share of the budget (0: no limit).
-	ShareRate     float64 `json:"shareRate" was:"share_rate"`
-	ShareInFlight int     `json:"shareInFlight" was:"share_inflight"`
+	ShareRate     float64 `json:"shareRate"`
+	ShareInFlight int     `json:"shareInFlight"`
 	// AdaptiveRate is what adaptive mode allows all instances together, as this instance
 	// judges raven's answers (0: not limiting).
-	AdaptiveRate float64 `json:"adaptiveRate,omitempty" was:"adaptive_rate"`
+	AdaptiveRate float64 `json:"adaptiveRate,omitempty"`
 	// EffectiveRate is the rate this instance holds itself to now: the lower of its share
 	// and its part of the adaptive rate (0: no limit).
-	EffectiveRate float64 `json:"effectiveRate" was:"effective_rate"`
+	EffectiveRate float64 `json:"effectiveRate"`
 	// Why and Changed say why and when the effective rate last changed.
 	Why     string    `json:"why"`
 	Changed time.Time `json:"changed,omitzero"`
 	// PausedUntil: raven asked every sender to wait (503 with Retry-After) until then.
-	PausedUntil time.Time `json:"pausedUntil,omitzero" was:"paused_until"`
+	PausedUntil time.Time `json:"pausedUntil,omitzero"`
 	// Waiting is how many lanes were due but waiting for the budget, at the last count.
 	Waiting  int `json:"waiting"`
-	InFlight int `json:"inFlight" was:"in_flight"`
+	InFlight int `json:"inFlight"`
 }
 
 // Limited says whether anything limits this instance's sends to raven.

@@ -13,8 +13,6 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
-
-	"github.com/penguinhq/dispatcher/pkg/jsonkeys"
 )
 
 // Problem is an RFC 9457 problem detail. Code is a stable, machine-readable name for the
@@ -40,14 +38,11 @@ func WriteProblem(w http.ResponseWriter, p Problem) {
 	_ = encoder(w).Encode(p)
 }
 
-// WriteJSON writes v as JSON with status, each renamed key under its old name as well
-// (jsonkeys).
+// WriteJSON writes v as JSON with status.
 func WriteJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	if err := jsonkeys.Encode(w, v); errors.Is(err, jsonkeys.ErrUnsupported) {
-		_ = encoder(w).Encode(v) // nothing was written: as encoding/json writes it, without the old keys
-	}
+	_ = encoder(w).Encode(v)
 }
 
 // encoder writes JSON answers as they read: "<token>" in a detail stays "<token>", not

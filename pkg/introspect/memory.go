@@ -20,7 +20,7 @@ type Attempt struct {
 	// clock, or the fence an earlier owner left) to the start of this one; HasGap is false
 	// for a client's first attempt.
 	Gap      time.Duration    `json:"gap"`
-	HasGap   bool             `json:"hasGap" was:"has_gap"`
+	HasGap   bool             `json:"hasGap"`
 	Interval time.Duration    `json:"interval"` // in force for the client at the attempt
 	Outcome  schedule.Outcome `json:"outcome"`
 	Status   int              `json:"status,omitempty"` // raven's HTTP status; 0 when it gave none
@@ -37,8 +37,8 @@ type Activity struct {
 	Outcomes    map[schedule.Outcome]int `json:"outcomes"`
 	Statuses    map[string]int           `json:"statuses"`
 	Latency     []int                    `json:"latency"`
-	DeadLetters map[string]int           `json:"deadLetters" was:"dead_letters"`
-	InFlight    int                      `json:"inFlight" was:"in_flight"`
+	DeadLetters map[string]int           `json:"deadLetters"`
+	InFlight    int                      `json:"inFlight"`
 	Lanes       int                      `json:"lanes"`
 	Owned       int                      `json:"owned"`
 }
@@ -59,7 +59,7 @@ type Delivery struct {
 	ID        string    `json:"id"`
 	Subject   string    `json:"subject"`
 	Attempt   int       `json:"attempt"`
-	Delivered time.Time `json:"deliveredAt" was:"delivered_at"`
+	Delivered time.Time `json:"deliveredAt"`
 }
 
 // AddCounts adds from's counts to to's.

@@ -1,38 +1,44 @@
 package introspect
 
 import (
+	"encoding/json"
+
 	"github.com/penguinhq/dispatcher/pkg/governor"
-	"github.com/penguinhq/dispatcher/pkg/jsonkeys"
 	"github.com/penguinhq/dispatcher/pkg/schedule"
 )
 
 // Question is one thing operators ask every running dispatcher. Each has an answer type of
-// its own, named beside it.
+// its own, named beside it; its JSON is its body on the wire.
 type Question interface {
 	// Name names the question on the wire.
 	Name() string
-	query() query
 }
 
 // LanesQuestion asks for a dispatcher's lanes of these request subjects (those it holds
 // no lane for are left out), or up to Limit of its lanes (at most MaxLanes) when
 // Subjects is empty. Answered by a LanesAnswer.
 type LanesQuestion struct {
-	Subjects []string
-	Limit    int
+	Subjects []string `json:"subjects,omitempty"`
+	Limit    int      `json:"limit,omitempty"`
 }
 
 // DueLanesQuestion asks for a dispatcher's waiting lanes with the earliest next send, up
 // to Limit (1 to MaxDueLanes), in that order. Answered by a LanesAnswer.
-type DueLanesQuestion struct{ Limit int }
+type DueLanesQuestion struct {
+	Limit int `json:"limit,omitempty"`
+}
 
 // DeliveredQuestion asks whether a dispatcher delivered any of these request ids
 // lately. Answered by a DeliveredAnswer.
-type DeliveredQuestion struct{ IDs []string }
+type DeliveredQuestion struct {
+	IDs []string `json:"ids,omitempty"`
+}
 
 // HistoryQuestion asks for the last attempts of the clients of these request subjects,
 // as a dispatcher remembers them. Answered by a HistoryAnswer.
-type HistoryQuestion struct{ Subjects []string }
+type HistoryQuestion struct {
+	Subjects []string `json:"subjects,omitempty"`
+}
 
 // BudgetQuestion asks for a dispatcher's view of raven's budget. Answered by a
 // BudgetAnswer.
@@ -41,10 +47,10 @@ type BudgetQuestion struct{}
 // ActivityQuestion asks for a dispatcher's last minute. Answered by an ActivityAnswer.
 type ActivityQuestion struct{}
 
-// The most lanes an answer describes: as many as fit in one NATS message of the
-// server's default size (1 MiB) at the longest a lane's description can be, in the
-// earlier query's encoding too (TestTheLargestLanesAnswerFitsInAMessage). An answer that
-// does not fit cannot be sent, and the asker hears nothing from that dispatcher.
+// The most lanes an answer describes: few enough that an answer fits in one NATS message
+// of the server's default size (1 MiB) at the longest a lane's description can be
+// (TestTheLargestLanesAnswerFitsInAMessage). An answer that does not fit cannot be sent,
+// and the asker hears nothing from that dispatcher.
 const (
 	MaxLanes    = 1000
 	MaxDueLanes = 1500
@@ -67,35 +73,10 @@ func (HistoryQuestion) Name() string   { return NameHistory }
 func (BudgetQuestion) Name() string    { return NameBudget }
 func (ActivityQuestion) Name() string  { return NameActivity }
 
-func (q LanesQuestion) query() query     { return query{Subjects: q.Subjects, Limit: q.Limit} }
-func (q DueLanesQuestion) query() query  { return query{ByDue: true, Limit: q.Limit} }
-func (q DeliveredQuestion) query() query { return query{IDs: q.IDs} }
-func (q HistoryQuestion) query() query   { return query{Subjects: q.Subjects, History: true} }
-func (BudgetQuestion) query() query      { return query{Budget: true} }
-func (ActivityQuestion) query() query    { return query{Activity: true} }
-
 // Body is q's body on the wire.
 func Body(q Question) []byte {
-	b, _ := jsonkeys.Marshal(q.query()) // plain fields: it cannot fail
+	b, _ := json.Marshal(q) // plain fields: it cannot fail
 	return b
-}
-
-// query is the earlier single query type, each question's body for a version: its lanes
-// for the given request subjects, or up to Limit of its lanes when Subjects and IDs are
-// both empty, and whether it delivered any of the request ids lately; with Budget, about
-// raven's budget instead.
-type query struct {
-	Subjects []string `json:"subjects,omitempty"`
-	Limit    int      `json:"limit,omitempty"`
-	IDs      []string `json:"ids,omitempty"`
-	Budget   bool     `json:"budget,omitempty"`
-	// ByDue asks for the waiting lanes with the earliest next send, up to Limit, in that
-	// order.
-	ByDue bool `json:"byDue,omitempty" was:"by_due"`
-	// History asks for the last attempts of Subjects' clients.
-	History bool `json:"history,omitempty"`
-	// Activity asks for each instance's last minute.
-	Activity bool `json:"activity,omitempty"`
 }
 
 // LanesAnswer is one dispatcher's answer to LanesQuestion and to DueLanesQuestion.

@@ -14,7 +14,6 @@ import (
 	"github.com/penguinhq/dispatcher/pkg/admin"
 	"github.com/penguinhq/dispatcher/pkg/httpapi"
 	"github.com/penguinhq/dispatcher/pkg/introspect"
-	"github.com/penguinhq/dispatcher/pkg/jsonkeys"
 	"github.com/penguinhq/dispatcher/pkg/openapi"
 	"github.com/penguinhq/dispatcher/pkg/queue"
 	"github.com/penguinhq/dispatcher/pkg/request"
@@ -24,15 +23,13 @@ import (
 // TestSchemaFields holds component schemas to the Go types the APIs encode: a schema's
 // properties must be the JSON fields the type can have (every field set), and its
 // required ones those the type always has (the zero value's, which omitempty and
-// omitzero leave out). A field added to a type fails here until the document has it. A
-// field renamed (a was tag) is written under both keys for a version: the document has
-// both, and marks the old one deprecated.
+// omitzero leave out). A field added to a type fails here until the document has it.
 func TestSchemaFields(t *testing.T) {
 	t.Parallel()
 	for _, c := range schemaTypes() {
 		t.Run(c.schema+"/"+reflect.TypeOf(c.value).String(), func(t *testing.T) {
 			t.Parallel()
-			props, required, deprecated := schemaFields(t, c.doc, c.schema)
+			props, required := schemaFields(t, c.doc, c.schema)
 			full := reflect.New(reflect.TypeOf(c.value)).Elem()
 			fill(full)
 			fields, always := jsonKeys(t, full.Interface()), jsonKeys(t, c.value)
@@ -49,9 +46,6 @@ func TestSchemaFields(t *testing.T) {
 			slices.Sort(required)
 			if !slices.Equal(required, always) {
 				t.Errorf("the schema requires %q; the type always has %q", required, always)
-			}
-			if old := oldKeys(reflect.TypeOf(c.value)); !slices.Equal(deprecated, old) {
-				t.Errorf("the schema marks %q deprecated; the type's old keys are %q", deprecated, old)
 			}
 		})
 	}
@@ -106,81 +100,9 @@ type schemaType struct {
 	value  any
 }
 
-// Every type the APIs and the dispatchers' questions write with a renamed field is what
-// encoding/json writes, once the old keys (jsonkeys) are taken out, at every depth.
-func TestRenamedTypesAreEncodingJSONBesideTheirOldKeys(t *testing.T) {
-	t.Parallel()
-	values := []any{introspect.LanesAnswer{}, introspect.DeliveredAnswer{}, introspect.HistoryAnswer{},
-		introspect.BudgetAnswer{}, introspect.ActivityAnswer{}, admin.Overview{}, admin.ClientView{}, request.Steering{}}
-	for _, c := range schemaTypes() {
-		values = append(values, c.value)
-	}
-	old := map[string]bool{}
-	for _, v := range values {
-		collectOld(reflect.TypeOf(v), old, map[reflect.Type]bool{})
-	}
-	for _, v := range values {
-		full := reflect.New(reflect.TypeOf(v))
-		fill(full.Elem())
-		for _, x := range []any{full.Interface(), v} { // every field set, and none
-			got, err := jsonkeys.Marshal(x)
-			if err != nil {
-				t.Errorf("%T: %v", v, err)
-				continue
-			}
-			want, _ := json.Marshal(x)
-			var gotTree, wantTree any
-			if json.Unmarshal(got, &gotTree) != nil || json.Unmarshal(want, &wantTree) != nil {
-				t.Fatalf("%T: not JSON: %s", v, got)
-			}
-			if !reflect.DeepEqual(without(gotTree, old), wantTree) {
-				t.Errorf("%T without its old keys:\n%s\nencoding/json:\n%s", v, got, want)
-			}
-		}
-	}
-}
-
-// collectOld adds the old keys of t's fields, at every depth, to old.
-func collectOld(t reflect.Type, old map[string]bool, seen map[reflect.Type]bool) {
-	if seen[t] {
-		return
-	}
-	seen[t] = true
-	switch t.Kind() {
-	case reflect.Pointer, reflect.Slice, reflect.Array, reflect.Map:
-		collectOld(t.Elem(), old, seen)
-	case reflect.Struct:
-		for i := range t.NumField() {
-			if was := t.Field(i).Tag.Get("was"); was != "" {
-				old[was] = true
-			}
-			collectOld(t.Field(i).Type, old, seen)
-		}
-	}
-}
-
-// without is tree with the keys in old taken out of every object.
-func without(tree any, old map[string]bool) any {
-	switch v := tree.(type) {
-	case map[string]any:
-		for k := range v {
-			if old[k] {
-				delete(v, k)
-			} else {
-				v[k] = without(v[k], old)
-			}
-		}
-	case []any:
-		for i := range v {
-			v[i] = without(v[i], old)
-		}
-	}
-	return tree
-}
-
 // schemaFields returns the properties of a component schema, its allOf's included, and
 // those it requires.
-func schemaFields(t *testing.T, doc []byte, name string) (props, required, deprecated []string) {
+func schemaFields(t *testing.T, doc []byte, name string) (props, required []string) {
 	t.Helper()
 	d, err := libopenapi.NewDocument(doc)
 	if err != nil {
@@ -197,11 +119,8 @@ func schemaFields(t *testing.T, doc []byte, name string) (props, required, depre
 	var collect func(s *base.Schema)
 	collect = func(s *base.Schema) {
 		if s.Properties != nil {
-			for name, p := range s.Properties.FromOldest() {
+			for name := range s.Properties.KeysFromOldest() {
 				props = append(props, name)
-				if d := p.Schema().Deprecated; d != nil && *d {
-					deprecated = append(deprecated, name)
-				}
 			}
 		}
 		required = append(required, s.Required...)
@@ -211,31 +130,13 @@ func schemaFields(t *testing.T, doc []byte, name string) (props, required, depre
 	}
 	collect(proxy.Schema())
 	slices.Sort(props)
-	slices.Sort(deprecated)
-	return slices.Compact(props), slices.Compact(required), slices.Compact(deprecated)
-}
-
-// oldKeys are the keys t's fields are also written under for a version (their was tags),
-// its embedded structs' included, sorted.
-func oldKeys(t reflect.Type) []string {
-	var out []string
-	for i := range t.NumField() {
-		f := t.Field(i)
-		if was := f.Tag.Get("was"); was != "" {
-			out = append(out, was)
-		}
-		if f.Anonymous && f.Type.Kind() == reflect.Struct && f.Tag.Get("json") == "" {
-			out = append(out, oldKeys(f.Type)...)
-		}
-	}
-	slices.Sort(out)
-	return out
+	return slices.Compact(props), slices.Compact(required)
 }
 
 // jsonKeys returns the top-level keys of v as the APIs write it, sorted.
 func jsonKeys(t *testing.T, v any) []string {
 	t.Helper()
-	b, err := jsonkeys.Marshal(v)
+	b, err := json.Marshal(v)
 	if err != nil {
 		t.Fatal(err)
 	}

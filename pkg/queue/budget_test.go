@@ -66,7 +66,7 @@ func TestControlBudget(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := kv.PutString(ctx, "budget", `{"max_rate":-5}`); err != nil {
+	if _, err := kv.PutString(ctx, "budget", `{"maxRate":-5}`); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := ctl.UpdateBudget(ctx, "test", func(b *request.Budget) { *b = request.Budget{} }); err != nil {

@@ -2,6 +2,7 @@ package queue
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -11,7 +12,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
-	"github.com/penguinhq/dispatcher/pkg/jsonkeys"
 	"github.com/penguinhq/dispatcher/pkg/request"
 )
 
@@ -89,7 +89,7 @@ func (c *Control) dropCleared(ctx context.Context, key string, rev uint64) {
 }
 
 func marshal(s request.Steering) []byte {
-	b, _ := jsonkeys.Marshal(s) // both spellings for a version: a dispatcher not yet upgraded reads the old
+	b, _ := json.Marshal(s) // plain fields: it cannot fail
 	return b
 }
 
@@ -194,7 +194,7 @@ func (c *Control) WatchSteering(ctx context.Context, fn func(request.SteerChange
 			if e.Operation() != jetstream.KeyValuePut {
 				return ev, true // deleted: back to the configured budget
 			}
-			if err := jsonkeys.Unmarshal(e.Value(), ev.Budget); err != nil {
+			if err := json.Unmarshal(e.Value(), ev.Budget); err != nil {
 				onBad(e.Key(), err)
 				return ev, false
 			}
@@ -211,7 +211,7 @@ func (c *Control) WatchSteering(ctx context.Context, fn func(request.SteerChange
 		if e.Operation() != jetstream.KeyValuePut {
 			return ev, true // deleted: back to the defaults
 		}
-		if err := jsonkeys.Unmarshal(e.Value(), &ev.Steering); err != nil {
+		if err := json.Unmarshal(e.Value(), &ev.Steering); err != nil {
 			onBad(e.Key(), err)
 			return ev, false
 		}
@@ -266,7 +266,7 @@ func (c *Control) getJSON(ctx context.Context, key string, v any) (uint64, error
 	if err != nil {
 		return 0, fmt.Errorf("reading %s: %w", key, err)
 	}
-	if err := jsonkeys.Unmarshal(e.Value(), v); err != nil {
+	if err := json.Unmarshal(e.Value(), v); err != nil {
 		return 0, fmt.Errorf("record %s is not valid: %w", key, err)
 	}
 	return e.Revision(), nil
@@ -299,7 +299,7 @@ func (c *Control) UpdateBudget(ctx context.Context, by string, change func(*requ
 			return was, nil
 		}
 		b.UpdatedAt, b.By = time.Now().UTC(), by
-		data, _ := jsonkeys.Marshal(b)
+		data, _ := json.Marshal(b)
 		var newRev uint64
 		if rev == 0 {
 			newRev, err = c.kv.Create(ctx, budgetKey, data)

@@ -18,8 +18,7 @@ import (
 // when the only question was about lanes, and so do the NATS users' permissions.
 const questionSubject = "dispatch.ctl.lanes"
 
-// questionHeader names the question a message asks; without it, it is the earlier single
-// lane query.
+// questionHeader names the question a message asks.
 const questionHeader = "Dispatch-Question"
 
 // answerErrorHeader says why a dispatcher could not answer a question, on a reply with
@@ -100,9 +99,7 @@ func (q *Queue) Ask(ctx context.Context, name string, body []byte, wait time.Dur
 	defer func() { _ = sub.Unsubscribe() }()
 	m := nats.NewMsg(questionSubject)
 	m.Reply, m.Data = inbox, body
-	if name != "" {
-		m.Header.Set(questionHeader, name)
-	}
+	m.Header.Set(questionHeader, name)
 	m.Header.Set(answerWithinHeader, wait.String())
 	if err := q.nc.PublishMsg(m); err != nil {
 		return nil, nil, fmt.Errorf("asking the dispatchers: %w", err)

@@ -17,7 +17,7 @@ import (
 // LeaseStatus is who holds which partitions now, read from the lease bucket.
 type LeaseStatus struct {
 	// TTL is the lease bucket's: a lease not renewed for this long expires.
-	TTL time.Duration `json:"ttlNs" was:"ttl_ns"`
+	TTL time.Duration `json:"ttlNs"`
 	// Partitions is the request stream's partition count.
 	Partitions int `json:"partitions"`
 	// Instances are the dispatchers alive now (their heartbeat has not expired), and any
@@ -132,7 +132,7 @@ type ClusterStatus struct {
 	// Meta is the JetStream meta group; nil when the account cannot see it (see
 	// MetaNote).
 	Meta     *GroupStatus `json:"meta,omitempty"`
-	MetaNote string       `json:"metaNote,omitempty" was:"meta_note"`
+	MetaNote string       `json:"metaNote,omitempty"`
 	// Streams are the service's streams and buckets, each with its group.
 	Streams []StreamStatus `json:"streams"`
 }
@@ -151,7 +151,7 @@ type ReplicaStatus struct {
 	// Lag is how many operations it is behind the leader.
 	Lag uint64 `json:"lag"`
 	// Active is how long ago the leader last heard from it.
-	Active time.Duration `json:"activeNs" was:"active_ns"`
+	Active time.Duration `json:"activeNs"`
 }
 
 // StreamStatus is one stream's size and placement.

@@ -13,11 +13,11 @@ import (
 // configured one in force. Zero means no limit.
 type Budget struct {
 	// MaxRate is attempts per second to raven, across all instances.
-	MaxRate *float64 `json:"maxRate,omitempty" was:"max_rate"`
+	MaxRate *float64 `json:"maxRate,omitempty"`
 	// MaxInFlight is attempts in flight at once, across all instances.
-	MaxInFlight *int `json:"maxInFlight,omitempty" was:"max_inflight"`
+	MaxInFlight *int `json:"maxInFlight,omitempty"`
 	// UpdatedAt and By say when and by whom it was last changed, for operators.
-	UpdatedAt time.Time `json:"updatedAt,omitzero" was:"updated_at"`
+	UpdatedAt time.Time `json:"updatedAt,omitzero"`
 	By        string    `json:"by,omitempty"`
 }
 

@@ -80,12 +80,12 @@ type Stored struct {
 // Verdict says why a request was given up: moved to the dead-letter stream unsent or
 // undelivered.
 type Verdict struct {
-	Reason       Reason    `json:"reason"`                                 // one of the Reason constants
-	LastStatus   int       `json:"lastStatus,omitempty" was:"last_status"` // raven's last HTTP status, 0 when there was none
-	LastError    string    `json:"lastError,omitempty" was:"last_error"`   // the last error, empty when raven answered
+	Reason       Reason    `json:"reason"`               // one of the Reason constants
+	LastStatus   int       `json:"lastStatus,omitempty"` // raven's last HTTP status, 0 when there was none
+	LastError    string    `json:"lastError,omitempty"`  // the last error, empty when raven answered
 	Attempts     int       `json:"attempts"`
-	FirstAttempt time.Time `json:"firstAttempt,omitzero" was:"first_attempt"`
-	LastAttempt  time.Time `json:"lastAttempt,omitzero" was:"last_attempt"`
+	FirstAttempt time.Time `json:"firstAttempt,omitzero"`
+	LastAttempt  time.Time `json:"lastAttempt,omitzero"`
 	// Answer is raven's answer to the last attempt, for the dead_lettered event (nil when
 	// raven did not answer). The dead-letter stream does not keep it.
 	Answer *Response `json:"-"`
@@ -96,11 +96,11 @@ type Verdict struct {
 type DeadLetter struct {
 	Seq        uint64    `json:"seq"` // its sequence in the dead-letter stream
 	ID         string    `json:"id"`
-	ClientID   string    `json:"clientId" was:"client_id"` // empty when its subject held no valid token
-	AcceptedAt time.Time `json:"acceptedAt,omitzero" was:"accepted_at"`
+	ClientID   string    `json:"clientId"` // empty when its subject held no valid token
+	AcceptedAt time.Time `json:"acceptedAt,omitzero"`
 	Verdict
-	DeadAt      time.Time `json:"deadAt" was:"dead_at"`
-	BodyBytes   int       `json:"bodyBytes" was:"body_bytes"`
+	DeadAt      time.Time `json:"deadAt"`
+	BodyBytes   int       `json:"bodyBytes"`
 	ContentType string    `json:"-"`
 	Body        []byte    `json:"-"`
 	Subject     string    `json:"-"` // its subject in the dead-letter stream
@@ -131,8 +131,8 @@ type Reason string
 // The reasons for dead-lettering.
 const (
 	ReasonPermanent         Reason = "permanent"
-	ReasonAttemptsExhausted Reason = "attempts-exhausted"
-	ReasonAgeExhausted      Reason = "age-exhausted"
+	ReasonAttemptsExhausted Reason = "attempts_exhausted"
+	ReasonAgeExhausted      Reason = "age_exhausted"
 	ReasonUndecodable       Reason = "undecodable"
 	ReasonPurged            Reason = "purged"  // an operator purged the client's backlog
 	ReasonExpired           Reason = "expired" // its Not-After passed before an attempt started
@@ -141,12 +141,10 @@ const (
 // Reasons lists every reason for dead-lettering.
 var Reasons = []Reason{ReasonPermanent, ReasonAttemptsExhausted, ReasonAgeExhausted, ReasonUndecodable, ReasonPurged, ReasonExpired}
 
-// ParseReason reads a reason as a caller names it: as written (attempts-exhausted) or in
-// snake_case, the spelling of every other enumerated value and the one reasons take in
-// the next version (attempts_exhausted; ADR 14).
+// ParseReason reads a reason as a caller names it.
 func ParseReason(s string) (Reason, error) {
 	for _, r := range Reasons {
-		if s == string(r) || s == strings.ReplaceAll(string(r), "-", "_") {
+		if s == string(r) {
 			return r, nil
 		}
 	}

@@ -35,18 +35,17 @@ func TestLaneIsItsSubjectAndBack(t *testing.T) {
 	}
 }
 
-func TestParseReasonTakesBothSpellingsAndNoOther(t *testing.T) {
+func TestParseReasonTakesTheSnakeCaseSpellingAndNoOther(t *testing.T) {
 	for in, want := range map[string]request.Reason{
-		"attempts-exhausted": request.ReasonAttemptsExhausted, "attempts_exhausted": request.ReasonAttemptsExhausted,
-		"age-exhausted": request.ReasonAgeExhausted, "age_exhausted": request.ReasonAgeExhausted,
+		"attempts_exhausted": request.ReasonAttemptsExhausted, "age_exhausted": request.ReasonAgeExhausted,
 		"permanent": request.ReasonPermanent, "expired": request.ReasonExpired,
 	} {
 		if got, err := request.ParseReason(in); err != nil || got != want {
 			t.Errorf("ParseReason(%q) = %q, %v; want %q", in, got, err, want)
 		}
 	}
-	for _, in := range []string{"", "tired", "Permanent", "attempts exhausted", "attempts-exhausted "} {
-		if _, err := request.ParseReason(in); err == nil || !strings.Contains(err.Error(), "attempts-exhausted") {
+	for _, in := range []string{"", "tired", "Permanent", "attempts exhausted", "attempts-exhausted", "attempts_exhausted "} {
+		if _, err := request.ParseReason(in); err == nil || !strings.Contains(err.Error(), "attempts_exhausted") {
 			t.Errorf("ParseReason(%q): %v, want an error that lists the reasons", in, err)
 		}
 	}

@@ -24,9 +24,9 @@ type Steering struct {
 	Paused bool `json:"paused,omitempty"`
 	// PurgeThrough: the client's requests up to this stream sequence are dead-lettered
 	// unsent (reason "purged") by the dispatcher that owns the client.
-	PurgeThrough uint64 `json:"purgeThrough,omitempty" was:"purge_through"`
+	PurgeThrough uint64 `json:"purgeThrough,omitempty"`
 	// UpdatedAt and By say when and by whom it was last changed, for operators.
-	UpdatedAt time.Time `json:"updatedAt,omitzero" was:"updated_at"`
+	UpdatedAt time.Time `json:"updatedAt,omitzero"`
 	By        string    `json:"by,omitempty"`
 }
 

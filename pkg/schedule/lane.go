@@ -93,13 +93,13 @@ type LaneInfo struct {
 	Lane     request.Lane  `json:"-"`
 	Subject  string        `json:"subject"` // the lane's, in the queue
 	State    string        `json:"state"`
-	NextSend time.Time     `json:"nextSend,omitzero" was:"next_send"` // earliest start of its next attempt, when waiting
-	Attempts int           `json:"attempts"`                          // failed attempts of the head request so far
-	LastEnd  time.Time     `json:"lastAttemptEnd,omitzero" was:"last_attempt_end"`
+	NextSend time.Time     `json:"nextSend,omitzero"` // earliest start of its next attempt, when waiting
+	Attempts int           `json:"attempts"`          // failed attempts of the head request so far
+	LastEnd  time.Time     `json:"lastAttemptEnd,omitzero"`
 	Interval time.Duration `json:"interval"`
 	// LastDelivered is the end of the client's last delivered attempt this instance
 	// remembers; zero when it remembers none.
-	LastDelivered time.Time `json:"lastDelivered,omitzero" was:"last_delivered"`
+	LastDelivered time.Time `json:"lastDelivered,omitzero"`
 }
 
 // Lane describes key's lane; false when there is none.

@@ -223,8 +223,8 @@ func TestGiveUp(t *testing.T) {
 		wantWhy request.Reason
 	}{
 		{"Retry", 1, time.Minute, ""},
-		{"AttemptsExhausted", 5, time.Minute, "attempts-exhausted"},
-		{"AgeExhausted", 2, time.Hour, "age-exhausted"},
+		{"AttemptsExhausted", 5, time.Minute, "attempts_exhausted"},
+		{"AgeExhausted", 2, time.Hour, "age_exhausted"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
