@@ -171,16 +171,8 @@ func (l *leftRecord) AskQueued(context.Context, string, string) (request.Found, 
 // the record is read again once the dispatchers say it is not queued.
 func TestARequestThatLeftDuringTheLookupIsNotUnknown(t *testing.T) {
 	rec := &leftRecord{}
-	api, err := ingest.New(ingest.Config{Status: rec}, stored{}, stored{}, zerolog.Nop())
-	if err != nil {
-		t.Fatal(err)
-	}
-	id := request.NewID(time.Now())
-	w := httptest.NewRecorder()
-	api.Handler().ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/v1/requests/"+id+"?clientId=c", nil))
-	var st request.Status
-	if err := json.Unmarshal(w.Body.Bytes(), &st); err != nil || w.Code != http.StatusOK || st.State != request.StateDelivered {
-		t.Fatalf("a read of a request delivered during its lookup: %d %s, want 200 delivered", w.Code, w.Body)
+	if code, body := readDelivered(t, rec); code != 0 {
+		t.Fatalf("a read of a request delivered during its lookup: %d %s, want 200 delivered", code, body)
 	}
 	if !rec.asked.Load() {
 		t.Fatal("the dispatchers were not asked: the test did not take the lookup's path")
@@ -203,15 +195,24 @@ func (*keptRecord) AskQueued(_ context.Context, clientID, id string) (request.Fo
 // outcome, from the event the request stream keeps, not as unknown. (Found by the soak:
 // three accepted requests read unknown during a disk-full fault.)
 func TestARequestWhoseFinalEventIsKeptReadsAsItsOutcome(t *testing.T) {
-	api, err := ingest.New(ingest.Config{Status: &keptRecord{}}, stored{}, stored{}, zerolog.Nop())
+	if code, body := readDelivered(t, &keptRecord{}); code != 0 {
+		t.Fatalf("a read of a request whose delivered event is kept: %d %s, want 200 delivered", code, body)
+	}
+}
+
+// readDelivered reads a new id's status from an ingest over record: 0 when it is 200
+// delivered, else the answer's code and body.
+func readDelivered(t *testing.T, record ingest.StatusReader) (int, string) {
+	t.Helper()
+	api, err := ingest.New(ingest.Config{Status: record}, stored{}, stored{}, zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
 	}
-	id := request.NewID(time.Now())
 	w := httptest.NewRecorder()
-	api.Handler().ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/v1/requests/"+id+"?clientId=c", nil))
+	api.Handler().ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/v1/requests/"+request.NewID(time.Now())+"?clientId=c", nil))
 	var st request.Status
 	if err := json.Unmarshal(w.Body.Bytes(), &st); err != nil || w.Code != http.StatusOK || st.State != request.StateDelivered {
-		t.Fatalf("a read of a request whose delivered event is kept: %d %s, want 200 delivered", w.Code, w.Body)
+		return max(w.Code, 1), w.Body.String()
 	}
+	return 0, ""
 }

@@ -18,12 +18,7 @@ import (
 // guess; and many asks at once are all answered.
 func TestQueuedLookups(t *testing.T) {
 	t.Parallel()
-	q := open(t, queue.Config{})
-	stop, err := q.ServeQueuedLookups()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(stop)
+	q := openServingLookups(t)
 	ctx := context.Background()
 	type sent struct {
 		client, id string
@@ -73,12 +68,7 @@ func TestQueuedLookups(t *testing.T) {
 // event, so the status read answers its outcome rather than unknown.
 func TestALookupGivesAFinalEventKeptInTheRequestStream(t *testing.T) {
 	t.Parallel()
-	q := open(t, queue.Config{})
-	stop, err := q.ServeQueuedLookups()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(stop)
+	q := openServingLookups(t)
 	ctx := context.Background()
 	id := request.NewID(time.Now())
 	other := request.Event{Type: request.EventDelivered, ID: request.NewID(time.Now()), ClientID: "ada", At: time.Now(), Attempt: 1, Status: 200}
@@ -95,4 +85,17 @@ func TestALookupGivesAFinalEventKeptInTheRequestStream(t *testing.T) {
 	if f, _, err := q.AskQueued(ctx, "bob", id); err != nil || len(f.Kept) != 0 {
 		t.Fatalf("another client's lookup of the id: kept %+v, %v; want none", f.Kept, err)
 	}
+}
+
+// openServingLookups opens a queue on a server of its own that answers the lookups
+// asked of the dispatchers.
+func openServingLookups(t *testing.T) *queue.Queue {
+	t.Helper()
+	q := open(t, queue.Config{})
+	stop, err := q.ServeQueuedLookups()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stop)
+	return q
 }
