@@ -50,10 +50,9 @@ func (c *Client) Do(ctx context.Context, clientID string, body []byte, opts ...S
 // stored all the same (an answer lost on the way, ctx ending while Submit retried):
 // Receipt.IdempotencyKey is the key it was sent with, the caller's or the one Do made, so
 // that Do again with WithIdempotencyKey(Receipt.IdempotencyKey) stores it at most once.
-// Do does not return it for a call that sent nothing (an empty clientId, a body that
-// is not JSON).
-// errors.As and errors.Is see through it to Submit's error (a *Problem, ErrBodyNotJSON,
-// the context's error).
+// errors.As and errors.Is see through it to Submit's error (a *Problem, the context's
+// error). A call that sent nothing (an empty clientId, a body that is not JSON) gets
+// that error itself, not a NotSubmittedError.
 type NotSubmittedError struct {
 	Receipt Receipt
 	Err     error
