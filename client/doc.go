@@ -10,7 +10,7 @@
 //	}
 //	status, err := c.Do(ctx, "penguin-7", []byte(`{"fish":3}`))
 //	if err != nil {
-//		return err // not stored (a *client.NotSubmittedError), or not final before ctx ended
+//		return err // a *client.NotSubmittedError (perhaps not stored), or not final before ctx ended
 //	}
 //	if status.Response != nil { // raven's answer: delivered, or the one that dead-lettered it
 //		body, _ := status.Response.Body()
