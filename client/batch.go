@@ -20,6 +20,11 @@ type Item struct {
 	IdempotencyKey string
 	// NotBefore, when not zero, is the earliest time the request may go to raven.
 	NotBefore time.Time
+	// NotAfter, when not zero, is the item's deadline, as WithNotAfter gives a Submit's:
+	// not attempted by then, it is dead-lettered as "expired". It must lie ahead and
+	// after NotBefore, else ingest refuses the item (a *Problem, code
+	// not_after_invalid).
+	NotAfter time.Time
 }
 
 // ItemResult is what became of one Item.
@@ -35,13 +40,14 @@ type ItemResult struct {
 	Err error
 }
 
-// wireItem is an Item as it is sent: with its key, and NotBefore as text (empty for
-// none).
+// wireItem is an Item as it is sent: with its key, and NotBefore and NotAfter as
+// text (empty for none).
 type wireItem struct {
 	ClientID       string
 	Body           json.RawMessage
 	IdempotencyKey string
 	NotBefore      string
+	NotAfter       string
 }
 
 // encodeBatch writes items as the JSON array POST /v1/requests/batch takes. Unlike
@@ -68,6 +74,9 @@ func encodeBatch(items []wireItem) []byte {
 		}
 		if item.NotBefore != "" {
 			field("notBefore", item.NotBefore)
+		}
+		if item.NotAfter != "" {
+			field("notAfter", item.NotAfter)
 		}
 		b.WriteByte('}')
 	}
@@ -108,18 +117,16 @@ func (c *Client) SubmitBatch(ctx context.Context, items []Item) ([]ItemResult, e
 			key = newIdempotencyKey()
 		}
 		results[i].Receipt = Receipt{ClientID: item.ClientID, IdempotencyKey: key}
-		switch {
-		case item.ClientID == "":
+		if item.ClientID == "" {
 			results[i].Err = fmt.Errorf("client: batch item %d: %w", i, ErrClientIDMissing)
 			continue
-		case !json.Valid(item.Body):
-			results[i].Err = fmt.Errorf("client: batch item %d: %w", i, ErrBodyNotJSON)
+		}
+		if err := checkBody(item.Body); err != nil {
+			results[i].Err = fmt.Errorf("client: batch item %d: %w", i, err)
 			continue
 		}
-		wire[i] = wireItem{ClientID: item.ClientID, Body: item.Body, IdempotencyKey: key}
-		if !item.NotBefore.IsZero() {
-			wire[i].NotBefore = item.NotBefore.UTC().Format(time.RFC3339Nano)
-		}
+		wire[i] = wireItem{ClientID: item.ClientID, Body: item.Body, IdempotencyKey: key,
+			NotBefore: timeText(item.NotBefore), NotAfter: timeText(item.NotAfter)}
 		sendable = append(sendable, i)
 	}
 	for start := 0; start < len(sendable); start += c.maxBatchItems {

@@ -527,6 +527,7 @@ type batchItem struct {
 	Body           json.RawMessage `json:"body"`
 	IdempotencyKey string          `json:"idempotencyKey"`
 	NotBefore      string          `json:"notBefore"`
+	NotAfter       string          `json:"notAfter"`
 }
 
 func decodeBatch(t testing.TB, body []byte) []batchItem {
@@ -942,7 +943,7 @@ func waitParam(t testing.TB, rawQuery string) time.Duration {
 func TestWaitReturnsWhenDelivered(t *testing.T) {
 	t.Parallel()
 	ingest := newFakeIngest(t, func(n int, w http.ResponseWriter, r *http.Request, body []byte) {
-		states := []client.State{client.StatusUnknown, client.StatusQueued, client.StatusInFlight, client.StatusDelivered}
+		states := []client.State{client.StatusQueued, client.StatusQueued, client.StatusInFlight, client.StatusDelivered}
 		writeJSON(w, http.StatusOK, map[string]any{"id": "req-1", "status": states[min(n, len(states))-1], "attempts": 1, "ravenStatus": 200})
 	})
 	c := newTestClient(t, ingest)
@@ -956,7 +957,7 @@ func TestWaitReturnsWhenDelivered(t *testing.T) {
 	}
 	calls := ingest.Calls()
 	if len(calls) != 4 {
-		t.Errorf("ingest got %d calls; want 4 (unknown, queued and in_flight are not final)", len(calls))
+		t.Errorf("ingest got %d calls; want 4 (queued and in_flight are not final)", len(calls))
 	}
 	for _, call := range calls {
 		if call.path != "/v1/requests/req-1" {

@@ -1,18 +1,34 @@
 // Package client is the Go client of the dispatcher's ingest HTTP API: it stores
 // requests for raven with ingest and follows them until they are delivered.
 //
-// A penguin service submits a request, and may wait for its outcome:
+// Do is penguin's call to raven, durable and spaced: it stores the request once and
+// returns raven's answer when the request is final (or ctx ends):
 //
 //	c, err := client.New("https://ingest.example", client.WithToken(token))
 //	if err != nil {
 //		return err
 //	}
+//	status, err := c.Do(ctx, "penguin-7", []byte(`{"fish":3}`))
+//	if err != nil {
+//		return err // a *client.NotSubmittedError (perhaps not stored), or not final before ctx ended
+//	}
+//	if status.Response != nil { // raven's answer: delivered, or the one that dead-lettered it
+//		body, _ := status.Response.Body()
+//		fmt.Println(status.State, status.Response.Status, string(body))
+//	}
+//
+// Do is Submit then Wait. A service that does not wait for raven submits, and may ask
+// later:
+//
 //	receipt, err := c.Submit(ctx, "penguin-7", []byte(`{"fish":3}`))
 //	if err != nil {
 //		return err // a *client.Problem when ingest said no; errors.As finds it
 //	}
 //	status, err := c.Wait(ctx, receipt.ClientID, receipt.ID) // until delivered, dead-lettered or ctx ends
 //	fmt.Println(status.State, status.RavenStatus)
+//
+// Statuses are kept by clientId, and clientIds are case-sensitive: Status and Wait name
+// the request with the Receipt's ClientID and ID.
 //
 // # Retries
 //

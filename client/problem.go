@@ -22,6 +22,12 @@ var (
 	ErrIDMissing = errors.New("the request id is empty")
 )
 
+// ErrNoSuchRequest is Wait's error when ingest answered StatusUnknown: it holds no
+// request of that id for that clientId. Either the clientId or the id is not the
+// Receipt's (clientIds are case-sensitive: "Olga" is not "olga"), or the request is
+// older than ingest's status retention.
+var ErrNoSuchRequest = errors.New("ingest holds no such request")
+
 // Problem is an answer in which ingest (or a proxy in front of it) refused a request:
 // an RFC 9457 problem detail, or any other non-2xx answer. Find it with errors.As.
 type Problem struct {

@@ -98,8 +98,13 @@ type Response struct {
 	Truncated bool `json:"truncated,omitempty"`
 }
 
-// Body is the kept body as raven sent it.
+// Body is the kept body as raven sent it. On a nil Response (Status.Response of a
+// request raven never answered: not attempted yet, expired unsent, cancelled, purged)
+// it is nil, with no error.
 func (r *Response) Body() ([]byte, error) {
+	if r == nil {
+		return nil, nil
+	}
 	if r.Encoding != "base64" {
 		return []byte(r.Text), nil
 	}
@@ -170,10 +175,14 @@ func (c *Client) status(ctx context.Context, clientID, id string, wait time.Dura
 	return s, nil
 }
 
-// Wait asks ingest where request id of client clientID is until the status is final (delivered or
-// dead-lettered) or ctx ends, and returns the last status it heard of, with ctx's
-// error (wrapped) when ctx ended first. StatusUnknown is not final: right after a
-// Submit the request's record may be milliseconds behind.
+// Wait asks ingest where request id of client clientID is until the status is final
+// (delivered, dead-lettered or cancelled) or ctx ends, and returns the last status it
+// heard of, with ctx's error (wrapped) when ctx ended first. A status ingest cannot read
+// just now (503 status_unavailable) is asked again, as every call retries.
+//
+// An unknown status ends Wait at once with ErrNoSuchRequest (wrapped): ingest holds no
+// request id for clientID (a clientId not the Receipt's, as clientIds are
+// case-sensitive; an id not the Receipt's), or it is older than the status retention.
 //
 // Each question is a long poll, GET /v1/requests/{id}?clientId=C&wait=D, where D is MaxWaitPoll,
 // or less when ctx ends sooner (D leaves a tenth of the time left, at most a second,
@@ -195,6 +204,10 @@ func (c *Client) Wait(ctx context.Context, clientID, id string) (Status, error) 
 		last = s
 		if s.Final() {
 			return s, nil
+		}
+		if s.State == StatusUnknown {
+			return s, fmt.Errorf("client: waiting for %s: %w for clientId %q: check the clientId and the id against the Receipt's "+
+				"(clientIds are case-sensitive), or the request is older than the status retention", id, ErrNoSuchRequest, clientID)
 		}
 		if err := ctx.Err(); err != nil {
 			return last, fmt.Errorf("client: waiting for %s: %w", id, err)

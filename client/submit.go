@@ -49,12 +49,7 @@ func WithIdempotencyKey(key string) SubmitOption {
 // UTC as RFC 3339 with nanoseconds. A zero t takes back an earlier WithNotBefore or
 // WithDelay.
 func WithNotBefore(t time.Time) SubmitOption {
-	return func(s *submitSettings) {
-		s.notBefore = ""
-		if !t.IsZero() {
-			s.notBefore = t.UTC().Format(time.RFC3339Nano)
-		}
-	}
+	return func(s *submitSettings) { s.notBefore = timeText(t) }
 }
 
 // WithNotAfter gives the request a deadline: not attempted by t, it is never sent to
@@ -64,12 +59,16 @@ func WithNotBefore(t time.Time) SubmitOption {
 // refuses the request (a *Problem, code not_after_invalid). A zero t takes back an
 // earlier WithNotAfter.
 func WithNotAfter(t time.Time) SubmitOption {
-	return func(s *submitSettings) {
-		s.notAfter = ""
-		if !t.IsZero() {
-			s.notAfter = t.UTC().Format(time.RFC3339Nano)
-		}
+	return func(s *submitSettings) { s.notAfter = timeText(t) }
+}
+
+// timeText is t as ingest reads a time, in UTC as RFC 3339 with nanoseconds; empty for
+// the zero time.
+func timeText(t time.Time) string {
+	if t.IsZero() {
+		return ""
 	}
+	return t.UTC().Format(time.RFC3339Nano)
 }
 
 // WithDelay asks ingest not to send the request to raven sooner than d after it
@@ -109,11 +108,11 @@ func (c *Client) Submit(ctx context.Context, clientID string, body []byte, opts 
 	if s.idempotencyKey == "" {
 		s.idempotencyKey = newIdempotencyKey()
 	}
-	switch {
-	case clientID == "":
+	if clientID == "" {
 		return Receipt{IdempotencyKey: s.idempotencyKey}, fmt.Errorf("client: submitting: %w", ErrClientIDMissing)
-	case !json.Valid(body):
-		return Receipt{IdempotencyKey: s.idempotencyKey}, fmt.Errorf("client: submitting for %s: %w", clientID, ErrBodyNotJSON)
+	}
+	if err := checkBody(body); err != nil {
+		return Receipt{IdempotencyKey: s.idempotencyKey}, fmt.Errorf("client: submitting for %s: %w", clientID, err)
 	}
 	header := http.Header{}
 	header.Set("Content-Type", "application/json")
@@ -131,6 +130,17 @@ func (c *Client) Submit(ctx context.Context, clientID string, body []byte, opts 
 		return Receipt{ClientID: clientID, IdempotencyKey: s.idempotencyKey}, err
 	}
 	return answer.receipt(s.idempotencyKey), nil
+}
+
+// checkBody says what is wrong with a body ingest would refuse: none, or not JSON.
+func checkBody(body []byte) error {
+	switch {
+	case len(body) == 0:
+		return fmt.Errorf("%w: it is empty; give the JSON raven is to receive, such as {}", ErrBodyNotJSON)
+	case !json.Valid(body):
+		return ErrBodyNotJSON
+	}
+	return nil
 }
 
 // newIdempotencyKey is a random key of 26 base32 characters (at least 128 bits), well

@@ -97,5 +97,19 @@ func TestNotAfterExpiresUnsent(t *testing.T) {
 		t.Fatalf("batch: %d %v, want the first item queued and the second refused not_after_invalid", code, body)
 	}
 	s.accept("uma", results[0].(map[string]any)["id"].(string))
+	// The Go client's Item.NotAfter is the batch item's notAfter: ingest reads it (a
+	// deadline in the past is refused) and keeps it (the status says it).
+	deadline := time.Now().Add(10 * time.Minute).Truncate(time.Millisecond)
+	items, err := c.SubmitBatch(ctx, []client.Item{
+		{ClientID: "uma", Body: []byte(`{}`), NotAfter: deadline},
+		{ClientID: "uma", Body: []byte(`{}`), NotAfter: time.Now().Add(-time.Minute)},
+	})
+	if err != nil || items[0].Err != nil || !errors.As(items[1].Err, &refused) || refused.Code != "not_after_invalid" {
+		t.Fatalf("the Go client's batch with NotAfter: %v %+v, want the first stored and the second refused not_after_invalid", err, items)
+	}
+	s.accept("uma", items[0].Receipt.ID)
+	if st, err := c.Wait(ctx, "uma", items[0].Receipt.ID); err != nil || st.State != client.StatusDelivered || !st.NotAfter.Equal(deadline) {
+		t.Fatalf("the item with NotAfter %s: %+v (%v), want delivered, with that NotAfter", deadline, st, err)
+	}
 	s.finish(30*time.Second, 0)
 }

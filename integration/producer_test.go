@@ -418,6 +418,15 @@ func TestStatusThroughEveryState(t *testing.T) {
 	if st, err := c.Status(ctx, "gina", request.NewID(time.Now())); err != nil || st.State != client.StatusUnknown {
 		t.Fatalf("a fresh id: %+v %v, want unknown", st, err)
 	}
+	// Its clientId in another case names another client (clientIds are case-sensitive):
+	// Wait says at once that ingest holds no such request for it, naming the clientId.
+	wctx, wcancel := context.WithTimeout(ctx, 20*time.Second)
+	start := time.Now()
+	_, err = c.Wait(wctx, "Gina", r.ID)
+	wcancel()
+	if !errors.Is(err, client.ErrNoSuchRequest) || !strings.Contains(err.Error(), `"Gina"`) || time.Since(start) > 10*time.Second {
+		t.Fatalf("Wait with the clientId in another case: %v after %s, want ErrNoSuchRequest naming \"Gina\", at once", err, time.Since(start))
+	}
 	release()
 	st = state(client.StatusQueued)
 	if st.Attempts != 1 || st.LastAttempt == nil || st.LastAttempt.Status != 503 {

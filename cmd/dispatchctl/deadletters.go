@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"net/http"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -38,7 +39,7 @@ func deadLetters(ctx context.Context, e *env, _ []string) error {
 	return e.print(admin.DeadLettersPage[request.DeadLetter]{Total: total, DeadLetters: list}, func(w *tabwriter.Writer) {
 		fmt.Fprintf(w, "SEQ\tID\tCLIENT\tREASON\tSTATUS\tATTEMPTS\tDEAD AT\tLAST ERROR\n")
 		for _, d := range list {
-			fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n", d.Seq, d.ID, quote(d.ClientID), d.Reason, d.LastStatus, d.Attempts, d.DeadAt.Format(time.RFC3339), dash(printable(d.LastError)))
+			fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n", d.Seq, d.ID, quote(d.ClientID), d.Reason, d.LastStatus, d.Attempts, d.DeadAt.Format(time.RFC3339), lastError(d.Verdict))
 		}
 		fmt.Fprintf(w, "%d shown of %d selected\n", len(list), total)
 	})
@@ -58,6 +59,7 @@ func deadLetterBodies(ctx context.Context, e *env, f queue.DeadFilter) error {
 	for _, d := range list {
 		fmt.Fprintf(w, "== dead letter %d: request %s of %s, %s, %s, last status %d, dead at %s\n",
 			d.Seq, d.ID, quote(d.ClientID), d.Reason, admin.Count(d.Attempts, "attempt", "attempts"), d.LastStatus, d.DeadAt.Format(time.RFC3339))
+		printAnswer(w, d)
 		names := slices.Sorted(maps.Keys(d.Headers))
 		for _, k := range names {
 			for _, v := range d.Headers[k] {
@@ -73,6 +75,46 @@ func deadLetterBodies(ctx context.Context, e *env, f queue.DeadFilter) error {
 	}
 	fmt.Fprintf(w, "%d shown of %d selected\n", len(list), total)
 	return nil
+}
+
+// lastError says how the last attempt failed: its error, or raven's status when raven
+// answered (the dead letter keeps no error then); "-" when there was no attempt.
+func lastError(v request.Verdict) string {
+	switch {
+	case v.LastError != "":
+		return printable(v.LastError)
+	case v.LastStatus != 0:
+		return fmt.Sprintf("raven answered %d %s", v.LastStatus, http.StatusText(v.LastStatus))
+	}
+	return "-"
+}
+
+// printAnswer writes how d's last attempt failed: raven's answer with its kept headers
+// and body, as the request's events hold it, or the attempt's error.
+func printAnswer(w io.Writer, d admin.DeadLetterBody) {
+	a := d.RavenAnswer
+	switch {
+	case a == nil && d.LastStatus != 0:
+		fmt.Fprintf(w, "%s (its answer is not in the request's events: kept for STATUS_RETENTION, and not written with EVENTS=false)\n", lastError(d.Verdict))
+	case a == nil:
+		fmt.Fprintf(w, "last error: %s\n", lastError(d.Verdict))
+	default:
+		fmt.Fprintf(w, "raven answered %d %s", a.Status, http.StatusText(a.Status))
+		for _, k := range slices.Sorted(maps.Keys(a.Headers)) {
+			fmt.Fprintf(w, ", %s: %s", k, printable(a.Headers[k]))
+		}
+		if a.Truncated {
+			fmt.Fprintf(w, " (body cut at %d bytes)", a.BodyBytes)
+		}
+		switch {
+		case a.BodyEncoding == request.BodyBase64:
+			fmt.Fprintf(w, ":\n(%d bytes, not text; in base64:)\n%s\n", a.BodyBytes, a.Body)
+		case a.Body != "":
+			fmt.Fprintf(w, ":\n%s\n", printable(a.Body))
+		default:
+			fmt.Fprintf(w, ", with no body\n")
+		}
+	}
 }
 
 // printable escapes the control characters in s but newlines and tabs, so that a body

@@ -383,7 +383,7 @@ func printRequest(w io.Writer, rs admin.RequestState) {
 		fmt.Fprintf(w, "delivered at\t%s on %s, attempt %d\n", d.Delivered.Format(time.RFC3339Nano), rs.Dispatcher, d.Attempt)
 	}
 	if d := rs.DeadLetter; d != nil {
-		fmt.Fprintf(w, "reason\t%s\nattempts\t%d\nlast status\t%d\nlast error\t%s\ndead at\t%s\n", d.Reason, d.Attempts, d.LastStatus, dash(printable(d.LastError)), d.DeadAt.Format(time.RFC3339Nano))
+		fmt.Fprintf(w, "reason\t%s\nattempts\t%d\nlast status\t%d\nlast error\t%s\ndead at\t%s\n", d.Reason, d.Attempts, d.LastStatus, lastError(d.Verdict), d.DeadAt.Format(time.RFC3339Nano))
 	}
 	if r := rs.Record; r != nil {
 		fmt.Fprintf(w, "record\t%s, %s, %s, updated %s\n", r.State, admin.Count(r.Attempts, "attempt", "attempts"),

@@ -51,6 +51,11 @@ type DeadLetterBody struct {
 	Headers     map[string][]string `json:"headers"`
 	Body        *string             `json:"body,omitempty"`
 	BodyBase64  []byte              `json:"bodyBase64,omitempty"`
+	// RavenAnswer is raven's answer to the attempt that dead-lettered the request, read
+	// from the request's events (the dead-letter stream keeps only its status): nil when
+	// raven did not answer, or the events no longer hold it (STATUS_RETENTION,
+	// EVENTS=false).
+	RavenAnswer *request.Response `json:"ravenAnswer,omitempty"`
 }
 
 // DeadLetterBodies shows up to MaxBodies dead letters f selects, with their headers and
@@ -82,7 +87,30 @@ func (s *Service) DeadLetterBodies(ctx context.Context, f queue.DeadFilter, limi
 			list = append(list, d)
 		}
 	}
+	for i, d := range list {
+		if d.LastStatus != 0 {
+			list[i].RavenAnswer = s.ravenAnswer(ctx, d.DeadLetter)
+		}
+	}
 	return list, total, nil
+}
+
+// ravenAnswer is raven's answer that dead-lettered d, from the request's latest
+// dead_lettered event of d's cycle; nil when its events do not hold it or cannot be
+// read (the dead letter is shown without it).
+func (s *Service) ravenAnswer(ctx context.Context, d request.DeadLetter) *request.Response {
+	events, err := s.q.Events(ctx, d.ClientID, d.ID)
+	if err != nil {
+		s.log.Debug().Err(err).Str("request_id", d.ID).Msg("raven's answer to a dead letter could not be read")
+		return nil
+	}
+	var answer *request.Response
+	for _, e := range events {
+		if e.Type == request.EventDeadLettered && e.Cycle == d.Cycle && e.Response != nil {
+			answer = e.Response
+		}
+	}
+	return answer
 }
 
 func checkFilter(f queue.DeadFilter) error {

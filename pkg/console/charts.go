@@ -10,6 +10,7 @@ import (
 	"github.com/penguinhq/dispatcher/pkg/admin"
 	"github.com/penguinhq/dispatcher/pkg/dispatch"
 	"github.com/penguinhq/dispatcher/pkg/introspect"
+	"github.com/penguinhq/dispatcher/pkg/request"
 )
 
 // Charts are drawn as inline SVG by the templates from the numbers computed here: no
@@ -114,7 +115,8 @@ type barChart struct {
 
 type bar struct {
 	X, Y, W, H float64
-	Label      string
+	Label      string // under the bar: its bound, ">10s" for the last
+	Title      string // what it counts: "up to 5ms", "over 10s" for the last
 	Count      int
 }
 
@@ -131,12 +133,14 @@ func latencyBars(a introspect.Activity) barChart {
 	}
 	slot := float64(w) / float64(len(a.Latency))
 	for i, n := range a.Latency {
-		label := ">" + introspect.LatencyBounds[len(introspect.LatencyBounds)-1].String()
+		last := introspect.LatencyBounds[len(introspect.LatencyBounds)-1].String()
+		label, title := ">"+last, "over "+last
 		if i < len(introspect.LatencyBounds) {
 			label = introspect.LatencyBounds[i].String()
+			title = "up to " + label
 		}
 		bh := float64(h-16) * float64(n) / float64(most)
-		c.Bars = append(c.Bars, bar{X: float64(i)*slot + 2, W: slot - 4, Y: float64(h-16) - bh, H: bh, Label: label, Count: n})
+		c.Bars = append(c.Bars, bar{X: float64(i)*slot + 2, W: slot - 4, Y: float64(h-16) - bh, H: bh, Label: label, Title: title, Count: n})
 	}
 	return c
 }
@@ -229,4 +233,19 @@ var funcs = template.FuncMap{
 		return strings.Join(s, ", ")
 	},
 	"sub": func(a, b float64) float64 { return a - b },
+	// eventDetails writes an event's attempt, status and reason, those it has, with a
+	// separator between them only.
+	"eventDetails": func(e request.Event) string {
+		var parts []string
+		if e.Attempt != 0 {
+			parts = append(parts, fmt.Sprintf("attempt %d", e.Attempt))
+		}
+		if e.Status != 0 {
+			parts = append(parts, fmt.Sprintf("status %d", e.Status))
+		}
+		if e.Reason != "" {
+			parts = append(parts, "reason "+string(e.Reason))
+		}
+		return strings.Join(parts, ", ")
+	},
 }

@@ -19,7 +19,8 @@ import (
 // status answers GET /v1/requests/{id}?clientId=: the request's status from its events,
 // which are kept by client (ADR 10), so the read names the client as well. With
 // ?wait=30s it holds the answer until the request reaches a final state (delivered,
-// dead_lettered) or the wait ends, and answers with the status as it is then. A wait
+// dead_lettered) or the wait ends, and answers with the status as it is then; unknown
+// (no such request) is answered at once. A wait
 // over MaxStatusWait is cut to it, and the answer says so in WaitCappedHeader: a long
 // poll that asks for more is still answered, and its caller can tell why it came back
 // sooner than asked.
@@ -170,29 +171,33 @@ func (a *API) readStatus(ctx context.Context, w http.ResponseWriter, clientID, i
 		reread = time.NewTimer(every)
 		defer reread.Stop()
 	}
-	asked := !lookup
-	var stored []request.Event // the record as last read
+	asked, queued := !lookup, request.StatusOf(id, nil) // queued: the queue's answer, once asked
+	var stored []request.Event                          // the record as last read
 	for read := true; ; {
 		if read {
-			rctx, cancel := context.WithTimeout(ctx, statusReadTimeout)
 			var err error
-			stored, err = a.cfg.Status.StatusEvents(rctx, clientID, id)
-			cancel()
-			if err != nil {
+			if stored, err = a.record(ctx, clientID, id); err != nil {
 				return request.Status{}, err
 			}
 			read = false
 		}
 		events := append(slices.Clip(stored), watch.events()...)
 		st := request.StatusOf(id, events)
-		if st.State == request.StateUnknown && !asked {
+		switch {
+		case st.State != request.StateUnknown:
+		case !asked:
 			asked = true // once a read: the answer does not change while it waits
 			var err error
 			if st, err = a.fromQueue(ctx, scope, st, clientID, id); err != nil {
 				return request.Status{}, err
 			}
+			queued = st
+		default: // still no record: the queue's answer stands (its outcome is recorded before it leaves, ADR 9)
+			st = queued
 		}
-		if wait <= 0 || st.Final() {
+		// Unknown, the queue asked, is no such request (a clientId in the wrong case, an id
+		// never accepted or past the retention): waiting does not change it.
+		if wait <= 0 || st.Final() || lookup && st.State == request.StateUnknown {
 			return a.placed(ctx, st, lookup), nil
 		}
 		select {
@@ -211,6 +216,14 @@ func (a *API) readStatus(ctx context.Context, w http.ResponseWriter, clientID, i
 			return st, ctx.Err()
 		}
 	}
+}
+
+// record reads the events of request id of client clientID that its status follows
+// from, within statusReadTimeout.
+func (a *API) record(ctx context.Context, clientID, id string) ([]request.Event, error) {
+	ctx, cancel := context.WithTimeout(ctx, statusReadTimeout)
+	defer cancel()
+	return a.cfg.Status.StatusEvents(ctx, clientID, id)
 }
 
 // firstReread and lastReread space a waiting read's own reads of the record, beside its
