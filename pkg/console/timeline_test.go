@@ -26,7 +26,7 @@ func TestTheTimelineSeparatesOnlyValues(t *testing.T) {
 	for _, want := range []string{
 		"<strong>replayed</strong> — reason permanent (after replay 1)</li>",
 		"<strong>attempt_failed</strong> — attempt 2, status 503</li>",
-		"<strong>dead_lettered</strong> — attempt 3, reason attempts-exhausted: <span",
+		"<strong>dead_lettered</strong> — attempt 3, reason attempts_exhausted: <span",
 		"<strong>accepted</strong></li>",
 	} {
 		if !strings.Contains(page, want) {

@@ -24,10 +24,12 @@ func (*emptyRecord) StatusEvents(context.Context, string, string) ([]request.Eve
 }
 
 // A waiting status read of a request neither the record nor the queue holds (a
-// clientId in the wrong case, an id never accepted) answers unknown at once: unknown
-// says the request is not there, which waiting does not change. It used to hold the
-// answer for the whole wait, and the Go client's Wait asked again until its context
-// ended. (In a synctest bubble: the time taken is exact.)
+// clientId in the wrong case, an id never accepted) answers unknown without waiting:
+// unknown says the request is not there, which waiting does not change. It takes only
+// the record's re-reads after the dispatchers' answer (about a second: a request that
+// just left the queue is found in them). It used to hold the answer for the whole wait,
+// and the Go client's Wait asked again until its context ended. (In a synctest bubble:
+// the time taken is exact.)
 func TestAWaitingReadAnswersUnknownAtOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		api, err := ingest.New(ingest.Config{Status: &emptyRecord{}}, stored{}, stored{}, zerolog.Nop())
@@ -41,8 +43,8 @@ func TestAWaitingReadAnswersUnknownAtOnce(t *testing.T) {
 		if err := json.Unmarshal(rec.Body.Bytes(), &st); err != nil || rec.Code != http.StatusOK || st.State != request.StateUnknown {
 			t.Fatalf("a waiting read: %d %s, want 200 unknown", rec.Code, rec.Body)
 		}
-		if took := time.Since(start); took != 0 {
-			t.Fatalf("the waiting read answered unknown after %s of its 30 s wait, want at once", took)
+		if took := time.Since(start); took > 2*time.Second {
+			t.Fatalf("the waiting read answered unknown after %s of its 30 s wait, want within the record's re-reads (about 1 s)", took)
 		}
 	})
 }
