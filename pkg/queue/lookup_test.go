@@ -7,7 +7,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/penguinhq/dispatcher/pkg/queue"
+	"github.com/penguinhq/dispatcher/pkg/queue/queuetest"
 	"github.com/penguinhq/dispatcher/pkg/request"
 )
 
@@ -18,7 +21,36 @@ import (
 // guess; and many asks at once are all answered.
 func TestQueuedLookups(t *testing.T) {
 	t.Parallel()
-	q := openServingLookups(t)
+	t.Run("OneNode", func(t *testing.T) {
+		t.Parallel()
+		testQueuedLookups(t, openServingLookups(t))
+	})
+	// A replicated stream takes no direct gets (queue.go): the lookup reads from the
+	// stream's leader.
+	t.Run("ThreeReplicas", func(t *testing.T) {
+		t.Parallel()
+		c := queuetest.NewCluster(t, 3)
+		nc, err := nats.Connect(c.URL(), nats.Timeout(queuetest.DialTimeout))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(nc.Close)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		q, err := queuetest.Open(ctx, nc, queue.Config{Replicas: 3}, queue.CreateOrUpdate)
+		if err != nil {
+			t.Fatal(err)
+		}
+		stop, err := q.ServeQueuedLookups()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(stop)
+		testQueuedLookups(t, q)
+	})
+}
+
+func testQueuedLookups(t *testing.T, q *queue.Queue) {
 	ctx := context.Background()
 	type sent struct {
 		client, id string
