@@ -274,10 +274,13 @@ func (m *recordFigures) readReference(ctx context.Context, node *node, sample []
 			return fmt.Errorf("id %s holds no time", w.id)
 		}
 		start := time.Now()
-		_, err := queue.DirectGet(ctx, node.nc, queue.EventStream, map[string]any{
+		got, err := queue.DirectGet(ctx, node.nc, queue.EventStream, map[string]any{
 			"next_by_subj": request.EventPrefix + request.EncodeClientID(w.client) + "." + string(request.EventDelivered), "start_time": at.UTC()})
 		if err != nil {
 			return fmt.Errorf("reference read: %w", err)
+		}
+		if got == nil {
+			return fmt.Errorf("reference read of %s found no delivered event", w.id)
 		}
 		m.ref = append(m.ref, time.Since(start))
 	}

@@ -18,6 +18,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -192,10 +193,11 @@ func (c *Client) SendAnswer(ctx context.Context, st request.Stored, attempt int)
 // connection kept from an earlier attempt before a byte of it was written: raven got
 // nothing (a connection it had just closed as idle), and it may be sent again at once.
 func (c *Client) exchange(ctx context.Context, st request.Stored, attempt int) (answer *request.Response, unsent bool, err error) {
-	var reused, wrote bool
+	// Atomic: net/http calls WroteHeaders from its write loop, not this goroutine.
+	var reused, wrote atomic.Bool
 	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
-		GotConn:      func(i httptrace.GotConnInfo) { reused = i.Reused },
-		WroteHeaders: func() { wrote = true },
+		GotConn:      func(i httptrace.GotConnInfo) { reused.Store(i.Reused) },
+		WroteHeaders: func() { wrote.Store(true) },
 	})
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.cfg.URL, bytes.NewReader(st.Body))
 	if err != nil {
@@ -235,7 +237,7 @@ func (c *Client) exchange(ctx context.Context, st request.Stored, attempt int) (
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return nil, reused && !wrote, &request.TransientError{Err: noAnswer(err)}
+		return nil, reused.Load() && !wrote.Load(), &request.TransientError{Err: noAnswer(err)}
 	}
 	if resp.StatusCode < http.StatusOK {
 		// 101 Switching Protocols: the body is the connection itself, raw, which no
