@@ -127,14 +127,23 @@ func TestDemoRavenVerifiesSignatures(t *testing.T) {
 	if code := send(secrets, `{"n":2}`, `{"n":2}`, now); code != http.StatusOK {
 		t.Errorf("signed now: %d, want 200", code)
 	}
-	resp, err := http.Get(srv.URL + "/arrivals")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
+	// The recording raven notes an arrival once it has answered it: the list may lag
+	// the answer by a moment.
 	var arrivals []struct{ ID string }
-	if err := json.NewDecoder(resp.Body).Decode(&arrivals); err != nil {
-		t.Fatal(err)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		resp, err := http.Get(srv.URL + "/arrivals")
+		if err != nil {
+			t.Fatal(err)
+		}
+		arrivals = nil
+		err = json.NewDecoder(resp.Body).Decode(&arrivals)
+		resp.Body.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(arrivals) >= 2 || time.Now().After(deadline) {
+			break
+		}
 	}
 	if len(arrivals) != 2 || arrivals[0].ID != "r1" || arrivals[1].ID != "r2" {
 		t.Errorf("arrivals %+v, want the two that verified", arrivals)
