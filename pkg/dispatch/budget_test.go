@@ -72,13 +72,7 @@ func TestBudgetRateBindsTheLoop(t *testing.T) {
 		if len(a) < 95 || len(a) > 101 {
 			t.Fatalf("%d attempts in 5s under a budget of 20/s, want 100 (and at most 101)", len(a))
 		}
-		for i := range a {
-			for j := i; j < len(a); j++ {
-				if span := a[j].at.Sub(a[i].at); float64(j-i+1) > 20*span.Seconds()+1+1e-9 {
-					t.Fatalf("attempts %d..%d (%d) within %s: more than the rate allows", i, j, j-i+1, span)
-				}
-			}
-		}
+		withinRate(t, a, 20)
 		if st := b.d.BudgetState(); st.EffectiveRate != 20 || st.ShareRate != 20 || st.Owned != 4 {
 			t.Fatalf("budget state %+v, want rate 20 of 20 with 4 partitions", st)
 		}
@@ -89,6 +83,19 @@ func TestBudgetRateBindsTheLoop(t *testing.T) {
 			t.Fatalf("first attempt at %s, before the fence", a[0].at.Sub(start))
 		}
 	})
+}
+
+// withinRate fails t if any run of attempts a is more than rate × its span plus one
+// token of burst (ADR 7's bound at a rate whose burst is one token).
+func withinRate(t *testing.T, a []sent, rate float64) {
+	t.Helper()
+	for i := range a {
+		for j := i; j < len(a); j++ {
+			if span := a[j].at.Sub(a[i].at); float64(j-i+1) > rate*span.Seconds()+1+1e-9 {
+				t.Fatalf("attempts %d..%d (%d) within %s: more than %g/s and one burst allow", i, j, j-i+1, span, rate)
+			}
+		}
+	}
 }
 
 // Turns that make no attempt (the client's queue turned out empty) give their token

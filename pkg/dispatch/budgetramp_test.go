@@ -36,12 +36,6 @@ func TestBudgetHoldsWhilePartitionsAreAcquired(t *testing.T) {
 		if len(a) != 80 {
 			t.Fatalf("%d attempts, want 80", len(a))
 		}
-		for i := range a {
-			for j := i; j < len(a); j++ {
-				if span := a[j].at.Sub(a[i].at); float64(j-i+1) > rate*span.Seconds()+1+1e-9 {
-					t.Fatalf("attempts %d..%d (%d) within %s: more than %d/s and one burst allow", i, j, j-i+1, span, rate)
-				}
-			}
-		}
+		withinRate(t, a, rate)
 	})
 }
