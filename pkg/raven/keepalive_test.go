@@ -9,6 +9,7 @@ import (
 	"net/http/httptrace"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/penguinhq/dispatcher/pkg/raven"
@@ -61,7 +62,7 @@ func TestIdleConnectionsAreLetGoBeforeRavens(t *testing.T) {
 // connection before a byte was written (raven closed it as idle), or after the request
 // was written (raven may have acted), and answers 200 once the script is done.
 type wire struct {
-	script []string // "unsent", "sent", "fresh-unsent"
+	script []string // "unsent", "sent", "fresh-unsent", "slow-unsent" (after 800 ms), "hang" (until the attempt ends)
 	calls  atomic.Int32
 }
 
@@ -81,6 +82,12 @@ func (w *wire) RoundTrip(r *http.Request) (*http.Response, error) {
 	case "sent":
 		trace.GotConn(httptrace.GotConnInfo{Reused: true})
 		trace.WroteHeaders()
+	case "slow-unsent":
+		time.Sleep(800 * time.Millisecond)
+		trace.GotConn(httptrace.GotConnInfo{Reused: true})
+	case "hang":
+		<-r.Context().Done()
+		return nil, r.Context().Err()
 	}
 	return nil, errors.New("read: connection reset by peer")
 }
@@ -113,4 +120,28 @@ func TestAnAttemptThatWroteNothingIsSentAgainAtOnce(t *testing.T) {
 			t.Errorf("%v: %v after %d exchanges; want success %v after %d", c.script, err, w.calls.Load(), c.ok, c.calls)
 		}
 	}
+}
+
+// The resend is part of the attempt, not a second one: the two together end within one
+// RAVEN_TIMEOUT, which the leases' margin counts on (an owner stops starting sends
+// RAVEN_TIMEOUT before its lease may lapse). Here the first exchange fails unsent after
+// 800 ms of a 1 s timeout and the resend hangs: the attempt ends at 1 s, not 1.8 s. (In a
+// synctest bubble: the time taken is exact.)
+func TestTheResendEndsWithinTheAttemptsTimeout(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := request.Stored{Request: request.Request{ID: "id1", ClientID: "alice", Body: []byte(`{}`)}}
+		w := &wire{script: []string{"slow-unsent", "hang"}}
+		cl, err := raven.New(raven.Config{URL: "http://raven.invalid/hook", Timeout: time.Second, Transport: w})
+		if err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		var tr *request.TransientError
+		if err := cl.Send(context.Background(), st, 1); !errors.As(err, &tr) || w.calls.Load() != 2 {
+			t.Fatalf("%v after %d exchanges, want a transient failure after 2", err, w.calls.Load())
+		}
+		if took := time.Since(start); took > time.Second {
+			t.Fatalf("the attempt and its resend took %s, more than RAVEN_TIMEOUT (1s)", took)
+		}
+	})
 }
